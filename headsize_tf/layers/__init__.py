@@ -1,0 +1,19 @@
+"""Attention layers whose head size and head sharing are explicit knobs.
+
+* `StandardAttention`: head size = width // heads (the usual rule).
+* `FixedHeadAttention`: head size fixed independently of width and heads
+  (Bhojanapalli et al., 2020).
+* `CollaborativeAttention`: heads share one query/key projection and mix its
+  dimensions (Cordonnier et al., 2020).
+"""
+
+from headsize_tf.layers.collaborative_attention import CollaborativeAttention, ConcatenateMixing
+from headsize_tf.layers.fixed_head_attention import FixedHeadAttention
+from headsize_tf.layers.standard_attention import StandardAttention
+
+__all__ = [
+    "CollaborativeAttention",
+    "ConcatenateMixing",
+    "FixedHeadAttention",
+    "StandardAttention",
+]

@@ -1,0 +1,332 @@
+"""Shared machinery of the head-size attention layers (private).
+
+Every public layer of `headsize_tf.layers` derives from `HeadAttentionBase`,
+which subclasses `tf_keras.layers.MultiHeadAttention` the way Model Garden's
+`talking_heads_attention.py` and `multi_query_attention.py` do. The base adds:
+
+* head size resolved at build time (`_resolve_head_size`), so a layer never
+  needs `key_dim` up front;
+* per-head gates `xi_h` (a non-trainable `[num_heads]` weight, all ones by
+  default) folded into the output projection kernel, which is exactly the same
+  as multiplying each head's context by `xi_h` (Michel et al., 2019) but costs
+  `O(num_heads * head_size * width)` per call, independent of batch and length;
+* a seed for the attention dropout, accepted the way Model Garden's
+  `EncoderScaffold(layer_idx_as_attention_seed=True)` passes it;
+* validation of arguments and of `attention_mask` shapes with messages that
+  name the bad value and what was expected.
+
+Subclasses implement `_resolve_head_size` and, if their scores differ from
+dot-product attention over per-head projections, `_build_projections` and
+`_attend`.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import math
+import numbers
+import string
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+_CHR_IDX = string.ascii_lowercase
+
+
+def build_proj_equation(free_dims: int, bound_dims: int, output_dims: int) -> tuple[str, str, int]:
+    """Einsum equation, bias axes and output rank of a projection (as in Keras' MHA)."""
+    input_str = ""
+    kernel_str = ""
+    output_str = ""
+    bias_axes = ""
+    letter_offset = 0
+    for i in range(free_dims):
+        char = _CHR_IDX[i + letter_offset]
+        input_str += char
+        output_str += char
+    letter_offset += free_dims
+    for i in range(bound_dims):
+        char = _CHR_IDX[i + letter_offset]
+        input_str += char
+        kernel_str += char
+    letter_offset += bound_dims
+    for i in range(output_dims):
+        char = _CHR_IDX[i + letter_offset]
+        kernel_str += char
+        output_str += char
+        bias_axes += char
+    return f"{input_str},{kernel_str}->{output_str}", bias_axes, len(output_str)
+
+
+def get_output_shape(output_rank: int, known_last_dims: collections.abc.Sequence[int]) -> list:
+    return [None] * (output_rank - len(known_last_dims)) + list(known_last_dims)
+
+
+def check_positive_int(name: str, value: Any, expected: str = "a positive integer") -> int:
+    """Returns `value` as int or raises a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"`{name}` must be {expected}; got {value!r}.")
+    return int(value)
+
+
+def _as_shape(x: Any) -> tf.TensorShape:
+    if hasattr(x, "shape"):
+        return tf.TensorShape(x.shape)
+    return tf.TensorShape(x)
+
+
+class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
+    """Base of `StandardAttention`, `FixedHeadAttention`, `CollaborativeAttention`.
+
+    Args:
+      num_heads: Number of attention heads (a positive int).
+      dropout: Dropout rate on the attention probabilities, in [0, 1).
+      use_bias: Whether the projections use bias vectors.
+      output_shape: Output size of the last dimension (or a shape tuple);
+        defaults to the query width.
+      attention_axes: Axes over which attention is applied (as in Keras' MHA).
+      kernel_initializer, bias_initializer, kernel_regularizer,
+      bias_regularizer, activity_regularizer, kernel_constraint,
+      bias_constraint: As in `tf_keras.layers.MultiHeadAttention`.
+      seed: Optional int seed of the attention dropout.
+      **kwargs: Base layer arguments (`name`, `dtype` policies, ...).
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape: int | collections.abc.Sequence[int] | None = None,
+        attention_axes: int | collections.abc.Sequence[int] | None = None,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        for unsupported in ("key_dim", "value_dim"):
+            if unsupported in kwargs:
+                raise ValueError(
+                    f"`{unsupported}={kwargs[unsupported]!r}` is not an argument of "
+                    f"{type(self).__name__}: the head size is set by the layer "
+                    "(StandardAttention: width // num_heads; FixedHeadAttention and "
+                    "CollaborativeAttention: `head_size`)."
+                )
+        num_heads = check_positive_int("num_heads", num_heads)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, numbers.Real)
+            or not 0 <= dropout < 1
+        ):
+            raise ValueError(f"`dropout` must be a float in [0, 1); got {dropout!r}.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=1,  # Placeholder: resolved in `_build_from_signature`.
+            dropout=float(dropout),
+            use_bias=use_bias,
+            output_shape=output_shape,
+            attention_axes=attention_axes,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+            **kwargs,
+        )
+        self._key_dim = None
+        self._value_dim = None
+        self._seed = None if seed is None else int(seed)
+        self._head_gates = None
+
+    # ------------------------------------------------------------------ API
+    @property
+    def num_heads(self) -> int:
+        return self._num_heads
+
+    @property
+    def head_size(self) -> int | None:
+        """Per-head size (keys, queries and values); None before build."""
+        return self._value_dim
+
+    @property
+    def head_gates(self) -> tf.Variable | None:
+        """Non-trainable `[num_heads]` gates xi_h; None before build."""
+        return self._head_gates
+
+    def set_head_mask(self, mask: Any) -> None:
+        """Sets the per-head gates xi_h (1 keeps a head, 0 masks it).
+
+        Args:
+          mask: A `[num_heads]` array-like of floats (or bools).
+        """
+        if self._head_gates is None:
+            raise ValueError(
+                f"Layer {self.name!r} is not built yet: call it on inputs before set_head_mask."
+            )
+        values = tf.cast(tf.convert_to_tensor(mask), tf.float32)
+        if values.shape.rank != 1 or values.shape[0] != self._num_heads:
+            raise ValueError(
+                f"Head mask for layer {self.name!r} has shape {values.shape.as_list()}; "
+                f"expected [{self._num_heads}] (one value per head)."
+            )
+        self._head_gates.assign(tf.cast(values, self._head_gates.dtype))
+
+    # ---------------------------------------------------------------- build
+    def _resolve_head_size(self, query_shape: tf.TensorShape, key_shape: tf.TensorShape) -> int:
+        raise NotImplementedError
+
+    def _build_from_signature(self, query, value, key=None):
+        query_shape = _as_shape(query)
+        value_shape = _as_shape(value)
+        key_shape = value_shape if key is None else _as_shape(key)
+        head_size = self._resolve_head_size(query_shape, key_shape)
+        self._key_dim = head_size
+        self._value_dim = head_size
+        self._build_projections(query, value, key)
+        with tf.init_scope():
+            # Create every weight now (Keras' MHA waits for the first call), so a
+            # layer from `from_config` can take `set_weights` or a checkpoint.
+            self._query_dense.build(query_shape)
+            self._key_dense.build(key_shape)
+            self._value_dense.build(value_shape)
+            self._output_dense.build(
+                query_shape[:-1].concatenate([self._num_heads, self._value_dim])
+            )
+            self._head_gates = self.add_weight(
+                name="head_gates",
+                shape=[self._num_heads],
+                initializer="ones",
+                trainable=False,
+            )
+
+    def _build_projections(self, query, value, key=None):
+        """Builds Q/K/V/output projections; default: Keras' MHA ones."""
+        super()._build_from_signature(query=query, value=value, key=key)
+
+    def _build_attention(self, rank):
+        super()._build_attention(rank)
+        # Re-create dropout with this layer's seed.
+        self._dropout_layer = tf_keras.layers.Dropout(
+            rate=self._dropout, seed=self._seed, dtype=self._dtype_policy
+        )
+
+    # ----------------------------------------------------------------- call
+    def _check_attention_mask(self, query, key, attention_mask) -> None:
+        if attention_mask is None:
+            return
+        mask_shape = tf.TensorShape(attention_mask.shape)
+        if mask_shape.rank is None:
+            return
+        query_shape = tf.TensorShape(query.shape)
+        key_shape = tf.TensorShape(key.shape)
+        attn_axes = tuple(self._attention_axes)
+        expected = (
+            [query_shape[0]]
+            + [query_shape[i] for i in range(1, query_shape.rank - 1)]
+            + [key_shape[a] for a in attn_axes]
+        )
+        names = "[batch, query_length, key_length]" if len(expected) == 3 else "[batch, ...]"
+        ok = 2 <= mask_shape.rank <= len(expected)
+        if ok:
+            for got, want in zip(reversed(mask_shape.as_list()), reversed(expected), strict=False):
+                if got is not None and want is not None and got not in (1, want):
+                    ok = False
+        if not ok:
+            raise ValueError(
+                f"`attention_mask` of layer {self.name!r} has shape {mask_shape.as_list()}; "
+                f"expected {names} = {expected} (or a shape broadcastable to it)."
+            )
+
+    def _attend(self, query, key, value, attention_mask, training):
+        """Projects and attends; returns context [B, T, N, H] and scores [B, N, T, S]."""
+        projected_query = self._query_dense(query)
+        projected_key = self._key_dense(key)
+        projected_value = self._value_dense(value)
+        return self._compute_attention(
+            projected_query, projected_key, projected_value, attention_mask, training
+        )
+
+    def _project_output(self, context):
+        """Output projection with the head gates folded into the kernel."""
+        dense = self._output_dense
+        kernel = dense.kernel
+        gates = tf.cast(self._head_gates, kernel.dtype)
+        gates = tf.reshape(gates, [self._num_heads] + [1] * (kernel.shape.rank - 1))
+        output = tf.einsum(dense.equation, context, kernel * gates)
+        if dense.bias is not None:
+            output = output + tf.cast(dense.bias, output.dtype)
+        return output
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+    ):
+        if not self._built_from_signature:
+            self._build_from_signature(query=query, value=value, key=key)
+        if key is None:
+            key = value
+
+        query_is_ragged = isinstance(query, tf.RaggedTensor)
+        if query_is_ragged:
+            query_lengths = query.nested_row_lengths()
+            query = query.to_tensor()
+        key_is_ragged = isinstance(key, tf.RaggedTensor)
+        value_is_ragged = isinstance(value, tf.RaggedTensor)
+        if key_is_ragged and value_is_ragged:
+            bounding_shape = tf.math.maximum(key.bounding_shape(), value.bounding_shape())
+            key = key.to_tensor(shape=bounding_shape)
+            value = value.to_tensor(shape=bounding_shape)
+        elif key_is_ragged:
+            key = key.to_tensor(shape=tf.shape(value))
+        elif value_is_ragged:
+            value = value.to_tensor(shape=tf.shape(key))
+
+        self._check_attention_mask(query, key, attention_mask)
+        attention_mask = self._compute_attention_mask(
+            query,
+            value,
+            key=key,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )
+        context, attention_scores = self._attend(query, key, value, attention_mask, training)
+        attention_output = self._project_output(context)
+
+        if query_is_ragged:
+            attention_output = tf.RaggedTensor.from_tensor(attention_output, lengths=query_lengths)
+        if return_attention_scores:
+            return attention_output, attention_scores
+        return attention_output
+
+    # --------------------------------------------------------------- config
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.pop("key_dim", None)
+        config.pop("value_dim", None)
+        config["seed"] = self._seed
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> HeadAttentionBase:
+        # Keras' MHA pops the build shapes from the dict it is given: copy first.
+        return super().from_config(dict(config))
+
+
+def inverse_sqrt(head_size: int) -> float:
+    return 1.0 / math.sqrt(float(head_size))

@@ -1,0 +1,281 @@
+"""Collaborative multi-head attention: heads share one key/query projection."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from headsize_tf.layers._head_attention import (
+    HeadAttentionBase,
+    _as_shape,
+    check_positive_int,
+)
+
+MIXING_INITIALIZERS = ("concatenate", "ones", "uniform", "normal")
+
+
+@tf_keras.utils.register_keras_serializable(package="headsize_tf")
+class ConcatenateMixing(tf_keras.initializers.Initializer):
+    """Mixing matrix of blocks of ones: head i uses shared dims [i*b, (i+1)*b).
+
+    With `shared_key_dim = num_heads * head_size` (b = head_size) the
+    collaborative layer then computes exactly standard multi-head attention.
+    """
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        num_heads, shared_key_dim = int(shape[0]), int(shape[1])
+        if shared_key_dim % num_heads:
+            raise ValueError(
+                f'mixing_initializer="concatenate" needs shared_key_dim ({shared_key_dim}) to be '
+                f"a multiple of num_heads ({num_heads}); use 'uniform', 'normal' or a Keras "
+                "initializer otherwise."
+            )
+        block = shared_key_dim // num_heads
+        eye = tf.eye(num_heads, dtype=dtype or tf.float32)
+        return tf.repeat(eye, repeats=block, axis=1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {}
+
+
+def _resolve_mixing_initializer(
+    name_or_init: Any, head_size: int, shared_key_dim: int
+) -> tf_keras.initializers.Initializer:
+    if isinstance(name_or_init, str) and name_or_init in MIXING_INITIALIZERS:
+        if name_or_init == "concatenate":
+            return ConcatenateMixing()
+        if name_or_init == "ones":
+            return tf_keras.initializers.Ones()
+        # Variance head_size / shared_key_dim keeps the score variance of a
+        # head equal to that of a standard head of size `head_size`.
+        std = math.sqrt(head_size / shared_key_dim)
+        if name_or_init == "normal":
+            return tf_keras.initializers.RandomNormal(stddev=std)
+        return tf_keras.initializers.RandomUniform(-math.sqrt(3.0) * std, math.sqrt(3.0) * std)
+    return tf_keras.initializers.get(name_or_init)
+
+
+def _check_mixing_initializer(value: Any) -> Any:
+    if isinstance(value, str) and value in MIXING_INITIALIZERS:
+        return value
+    try:
+        tf_keras.initializers.get(value)
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"Unknown `mixing_initializer` {value!r}; expected one of {list(MIXING_INITIALIZERS)} "
+            "or a Keras initializer (name, config dict or instance)."
+        ) from err
+    return value
+
+
+@tf_keras.utils.register_keras_serializable(package="headsize_tf")
+class CollaborativeAttention(HeadAttentionBase):
+    """Collaborative multi-head attention (heads share W_Q and W_K).
+
+    Cordonnier, Loukas and Jaggi (2020) observe that the heads of a trained
+    Transformer learn redundant key/query projections. Here all heads share a
+    query projection `W_Q` and a key projection `W_K` of size
+    `width x shared_key_dim` (`D`), and head `i` re-weights the `D` shared
+    dimensions with a learned mixing vector `m_i`:
+
+        scores_i = (X W_Q diag(m_i) W_K^T Y^T + 1 (c_i^T Y^T)) / sqrt(head_size)
+
+    The key bias is dropped (the softmax ignores it); the query bias becomes a
+    per-head content vector `c_i` (a `[key_width, num_heads]` weight, the
+    `W_K^(i) b_Q^(i)` of a converted layer) dotted with each key. Values and
+    the output projection are per head, as in standard attention. The softmax
+    scale is `1/sqrt(head_size)`, the scale of the layer it replaces, never
+    `1/sqrt(D / num_heads)`. With `mixing_initializer="concatenate"` and
+    `D = num_heads * head_size` the layer is exactly standard attention.
+
+    Inputs must be rank 3 `[batch, length, width]` (attention over axis 1).
+
+    Args:
+      num_heads: Number of attention heads.
+      shared_key_dim: `D`, the size of the shared query/key space.
+      head_size: Per-head value size and softmax scale; defaults to
+        `width // num_heads` (the width must then be a multiple of heads).
+      mixing_initializer: "concatenate" (blocks of ones; needs `D % heads ==
+        0`), "ones", "uniform", "normal" (zero-mean, variance
+        `head_size / D`), or any Keras initializer.
+      mixing_regularizer: Regularizer of the mixing matrix.
+      mixing_constraint: Constraint of the mixing matrix.
+      dropout: Dropout rate on the attention probabilities.
+      use_bias: Whether to use the content bias and value/output biases.
+      output_shape: Size of the output's last dimension; the query width by
+        default.
+      kernel_initializer: Initializer of the dense kernels.
+      bias_initializer: Initializer of the biases (and the content bias).
+      kernel_regularizer: Regularizer of the dense kernels.
+      bias_regularizer: Regularizer of the biases.
+      activity_regularizer: Regularizer of the output.
+      kernel_constraint: Constraint of the dense kernels.
+      bias_constraint: Constraint of the biases.
+      seed: Optional int seed of the attention dropout.
+      **kwargs: Base layer arguments such as `name` and `dtype`.
+
+    Example:
+
+    >>> layer = CollaborativeAttention(num_heads=12, shared_key_dim=192)
+    >>> x = tf_keras.Input(shape=[128, 768])
+    >>> layer(x, x).shape
+    TensorShape([None, 128, 768])
+
+    References:
+      Cordonnier, Loukas, Jaggi, "Multi-Head Attention: Collaborate Instead of
+      Concatenate", 2020. https://arxiv.org/abs/2006.16362
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        shared_key_dim: int,
+        head_size: int | None = None,
+        mixing_initializer: Any = "uniform",
+        mixing_regularizer: Any = None,
+        mixing_constraint: Any = None,
+        **kwargs: Any,
+    ):
+        self._shared_key_dim = check_positive_int("shared_key_dim", shared_key_dim)
+        self._head_size_arg = (
+            None if head_size is None else check_positive_int("head_size", head_size)
+        )
+        self._mixing_initializer_arg = _check_mixing_initializer(mixing_initializer)
+        attention_axes = kwargs.get("attention_axes")
+        if attention_axes not in (None, 1, (1,), [1]):
+            raise ValueError(
+                f"CollaborativeAttention supports attention over axis 1 of rank-3 inputs only; "
+                f"got attention_axes={attention_axes!r}."
+            )
+        super().__init__(num_heads=num_heads, **kwargs)
+        self._mixing_regularizer = tf_keras.regularizers.get(mixing_regularizer)
+        self._mixing_constraint = tf_keras.constraints.get(mixing_constraint)
+        self._mixing = None
+        self._content_bias = None
+
+    @property
+    def shared_key_dim(self) -> int:
+        return self._shared_key_dim
+
+    @property
+    def mixing(self) -> tf.Variable | None:
+        """The `[num_heads, shared_key_dim]` mixing matrix; None before build."""
+        return self._mixing
+
+    @property
+    def content_bias(self) -> tf.Variable | None:
+        """The `[key_width, num_heads]` content bias; None if unbuilt or no bias."""
+        return self._content_bias
+
+    def _resolve_head_size(self, query_shape: tf.TensorShape, key_shape: tf.TensorShape) -> int:
+        for role, shape in (("query", query_shape), ("key", key_shape)):
+            if shape.rank != 3:
+                raise ValueError(
+                    f"CollaborativeAttention {self.name!r} expects rank-3 {role} inputs "
+                    f"[batch, length, width]; got shape {shape}."
+                )
+        if self._head_size_arg is not None:
+            return self._head_size_arg
+        width = query_shape[-1]
+        if width is None or width % self._num_heads:
+            raise ValueError(
+                f"CollaborativeAttention {self.name!r}: head_size defaults to width // num_heads, "
+                f"but the query width ({width}) is not a multiple of num_heads "
+                f"({self._num_heads}); pass head_size explicitly."
+            )
+        return width // self._num_heads
+
+    def _build_projections(self, query, value, key=None):
+        self._built_from_signature = True
+        self._query_shape = _as_shape(query)
+        self._value_shape = _as_shape(value)
+        self._key_shape = self._value_shape if key is None else _as_shape(key)
+        key_width = self._key_shape[-1]
+        with tf.init_scope():
+            common = self._get_common_kwargs_for_sublayer()
+            self._query_dense = tf_keras.layers.EinsumDense(
+                "abc,cd->abd",
+                output_shape=[None, self._shared_key_dim],
+                bias_axes=None,
+                name="query",
+                **common,
+            )
+            self._key_dense = tf_keras.layers.EinsumDense(
+                "abc,cd->abd",
+                output_shape=[None, self._shared_key_dim],
+                bias_axes=None,
+                name="key",
+                **self._get_common_kwargs_for_sublayer(),
+            )
+            self._value_dense = tf_keras.layers.EinsumDense(
+                "abc,cde->abde",
+                output_shape=[None, self._num_heads, self._value_dim],
+                bias_axes="de" if self._use_bias else None,
+                name="value",
+                **self._get_common_kwargs_for_sublayer(),
+            )
+            self._build_attention(4)
+            self._output_dense = self._make_output_dense(
+                2, self._get_common_kwargs_for_sublayer(), "attention_output"
+            )
+            self._mixing = self.add_weight(
+                name="mixing",
+                shape=[self._num_heads, self._shared_key_dim],
+                initializer=_resolve_mixing_initializer(
+                    self._mixing_initializer_arg, self._key_dim, self._shared_key_dim
+                ),
+                regularizer=self._mixing_regularizer,
+                constraint=self._mixing_constraint,
+                trainable=True,
+            )
+            if self._use_bias:
+                self._content_bias = self.add_weight(
+                    name="content_bias",
+                    shape=[key_width, self._num_heads],
+                    initializer=self._bias_initializer.__class__.from_config(
+                        self._bias_initializer.get_config()
+                    ),
+                    regularizer=self._bias_regularizer,
+                    constraint=self._bias_constraint,
+                    trainable=True,
+                )
+
+    def _attend(self, query, key, value, attention_mask, training):
+        scale = 1.0 / math.sqrt(float(self._key_dim))
+        projected_query = self._query_dense(query)  # [B, T, D]
+        projected_key = self._key_dense(key)  # [B, S, D]
+        projected_value = self._value_dense(value)  # [B, S, N, H]
+        projected_query = projected_query * tf.cast(scale, projected_query.dtype)
+        mixing = tf.cast(self._mixing, projected_query.dtype)
+        # [B, N, T, D]: each head re-weights the shared query dimensions.
+        mixed_query = projected_query[:, tf.newaxis, :, :] * mixing[tf.newaxis, :, tf.newaxis, :]
+        attention_scores = tf.einsum("bntd,bsd->bnts", mixed_query, projected_key)
+        if self._content_bias is not None:
+            dtype = attention_scores.dtype
+            content_bias = tf.cast(self._content_bias, dtype)
+            content = tf.einsum("bsc,cn->bns", tf.cast(key, dtype), content_bias)
+            content = content * tf.cast(scale, dtype)
+            attention_scores = attention_scores + content[:, :, tf.newaxis, :]
+        attention_scores = self._masked_softmax(attention_scores, attention_mask)
+        attention_scores_dropout = self._dropout_layer(attention_scores, training=training)
+        context = tf.einsum("bnts,bsnh->btnh", attention_scores_dropout, projected_value)
+        return context, attention_scores
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        mixing_init = self._mixing_initializer_arg
+        if not isinstance(mixing_init, str | dict):
+            mixing_init = tf_keras.initializers.serialize(mixing_init)
+        config.update(
+            {
+                "shared_key_dim": self._shared_key_dim,
+                "head_size": self._head_size_arg,
+                "mixing_initializer": mixing_init,
+                "mixing_regularizer": tf_keras.regularizers.serialize(self._mixing_regularizer),
+                "mixing_constraint": tf_keras.constraints.serialize(self._mixing_constraint),
+            }
+        )
+        return config

@@ -1,0 +1,71 @@
+"""Numpy implementations of the papers' attention equations (test oracles)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    scores = scores.astype(np.float64)
+    if mask is not None:
+        scores = np.where(mask[:, None, :, :], scores, -1e9)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    e = np.exp(scores)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def multihead(x, y, w, mask=None, gates=None):
+    """Standard / fixed-head attention: per-head projections of size p.
+
+    w: dict with wq, wk, wv [d, h, p], bq, bk, bv [h, p], wo [h, p, d_out], bo.
+    Returns (output [B, T, d_out], probs [B, h, T, S]).
+    """
+    p = w["wq"].shape[-1]
+    q = np.einsum("btd,dhp->bthp", x, w["wq"]) + w["bq"]
+    k = np.einsum("bsd,dhp->bshp", y, w["wk"]) + w["bk"]
+    v = np.einsum("bsd,dhp->bshp", y, w["wv"]) + w["bv"]
+    scores = np.einsum("bthp,bshp->bhts", q, k) / np.sqrt(p)
+    probs = softmax(scores, mask)
+    context = np.einsum("bhts,bshp->bthp", probs, v)
+    if gates is not None:
+        context = context * np.asarray(gates)[None, None, :, None]
+    out = np.einsum("bthp,hpo->bto", context, w["wo"]) + w["bo"]
+    return out, probs
+
+
+def collaborative(x, y, w, head_size, mask=None, gates=None):
+    """Collaborative attention (Cordonnier et al. 2020, Eq. 5 with content bias).
+
+    scores_i = (X W_Q diag(m_i) W_K^T Y^T + 1 c_i^T Y^T) / sqrt(head_size)
+    w: wq, wk [d, D], mixing [h, D], content [d_key, h], wv [d, h, p], bv,
+    wo [h, p, d_out], bo.
+    """
+    q = x @ w["wq"]
+    k = y @ w["wk"]
+    scores = np.einsum("btd,hd,bsd->bhts", q, w["mixing"], k)
+    scores = scores + np.einsum("bsc,ch->bhs", y, w["content"])[:, :, None, :]
+    scores = scores / np.sqrt(head_size)
+    probs = softmax(scores, mask)
+    v = np.einsum("bsd,dhp->bshp", y, w["wv"]) + w["bv"]
+    context = np.einsum("bhts,bshp->bthp", probs, v)
+    if gates is not None:
+        context = context * np.asarray(gates)[None, None, :, None]
+    out = np.einsum("bthp,hpo->bto", context, w["wo"]) + w["bo"]
+    return out, probs
+
+
+def standard_to_collaborative(w: dict) -> dict:
+    """Exact rewrite of standard heads as collaborative heads (concatenate mixing)."""
+    d, h, p = w["wq"].shape
+    mixing = np.repeat(np.eye(h), p, axis=1)
+    content = np.einsum("dhp,hp->dh", w["wk"], w["bq"])
+    return {
+        "wq": w["wq"].reshape(d, h * p),
+        "wk": w["wk"].reshape(w["wk"].shape[0], h * p),
+        "mixing": mixing,
+        "content": content,
+        "wv": w["wv"],
+        "bv": w["bv"],
+        "wo": w["wo"],
+        "bo": w["bo"],
+    }
