@@ -247,14 +247,22 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
                 f"expected {names} = {expected} (or a shape broadcastable to it)."
             )
 
-    def _attend(self, query, key, value, attention_mask, training):
-        """Projects and attends; returns context [B, T, N, H] and scores [B, N, T, S]."""
+    def _attention_logits(self, query, key):
+        """Scaled attention logits [B, N, T, S] before masking and softmax."""
         projected_query = self._query_dense(query)
         projected_key = self._key_dense(key)
-        projected_value = self._value_dense(value)
-        return self._compute_attention(
-            projected_query, projected_key, projected_value, attention_mask, training
+        projected_query = projected_query * tf.cast(
+            inverse_sqrt(self._key_dim), projected_query.dtype
         )
+        return tf.einsum(self._dot_product_equation, projected_key, projected_query)
+
+    def _attend(self, query, key, value, attention_mask, training):
+        """Returns the per-head context [B, T, N, H] and the probabilities [B, N, T, S]."""
+        attention_scores = self._masked_softmax(self._attention_logits(query, key), attention_mask)
+        attention_scores_dropout = self._dropout_layer(attention_scores, training=training)
+        projected_value = self._value_dense(value)
+        context = tf.einsum(self._combine_equation, attention_scores_dropout, projected_value)
+        return context, attention_scores
 
     def _project_output(self, context):
         """Output projection with the head gates folded into the kernel."""

@@ -243,26 +243,21 @@ class CollaborativeAttention(HeadAttentionBase):
                     trainable=True,
                 )
 
-    def _attend(self, query, key, value, attention_mask, training):
+    def _attention_logits(self, query, key):
         scale = 1.0 / math.sqrt(float(self._key_dim))
         projected_query = self._query_dense(query)  # [B, T, D]
         projected_key = self._key_dense(key)  # [B, S, D]
-        projected_value = self._value_dense(value)  # [B, S, N, H]
-        projected_query = projected_query * tf.cast(scale, projected_query.dtype)
-        mixing = tf.cast(self._mixing, projected_query.dtype)
+        dtype = projected_query.dtype
+        projected_query = projected_query * tf.cast(scale, dtype)
+        mixing = tf.cast(self._mixing, dtype)
         # [B, N, T, D]: each head re-weights the shared query dimensions.
         mixed_query = projected_query[:, tf.newaxis, :, :] * mixing[tf.newaxis, :, tf.newaxis, :]
-        attention_scores = tf.einsum("bntd,bsd->bnts", mixed_query, projected_key)
+        logits = tf.einsum("bntd,bsd->bnts", mixed_query, projected_key)
         if self._content_bias is not None:
-            dtype = attention_scores.dtype
             content_bias = tf.cast(self._content_bias, dtype)
             content = tf.einsum("bsc,cn->bns", tf.cast(key, dtype), content_bias)
-            content = content * tf.cast(scale, dtype)
-            attention_scores = attention_scores + content[:, :, tf.newaxis, :]
-        attention_scores = self._masked_softmax(attention_scores, attention_mask)
-        attention_scores_dropout = self._dropout_layer(attention_scores, training=training)
-        context = tf.einsum("bnts,bsnh->btnh", attention_scores_dropout, projected_value)
-        return context, attention_scores
+            logits = logits + (content * tf.cast(scale, dtype))[:, :, tf.newaxis, :]
+        return logits
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -2,7 +2,6 @@
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 from absl.testing import parameterized
 from official.nlp.modeling import layers as nlp_layers
 from official.nlp.modeling import networks
@@ -44,7 +43,7 @@ class ModelGardenTest(tf.test.TestCase, parameterized.TestCase):
                 "hidden_size": 16,
                 "seq_length": 6,
                 "max_seq_length": 6,
-                "initializer": tf_keras.initializers.TruncatedNormal(stddev=0.02),
+                "initializer": "glorot_uniform",
                 "dropout_rate": 0.1,
             },
             hidden_cls=nlp_layers.TransformerScaffold,
