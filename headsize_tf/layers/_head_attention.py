@@ -196,12 +196,15 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         with tf.init_scope():
             # Create every weight now (Keras' MHA waits for the first call), so a
             # layer from `from_config` can take `set_weights` or a checkpoint.
-            self._query_dense.build(query_shape)
-            self._key_dense.build(key_shape)
-            self._value_dense.build(value_shape)
-            self._output_dense.build(
-                query_shape[:-1].concatenate([self._num_heads, self._value_dim])
-            )
+            context_shape = query_shape[:-1].concatenate([self._num_heads, self._value_dim])
+            for dense, shape in (
+                (self._query_dense, query_shape),
+                (self._key_dense, key_shape),
+                (self._value_dense, value_shape),
+                (self._output_dense, context_shape),
+            ):
+                with tf.name_scope(dense.name):  # Variable names as in a first call.
+                    dense.build(shape)
             self._head_gates = self.add_weight(
                 name="head_gates",
                 shape=[self._num_heads],

@@ -1,0 +1,1 @@
+"""Model Garden configs: the encoder config and the registered experiments."""

@@ -1,0 +1,162 @@
+"""HeadsizeBertEncoder: Model Garden compatibility, counts, save/restore."""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+from official.modeling import hyperparams
+from official.nlp.configs import encoders
+from official.nlp.modeling import models, networks
+
+from headsize_tf import params
+from headsize_tf.configs import encoders as hs_encoders
+from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
+
+TYPES = [
+    ("standard", "standard", {}, StandardAttention),
+    ("fixed_head", "fixed_head", {"head_size": 32}, FixedHeadAttention),
+    ("collaborative", "collaborative", {"shared_key_dim": 16}, CollaborativeAttention),
+]
+SMALL = dict(
+    vocab_size=60,
+    hidden_size=32,
+    num_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=16,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+)
+
+
+def _inputs(batch=3, length=8, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, 60, size=(batch, length)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, -3:] = 0
+    return dict(input_word_ids=ids, input_mask=mask, input_type_ids=np.zeros_like(ids))
+
+
+def _build(attention_type, extra):
+    return encoders.build_encoder(
+        hs_encoders.encoder_config(attention_type=attention_type, **SMALL, **extra)
+    )
+
+
+class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(*TYPES)
+    def test_outputs_and_params(self, attention_type, extra, cls):
+        encoder = _build(attention_type, extra)
+        out = encoder(_inputs())
+        self.assertEqual(set(out), {"sequence_output", "pooled_output", "encoder_outputs"})
+        self.assertEqual(out["sequence_output"].shape, (3, 8, 32))
+        self.assertEqual(out["pooled_output"].shape, (3, 32))
+        self.assertLen(out["encoder_outputs"], 2)
+        for layer in encoder.attention_layers:
+            self.assertIsInstance(layer, cls)
+        config = hs_encoders.HeadsizeEncoderConfig(attention_type=attention_type, **SMALL, **extra)
+        count = params.encoder_params(hs_encoders.to_spec(config))
+        self.assertEqual(encoder.count_params(), count.total)
+
+    def test_standard_equals_stock_bert_encoder_v2(self):
+        ours = _build("standard", {})
+        stock = networks.BertEncoderV2(
+            vocab_size=60,
+            hidden_size=32,
+            num_layers=2,
+            num_attention_heads=4,
+            inner_dim=64,
+            max_sequence_length=16,
+            type_vocab_size=2,
+            output_dropout=0.0,
+            attention_dropout=0.0,
+            inner_activation="gelu",
+        )
+        inputs = _inputs()
+        ours(inputs)
+        stock(inputs)
+
+        def by_name(model):  # Without the model's own name prefix.
+            return {v.name.split("/", 1)[1]: v for v in model.weights if "head_gates" not in v.name}
+
+        ours_vars, stock_vars = by_name(ours), by_name(stock)
+        self.assertEqual(sorted(ours_vars), sorted(stock_vars))
+        for name, var in stock_vars.items():
+            ours_vars[name].assign(var)
+        for key in ("sequence_output", "pooled_output"):
+            self.assertAllClose(ours(inputs)[key], stock(inputs)[key], atol=1e-5)
+
+    @parameterized.named_parameters(*TYPES)
+    def test_checkpoint_savedmodel_and_config_round_trip(self, attention_type, extra, cls):
+        encoder = _build(attention_type, extra)
+        inputs = _inputs()
+        expected = encoder(inputs)["sequence_output"].numpy()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = tf.train.Checkpoint(encoder=encoder).write(os.path.join(tmp, "ckpt"))
+            clone = type(encoder).from_config(encoder.get_config())
+            clone(inputs)
+            tf.train.Checkpoint(encoder=clone).read(path).assert_consumed()
+            self.assertAllClose(clone(inputs)["sequence_output"], expected, atol=1e-6)
+
+            sm = os.path.join(tmp, "sm")
+            fn = tf.function(lambda x: encoder(x)["sequence_output"]).get_concrete_function(
+                {k: tf.TensorSpec([None, None], tf.int32, name=k) for k in inputs}
+            )
+            tf.saved_model.save(encoder, sm, signatures=fn)
+            loaded = tf.saved_model.load(sm)
+            served = loaded.signatures["serving_default"](
+                **{k: tf.constant(v) for k, v in inputs.items()}
+            )
+            self.assertAllClose(list(served.values())[0], expected, atol=1e-6)
+
+    @parameterized.named_parameters(*TYPES)
+    def test_model_garden_heads_train(self, attention_type, extra, cls):
+        encoder = _build(attention_type, extra)
+        classifier = models.BertClassifier(encoder, num_classes=2)
+        inputs = _inputs(batch=16, seed=1)
+        labels = (inputs["input_word_ids"][:, 0] > 30).astype(np.int32)
+        classifier.compile(
+            tf_keras.optimizers.Adam(3e-3),
+            tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        history = classifier.fit(inputs, labels, epochs=25, batch_size=16, verbose=0)
+        self.assertLess(history.history["loss"][-1], 0.5 * history.history["loss"][0])
+
+        pretrainer = models.BertPretrainerV2(encoder_network=_build(attention_type, extra))
+        mlm_inputs = dict(_inputs(), masked_lm_positions=np.array([[1, 2]] * 3, np.int32))
+        mlm = pretrainer(mlm_inputs)
+        self.assertEqual(mlm["mlm_logits"].shape, (3, 2, 60))
+        span = models.BertSpanLabeler(network=_build(attention_type, extra))
+        start, end = span(_inputs())
+        self.assertEqual(start.shape, (3, 8))
+
+    def test_params_override_switches_attention_type(self):
+        config = hyperparams.Config({"encoder": hs_encoders.encoder_config(**SMALL).as_dict()})
+        model_config = encoders.EncoderConfig(type="any", any=hs_encoders.HeadsizeEncoderConfig())
+        model_config.override(config.encoder.as_dict(), is_strict=False)
+        model_config.override(
+            {"any": {"attention_type": "fixed_head", "head_size": 24}}, is_strict=True
+        )
+        encoder = encoders.build_encoder(model_config)
+        encoder(_inputs())
+        self.assertIsInstance(encoder.attention_layers[0], FixedHeadAttention)
+        self.assertEqual(encoder.attention_layers[0].head_size, 24)
+        count = params.encoder_params(hs_encoders.to_spec(model_config.any))
+        self.assertEqual(encoder.count_params(), count.total)
+
+    def test_bad_config_values(self):
+        with self.assertRaisesRegex(ValueError, r"Unknown attention_type 'fixed'"):
+            _build("fixed", {})
+        with self.assertRaisesRegex(ValueError, r"got 'big'"):
+            _build("fixed_head", {"head_size": "big"})
+        with self.assertRaisesRegex(ValueError, r"got -1"):
+            _build("fixed_head", {"head_size": -1})
+        with self.assertRaisesRegex(ValueError, r"needs `shared_key_dim`"):
+            _build("collaborative", {})
+        with self.assertRaisesRegex(
+            ValueError, r"hidden_size \(32\) to be a multiple of num_attention_heads \(5\)"
+        ):
+            encoders.build_encoder(hs_encoders.encoder_config(**dict(SMALL, num_attention_heads=5)))
