@@ -125,6 +125,100 @@ def _run_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("data", help="prepare offline corpora into the cache")
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    prep = sub.add_parser(
+        "prepare",
+        help="fetch a corpus through the package registries and write training files",
+        description="Fetches a corpus (austen: Debian r-cran-janeaustenr), learns a WordPiece "
+        "vocabulary with tensorflow-text and writes text, masked-LM and LM TFRecords "
+        "atomically under --data-dir/NAME.",
+    )
+    prep.add_argument("name", help="corpus name: austen")
+    prep.add_argument(
+        "--data-dir",
+        default=None,
+        help="cache directory (default: $HEADSIZE_TF_DATA_DIR or ~/.cache/headsize_tf/data)",
+    )
+    prep.add_argument("--vocab-size", type=_positive_int, default=4096)
+    prep.add_argument("--seq-length", type=_positive_int, default=128)
+    prep.add_argument("--overwrite", action="store_true")
+    prep.set_defaults(func=_run_data_prepare)
+
+
+def _run_data_prepare(args: argparse.Namespace) -> int:
+    import json
+
+    from headsize_tf.data import corpora
+
+    options = corpora.PrepareOptions(vocab_size=args.vocab_size, seq_length=args.seq_length)
+    path = corpora.prepare(args.name, args.data_dir, options, overwrite=args.overwrite)
+    manifest = corpora.load_manifest(args.name, path.parent)
+    print(json.dumps(manifest["stats"], indent=2))
+    print(f"prepared {args.name} in {path}")
+    return 0
+
+
+def _add_train_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train / evaluate a registered experiment with Model Garden's trainer",
+        description="Runs official.core.train_lib on a registered experiment; checkpoints and "
+        "TensorBoard summaries go to --model_dir and a rerun resumes from the latest checkpoint.",
+    )
+    p.add_argument("--experiment", required=True, help="e.g. headsize_bert/pretraining")
+    p.add_argument(
+        "--config_file",
+        "--config-file",
+        action="append",
+        default=[],
+        help="YAML file overriding the experiment (repeatable)",
+    )
+    p.add_argument(
+        "--params_override",
+        "--params-override",
+        default=None,
+        help="comma-separated a.b.c=value overrides, or a YAML string",
+    )
+    p.add_argument("--mode", default="train_and_eval", choices=["train", "eval", "train_and_eval"])
+    p.add_argument("--model_dir", "--model-dir", required=True)
+    p.add_argument(
+        "--strategy",
+        default="default",
+        choices=["default", "mirrored", "multi_worker_mirrored", "tpu"],
+    )
+    p.add_argument(
+        "--cpu-devices",
+        type=_positive_int,
+        default=1,
+        help="split the CPU into N logical devices (data parallelism without a GPU)",
+    )
+    p.add_argument("--tpu", default=None, help="TPU name or grpc:// address (with --strategy tpu)")
+    p.add_argument("--data-dir", default=None, help="replaces ${DATA_DIR} in input paths")
+    p.set_defaults(func=_run_train)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from headsize_tf.experiments import train
+
+    result = train.run(
+        experiment=args.experiment,
+        model_dir=args.model_dir,
+        config_files=args.config_file,
+        params_override=args.params_override,
+        mode=args.mode,
+        strategy=args.strategy,
+        cpu_devices=args.cpu_devices,
+        data_dir=args.data_dir,
+        tpu=args.tpu,
+    )
+    for key, value in sorted(result.metrics.items()):
+        print(f"{key}: {value:.6g}")
+    print(f"model_dir: {result.model_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headsize-tf",
@@ -137,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"headsize-tf {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_params_parser(subparsers)
+    _add_data_parser(subparsers)
+    _add_train_parser(subparsers)
     return parser
 
 
@@ -148,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
-    except ValueError as err:
+    except (ValueError, RuntimeError) as err:
         print(f"headsize-tf {args.command}: error: {err}", file=sys.stderr)
         return 2
 

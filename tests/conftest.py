@@ -10,3 +10,18 @@ def pytest_collection_modifyitems(config, items):
     # tf.test.TestCase defines a `test_session` helper that pytest would
     # collect and report as skipped ("Not a test"): drop it.
     items[:] = [item for item in items if item.name != "test_session"]
+
+
+import pathlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def austen_data_dir(tmp_path_factory) -> pathlib.Path:
+    """The real Jane Austen corpus, fetched through Debian's registry once per run."""
+    from headsize_tf.data import corpora
+
+    data_dir = tmp_path_factory.mktemp("data")
+    corpora.prepare("austen", data_dir)
+    return data_dir

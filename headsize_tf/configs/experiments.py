@@ -1,0 +1,102 @@
+"""Registered Model Garden experiments (`official.core.exp_factory`).
+
+* `headsize_bert/pretraining`: masked-LM pretraining (Model Garden's
+  `MaskedLMTask`, no next-sentence head) of a `HeadsizeEncoderConfig` encoder.
+* `headsize_bert/sentence_prediction`: classification fine-tuning
+  (`SentencePredictionTask`).
+
+YAML files in `official_configs/` set the sizes; `${DATA_DIR}` in an
+`input_path` is replaced by `headsize-tf train --data-dir`.
+"""
+
+from __future__ import annotations
+
+from official.core import config_definitions as cfg
+from official.core import exp_factory, registry
+from official.modeling import optimization
+from official.nlp.configs import bert
+from official.nlp.data import pretrain_dataloader, sentence_prediction_dataloader
+from official.nlp.tasks import masked_lm, sentence_prediction
+
+from headsize_tf.configs.encoders import encoder_config
+
+EXPERIMENTS = ("headsize_bert/pretraining", "headsize_bert/sentence_prediction")
+
+
+def _trainer(learning_rate: float = 1e-4) -> cfg.TrainerConfig:
+    return cfg.TrainerConfig(
+        train_steps=100000,
+        validation_steps=10,
+        validation_interval=1000,
+        steps_per_loop=100,
+        summary_interval=100,
+        checkpoint_interval=1000,
+        optimizer_config=optimization.OptimizationConfig(
+            {
+                "optimizer": {
+                    "type": "adamw",
+                    "adamw": {
+                        "weight_decay_rate": 0.01,
+                        "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"],
+                    },
+                },
+                "learning_rate": {
+                    "type": "polynomial",
+                    "polynomial": {
+                        "initial_learning_rate": learning_rate,
+                        "end_learning_rate": 0.0,
+                    },
+                },
+                "warmup": {"type": "polynomial"},
+            }
+        ),
+    )
+
+
+def _register(name, factory):
+    try:  # Module reloads must not register twice.
+        registry.lookup(exp_factory._REGISTERED_CONFIGS, name)
+    except LookupError:
+        exp_factory.register_config_factory(name)(factory)
+
+
+def headsize_bert_pretraining() -> cfg.ExperimentConfig:
+    """Masked-LM pretraining of a HeadsizeBertEncoder."""
+    return cfg.ExperimentConfig(
+        task=masked_lm.MaskedLMConfig(
+            model=bert.PretrainerConfig(encoder=encoder_config(), cls_heads=[]),
+            train_data=pretrain_dataloader.BertPretrainDataConfig(use_next_sentence_label=False),
+            validation_data=pretrain_dataloader.BertPretrainDataConfig(
+                is_training=False, use_next_sentence_label=False
+            ),
+        ),
+        trainer=_trainer(1e-4),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
+def headsize_bert_sentence_prediction() -> cfg.ExperimentConfig:
+    """Sentence classification fine-tuning of a HeadsizeBertEncoder."""
+    return cfg.ExperimentConfig(
+        task=sentence_prediction.SentencePredictionConfig(
+            model=sentence_prediction.ModelConfig(encoder=encoder_config()),
+            train_data=sentence_prediction_dataloader.SentencePredictionDataConfig(),
+            validation_data=sentence_prediction_dataloader.SentencePredictionDataConfig(
+                is_training=False, drop_remainder=False
+            ),
+        ),
+        trainer=_trainer(3e-5),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
+_register("headsize_bert/pretraining", headsize_bert_pretraining)
+_register("headsize_bert/sentence_prediction", headsize_bert_sentence_prediction)
+
+__all__ = ["EXPERIMENTS"]

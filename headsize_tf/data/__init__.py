@@ -1,0 +1,1 @@
+"""Corpora, vocabularies and TFRecords for the experiments."""

@@ -1,0 +1,1 @@
+"""Experiment drivers (training) on top of configs and modeling."""

@@ -1,0 +1,211 @@
+"""`headsize-tf train`: Model Garden's trainer on our registered experiments.
+
+Validates everything (experiment name, YAML fields, attention settings, data
+files, strategy) before anything is written to `model_dir`; then runs
+`official.core.train_lib.run_experiment`, which writes TensorBoard summaries
+and checkpoints to `model_dir` and resumes from the latest checkpoint there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
+MODES = ("train", "eval", "train_and_eval")
+DATA_DIR_TOKEN = "${DATA_DIR}"
+
+
+class ConfigError(ValueError):
+    """A bad experiment name, config file, override or field value."""
+
+
+def build_params(
+    experiment: str,
+    config_files: Sequence[str] = (),
+    params_override: str | None = None,
+    data_dir: str | None = None,
+):
+    """The validated `ExperimentConfig` of a registered experiment."""
+    from official.core import exp_factory
+    from official.modeling import hyperparams
+
+    from headsize_tf.configs import encoders as hs_encoders
+    from headsize_tf.configs import experiments
+    from headsize_tf.data import corpora
+
+    try:
+        params = exp_factory.get_exp_config(experiment)
+    except (KeyError, LookupError):
+        raise ConfigError(
+            f"Unknown experiment {experiment!r}; expected one of {list(experiments.EXPERIMENTS)}."
+        ) from None
+    for path in config_files:
+        if not os.path.exists(path):
+            raise ConfigError(f"Config file {path!r} does not exist.")
+        try:
+            params = hyperparams.override_params_dict(params, path, is_strict=True)
+        except (KeyError, ValueError, AttributeError) as err:
+            raise ConfigError(f"Config file {path!r}: {_field_error(err)}") from None
+    if params_override:
+        try:
+            params = hyperparams.override_params_dict(params, params_override, is_strict=True)
+        except (KeyError, ValueError, AttributeError) as err:
+            raise ConfigError(
+                f"--params_override {params_override!r}: {_field_error(err)}"
+            ) from None
+
+    encoder = params.task.model.encoder
+    if encoder.type == "any" and isinstance(encoder.any, hs_encoders.HeadsizeEncoderConfig):
+        try:
+            hs_encoders.validate(encoder.any)
+        except ValueError as err:
+            raise ConfigError(f"task.model.encoder.any: {err}") from None
+
+    data_dir = str(data_dir or corpora.default_data_dir())
+    for field in ("train_data", "validation_data"):
+        data = getattr(params.task, field, None)
+        if data is None or not getattr(data, "input_path", ""):
+            continue
+        path = data.input_path.replace(DATA_DIR_TOKEN, data_dir)
+        data.input_path = path
+        rel = os.path.relpath(path, data_dir)
+        corpus = rel.split(os.sep)[0]
+        if corpus in corpora.CORPORA and not rel.startswith(".."):
+            try:
+                corpora.load_manifest(corpus, data_dir)
+            except corpora.CorpusError as err:
+                raise ConfigError(f"task.{field}.input_path: {err}") from None
+        if not tf.io.gfile.glob(path):
+            raise ConfigError(f"task.{field}.input_path {path!r} matches no file.")
+    params.validate()
+    params.lock()
+    return params
+
+
+def _field_error(err: Exception) -> str:
+    text = str(err.args[0]) if err.args else str(err)
+    return f"{text} (check the field names against `headsize-tf train --print-config`)."
+
+
+def make_strategy(
+    name: str, cpu_devices: int = 1, tpu: str | None = None, tpu_timeout: float = 30.0
+) -> tf.distribute.Strategy:
+    """A distribution strategy; `tpu` fails fast where no TPU is reachable."""
+    if name not in STRATEGIES:
+        raise ConfigError(f"Unknown strategy {name!r}; expected one of {list(STRATEGIES)}.")
+    if cpu_devices < 1:
+        raise ConfigError(f"--cpu-devices must be >= 1; got {cpu_devices}.")
+    if cpu_devices > 1:
+        split_cpu(cpu_devices)
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if name == "multi_worker_mirrored":
+        if "TF_CONFIG" not in os.environ:
+            raise ConfigError(
+                "--strategy multi_worker_mirrored needs TF_CONFIG (cluster and task) in the "
+                "environment of every worker."
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return _tpu_strategy(tpu, tpu_timeout)
+
+
+def _tpu_strategy(tpu: str | None, timeout: float) -> tf.distribute.Strategy:
+    address = tpu if tpu is not None else os.environ.get("TPU_NAME", "local")
+    if address.startswith("grpc://"):
+        host, _, port = address[len("grpc://") :].rpartition(":")
+        import socket
+
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except OSError as err:
+            raise RuntimeError(
+                f"No TPU reachable at {address!r} ({err}); on Colab choose Runtime > Change "
+                "runtime type > TPU, or use --strategy default|mirrored on this machine."
+            ) from None
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, tf.errors.OpError, RuntimeError) as err:
+        raise RuntimeError(
+            f"No TPU found (tpu={address!r}): {str(err).splitlines()[0]}. On Colab choose "
+            "Runtime > Change runtime type > TPU; here use --strategy default|mirrored."
+        ) from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def split_cpu(n: int) -> None:
+    """Splits the CPU into `n` logical devices (before TF initialises devices)."""
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
+        )
+    except RuntimeError as err:
+        if len(tf.config.list_logical_devices("CPU")) != n:
+            raise ConfigError(
+                f"Cannot split the CPU into {n} devices after TensorFlow initialised them ({err})."
+            ) from None
+
+
+@dataclasses.dataclass
+class TrainResult:
+    model_dir: str
+    metrics: dict[str, float]
+    params: Any
+
+
+def run(
+    experiment: str,
+    model_dir: str,
+    config_files: Sequence[str] = (),
+    params_override: str | None = None,
+    mode: str = "train_and_eval",
+    strategy: str = "default",
+    cpu_devices: int = 1,
+    data_dir: str | None = None,
+    tpu: str | None = None,
+) -> TrainResult:
+    """Trains / evaluates an experiment; returns the last eval metrics."""
+    from official.core import task_factory, train_lib, train_utils
+    from official.modeling import performance
+
+    if mode not in MODES:
+        raise ConfigError(f"Unknown mode {mode!r}; expected one of {list(MODES)}.")
+    if not model_dir:
+        raise ConfigError("--model_dir is required.")
+    params = build_params(experiment, config_files, params_override, data_dir)
+    dist = make_strategy(strategy, cpu_devices, tpu)
+    if params.runtime.mixed_precision_dtype:
+        performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    with dist.scope():
+        task = task_factory.get_task(params.task, logging_dir=model_dir)
+    if "train" in mode:
+        train_utils.serialize_config(params, model_dir)
+    _, logs = train_lib.run_experiment(
+        distribution_strategy=dist,
+        task=task,
+        mode=mode,
+        params=params,
+        model_dir=model_dir,
+        run_post_eval="eval" in mode,
+    )
+    metrics = {k: float(v) for k, v in (logs or {}).items() if _is_scalar(v)}
+    return TrainResult(model_dir=model_dir, metrics=metrics, params=params)
+
+
+def _is_scalar(value: Any) -> bool:
+    try:
+        float(value)
+        return True
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,118 @@
+"""Corpus preparation: files, manifest checks, atomic writes, TFRecord format."""
+
+import json
+import os
+import pathlib
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from headsize_tf.data import corpora
+
+WORDS = "the quick brown fox jumps over a lazy dog while emma reads letters to harriet".split()
+
+
+def _books(seed=0):
+    rng = np.random.default_rng(seed)
+    books = {}
+    for names in corpora.AUSTEN_BOOKS.values():
+        for name in names:
+            books[name] = [" ".join(rng.choice(WORDS, size=12)) + "." for _ in range(300)]
+    return books
+
+
+OPTIONS = corpora.PrepareOptions(vocab_size=200, seq_length=16, max_predictions_per_seq=3)
+
+
+class CorporaTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _data(self, austen_data_dir):
+        self._austen = austen_data_dir
+
+    def test_prepare_writes_checked_files(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = corpora.prepare("austen", tmp, OPTIONS, books=_books())
+            manifest = corpora.load_manifest("austen", tmp)
+            self.assertEqual(
+                sorted(manifest["files"]),
+                sorted(
+                    ["vocab.txt"]
+                    + [f"{s}.txt" for s in ("train", "valid", "test")]
+                    + [
+                        f"{k}_{s}.tfrecord"
+                        for k in ("mlm", "lm")
+                        for s in ("train", "valid", "test")
+                    ]
+                ),
+            )
+            self.assertEqual([p.name for p in pathlib.Path(tmp).iterdir()], ["austen"])
+            vocab = (root / "vocab.txt").read_text().split()
+            self.assertEqual(vocab[:5], corpora.RESERVED_TOKENS)
+            self.assertIn("fox", vocab)
+            record = next(iter(tf.data.TFRecordDataset(str(root / "mlm_train.tfrecord"))))
+            example = tf.train.Example.FromString(record.numpy()).features.feature
+            ids = list(example["input_ids"].int64_list.value)
+            self.assertLen(ids, 16)
+            self.assertEqual((ids[0], ids[-1]), (2, 3))  # [CLS] ... [SEP]
+            positions = list(example["masked_lm_positions"].int64_list.value)
+            labels = list(example["masked_lm_ids"].int64_list.value)
+            weights = list(example["masked_lm_weights"].float_list.value)
+            self.assertLen(positions, 3)
+            self.assertEqual(weights, [1.0, 1.0, 0.0])  # round(14 * 0.15) = 2, padded to 3
+            positions, labels = positions[:2], labels[:2]
+            self.assertTrue(all(0 < p < 15 for p in positions))
+            self.assertTrue(all(label not in (0, 2, 3, 4) and label < len(vocab) for label in labels))
+            stats = manifest["stats"]["splits"]
+            self.assertEqual(stats["train"]["lines"], 4 * 300)
+            lm = next(iter(tf.data.TFRecordDataset(str(root / "lm_test.tfrecord"))))
+            lm_ids = tf.train.Example.FromString(lm.numpy()).features.feature["input_ids"]
+            self.assertLen(lm_ids.int64_list.value, 17)
+
+    def test_missing_corpus_names_fix_command(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaisesRegex(
+                corpora.CorpusError,
+                rf"MANIFEST.json does not exist. Run `headsize-tf data prepare austen --data-dir {tmp}`",
+            ):
+                corpora.load_manifest("austen", tmp)
+
+    def test_corrupt_file_is_detected(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = corpora.prepare("austen", tmp, OPTIONS, books=_books())
+            path = root / "mlm_train.tfrecord"
+            path.write_bytes(path.read_bytes()[:-10])  # Half-written.
+            with self.assertRaisesRegex(
+                corpora.CorpusError, r"mlm_train.tfrecord is corrupt or half-written"
+            ):
+                corpora.load_manifest("austen", tmp)
+            os.remove(path)
+            with self.assertRaisesRegex(corpora.CorpusError, r"mlm_train.tfrecord is missing"):
+                corpora.load_manifest("austen", tmp)
+            # Preparing again repairs it.
+            corpora.prepare("austen", tmp, OPTIONS, books=_books())
+            corpora.load_manifest("austen", tmp)
+
+    def test_failed_prepare_leaves_nothing(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            books = _books()
+            del books["emma"]
+            with self.assertRaisesRegex(corpora.CorpusError, r"lacks the books \['emma'\]"):
+                corpora.prepare("austen", tmp, OPTIONS, books=books)
+            self.assertEqual(os.listdir(tmp), [])
+
+    def test_unknown_corpus(self):
+        with self.assertRaisesRegex(corpora.CorpusError, r"Unknown corpus 'lm1b'"):
+            corpora.prepare("lm1b", "/nonexistent")
+
+    def test_real_austen(self):
+        # Fetched through Debian's package registry by the session fixture.
+        data_dir = self._austen
+        manifest = corpora.load_manifest("austen", data_dir)
+        words = sum(s["words"] for s in manifest["stats"]["splits"].values())
+        self.assertGreater(words, 700_000)  # Six novels, ~718k words.
+        test_text = (pathlib.Path(manifest["root"]) / "test.txt").read_text()
+        self.assertIn("Sir Walter Elliot", test_text)  # Persuasion's first line.
+        self.assertGreater(manifest["stats"]["vocab_size"], 3000)
+        json.dumps(manifest)
