@@ -63,7 +63,9 @@ class CorporaTest(tf.test.TestCase):
             self.assertEqual(weights, [1.0, 1.0, 0.0])  # round(14 * 0.15) = 2, padded to 3
             positions, labels = positions[:2], labels[:2]
             self.assertTrue(all(0 < p < 15 for p in positions))
-            self.assertTrue(all(label not in (0, 2, 3, 4) and label < len(vocab) for label in labels))
+            self.assertTrue(
+                all(label not in (0, 2, 3, 4) and label < len(vocab) for label in labels)
+            )
             stats = manifest["stats"]["splits"]
             self.assertEqual(stats["train"]["lines"], 4 * 300)
             lm = next(iter(tf.data.TFRecordDataset(str(root / "lm_test.tfrecord"))))
