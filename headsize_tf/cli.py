@@ -196,6 +196,7 @@ def _add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tpu", default=None, help="TPU name or grpc:// address (with --strategy tpu)")
     p.add_argument("--data-dir", default=None, help="replaces ${DATA_DIR} in input paths")
+    p.add_argument("--seed", type=int, default=0, help="seed of Python, NumPy and TF (default 0)")
     p.set_defaults(func=_run_train)
 
 
@@ -212,9 +213,11 @@ def _run_train(args: argparse.Namespace) -> int:
         cpu_devices=args.cpu_devices,
         data_dir=args.data_dir,
         tpu=args.tpu,
+        seed=args.seed,
     )
     for key, value in sorted(result.metrics.items()):
         print(f"{key}: {value:.6g}")
+    print(f"replicas: {result.num_replicas}")
     print(f"model_dir: {result.model_dir}")
     return 0
 

@@ -162,6 +162,7 @@ class TrainResult:
     model_dir: str
     metrics: dict[str, float]
     params: Any
+    num_replicas: int = 1
 
 
 def run(
@@ -174,8 +175,13 @@ def run(
     cpu_devices: int = 1,
     data_dir: str | None = None,
     tpu: str | None = None,
+    seed: int | None = 0,
 ) -> TrainResult:
-    """Trains / evaluates an experiment; returns the last eval metrics."""
+    """Trains / evaluates an experiment; returns the last eval metrics.
+
+    `seed` seeds Python, NumPy and TF (None leaves them unseeded; a seed is
+    required when TF_DETERMINISTIC_OPS is on).
+    """
     from official.core import task_factory, train_lib, train_utils
     from official.modeling import performance
 
@@ -185,6 +191,10 @@ def run(
         raise ConfigError("--model_dir is required.")
     params = build_params(experiment, config_files, params_override, data_dir)
     dist = make_strategy(strategy, cpu_devices, tpu)
+    if seed is not None:
+        import tf_keras
+
+        tf_keras.utils.set_random_seed(seed)
     if params.runtime.mixed_precision_dtype:
         performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     with dist.scope():
@@ -200,7 +210,12 @@ def run(
         run_post_eval="eval" in mode,
     )
     metrics = {k: float(v) for k, v in (logs or {}).items() if _is_scalar(v)}
-    return TrainResult(model_dir=model_dir, metrics=metrics, params=params)
+    return TrainResult(
+        model_dir=model_dir,
+        metrics=metrics,
+        params=params,
+        num_replicas=dist.num_replicas_in_sync,
+    )
 
 
 def _is_scalar(value: Any) -> bool:

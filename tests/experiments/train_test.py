@@ -153,3 +153,41 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("Unknown experiment 'nope'", result.stderr)
         self.assertTrue(np.isfinite(result.returncode))
+
+    def test_mirrored_over_two_logical_cpus(self):
+        model_dir = os.path.join(self._scratch_dir(), "mirrored")
+        short = (
+            "trainer.train_steps=40,trainer.validation_steps=2,trainer.steps_per_loop=20,"
+            "trainer.summary_interval=20,trainer.checkpoint_interval=40,"
+            "trainer.validation_interval=40"
+        )
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "headsize_tf",
+                "train",
+                "--experiment",
+                "headsize_bert/pretraining",
+                "--config_file",
+                TINY,
+                "--model_dir",
+                model_dir,
+                "--data-dir",
+                self.data_dir,
+                "--strategy",
+                "mirrored",
+                "--cpu-devices",
+                "2",
+                "--params_override",
+                short,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+        self.assertEqual(lines["replicas"], "2")
+        self.assertLess(float(lines["validation_loss"]), 7.5)  # untrained: ~ln(4096) = 8.3
+        self.assertTrue(tf.train.latest_checkpoint(model_dir).endswith("ckpt-40"))
