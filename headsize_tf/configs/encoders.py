@@ -50,13 +50,17 @@ class HeadsizeEncoderConfig(hyperparams.Config):
     norm_first: bool = False
 
 
+def layer_head_size(config: HeadsizeEncoderConfig) -> int | str | None:
+    """The `head_size` the layers get: standard attention ignores the field."""
+    return None if config.attention_type == "standard" else config.head_size
+
+
 def validate(config: HeadsizeEncoderConfig) -> None:
     """Raises a ValueError naming the bad field and what was expected."""
-    head_size = None if config.attention_type == "standard" else config.head_size
     attention_kwargs(
         config.attention_type,
         config.num_attention_heads,
-        head_size,
+        layer_head_size(config),
         config.shared_key_dim,
         config.mixing_initializer,
     )
@@ -81,7 +85,7 @@ def build_headsize_encoder(config: HeadsizeEncoderConfig) -> HeadsizeBertEncoder
         num_layers=config.num_layers,
         num_attention_heads=config.num_attention_heads,
         attention_type=config.attention_type,
-        head_size=None if config.attention_type == "standard" else config.head_size,
+        head_size=layer_head_size(config),
         shared_key_dim=config.shared_key_dim,
         mixing_initializer=config.mixing_initializer,
         inner_activation=config.hidden_activation,
@@ -113,7 +117,7 @@ def to_spec(config: HeadsizeEncoderConfig) -> params.EncoderSpec:
         num_layers=config.num_layers,
         num_heads=config.num_attention_heads,
         attention_type=config.attention_type,
-        head_size=None if config.attention_type == "standard" else config.head_size,
+        head_size=layer_head_size(config),
         shared_key_dim=config.shared_key_dim,
         intermediate_size=config.intermediate_size,
         max_sequence_length=config.max_position_embeddings,

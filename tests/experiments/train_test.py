@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 from absl.testing import parameterized
@@ -134,25 +133,20 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
             train.make_strategy("tpu", tpu="grpc://127.0.0.1:1", tpu_timeout=2.0)
         self.assertLess(time.time() - start, 10.0)
 
-    def test_cli_reports_bad_input(self):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "headsize_tf",
-                "train",
-                "--experiment",
-                "nope",
-                "--model_dir",
-                os.path.join(self._scratch_dir(), "m"),
-            ],
+    def _cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "headsize_tf", "train", *args],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=600,
+        )
+
+    def test_cli_reports_bad_input(self):
+        result = self._cli(
+            "--experiment", "nope", "--model_dir", os.path.join(self._scratch_dir(), "m")
         )
         self.assertEqual(result.returncode, 2)
         self.assertIn("Unknown experiment 'nope'", result.stderr)
-        self.assertTrue(np.isfinite(result.returncode))
 
     def test_mirrored_over_two_logical_cpus(self):
         model_dir = os.path.join(self._scratch_dir(), "mirrored")
@@ -161,30 +155,21 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
             "trainer.summary_interval=20,trainer.checkpoint_interval=40,"
             "trainer.validation_interval=40"
         )
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "headsize_tf",
-                "train",
-                "--experiment",
-                "headsize_bert/pretraining",
-                "--config_file",
-                TINY,
-                "--model_dir",
-                model_dir,
-                "--data-dir",
-                self.data_dir,
-                "--strategy",
-                "mirrored",
-                "--cpu-devices",
-                "2",
-                "--params_override",
-                short,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        result = self._cli(
+            "--experiment",
+            "headsize_bert/pretraining",
+            "--config_file",
+            TINY,
+            "--model_dir",
+            model_dir,
+            "--data-dir",
+            self.data_dir,
+            "--strategy",
+            "mirrored",
+            "--cpu-devices",
+            "2",
+            "--params_override",
+            short,
         )
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)

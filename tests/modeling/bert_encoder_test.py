@@ -7,7 +7,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
-from official.modeling import hyperparams
 from official.nlp.configs import encoders
 from official.nlp.modeling import models, networks
 
@@ -134,9 +133,7 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(start.shape, (3, 8))
 
     def test_params_override_switches_attention_type(self):
-        config = hyperparams.Config({"encoder": hs_encoders.encoder_config(**SMALL).as_dict()})
-        model_config = encoders.EncoderConfig(type="any", any=hs_encoders.HeadsizeEncoderConfig())
-        model_config.override(config.encoder.as_dict(), is_strict=False)
+        model_config = hs_encoders.encoder_config(**SMALL)
         model_config.override(
             {"any": {"attention_type": "fixed_head", "head_size": 24}}, is_strict=True
         )
