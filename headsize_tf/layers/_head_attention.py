@@ -250,22 +250,105 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
                 f"expected {names} = {expected} (or a shape broadcastable to it)."
             )
 
-    def _attention_logits(self, query, key):
-        """Scaled attention logits [B, N, T, S] before masking and softmax."""
+    # Key-side projections are split from the scores so a decoding cache can
+    # store them: every tensor of the dict has time on axis 1.
+    def _project_key(self, key) -> dict[str, tf.Tensor]:
+        """Key-side tensors the logits need: {"key": [B, S, N, H]}."""
+        return {"key": self._key_dense(key)}
+
+    def _logits_from_projected(self, query, projected):
+        """Scaled logits [B, N, T, S] from the query and projected key tensors."""
         projected_query = self._query_dense(query)
-        projected_key = self._key_dense(key)
         projected_query = projected_query * tf.cast(
             inverse_sqrt(self._key_dim), projected_query.dtype
         )
-        return tf.einsum(self._dot_product_equation, projected_key, projected_query)
+        return tf.einsum(self._dot_product_equation, projected["key"], projected_query)
+
+    def _attention_logits(self, query, key):
+        """Scaled attention logits [B, N, T, S] before masking and softmax."""
+        return self._logits_from_projected(query, self._project_key(key))
+
+    def _project_key_value(self, key, value) -> dict[str, tf.Tensor]:
+        projected = self._project_key(key)
+        projected["value"] = self._value_dense(value)
+        return projected
+
+    def _attend_projected(self, query, projected, attention_mask, training):
+        """Context [B, T, N, H] and probabilities [B, N, T, S] from projected keys/values."""
+        attention_scores = self._masked_softmax(
+            self._logits_from_projected(query, projected), attention_mask
+        )
+        attention_scores_dropout = self._dropout_layer(attention_scores, training=training)
+        context = tf.einsum(self._combine_equation, attention_scores_dropout, projected["value"])
+        return context, attention_scores
 
     def _attend(self, query, key, value, attention_mask, training):
         """Returns the per-head context [B, T, N, H] and the probabilities [B, N, T, S]."""
-        attention_scores = self._masked_softmax(self._attention_logits(query, key), attention_mask)
-        attention_scores_dropout = self._dropout_layer(attention_scores, training=training)
-        projected_value = self._value_dense(value)
-        context = tf.einsum(self._combine_equation, attention_scores_dropout, projected_value)
-        return context, attention_scores
+        return self._attend_projected(
+            query, self._project_key_value(key, value), attention_mask, training
+        )
+
+    def cache_shapes(self, batch_size: int, length: int) -> dict[str, list[int]]:
+        """Shapes of the decoding cache of self-attention over `length` steps."""
+        shapes = {name: [batch_size, length] + dims for name, dims in self._cache_dims().items()}
+        return shapes
+
+    def _cache_dims(self) -> dict[str, list[int]]:
+        return {
+            "key": [self._num_heads, self._key_dim],
+            "value": [self._num_heads, self._value_dim],
+        }
+
+    def init_cache(self, batch_size: int, length: int = 0, dtype=None) -> dict[str, tf.Tensor]:
+        """An empty (length 0) or zero-filled fixed-length decoding cache."""
+        if not self._built_from_signature:
+            raise ValueError(f"Layer {self.name!r} is not built yet: call it before init_cache.")
+        dtype = dtype or self.compute_dtype
+        return {
+            name: tf.zeros(shape, dtype)
+            for name, shape in self.cache_shapes(batch_size, length).items()
+        }
+
+    def call_cached(
+        self, query, cache=None, attention_mask=None, decode_loop_step=None, training=None
+    ):
+        """Incremental causal self-attention for decoding.
+
+        Projects only the new positions `query` [B, T_new, width], appends them
+        to `cache` (or, with `decode_loop_step`, writes them at that index of a
+        fixed-length cache, for static shapes on TPU) and attends over the
+        cache. The cache holds the layer's own projections, so it has the right
+        size for any head size (Model Garden's cache assumes width / heads).
+
+        Args:
+          query: New positions [B, T_new, width] (self-attention input).
+          cache: Dict from `init_cache` or a previous call; None starts one.
+          attention_mask: [B, T_new, S] mask over the (updated) cache.
+          decode_loop_step: Index to write a single new position at, or None.
+          training: Dropout mode.
+
+        Returns:
+          (output [B, T_new, width], updated cache).
+        """
+        if not self._built_from_signature:
+            self._build_from_signature(query=query, value=query)
+        new = self._project_key_value(query, query)
+        if cache is None:
+            cache = new
+        elif decode_loop_step is None:
+            cache = {name: tf.concat([cache[name], new[name]], axis=1) for name in new}
+        else:
+            updated = {}
+            for name, tensor in cache.items():
+                length = tf.shape(tensor)[1]
+                where = tf.one_hot(decode_loop_step, length, dtype=tensor.dtype)
+                where = tf.reshape(where, [1, -1] + [1] * (tensor.shape.rank - 2))
+                updated[name] = tensor * (1 - where) + new[name] * where
+            cache = updated
+        if attention_mask is not None:
+            self._check_attention_mask(query, cache["value"], attention_mask)
+        context, _ = self._attend_projected(query, cache, attention_mask, training)
+        return self._project_output(context), cache
 
     def _project_output(self, context):
         """Output projection with the head gates folded into the kernel."""

@@ -243,21 +243,34 @@ class CollaborativeAttention(HeadAttentionBase):
                     trainable=True,
                 )
 
-    def _attention_logits(self, query, key):
+    def _project_key(self, key) -> dict[str, tf.Tensor]:
+        """{"key": shared keys [B, S, D], "content": content term [B, S, N]}."""
+        projected = {"key": self._key_dense(key)}
+        if self._content_bias is not None:
+            dtype = projected["key"].dtype
+            content_bias = tf.cast(self._content_bias, dtype)
+            projected["content"] = tf.einsum("bsc,cn->bsn", tf.cast(key, dtype), content_bias)
+        return projected
+
+    def _logits_from_projected(self, query, projected):
         scale = 1.0 / math.sqrt(float(self._key_dim))
         projected_query = self._query_dense(query)  # [B, T, D]
-        projected_key = self._key_dense(key)  # [B, S, D]
         dtype = projected_query.dtype
         projected_query = projected_query * tf.cast(scale, dtype)
         mixing = tf.cast(self._mixing, dtype)
         # [B, N, T, D]: each head re-weights the shared query dimensions.
         mixed_query = projected_query[:, tf.newaxis, :, :] * mixing[tf.newaxis, :, tf.newaxis, :]
-        logits = tf.einsum("bntd,bsd->bnts", mixed_query, projected_key)
-        if self._content_bias is not None:
-            content_bias = tf.cast(self._content_bias, dtype)
-            content = tf.einsum("bsc,cn->bns", tf.cast(key, dtype), content_bias)
-            logits = logits + (content * tf.cast(scale, dtype))[:, :, tf.newaxis, :]
+        logits = tf.einsum("bntd,bsd->bnts", mixed_query, projected["key"])
+        if "content" in projected:
+            content = tf.transpose(projected["content"], [0, 2, 1]) * tf.cast(scale, dtype)
+            logits = logits + content[:, :, tf.newaxis, :]
         return logits
+
+    def _cache_dims(self) -> dict[str, list[int]]:
+        dims = {"key": [self._shared_key_dim], "value": [self._num_heads, self._value_dim]}
+        if self._content_bias is not None:
+            dims["content"] = [self._num_heads]
+        return dims
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

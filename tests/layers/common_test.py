@@ -190,3 +190,41 @@ class CommonAttentionTest(tf.test.TestCase, parameterized.TestCase):
     def test_key_dim_is_rejected(self, kind):
         with self.assertRaisesRegex(ValueError, r"key_dim=16.*not an argument"):
             KINDS[kind](key_dim=16)
+
+
+class CachedDecodingTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.parameters(*KIND_PARAMS)
+    def test_incremental_equals_causal_full(self, kind):
+        layer = KINDS[kind]()
+        x, _ = _inputs(t=6)
+        full = layer(x, x, use_causal_mask=True).numpy()
+        cache = layer.init_cache(batch_size=2)
+        steps = []
+        for t in range(6):
+            out, cache = layer.call_cached(x[:, t : t + 1], cache)
+            steps.append(out.numpy())
+        self.assertAllClose(np.concatenate(steps, axis=1), full, atol=1e-5)
+        self.assertEqual(cache["value"].shape[:2], (2, 6))
+
+    @parameterized.parameters(*KIND_PARAMS)
+    def test_fixed_length_cache_with_decode_loop_step(self, kind):
+        layer = KINDS[kind]()
+        x, _ = _inputs(t=5)
+        full = layer(x, x, use_causal_mask=True).numpy()
+        cache = layer.init_cache(batch_size=2, length=5)
+        for name, shape in layer.cache_shapes(2, 5).items():
+            self.assertEqual(cache[name].shape, tuple(shape))
+        step = tf.function(
+            lambda q, c, m, i: layer.call_cached(q, c, attention_mask=m, decode_loop_step=i)
+        )
+        for t in range(5):
+            mask = np.zeros((2, 1, 5), bool)
+            mask[:, :, : t + 1] = True
+            out, cache = step(x[:, t : t + 1], cache, mask, tf.constant(t))
+            self.assertAllClose(out.numpy()[:, 0], full[:, t], atol=1e-5)
+
+    def test_fixed_head_cache_has_head_size_not_width_over_heads(self):
+        layer = FixedHeadAttention(num_heads=8, head_size=32)  # width 16: 16 / 8 = 2
+        x, _ = _inputs(t=3)
+        layer(x, x)
+        self.assertEqual(layer.cache_shapes(2, 3)["key"], [2, 3, 8, 32])
