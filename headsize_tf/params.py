@@ -186,6 +186,20 @@ def encoder_params(spec: EncoderSpec) -> ParamCount:
     )
 
 
+def causal_lm_params(spec: EncoderSpec) -> ParamCount:
+    """Parameters of a `HeadsizeCausalLM` with the shape fields of `spec`.
+
+    Token and position embeddings (the output layer is tied to the token
+    embedding), `num_layers` pre-LN blocks (attention, two LayerNorms, FFN) and
+    a final LayerNorm; `type_vocab_size`, `embedding_width` and `use_pooler`
+    are ignored.
+    """
+    _positive("num_layers", spec.num_layers)
+    d = spec.width
+    embeddings = ParamCount((spec.vocab_size + spec.max_sequence_length) * d)
+    return embeddings + transformer_block_params(spec) * spec.num_layers + ParamCount(2 * d)
+
+
 def match_num_heads(
     target: int,
     count: Callable[[int], int],

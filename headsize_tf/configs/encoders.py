@@ -50,13 +50,18 @@ class HeadsizeEncoderConfig(hyperparams.Config):
     norm_first: bool = False
 
 
-def layer_head_size(config: HeadsizeEncoderConfig) -> int | str | None:
+def layer_head_size(config) -> int | str | None:
     """The `head_size` the layers get: standard attention ignores the field."""
     return None if config.attention_type == "standard" else config.head_size
 
 
-def validate(config: HeadsizeEncoderConfig) -> None:
-    """Raises a ValueError naming the bad field and what was expected."""
+def validate_attention_fields(config) -> None:
+    """Checks the attention fields shared by the encoder and LM configs.
+
+    `config` has `attention_type`, `hidden_size`, `num_attention_heads`,
+    `head_size`, `shared_key_dim` and `mixing_initializer`. Raises a
+    ValueError naming the bad value and what was expected.
+    """
     attention_kwargs(
         config.attention_type,
         config.num_attention_heads,
@@ -64,16 +69,21 @@ def validate(config: HeadsizeEncoderConfig) -> None:
         config.shared_key_dim,
         config.mixing_initializer,
     )
-    for name in ("vocab_size", "hidden_size", "num_layers", "intermediate_size"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"encoder.{name} must be a positive int; got {value!r}.")
     if config.attention_type == "standard" and config.hidden_size % config.num_attention_heads:
         raise ValueError(
             f"standard attention needs hidden_size ({config.hidden_size}) to be a multiple of "
             f"num_attention_heads ({config.num_attention_heads}); use attention_type "
             "'fixed_head' for a head size independent of the width."
         )
+
+
+def validate(config: HeadsizeEncoderConfig) -> None:
+    """Raises a ValueError naming the bad field and what was expected."""
+    validate_attention_fields(config)
+    for name in ("vocab_size", "hidden_size", "num_layers", "intermediate_size"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"encoder.{name} must be a positive int; got {value!r}.")
 
 
 def build_headsize_encoder(config: HeadsizeEncoderConfig) -> HeadsizeBertEncoder:

@@ -4,6 +4,8 @@
   `MaskedLMTask`, no next-sentence head) of a `HeadsizeEncoderConfig` encoder.
 * `headsize_bert/sentence_prediction`: classification fine-tuning
   (`SentencePredictionTask`).
+* `headsize_lm/language_modeling`: causal LM with a `HeadsizeCausalLM`
+  (`headsize_tf.configs.language_modeling`).
 
 YAML files in `official_configs/` set the sizes; `${DATA_DIR}` in an
 `input_path` is replaced by `headsize-tf train --data-dir`.
@@ -18,9 +20,14 @@ from official.nlp.configs import bert
 from official.nlp.data import pretrain_dataloader, sentence_prediction_dataloader
 from official.nlp.tasks import masked_lm, sentence_prediction
 
+from headsize_tf.configs import language_modeling
 from headsize_tf.configs.encoders import encoder_config
 
-EXPERIMENTS = ("headsize_bert/pretraining", "headsize_bert/sentence_prediction")
+EXPERIMENTS = (
+    "headsize_bert/pretraining",
+    "headsize_bert/sentence_prediction",
+    "headsize_lm/language_modeling",
+)
 
 
 def _trainer(learning_rate: float = 1e-4) -> cfg.TrainerConfig:
@@ -96,7 +103,20 @@ def headsize_bert_sentence_prediction() -> cfg.ExperimentConfig:
     )
 
 
+def headsize_lm_language_modeling() -> cfg.ExperimentConfig:
+    """Causal language modeling with a HeadsizeCausalLM (Bhojanapalli et al.'s LM1B setup)."""
+    return cfg.ExperimentConfig(
+        task=language_modeling.LanguageModelingConfig(),
+        trainer=_trainer(1e-3),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
 _register("headsize_bert/pretraining", headsize_bert_pretraining)
+_register("headsize_lm/language_modeling", headsize_lm_language_modeling)
 _register("headsize_bert/sentence_prediction", headsize_bert_sentence_prediction)
 
 __all__ = ["EXPERIMENTS"]

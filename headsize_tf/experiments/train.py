@@ -35,7 +35,7 @@ def build_params(
     from official.modeling import hyperparams
 
     from headsize_tf.configs import encoders as hs_encoders
-    from headsize_tf.configs import experiments
+    from headsize_tf.configs import experiments, language_modeling
     from headsize_tf.data import corpora
 
     try:
@@ -59,12 +59,18 @@ def build_params(
                 f"--params_override {params_override!r}: {_field_error(err)}"
             ) from None
 
-    encoder = params.task.model.encoder
-    if encoder.type == "any" and isinstance(encoder.any, hs_encoders.HeadsizeEncoderConfig):
-        try:
+    model = params.task.model
+    encoder = getattr(model, "encoder", None)
+    try:
+        if isinstance(model, language_modeling.CausalLMConfig):
+            hs_encoders.validate_attention_fields(model)
+        elif encoder is not None and isinstance(
+            getattr(encoder, "any", None), hs_encoders.HeadsizeEncoderConfig
+        ):
             hs_encoders.validate(encoder.any)
-        except ValueError as err:
-            raise ConfigError(f"task.model.encoder.any: {err}") from None
+    except ValueError as err:
+        where = "task.model" if encoder is None else "task.model.encoder.any"
+        raise ConfigError(f"{where}: {err}") from None
 
     data_dir = str(data_dir or corpora.default_data_dir())
     for field in ("train_data", "validation_data"):

@@ -1,11 +1,13 @@
 """`headsize-tf train` on real text: loss falls, overrides switch layers, bad input."""
 
+import functools
 import os
 import pathlib
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from absl.testing import parameterized
@@ -17,6 +19,7 @@ from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, Stand
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "official_configs" / "headsize_bert_pretraining_tiny.yaml")
+TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 FAST = (
     "trainer.train_steps=120,trainer.validation_steps=4,trainer.steps_per_loop=40,"
     "trainer.summary_interval=40,trainer.checkpoint_interval=120,trainer.validation_interval=120"
@@ -83,6 +86,46 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
         spec = hs_encoders.to_spec(result.params.task.model.encoder.any)
         count = hs_params.encoder_params(spec)
         self.assertEqual(model.encoder_network.count_params(), count.total)
+
+    @parameterized.named_parameters(
+        ("standard", "", StandardAttention),
+        (
+            "fixed_head",
+            "task.model.attention_type=fixed_head,task.model.head_size=32",
+            FixedHeadAttention,
+        ),
+        (
+            "collaborative",
+            "task.model.attention_type=collaborative,task.model.shared_key_dim=32",
+            CollaborativeAttention,
+        ),
+    )
+    def test_language_model_loss_falls_on_austen(self, override, cls):
+        model_dir = self._scratch_dir()
+        override = ",".join(x for x in (FAST, override) if x)
+        run = functools.partial(
+            train.run,
+            "headsize_lm/language_modeling",
+            model_dir,
+            [TINY_LM],
+            override,
+            data_dir=self.data_dir,
+        )
+        initial = run(mode="eval").metrics
+        self.assertGreater(initial["validation_loss"], 7.5)  # ~ ln(4096) untrained
+        result = run(mode="train_and_eval")
+        final = result.metrics
+        self.assertLess(final["validation_loss"], initial["validation_loss"] - 1.5)
+        self.assertAllClose(final["perplexity"], np.exp(final["validation_loss"]), rtol=0.05)
+
+        from official.core import task_factory
+
+        from headsize_tf.configs import language_modeling
+
+        model = task_factory.get_task(result.params.task).build_model()
+        self.assertTrue(all(isinstance(layer, cls) for layer in model.attention_layers))
+        count = hs_params.causal_lm_params(language_modeling.to_spec(result.params.task.model))
+        self.assertEqual(model.count_params(), count.total)
 
     def _assert_config_error(self, pattern, **kwargs):
         model_dir = os.path.join(self._scratch_dir(), "run")

@@ -1,0 +1,171 @@
+"""Decoder-only causal Transformer language model with configurable heads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from headsize_tf.modeling.decoder_block import HeadsizeDecoderBlock
+
+
+@tf_keras.utils.register_keras_serializable(package="headsize_tf")
+class HeadsizeCausalLM(tf_keras.Model):
+    """A GPT-style language model (Bhojanapalli et al.'s LM1B setting).
+
+    Token + learned position embeddings, `num_layers` pre-LN
+    `HeadsizeDecoderBlock`s, a final LayerNorm, and logits through the tied
+    token embedding. The attention kind and head size are constructor
+    arguments; `head_size="sequence_length"` resolves to
+    `max_sequence_length` (the paper's d_p = n).
+
+    Args:
+      vocab_size: Vocabulary size.
+      hidden_size: Width `d`.
+      num_layers: Number of decoder blocks.
+      num_attention_heads: Heads per block.
+      attention_type: "standard", "fixed_head" or "collaborative".
+      head_size: fixed_head: int or "sequence_length"; collaborative: value
+        head size (optional).
+      shared_key_dim: collaborative: shared query/key size.
+      mixing_initializer: collaborative: mixing initializer.
+      intermediate_size: Feed-forward size (default 4 * hidden_size).
+      max_sequence_length: Number of positions.
+      dropout_rate: Residual / embedding dropout.
+      attention_dropout_rate: Attention-probability dropout.
+      initializer_range: Stddev of the truncated-normal initializers.
+      **kwargs: Model arguments (`name`, ...).
+
+    Call: `model(input_ids [B, T])` -> logits [B, T, vocab_size].
+    Decoding: `init_cache`, `decode_step` (see `headsize_tf.modeling.decoding`).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_size: int,
+        num_layers: int,
+        num_attention_heads: int,
+        attention_type: str = "standard",
+        head_size: int | str | None = None,
+        shared_key_dim: int | None = None,
+        mixing_initializer: Any = "uniform",
+        intermediate_size: int | None = None,
+        max_sequence_length: int = 512,
+        dropout_rate: float = 0.0,
+        attention_dropout_rate: float = 0.0,
+        initializer_range: float = 0.02,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self._config = {
+            "vocab_size": vocab_size,
+            "hidden_size": hidden_size,
+            "num_layers": num_layers,
+            "num_attention_heads": num_attention_heads,
+            "attention_type": attention_type,
+            "head_size": head_size,
+            "shared_key_dim": shared_key_dim,
+            "mixing_initializer": mixing_initializer,
+            "intermediate_size": intermediate_size,
+            "max_sequence_length": max_sequence_length,
+            "dropout_rate": dropout_rate,
+            "attention_dropout_rate": attention_dropout_rate,
+            "initializer_range": initializer_range,
+        }
+        resolved_head_size = max_sequence_length if head_size == "sequence_length" else head_size
+
+        def init():  # A fresh instance per layer: a shared one repeats its values.
+            return tf_keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+        self.token_embedding = tf_keras.layers.Embedding(
+            vocab_size, hidden_size, embeddings_initializer=init(), name="token_embedding"
+        )
+        self.position_embedding = tf_keras.layers.Embedding(
+            max_sequence_length,
+            hidden_size,
+            embeddings_initializer=init(),
+            name="position_embedding",
+        )
+        self.embedding_dropout = tf_keras.layers.Dropout(dropout_rate)
+        self.blocks = [
+            HeadsizeDecoderBlock(
+                attention_type=attention_type,
+                num_heads=num_attention_heads,
+                inner_dim=intermediate_size or 4 * hidden_size,
+                head_size=resolved_head_size,
+                shared_key_dim=shared_key_dim,
+                mixing_initializer=mixing_initializer,
+                dropout=dropout_rate,
+                attention_dropout=attention_dropout_rate,
+                kernel_initializer=init(),
+                name=f"block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
+
+    @property
+    def attention_layers(self) -> list:
+        return [block.self_attention for block in self.blocks]
+
+    def _embed(self, input_ids, positions, training):
+        x = self.token_embedding(input_ids) + self.position_embedding(positions)
+        return self.embedding_dropout(x, training=training)
+
+    def _logits(self, x):
+        x = self.final_norm(x)
+        return tf.einsum("btd,vd->btv", x, tf.cast(self.token_embedding.embeddings, x.dtype))
+
+    def call(self, input_ids, training=None):
+        length = tf.shape(input_ids)[1]
+        x = self._embed(input_ids, tf.range(length)[tf.newaxis, :], training)
+        for block in self.blocks:
+            x = block(x, training=training)
+        return self._logits(x)
+
+    def init_cache(self, batch_size: int, length: int = 0) -> dict[str, dict[str, tf.Tensor]]:
+        """Empty per-layer caches (or zero-filled of a fixed `length`)."""
+        if not self.built:
+            self(tf.zeros([1, 1], tf.int32))
+        return {
+            f"layer_{i}": block.self_attention.init_cache(batch_size, length)
+            for i, block in enumerate(self.blocks)
+        }
+
+    def decode_step(self, input_ids, cache, position, decode_loop_step=None):
+        """Logits of new tokens `input_ids` [B, T_new] starting at `position`.
+
+        Args:
+          input_ids: New token ids [B, T_new].
+          cache: From `init_cache` or a previous step.
+          position: Position of the first new token (int or scalar tensor).
+          decode_loop_step: For a fixed-length cache: write index (T_new = 1).
+
+        Returns:
+          (logits [B, T_new, vocab], updated cache).
+        """
+        new = tf.shape(input_ids)[1]
+        positions = position + tf.range(new)
+        x = self._embed(input_ids, positions[tf.newaxis, :], False)
+        if decode_loop_step is None:
+            total = position + new  # Cache length after appending.
+        else:
+            total = tf.shape(next(iter(cache["layer_0"].values())))[1]
+        # New token t (at position + t) sees cache slots <= position + t.
+        mask = tf.range(total)[tf.newaxis, :] <= positions[:, tf.newaxis]
+        mask = mask[tf.newaxis]
+        new_cache = {}
+        for i, block in enumerate(self.blocks):
+            x, new_cache[f"layer_{i}"] = block.call_cached(
+                x, cache[f"layer_{i}"], self_mask=mask, decode_loop_step=decode_loop_step
+            )
+        return self._logits(x), new_cache
+
+    def get_config(self) -> dict[str, Any]:
+        return dict(self._config, name=self.name)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> HeadsizeCausalLM:
+        return cls(**config)

@@ -1,0 +1,98 @@
+"""Greedy and beam-search decoding for `HeadsizeCausalLM`, cached or not.
+
+The cached paths keep each layer's own key/value projections (any head
+size); the uncached paths rerun the whole prefix every step and are the
+reference the cached ones are tested against. Beam search is Model Garden's
+`official.nlp.modeling.ops.beam_search.sequence_beam_search`.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from official.nlp.modeling.ops import beam_search
+
+
+def _check_prompt(prompt_ids, max_new_tokens: int) -> tf.Tensor:
+    prompt_ids = tf.convert_to_tensor(prompt_ids, tf.int32)
+    if prompt_ids.shape.rank != 2 or (prompt_ids.shape[1] or 0) < 1:
+        raise ValueError(
+            f"prompt_ids must be [batch, length >= 1] token ids; got shape {prompt_ids.shape}."
+        )
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
+        raise ValueError(f"max_new_tokens must be a positive int; got {max_new_tokens!r}.")
+    return prompt_ids
+
+
+def greedy_decode(model, prompt_ids, max_new_tokens: int, use_cache: bool = True) -> tf.Tensor:
+    """Appends `max_new_tokens` argmax tokens to `prompt_ids` [B, P]; returns [B, P + N]."""
+    ids = _check_prompt(prompt_ids, max_new_tokens)
+    if not use_cache:
+        for _ in range(max_new_tokens):
+            next_id = tf.argmax(model(ids)[:, -1], axis=-1, output_type=tf.int32)
+            ids = tf.concat([ids, next_id[:, tf.newaxis]], axis=1)
+        return ids
+    cache = model.init_cache(tf.shape(ids)[0])
+    logits, cache = model.decode_step(ids, cache, position=0)
+    for step in range(max_new_tokens):
+        next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)
+        ids = tf.concat([ids, next_id[:, tf.newaxis]], axis=1)
+        if step + 1 < max_new_tokens:
+            logits, cache = model.decode_step(
+                next_id[:, tf.newaxis], cache, position=tf.shape(ids)[1] - 1
+            )
+    return ids
+
+
+def beam_search_decode(
+    model,
+    prompt_ids,
+    max_new_tokens: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    eos_id: int = -1,
+    use_cache: bool = True,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Beam search continuing `prompt_ids` [B, P].
+
+    Returns:
+      (sequences [B, beam, 1 + max_new_tokens] starting with the last prompt
+      token, scores [B, beam]).
+    """
+    ids = _check_prompt(prompt_ids, max_new_tokens)
+    prefix, last = ids[:, :-1], ids[:, -1]
+    prefix_length = ids.shape[1] - 1
+    vocab_size = model.token_embedding.input_dim
+    if use_cache:
+        cache = model.init_cache(tf.shape(ids)[0])
+        if prefix_length:
+            _, cache = model.decode_step(prefix, cache, position=0)
+
+        def symbols_to_logits(step_ids, i, cache):
+            logits, cache = model.decode_step(step_ids[:, -1:], cache, position=prefix_length + i)
+            return logits[:, -1], cache
+
+    else:
+        # The prefix rides in the "cache" so beam search expands and reorders it
+        # (as float: beam search checks cache dtypes; ids < 2**24 are exact).
+        cache = {"prefix": tf.cast(prefix, tf.float32)}
+
+        def symbols_to_logits(step_ids, i, cache):
+            full = tf.concat([tf.cast(cache["prefix"], tf.int32), step_ids], axis=1)
+            return model(full)[:, -1], cache
+
+    sequences, scores = beam_search.sequence_beam_search(
+        symbols_to_logits_fn=symbols_to_logits,
+        initial_ids=last,
+        initial_cache=cache,
+        vocab_size=vocab_size,
+        beam_size=beam_size,
+        alpha=alpha,
+        max_decode_length=max_new_tokens,
+        eos_id=eos_id,
+        padded_decode=False,
+    )
+    return sequences, scores
