@@ -35,6 +35,8 @@ class HeadsizeCausalLM(tf_keras.Model):
       dropout_rate: Residual / embedding dropout.
       attention_dropout_rate: Attention-probability dropout.
       initializer_range: Stddev of the truncated-normal initializers.
+      cross_attention: Blocks also attend to an encoder memory (the decoder
+        of `HeadsizeSeq2Seq`).
       **kwargs: Model arguments (`name`, ...).
 
     Call: `model(input_ids [B, T])` -> logits [B, T, vocab_size].
@@ -56,6 +58,7 @@ class HeadsizeCausalLM(tf_keras.Model):
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         initializer_range: float = 0.02,
+        cross_attention: bool = False,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -73,6 +76,7 @@ class HeadsizeCausalLM(tf_keras.Model):
             "dropout_rate": dropout_rate,
             "attention_dropout_rate": attention_dropout_rate,
             "initializer_range": initializer_range,
+            "cross_attention": cross_attention,
         }
         resolved_head_size = max_sequence_length if head_size == "sequence_length" else head_size
 
@@ -100,6 +104,7 @@ class HeadsizeCausalLM(tf_keras.Model):
                 dropout=dropout_rate,
                 attention_dropout=attention_dropout_rate,
                 kernel_initializer=init(),
+                cross_attention=cross_attention,
                 name=f"block_{i}",
             )
             for i in range(num_layers)
@@ -118,21 +123,39 @@ class HeadsizeCausalLM(tf_keras.Model):
         x = self.final_norm(x)
         return tf.einsum("btd,vd->btv", x, tf.cast(self.token_embedding.embeddings, x.dtype))
 
-    def call(self, input_ids, training=None):
+    def call(self, input_ids, memory=None, memory_mask=None, training=None):
+        """Logits [B, T, vocab]; `memory` [B, S, width] with cross-attention."""
         length = tf.shape(input_ids)[1]
         x = self._embed(input_ids, tf.range(length)[tf.newaxis, :], training)
         for block in self.blocks:
-            x = block(x, training=training)
+            x = block(x, memory=memory, memory_mask=memory_mask, training=training)
         return self._logits(x)
 
-    def init_cache(self, batch_size: int, length: int = 0) -> dict[str, dict[str, tf.Tensor]]:
-        """Empty per-layer caches (or zero-filled of a fixed `length`)."""
+    def init_cache(
+        self, batch_size, length: int = 0, memory=None, memory_mask=None
+    ) -> dict[str, Any]:
+        """Empty per-layer caches (or zero-filled of a fixed `length`).
+
+        With cross-attention, pass the encoder `memory` [B, S, width] and its
+        `memory_mask` [B, 1, S]: their projections are computed once here and
+        ride in the cache (so beam search expands them with the beams).
+        """
+        cross = self._config["cross_attention"]
+        if cross and memory is None:
+            raise ValueError("This model has cross-attention: init_cache needs `memory`.")
         if not self.built:
-            self(tf.zeros([1, 1], tf.int32))
-        return {
+            width = self._config["hidden_size"]
+            self(tf.zeros([1, 1], tf.int32), memory=tf.zeros([1, 1, width]) if cross else None)
+        cache: dict[str, Any] = {
             f"layer_{i}": block.self_attention.init_cache(batch_size, length)
             for i, block in enumerate(self.blocks)
         }
+        if cross:
+            cache["memory"] = {
+                f"layer_{i}": block.project_memory(memory) for i, block in enumerate(self.blocks)
+            }
+            cache["memory_mask"] = tf.cast(memory_mask, tf.float32)
+        return cache
 
     def decode_step(self, input_ids, cache, position, decode_loop_step=None):
         """Logits of new tokens `input_ids` [B, T_new] starting at `position`.
@@ -156,10 +179,18 @@ class HeadsizeCausalLM(tf_keras.Model):
         # New token t (at position + t) sees cache slots <= position + t.
         mask = tf.range(total)[tf.newaxis, :] <= positions[:, tf.newaxis]
         mask = mask[tf.newaxis]
-        new_cache = {}
+        new_cache = {k: v for k, v in cache.items() if not k.startswith("layer_")}
+        memory_mask = cache.get("memory_mask")
+        if memory_mask is not None:
+            memory_mask = tf.cast(memory_mask, tf.bool)
         for i, block in enumerate(self.blocks):
             x, new_cache[f"layer_{i}"] = block.call_cached(
-                x, cache[f"layer_{i}"], self_mask=mask, decode_loop_step=decode_loop_step
+                x,
+                cache[f"layer_{i}"],
+                self_mask=mask,
+                decode_loop_step=decode_loop_step,
+                memory_projected=cache.get("memory", {}).get(f"layer_{i}"),
+                memory_mask=memory_mask,
             )
         return self._logits(x), new_cache
 

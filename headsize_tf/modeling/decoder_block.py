@@ -29,6 +29,7 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
       shared_key_dim: collaborative shared query/key size.
       mixing_initializer: collaborative mixing initializer.
       cross_attention: Whether the block attends to an encoder memory.
+      causal: Causal self-attention (decoder); False for an encoder block.
       inner_activation: Feed-forward activation.
       dropout: Residual and feed-forward dropout.
       attention_dropout: Dropout on attention probabilities.
@@ -46,6 +47,7 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
         shared_key_dim: int | None = None,
         mixing_initializer: Any = "uniform",
         cross_attention: bool = False,
+        causal: bool = True,
         inner_activation: str = "gelu",
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
@@ -65,6 +67,7 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
             "shared_key_dim": shared_key_dim,
             "mixing_initializer": mixing_initializer,
             "cross_attention": cross_attention,
+            "causal": causal,
             "inner_activation": inner_activation,
             "dropout": dropout,
             "attention_dropout": attention_dropout,
@@ -115,10 +118,24 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
         y = self.dropout(self.output_dense(self.dropout(y, training=training)), training=training)
         return x + y
 
-    def call(self, x, memory=None, memory_mask=None, training=None):
-        """Full-sequence causal forward; `memory` [B, S, width] for cross-attention."""
+    def call(self, x, memory=None, memory_mask=None, self_mask=None, training=None):
+        """Full-sequence forward.
+
+        Args:
+          x: [B, T, width].
+          memory: Encoder output [B, S, width] for cross-attention.
+          memory_mask: [B, T or 1, S] mask over the memory.
+          self_mask: [B, T or 1, T] mask over `x` (combined with the causal mask).
+          training: Dropout mode.
+        """
         y = self.self_attention_norm(x)
-        y = self.self_attention(y, y, use_causal_mask=True, training=training)
+        y = self.self_attention(
+            y,
+            y,
+            attention_mask=self_mask,
+            use_causal_mask=self._config["causal"],
+            training=training,
+        )
         x = x + self.dropout(y, training=training)
         if self.cross_attention is not None:
             y = self.cross_attention_norm(x)

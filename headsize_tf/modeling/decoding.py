@@ -1,4 +1,7 @@
-"""Greedy and beam-search decoding for `HeadsizeCausalLM`, cached or not.
+"""Greedy and beam-search decoding for `HeadsizeCausalLM` and `HeadsizeSeq2Seq`.
+
+Pass `source_ids` for an encoder-decoder model; the prompt is then the
+decoder's start (e.g. a [BOS] column).
 
 The cached paths keep each layer's own key/value projections (any head
 size); the uncached paths rerun the whole prefix every step and are the
@@ -27,15 +30,30 @@ def _check_prompt(prompt_ids, max_new_tokens: int) -> tf.Tensor:
     return prompt_ids
 
 
-def greedy_decode(model, prompt_ids, max_new_tokens: int, use_cache: bool = True) -> tf.Tensor:
+def _full_logits(model, ids, source_ids):
+    if source_ids is None:
+        return model(ids)
+    return model({"inputs": source_ids, "targets": ids})
+
+
+def _init_cache(model, ids, source_ids, length: int = 0):
+    if source_ids is None:
+        return model.init_cache(tf.shape(ids)[0], length)
+    return model.init_cache(tf.convert_to_tensor(source_ids, tf.int32), length)
+
+
+def greedy_decode(
+    model, prompt_ids, max_new_tokens: int, use_cache: bool = True, source_ids=None
+) -> tf.Tensor:
     """Appends `max_new_tokens` argmax tokens to `prompt_ids` [B, P]; returns [B, P + N]."""
     ids = _check_prompt(prompt_ids, max_new_tokens)
     if not use_cache:
         for _ in range(max_new_tokens):
-            next_id = tf.argmax(model(ids)[:, -1], axis=-1, output_type=tf.int32)
+            logits = _full_logits(model, ids, source_ids)
+            next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)
             ids = tf.concat([ids, next_id[:, tf.newaxis]], axis=1)
         return ids
-    cache = model.init_cache(tf.shape(ids)[0])
+    cache = _init_cache(model, ids, source_ids)
     logits, cache = model.decode_step(ids, cache, position=0)
     for step in range(max_new_tokens):
         next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)
@@ -55,6 +73,7 @@ def beam_search_decode(
     alpha: float = 0.6,
     eos_id: int = -1,
     use_cache: bool = True,
+    source_ids=None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search continuing `prompt_ids` [B, P].
 
@@ -67,22 +86,37 @@ def beam_search_decode(
     prefix_length = ids.shape[1] - 1
     vocab_size = model.token_embedding.input_dim
     if use_cache:
-        cache = model.init_cache(tf.shape(ids)[0])
-        if prefix_length:
-            _, cache = model.decode_step(prefix, cache, position=0)
+        # A fixed-length cache (prefix + new tokens) written at decode_loop_step:
+        # beam search gathers every cache tensor, which fails on empty ones.
+        cache = _init_cache(model, ids, source_ids, length=prefix_length + max_new_tokens)
+        for t in range(prefix_length):
+            _, cache = model.decode_step(
+                prefix[:, t : t + 1], cache, position=t, decode_loop_step=t
+            )
 
         def symbols_to_logits(step_ids, i, cache):
-            logits, cache = model.decode_step(step_ids[:, -1:], cache, position=prefix_length + i)
+            logits, cache = model.decode_step(
+                step_ids[:, -1:],
+                cache,
+                position=prefix_length + i,
+                decode_loop_step=prefix_length + i,
+            )
             return logits[:, -1], cache
 
     else:
         # The prefix rides in the "cache" so beam search expands and reorders it
-        # (as float: beam search checks cache dtypes; ids < 2**24 are exact).
-        cache = {"prefix": tf.cast(prefix, tf.float32)}
+        # (as float: beam search checks cache dtypes; ids < 2**24 are exact). An
+        # empty prefix is stood in for by one ignored column (empty tensors fail).
+        cache = {"prefix": tf.cast(prefix if prefix_length else ids[:, :1], tf.float32)}
+        if source_ids is not None:
+            cache["source"] = tf.cast(source_ids, tf.float32)
 
         def symbols_to_logits(step_ids, i, cache):
-            full = tf.concat([tf.cast(cache["prefix"], tf.int32), step_ids], axis=1)
-            return model(full)[:, -1], cache
+            full = step_ids
+            if prefix_length:
+                full = tf.concat([tf.cast(cache["prefix"], tf.int32), step_ids], axis=1)
+            source = tf.cast(cache["source"], tf.int32) if "source" in cache else None
+            return _full_logits(model, full, source)[:, -1], cache
 
     sequences, scores = beam_search.sequence_beam_search(
         symbols_to_logits_fn=symbols_to_logits,

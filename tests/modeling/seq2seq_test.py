@@ -1,0 +1,89 @@
+"""HeadsizeSeq2Seq: padding, cached greedy/beam decoding == uncached, training."""
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
+from headsize_tf.modeling.decoding import beam_search_decode, greedy_decode
+from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
+
+TYPES = [
+    ("standard", {"attention_type": "standard"}, StandardAttention),
+    ("fixed_head", {"attention_type": "fixed_head", "head_size": 32}, FixedHeadAttention),
+    (
+        "collaborative",
+        {"attention_type": "collaborative", "shared_key_dim": 24},
+        CollaborativeAttention,
+    ),
+]
+SOURCE = np.array([[5, 8, 9, 12, 0, 0], [7, 7, 3, 4, 6, 2]], np.int32)  # 0 = padding
+START = np.array([[1], [1]], np.int32)
+
+
+def _model(**kwargs):
+    tf_keras.utils.set_random_seed(2)
+    return HeadsizeSeq2Seq(
+        vocab_size=40,
+        hidden_size=64,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        num_attention_heads=4,
+        max_sequence_length=16,
+        initializer_range=0.5,
+        **kwargs,
+    )
+
+
+class Seq2SeqTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(*TYPES)
+    def test_padding_is_ignored_and_layers(self, kwargs, cls):
+        model = _model(**kwargs)
+        targets = np.array([[1, 4, 5], [1, 2, 3]], np.int32)
+        logits = model({"inputs": SOURCE, "targets": targets}).numpy()
+        self.assertEqual(logits.shape, (2, 3, 40))
+        longer = np.concatenate([SOURCE, np.zeros((2, 3), np.int32)], axis=1)
+        longer[1, 6:] = 0
+        # Extra padding changes nothing for either example.
+        self.assertAllClose(
+            model({"inputs": longer, "targets": targets}).numpy(), logits, atol=1e-4
+        )
+        self.assertLen(model.attention_layers, 2 + 2 * 2)
+        self.assertTrue(all(isinstance(layer, cls) for layer in model.attention_layers))
+
+    @parameterized.named_parameters(*TYPES)
+    def test_cached_greedy_and_beam_equal_uncached(self, kwargs, cls):
+        model = _model(**kwargs)
+        cached = greedy_decode(model, START, 7, use_cache=True, source_ids=SOURCE)
+        uncached = greedy_decode(model, START, 7, use_cache=False, source_ids=SOURCE)
+        self.assertAllEqual(cached, uncached)
+        seq_c, score_c = beam_search_decode(
+            model, START, 5, beam_size=3, use_cache=True, source_ids=SOURCE
+        )
+        seq_u, score_u = beam_search_decode(
+            model, START, 5, beam_size=3, use_cache=False, source_ids=SOURCE
+        )
+        self.assertAllEqual(seq_c, seq_u)
+        self.assertAllClose(score_c, score_u, atol=1e-4)
+
+    def test_learns_to_copy(self):
+        model = _model(attention_type="fixed_head", head_size=32)
+        rng = np.random.default_rng(0)
+        source = rng.integers(3, 40, size=(256, 5)).astype(np.int32)
+        decoder_in = np.concatenate([np.ones((256, 1), np.int32), source[:, :-1]], axis=1)
+        model.compile(
+            tf_keras.optimizers.Adam(3e-3),
+            tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        history = model.fit(
+            {"inputs": source, "targets": decoder_in}, source, epochs=30, batch_size=32, verbose=0
+        )
+        self.assertLess(history.history["loss"][-1], 0.3 * history.history["loss"][0])
+        decoded = greedy_decode(model, START, 5, source_ids=source[:2])
+        self.assertGreaterEqual(float(np.mean(decoded.numpy()[:, 1:] == source[:2])), 0.8)
+
+    def test_init_cache_needs_memory_for_cross_attention(self):
+        model = _model()
+        with self.assertRaisesRegex(ValueError, r"init_cache needs `memory`"):
+            model.decoder.init_cache(2)
