@@ -163,6 +163,37 @@ def split_cpu(n: int) -> None:
             ) from None
 
 
+def _resumable_trainer_cls():
+    from official.core import base_trainer
+
+    class ResumableTrainer(base_trainer.Trainer):
+        """Model Garden's trainer that also checkpoints the training-data iterator.
+
+        A run killed and restarted then continues with the batches it would
+        have seen, so it ends with the same weights as an uninterrupted run
+        (with deterministic ops and a seeded input pipeline). TPU iterators
+        cannot be checkpointed; there the stock behaviour (the pipeline
+        restarts) is kept.
+        """
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            strategy = tf.distribute.get_strategy()
+            if self.train_dataset is None or isinstance(strategy, tf.distribute.TPUStrategy):
+                return
+            self._train_iter = tf.nest.map_structure(iter, self.train_dataset)
+            items = getattr(self.model, "checkpoint_items", {})
+            self._checkpoint = tf.train.Checkpoint(
+                global_step=self.global_step,
+                model=self.model,
+                optimizer=self.optimizer,
+                train_iterator=self._train_iter,
+                **items,
+            )
+
+    return ResumableTrainer
+
+
 @dataclasses.dataclass
 class TrainResult:
     model_dir: str
@@ -205,6 +236,13 @@ def run(
         performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     with dist.scope():
         task = task_factory.get_task(params.task, logging_dir=model_dir)
+        trainer = train_utils.create_trainer(
+            params,
+            task,
+            train="train" in mode,
+            evaluate="eval" in mode,
+            trainer_cls=_resumable_trainer_cls(),
+        )
     if "train" in mode:
         train_utils.serialize_config(params, model_dir)
     _, logs = train_lib.run_experiment(
@@ -214,6 +252,7 @@ def run(
         params=params,
         model_dir=model_dir,
         run_post_eval="eval" in mode,
+        trainer=trainer,
     )
     metrics = {k: float(v) for k, v in (logs or {}).items() if _is_scalar(v)}
     return TrainResult(

@@ -1,0 +1,95 @@
+"""Kill training with SIGKILL, rerun the same command: it resumes and ends as if never killed."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
+OVERRIDE = (
+    "trainer.train_steps=160,trainer.checkpoint_interval=20,trainer.steps_per_loop=20,"
+    "trainer.summary_interval=20,task.train_data.seed=1,task.train_data.deterministic=true,"
+    "task.model.attention_type=fixed_head,task.model.head_size=32"
+)
+
+
+def _command(model_dir: str, data_dir: str) -> list[str]:
+    return [
+        sys.executable, "-m", "headsize_tf", "train",
+        "--experiment", "headsize_lm/language_modeling", "--config_file", TINY_LM,
+        "--model_dir", model_dir, "--data-dir", data_dir, "--mode", "train",
+        "--params_override", OVERRIDE,
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, TF_DETERMINISTIC_OPS="1", TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _model_and_optimizer_values(checkpoint: str) -> dict[str, np.ndarray]:
+    reader = tf.train.load_checkpoint(checkpoint)
+    return {
+        name: reader.get_tensor(name)
+        for name, _ in tf.train.list_variables(checkpoint)
+        if name.startswith(("model/", "optimizer/")) and "ITERATOR" not in name
+    }
+
+
+class ResumeTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _data(self, austen_data_dir, tmp_path):
+        self.data_dir = str(austen_data_dir)
+        self.tmp = tmp_path
+
+    def test_sigkill_and_resume_equals_uninterrupted(self):
+        killed_dir = str(self.tmp / "killed")
+        process = subprocess.Popen(
+            _command(killed_dir, self.data_dir),
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 300
+        while not os.path.exists(os.path.join(killed_dir, "ckpt-40.index")):
+            self.assertIsNone(process.poll(), "training ended before it could be killed")
+            self.assertLess(time.time(), deadline, "no checkpoint within 300 s")
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        latest = tf.train.latest_checkpoint(killed_dir)
+        step_at_kill = int(latest.rsplit("-", 1)[1])
+        self.assertLess(step_at_kill, 160, "the kill came after training finished")
+
+        resumed = subprocess.run(
+            _command(killed_dir, self.data_dir),
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
+        self.assertIn(f"ckpt-{step_at_kill}", resumed.stderr + resumed.stdout)  # restored
+        reference_dir = str(self.tmp / "reference")
+        reference = subprocess.run(
+            _command(reference_dir, self.data_dir),
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        self.assertEqual(reference.returncode, 0, reference.stderr[-2000:])
+
+        got = _model_and_optimizer_values(tf.train.latest_checkpoint(killed_dir))
+        want = _model_and_optimizer_values(tf.train.latest_checkpoint(reference_dir))
+        self.assertTrue(tf.train.latest_checkpoint(killed_dir).endswith("ckpt-160"))
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertGreater(len(got), 20)
+        for name in want:
+            self.assertAllClose(got[name], want[name], atol=1e-6, msg=name)
