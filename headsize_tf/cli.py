@@ -218,6 +218,7 @@ def _run_train(args: argparse.Namespace) -> int:
     for key, value in sorted(result.metrics.items()):
         print(f"{key}: {value:.6g}")
     print(f"replicas: {result.num_replicas}")
+    print(f"weights_sha256: {result.weights_sha256}")
     print(f"model_dir: {result.model_dir}")
     return 0
 

@@ -171,17 +171,28 @@ def _resumable_trainer_cls():
 
         A run killed and restarted then continues with the batches it would
         have seen, so it ends with the same weights as an uninterrupted run
-        (with deterministic ops and a seeded input pipeline). TPU iterators
-        cannot be checkpointed; there the stock behaviour (the pipeline
-        restarts) is kept.
+        (with deterministic ops and a seeded input pipeline). Distributed
+        iterators (mirrored, multi-worker, TPU strategies) are not trackable in
+        TF 2.20; with those the stock behaviour is kept and a resumed run
+        restarts its input pipeline (a warning says so).
         """
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            strategy = tf.distribute.get_strategy()
-            if self.train_dataset is None or isinstance(strategy, tf.distribute.TPUStrategy):
+            dataset = getattr(self, "_train_dataset", None)  # Absent in eval-only runs.
+            if dataset is None:
                 return
-            self._train_iter = tf.nest.map_structure(iter, self.train_dataset)
+            iterator = tf.nest.map_structure(iter, dataset)
+            if not isinstance(iterator, tf.__internal__.tracking.Trackable):
+                from absl import logging
+
+                logging.warning(
+                    "The %s input iterator cannot be checkpointed: a resumed run restarts "
+                    "its input pipeline.",
+                    type(iterator).__name__,
+                )
+                return
+            self._train_iter = iterator
             items = getattr(self.model, "checkpoint_items", {})
             self._checkpoint = tf.train.Checkpoint(
                 global_step=self.global_step,
@@ -200,6 +211,7 @@ class TrainResult:
     metrics: dict[str, float]
     params: Any
     num_replicas: int = 1
+    weights_sha256: str = ""
 
 
 def run(
@@ -245,7 +257,7 @@ def run(
         )
     if "train" in mode:
         train_utils.serialize_config(params, model_dir)
-    _, logs = train_lib.run_experiment(
+    model, logs = train_lib.run_experiment(
         distribution_strategy=dist,
         task=task,
         mode=mode,
@@ -260,7 +272,19 @@ def run(
         metrics=metrics,
         params=params,
         num_replicas=dist.num_replicas_in_sync,
+        weights_sha256=weights_digest(model),
     )
+
+
+def weights_digest(model) -> str:
+    """SHA-256 of all model weights in order: equal on workers that agree bit for bit."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(weight.name.encode())
+        digest.update(weight.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _is_scalar(value: Any) -> bool:
