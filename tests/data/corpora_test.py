@@ -33,7 +33,7 @@ class CorporaTest(tf.test.TestCase):
 
     def test_prepare_writes_checked_files(self):
         with tempfile.TemporaryDirectory() as tmp:
-            root = corpora.prepare("austen", tmp, OPTIONS, books=_books())
+            root = corpora.prepare("austen", tmp, OPTIONS, raw=_books())
             manifest = corpora.load_manifest("austen", tmp)
             self.assertEqual(
                 sorted(manifest["files"]),
@@ -82,7 +82,7 @@ class CorporaTest(tf.test.TestCase):
 
     def test_corrupt_file_is_detected(self):
         with tempfile.TemporaryDirectory() as tmp:
-            root = corpora.prepare("austen", tmp, OPTIONS, books=_books())
+            root = corpora.prepare("austen", tmp, OPTIONS, raw=_books())
             path = root / "mlm_train.tfrecord"
             path.write_bytes(path.read_bytes()[:-10])  # Half-written.
             with self.assertRaisesRegex(
@@ -93,7 +93,7 @@ class CorporaTest(tf.test.TestCase):
             with self.assertRaisesRegex(corpora.CorpusError, r"mlm_train.tfrecord is missing"):
                 corpora.load_manifest("austen", tmp)
             # Preparing again repairs it.
-            corpora.prepare("austen", tmp, OPTIONS, books=_books())
+            corpora.prepare("austen", tmp, OPTIONS, raw=_books())
             corpora.load_manifest("austen", tmp)
 
     def test_failed_prepare_leaves_nothing(self):
@@ -101,7 +101,7 @@ class CorporaTest(tf.test.TestCase):
             books = _books()
             del books["emma"]
             with self.assertRaisesRegex(corpora.CorpusError, r"lacks the books \['emma'\]"):
-                corpora.prepare("austen", tmp, OPTIONS, books=books)
+                corpora.prepare("austen", tmp, OPTIONS, raw=books)
             self.assertEqual(os.listdir(tmp), [])
 
     def test_unknown_corpus(self):
@@ -118,3 +118,34 @@ class CorporaTest(tf.test.TestCase):
         self.assertIn("Sir Walter Elliot", test_text)  # Persuasion's first line.
         self.assertGreater(manifest["stats"]["vocab_size"], 3000)
         json.dumps(manifest)
+
+
+class RottenTomatoesTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _tmp(self, tmp_path):
+        self.tmp = tmp_path
+
+    def test_prepare_from_rows(self):
+        rng = np.random.default_rng(0)
+        rows = [
+            ("fresh" if i % 2 else "rotten", " ".join(rng.choice(WORDS, size=8)) + f" {i}")
+            for i in range(400)
+        ]
+        options = corpora.PrepareOptions(vocab_size=150, seq_length=8)
+        root = corpora.prepare("rotten_tomatoes", self.tmp, options, raw=rows)
+        manifest = corpora.load_manifest("rotten_tomatoes", self.tmp)
+        splits = manifest["stats"]["splits"]
+        self.assertEqual(sum(s["examples"] for s in splits.values()), 400)
+        self.assertBetween(splits["test"]["examples"], 20, 60)  # ~10%
+        train_tsv = (root / "train.tsv").read_text().splitlines()
+        self.assertLen(train_tsv, splits["train"]["examples"])
+        dev_texts = {line.split("\t", 1)[1] for line in (root / "dev.tsv").read_text().splitlines()}
+        self.assertFalse(dev_texts & {line.split("\t", 1)[1] for line in train_tsv})
+        record = next(iter(tf.data.TFRecordDataset(str(root / "train.tfrecord"))))
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        ids = list(feature["input_ids"].int64_list.value)
+        self.assertLen(ids, 8)
+        self.assertEqual((ids[0], ids[-1]), (2, 3))  # 8 words + [CLS]/[SEP] > 8: truncated
+        self.assertEqual(list(feature["input_mask"].int64_list.value), [1] * 8)
+        label = feature["label_ids"].int64_list.value[0]
+        self.assertEqual(label, int(train_tsv[0].split("\t")[0]))
