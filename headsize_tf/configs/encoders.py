@@ -119,8 +119,8 @@ def encoder_config(**kwargs) -> encoders.EncoderConfig:
     return encoders.EncoderConfig(type="any", any=HeadsizeEncoderConfig(**kwargs))
 
 
-def to_spec(config: HeadsizeEncoderConfig) -> params.EncoderSpec:
-    """The `params.EncoderSpec` of a config, for parameter counts."""
+def spec_from_config(config, max_sequence_length: int, **extra) -> params.EncoderSpec:
+    """`params.EncoderSpec` from the shape fields shared by encoder and LM configs."""
     return params.EncoderSpec(
         vocab_size=config.vocab_size,
         width=config.hidden_size,
@@ -130,7 +130,16 @@ def to_spec(config: HeadsizeEncoderConfig) -> params.EncoderSpec:
         head_size=layer_head_size(config),
         shared_key_dim=config.shared_key_dim,
         intermediate_size=config.intermediate_size,
-        max_sequence_length=config.max_position_embeddings,
+        max_sequence_length=max_sequence_length,
+        **extra,
+    )
+
+
+def to_spec(config: HeadsizeEncoderConfig) -> params.EncoderSpec:
+    """The `params.EncoderSpec` of a config, for parameter counts."""
+    return spec_from_config(
+        config,
+        config.max_position_embeddings,
         type_vocab_size=config.type_vocab_size,
         embedding_width=config.embedding_size,
     )

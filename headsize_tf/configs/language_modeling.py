@@ -17,7 +17,11 @@ from official.core import config_definitions as cfg
 from official.modeling import hyperparams
 
 from headsize_tf import params
-from headsize_tf.configs.encoders import layer_head_size, validate_attention_fields
+from headsize_tf.configs.encoders import (
+    layer_head_size,
+    spec_from_config,
+    validate_attention_fields,
+)
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 
 
@@ -64,17 +68,7 @@ def build_lm(config: CausalLMConfig) -> HeadsizeCausalLM:
 
 def to_spec(config: CausalLMConfig) -> params.EncoderSpec:
     """The shape of an LM config, for `params.causal_lm_params`."""
-    return params.EncoderSpec(
-        vocab_size=config.vocab_size,
-        width=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_attention_heads,
-        attention_type=config.attention_type,
-        head_size=layer_head_size(config),
-        shared_key_dim=config.shared_key_dim,
-        intermediate_size=config.intermediate_size,
-        max_sequence_length=config.max_sequence_length,
-    )
+    return spec_from_config(config, config.max_sequence_length)
 
 
 class Perplexity(tf_keras.metrics.Mean):
