@@ -46,10 +46,20 @@ class CausalLMConfig(hyperparams.Config):
 
 @dataclasses.dataclass
 class LMDataConfig(cfg.DataConfig):
+    """LM data: prepared TFRecords (`input_path`) or raw TFDS text (`tfds_name`).
+
+    With `tfds_name` (e.g. "lm1b", on networked machines) the `text` feature
+    is tokenized with tensorflow-text's `BertTokenizer` from `vocab_file` and
+    the token stream is cut into windows of `seq_length + 1`.
+    """
+
     input_path: str = ""
     seq_length: int = 128
     global_batch_size: int = 64
     is_training: bool = True
+    vocab_file: str = ""
+    lower_case: bool = True
+    text_feature: str = "text"
 
 
 @dataclasses.dataclass
@@ -88,6 +98,8 @@ class LanguageModelingTask(base_task.Task):
         return model
 
     def build_inputs(self, params: LMDataConfig, input_context=None):
+        if params.tfds_name:
+            return self._build_tfds_inputs(params, input_context)
         length = params.seq_length + 1
 
         def decode(record):
@@ -103,6 +115,43 @@ class LanguageModelingTask(base_task.Task):
             dataset_fn=tf.data.TFRecordDataset,
             decoder_fn=decode,
             parser_fn=parse,
+        )
+        return reader.read(input_context=input_context)
+
+    def _build_tfds_inputs(self, params: LMDataConfig, input_context=None):
+        import tensorflow_text as tf_text
+
+        if not params.vocab_file:
+            raise ValueError(
+                f"tfds_name={params.tfds_name!r} needs `vocab_file` (a WordPiece vocab.txt) "
+                "to tokenize the text."
+            )
+        tokenizer = tf_text.BertTokenizer(
+            params.vocab_file, lower_case=params.lower_case, token_out_type=tf.int32
+        )
+        length = params.seq_length + 1
+        batch_size = (
+            input_context.get_per_replica_batch_size(params.global_batch_size)
+            if input_context
+            else params.global_batch_size
+        )
+
+        def transform_and_batch(dataset, _):
+            def tokens(example):
+                return tokenizer.tokenize(example[params.text_feature]).merge_dims(0, -1)
+
+            if params.is_training:
+                dataset = dataset.repeat()  # Idempotent if TFDS already repeats its files.
+            dataset = dataset.map(tokens, num_parallel_calls=tf.data.AUTOTUNE)
+            dataset = dataset.flat_map(tf.data.Dataset.from_tensor_slices)
+            dataset = dataset.batch(length, drop_remainder=True)
+            dataset = dataset.map(lambda ids: (ids[:-1], ids[1:]))
+            return dataset.batch(batch_size, drop_remainder=params.drop_remainder)
+
+        reader = input_reader.InputReader(
+            params=params,
+            dataset_fn=tf.data.TFRecordDataset,
+            transform_and_batch_fn=transform_and_batch,
         )
         return reader.read(input_context=input_context)
 

@@ -75,7 +75,13 @@ def build_params(
     data_dir = str(data_dir or corpora.default_data_dir())
     for field in ("train_data", "validation_data"):
         data = getattr(params.task, field, None)
-        if data is None or not getattr(data, "input_path", ""):
+        if data is None:
+            continue
+        if isinstance(getattr(data, "vocab_file", None), str):
+            data.vocab_file = data.vocab_file.replace(DATA_DIR_TOKEN, data_dir)
+            if data.vocab_file and not os.path.exists(data.vocab_file):
+                raise ConfigError(f"task.{field}.vocab_file {data.vocab_file!r} does not exist.")
+        if not getattr(data, "input_path", ""):
             continue
         path = data.input_path.replace(DATA_DIR_TOKEN, data_dir)
         data.input_path = path
@@ -173,19 +179,24 @@ def _resumable_trainer_cls():
         have seen, so it ends with the same weights as an uninterrupted run
         (with deterministic ops and a seeded input pipeline). Distributed
         iterators (mirrored, multi-worker, TPU strategies) are not trackable in
-        TF 2.20; with those the stock behaviour is kept and a resumed run
-        restarts its input pipeline (a warning says so).
+        TF 2.20, and TFDS pipelines may hold unsaveable stateful ops; with those
+        the stock behaviour is kept and a resumed run restarts its input
+        pipeline (a warning says so).
         """
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
+            from absl import logging
+
             dataset = getattr(self, "_train_dataset", None)  # Absent in eval-only runs.
             if dataset is None:
                 return
+            if getattr(self.config.task.train_data, "tfds_name", ""):
+                # TFDS pipelines may hold stateful ops (PyFunc) that cannot be saved.
+                logging.warning("TFDS input: a resumed run restarts its input pipeline.")
+                return
             iterator = tf.nest.map_structure(iter, dataset)
             if not isinstance(iterator, tf.__internal__.tracking.Trackable):
-                from absl import logging
-
                 logging.warning(
                     "The %s input iterator cannot be checkpointed: a resumed run restarts "
                     "its input pipeline.",
