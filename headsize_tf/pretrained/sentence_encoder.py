@@ -1,0 +1,274 @@
+"""An encoder with its WordPiece tokenizer and pooling: text in, vectors out."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder, plain_config
+from headsize_tf.pretrained.registry import CheckpointError
+
+CHECKPOINT_FILE = "headsize_checkpoint.json"
+CHECKPOINT_FORMAT = 1
+POOLINGS = ("mean", "cls")
+# Hugging Face's BertNormalizer(clean_text=True): control and format characters
+# (Unicode category C*, but not tab/newline/CR) are dropped; whitespace -> " ".
+_CONTROL = r"[^\P{C}\t\n\r]"
+_WHITESPACE = r"[\t\n\r\p{Zs}]"
+
+
+class SentenceEncoder(tf.Module):
+    """A `HeadsizeBertEncoder` plus WordPiece tokenisation and pooling.
+
+    Tokenisation runs in the TF graph with tensorflow-text's `BertTokenizer`
+    (lower-casing and accent stripping as uncased BERT; the same ids as
+    Hugging Face's `tokenizer.json`), so the whole text -> vector path exports.
+
+    Args:
+      encoder: The encoder (built or not).
+      vocab_file: WordPiece vocabulary (one token per line).
+      lower_case: Lower-case and strip accents (uncased models).
+      max_seq_length: Tokens per sentence including [CLS] and [SEP].
+      pooling: "mean" (over the attention mask, as sentence-transformers) or
+        "cls".
+      normalize: L2-normalise the sentence vectors.
+      source: Where the weights came from (for reports).
+    """
+
+    def __init__(
+        self,
+        encoder: HeadsizeBertEncoder,
+        vocab_file: str | os.PathLike,
+        *,
+        lower_case: bool = True,
+        max_seq_length: int = 256,
+        pooling: str = "mean",
+        normalize: bool = True,
+        source: str = "",
+    ):
+        super().__init__(name="sentence_encoder")
+        import tensorflow_text as tf_text
+
+        if pooling not in POOLINGS:
+            raise ValueError(f"Unknown pooling {pooling!r}; expected one of {list(POOLINGS)}.")
+        if (
+            isinstance(max_seq_length, bool)
+            or not isinstance(max_seq_length, int)
+            or (max_seq_length < 2)
+        ):
+            raise ValueError(f"max_seq_length must be an int >= 2; got {max_seq_length!r}.")
+        self.encoder = encoder
+        self.vocab_file = str(vocab_file)
+        self.vocab = pathlib.Path(vocab_file).read_text(encoding="utf-8").splitlines()
+        for token in ("[CLS]", "[SEP]", "[PAD]", "[UNK]"):
+            if token not in self.vocab:
+                raise CheckpointError(f"Vocabulary {vocab_file} has no {token} token.")
+        self.lower_case = lower_case
+        self.max_seq_length = max_seq_length
+        self.pooling = pooling
+        self.normalize = normalize
+        self.source = source
+        self._cls_id = self.vocab.index("[CLS]")
+        self._sep_id = self.vocab.index("[SEP]")
+        self._pad_id = self.vocab.index("[PAD]")
+        # Lower-casing is done in `tokenize` as Hugging Face does it (str.lower,
+        # NFD, drop marks); tensorflow-text's lower_case=True would NFKC-fold
+        # too (full-width letters, ligatures, "ß" -> "ss") and change ids.
+        self.tokenizer = tf_text.BertTokenizer(
+            self.vocab_file, lower_case=False, token_out_type=tf.int32
+        )
+
+    # ------------------------------------------------------------ tokenising
+    def tokenize(
+        self, texts: tf.Tensor, max_seq_length: int | tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Encoder inputs for a `[batch]` string tensor, padded to the longest.
+
+        Returns int32 `input_word_ids`, `input_mask`, `input_type_ids` of shape
+        `[batch, length]` with `length <= max_seq_length` ([CLS] text [SEP]).
+        """
+        max_seq_length = self.max_seq_length if max_seq_length is None else max_seq_length
+        texts = tf.strings.regex_replace(texts, _CONTROL, "")
+        texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
+        if self.lower_case:
+            import tensorflow_text as tf_text
+
+            # TF lower-cases a word-final capital sigma to "ς", Hugging Face to
+            # "σ": route "Σ" through a private-use character (cleaned away above).
+            texts = tf.strings.regex_replace(texts, "Σ", "\uf8ff")
+            texts = tf.strings.lower(texts, encoding="utf-8")
+            texts = tf.strings.regex_replace(texts, "\uf8ff", "σ")
+            texts = tf_text.normalize_utf8(texts, "NFD")
+            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+        pieces = self.tokenizer.tokenize(texts).merge_dims(-2, -1)
+        pieces = pieces[:, : max_seq_length - 2]
+        batch = tf.shape(texts, out_type=tf.int64)[0]
+        cls = tf.fill([batch, 1], self._cls_id)
+        sep = tf.fill([batch, 1], self._sep_id)
+        ids = tf.concat([cls, pieces, sep], axis=1)
+        word_ids = ids.to_tensor(default_value=self._pad_id)
+        mask = tf.ones_like(ids).to_tensor(default_value=0)
+        return {
+            "input_word_ids": word_ids,
+            "input_mask": mask,
+            "input_type_ids": tf.zeros_like(word_ids),
+        }
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text ([CLS] ... [SEP], truncated), unpadded."""
+        if not len(texts):
+            return []
+        inputs = self.tokenize(tf.constant(list(texts)))
+        ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
+        return [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)]
+
+    # --------------------------------------------------------------- encoding
+    def pool(self, sequence_output: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        """Sentence vectors from `[batch, length, width]` hidden states."""
+        if self.pooling == "cls":
+            pooled = sequence_output[:, 0]
+        else:
+            weights = tf.cast(mask, sequence_output.dtype)[:, :, tf.newaxis]
+            total = tf.reduce_sum(sequence_output * weights, axis=1)
+            pooled = total / tf.maximum(tf.reduce_sum(weights, axis=1), 1e-9)
+        if self.normalize:
+            pooled = tf.math.l2_normalize(pooled, axis=-1, epsilon=1e-24)
+        return pooled
+
+    def embed_inputs(self, inputs: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """Pooled (and normalised) vectors of tokenised inputs."""
+        outputs = self.encoder(inputs, training=training)
+        return self.pool(outputs["sequence_output"], inputs["input_mask"])
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32),
+            tf.TensorSpec([None, None], tf.int32),
+        ],
+        reduce_retracing=True,
+    )
+    def _embed_ids(self, word_ids: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        inputs = {"input_word_ids": word_ids, "input_mask": mask,
+                  "input_type_ids": tf.zeros_like(word_ids)}  # fmt: skip
+        return self.embed_inputs(inputs)
+
+    def embed(
+        self, texts: Sequence[str], batch_size: int = 32, progress: bool = False
+    ) -> np.ndarray:
+        """float32 `[len(texts), width]` sentence embeddings, in input order.
+
+        Texts are sorted by length and batched so that little padding is
+        computed; an empty text embeds `[CLS] [SEP]`.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}.")
+        texts = list(texts)
+        width = self.encoder.get_config()["hidden_size"]
+        out = np.zeros([len(texts), width], np.float32)
+        if not texts:
+            return out
+        lengths = [len(t) for t in texts]
+        order = np.argsort(lengths, kind="stable")[::-1]
+        from tqdm.auto import tqdm
+
+        starts = range(0, len(texts), batch_size)
+        for start in tqdm(starts, desc="embed", unit="batch", disable=not progress):
+            index = order[start : start + batch_size]
+            inputs = self.tokenize(tf.constant([texts[i] for i in index]))
+            vectors = self._embed_ids(inputs["input_word_ids"], inputs["input_mask"])
+            out[index] = vectors.numpy()
+        return out
+
+    # ------------------------------------------------------ saving / loading
+    def checkpoint_config(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "encoder_config": plain_config(self.encoder.get_config()),
+            "lower_case": self.lower_case,
+            "max_seq_length": self.max_seq_length,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "source": self.source,
+        }
+
+    def save(
+        self,
+        directory: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        extra_files: dict[str, str] | None = None,
+    ) -> pathlib.Path:
+        """Writes a checkpoint directory atomically (temporary dir, then rename).
+
+        Layout: `headsize_checkpoint.json` (encoder config, tokenizer and
+        pooling settings), `vocab.txt`, and `ckpt/` (a `tf.train.Checkpoint`
+        with the key `encoder`, the layout Model Garden's tasks read as
+        `init_checkpoint`). `extra_files` maps names to text written alongside.
+        """
+        final = pathlib.Path(directory)
+        if final.exists() and not overwrite:
+            raise FileExistsError(f"Output directory {final} exists; pass overwrite=True.")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        try:
+            self.encoder.build_weights()
+            shutil.copyfile(self.vocab_file, tmp / "vocab.txt")
+            checkpoint = tf.train.Checkpoint(encoder=self.encoder)
+            checkpoint.save(str(tmp / "ckpt" / "encoder"))
+            config = self.checkpoint_config()
+            (tmp / CHECKPOINT_FILE).write_text(json.dumps(config, indent=2))
+            for name, text in (extra_files or {}).items():
+                (tmp / name).write_text(text)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> SentenceEncoder:
+        """Loads a directory written by `save` (see `load_sentence_encoder` for others)."""
+        directory = pathlib.Path(directory)
+        config_path = directory / CHECKPOINT_FILE
+        for required in (config_path, directory / "vocab.txt", directory / "ckpt"):
+            if not required.exists():
+                raise CheckpointError(
+                    f"Checkpoint directory {directory} has no {required.name}; expected "
+                    f"{CHECKPOINT_FILE}, vocab.txt and ckpt/ (written by `headsize-tf compress` "
+                    "or SentenceEncoder.save)."
+                )
+        try:
+            config = json.loads(config_path.read_text())
+        except json.JSONDecodeError as err:
+            raise CheckpointError(f"{config_path} is not valid JSON ({err}).") from None
+        if config.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(
+                f"{config_path} has format {config.get('format')!r}; expected {CHECKPOINT_FORMAT}."
+            )
+        encoder = HeadsizeBertEncoder.from_config(dict(config["encoder_config"])).build_weights()
+        latest = tf.train.latest_checkpoint(str(directory / "ckpt"))
+        if latest is None:
+            raise CheckpointError(f"{directory / 'ckpt'} holds no TF checkpoint.")
+        status = tf.train.Checkpoint(encoder=encoder).read(latest)
+        try:
+            status.assert_existing_objects_matched().expect_partial()
+        except AssertionError as err:
+            raise CheckpointError(f"{latest} does not match its encoder config: {err}") from None
+        return cls(
+            encoder,
+            directory / "vocab.txt",
+            lower_case=config["lower_case"],
+            max_seq_length=config["max_seq_length"],
+            pooling=config["pooling"],
+            normalize=config["normalize"],
+            source=config.get("source", str(directory)),
+        )
