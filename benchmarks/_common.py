@@ -1,13 +1,5 @@
 """Helpers shared by the benchmark scripts."""
 
-from __future__ import annotations
+from headsize_tf.io_utils import save_figure, write_atomic, write_json
 
-import os
-import pathlib
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Writes `text` to `path` through a temporary file renamed into place."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+__all__ = ["save_figure", "write_atomic", "write_json"]

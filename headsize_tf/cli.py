@@ -381,6 +381,81 @@ def _run_spectrum(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
+    return value
+
+
+def _add_prune_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "prune",
+        help="head importance, iterative pruning and physical head removal",
+        description="Fine-tunes the encoder on the task (unless the checkpoint already has a "
+        "classifier head from `prune`), scores heads by E|dL/dxi_h| (Michel et al. 2019), "
+        "prunes --step of the heads at a time to --target-fraction, removes the pruned heads "
+        "physically and writes the checkpoint, report.json, importance.png and curve.png.",
+    )
+    _add_model_source(p)
+    p.add_argument("--task", choices=["sentiment"], default="sentiment")
+    p.add_argument("--data", choices=["rotten_tomatoes"], default="rotten_tomatoes")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--target-fraction", type=_fraction, default=0.5)
+    p.add_argument("--step", type=_fraction, default=0.1)
+    p.add_argument("--no-recompute", action="store_true",
+                   help="score heads once on the unpruned model")  # fmt: skip
+    p.add_argument("--min-heads-per-layer", type=int, default=1)
+    p.add_argument("--finetune-epochs", type=float, default=2.0)
+    p.add_argument("--importance-examples", type=_positive_int, default=1024)
+    p.add_argument("--output", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=_run_prune)
+
+
+def _run_prune(args: argparse.Namespace) -> int:
+    import dataclasses
+    import pathlib
+
+    from headsize_tf.experiments import finetune as ft
+    from headsize_tf.pretrained import load_sentence_encoder
+    from headsize_tf.pruning import prune
+
+    if pathlib.Path(args.output).exists() and not args.overwrite:
+        raise FileExistsError(f"Output directory {args.output} exists; pass --overwrite.")
+    if args.step == 0:
+        raise ValueError("--step must be a fraction in (0, 1); got 0.")
+    splits = ft.rotten_tomatoes_splits(args.data_dir)
+    model = prune.load_classifier(args.checkpoint) if args.checkpoint else None
+    if model is None:
+        encoder = load_sentence_encoder(args.model, args.checkpoint)
+        config = dataclasses.replace(ft.FinetuneConfig(), epochs=args.finetune_epochs)
+        model, _ = ft.finetune(encoder, splits["train"], config)
+    data = prune.task_data(model.sentence_encoder, splits, args.importance_examples)
+    report = prune.prune_model(
+        model,
+        data,
+        args.output,
+        target_fraction=args.target_fraction,
+        step=args.step,
+        recompute=not args.no_recompute,
+        min_heads_per_layer=args.min_heads_per_layer,
+        overwrite=args.overwrite,
+        extra={"task": args.task, "data": args.data, "source": args.model or args.checkpoint},
+    )
+    print(f"{'pruned':>8}{'dev accuracy':>14}")
+    for point in report["curve"]:
+        print(f"{100 * point['fraction']:>7.0f}%{100 * point['metric']:>13.2f}%")
+    print(f"params: {report['params_before']} -> {report['params_after']}; accuracy after "
+          f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
+          f"{100 * report['masked_accuracy']:.2f}%)")  # fmt: skip
+    print(f"output: {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headsize-tf",
@@ -398,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_embed_parser(subparsers)
     _add_compress_parser(subparsers)
     _add_analyze_parser(subparsers)
+    _add_prune_parser(subparsers)
     return parser
 
 

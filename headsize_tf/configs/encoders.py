@@ -151,6 +151,11 @@ def fields_from_encoder_config(config: dict) -> dict:
     Used to write the YAML with which `headsize-tf train` rebuilds (and
     initialises from a checkpoint) an encoder made outside an experiment.
     """
+    if config.get("pruned_heads"):
+        raise ValueError(
+            "A pruned encoder (pruned_heads set) has no HeadsizeEncoderConfig form; load it with "
+            "headsize_tf.pretrained.load_sentence_encoder instead."
+        )
     activation = config.get("inner_activation", "gelu")
     if not isinstance(activation, str):
         raise ValueError(

@@ -38,6 +38,8 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
       mixing_initializer: collaborative: mixing initializer.
       inner_activation: FFN activation; "gelu" (exact erf GELU, as in BERT
         checkpoints) by default.
+      pruned_heads: Per layer, the indices of heads removed by pruning
+        (`headsize_tf.pruning.remove_heads` fills it); None keeps all heads.
       **kwargs: Other `BertEncoderV2` arguments (`max_sequence_length`,
         `type_vocab_size`, `inner_dim`, `output_dropout`,
         `attention_dropout`, `initializer`, `embedding_width`, `norm_first`,
@@ -60,8 +62,15 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
         shared_key_dim: int | None = None,
         mixing_initializer: Any = "uniform",
         inner_activation: Any = "gelu",
+        pruned_heads: Sequence[Sequence[int]] | None = None,
         **kwargs: Any,
     ):
+        if pruned_heads is not None and len(pruned_heads) != num_layers:
+            raise ValueError(
+                f"pruned_heads has {len(pruned_heads)} entries; expected one list per layer "
+                f"({num_layers})."
+            )
+        pruned = [sorted(int(h) for h in heads) for heads in (pruned_heads or [])]
         super().__init__(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
@@ -78,6 +87,7 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
                 head_size=head_size,
                 shared_key_dim=shared_key_dim,
                 mixing_initializer=mixing_initializer,
+                pruned_heads=pruned[i] if pruned else (),
                 num_attention_heads=num_attention_heads,
                 inner_dim=config["inner_dim"],
                 inner_activation=inner_activation,
@@ -96,6 +106,7 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
                 "head_size": head_size,
                 "shared_key_dim": shared_key_dim,
                 "mixing_initializer": mixing_initializer,
+                "pruned_heads": pruned or None,
             }
         )
 

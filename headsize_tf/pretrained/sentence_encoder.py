@@ -204,14 +204,14 @@ class SentenceEncoder(tf.Module):
         directory: str | os.PathLike,
         *,
         overwrite: bool = False,
-        extra_files: dict[str, str] | None = None,
+        extra_files: dict[str, str | bytes] | None = None,
     ) -> pathlib.Path:
         """Writes a checkpoint directory atomically (temporary dir, then rename).
 
         Layout: `headsize_checkpoint.json` (encoder config, tokenizer and
         pooling settings), `vocab.txt`, and `ckpt/` (a `tf.train.Checkpoint`
         with the key `encoder`, the layout Model Garden's tasks read as
-        `init_checkpoint`). `extra_files` maps names to text written alongside.
+        `init_checkpoint`). `extra_files` maps names to text or bytes written alongside.
         """
         final = pathlib.Path(directory)
         if final.exists() and not overwrite:
@@ -225,8 +225,11 @@ class SentenceEncoder(tf.Module):
             checkpoint.save(str(tmp / "ckpt" / "encoder"))
             config = self.checkpoint_config()
             (tmp / CHECKPOINT_FILE).write_text(json.dumps(config, indent=2))
-            for name, text in (extra_files or {}).items():
-                (tmp / name).write_text(text)
+            for name, content in (extra_files or {}).items():
+                if isinstance(content, bytes):
+                    (tmp / name).write_bytes(content)
+                else:
+                    (tmp / name).write_text(content)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)

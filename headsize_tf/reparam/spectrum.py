@@ -72,10 +72,6 @@ def plot_spectrum(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    from headsize_tf.io_utils import save_figure
+
+    return save_figure(fig, path)

@@ -1,0 +1,197 @@
+"""Fine-tune a pretrained sentence encoder on a labelled sentence task.
+
+The classifier is the encoder, mean pooling over the attention mask (how
+sentence-transformers models are trained), dropout and a linear layer. Data
+are pre-tokenised once and batched by length (little padding), with a seeded
+batch order; AdamW with linear warm-up and decay, as usual for BERT
+fine-tuning. Used by the compression and pruning studies on Rotten Tomatoes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pathlib
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from headsize_tf.pretrained import SentenceEncoder
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """Fine-tuning recipe (the same for every model a study compares)."""
+
+    epochs: float = 1.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    dropout: float = 0.1
+    max_seq_length: int = 64
+    seed: int = 0
+
+
+def rotten_tomatoes_splits(
+    data_dir: str | os.PathLike | None = None,
+) -> dict[str, tuple[list[str], np.ndarray]]:
+    """{split: (texts, labels)}: the corpus' fixed SHA-1 split (fresh=0, rotten=1)."""
+    from headsize_tf.data import corpora
+
+    root = pathlib.Path(data_dir) if data_dir else corpora.default_data_dir()
+    rows = corpora.fetch_rotten_tomatoes(root / ".downloads" / "rotten_tomatoes")
+    out: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "dev": ([], []),
+                                                     "test": ([], [])}  # fmt: skip
+    for label, text in rows:
+        texts, labels = out[corpora._split_of(text)]
+        texts.append(text)
+        labels.append(corpora.SENTIMENT_LABELS.index(label))
+    return {k: (texts, np.asarray(labels, np.int32)) for k, (texts, labels) in out.items()}
+
+
+class SentenceClassifier(tf_keras.Model):
+    """Encoder -> mean pooling -> dropout -> Dense(num_classes) logits."""
+
+    def __init__(self, sentence_encoder: SentenceEncoder, num_classes: int, dropout: float = 0.1):
+        super().__init__(name="sentence_classifier")
+        self.sentence_encoder = sentence_encoder
+        self.encoder = sentence_encoder.encoder
+        self.dropout = tf_keras.layers.Dropout(dropout)
+        self.head = tf_keras.layers.Dense(
+            num_classes,
+            kernel_initializer=tf_keras.initializers.TruncatedNormal(stddev=0.02),
+            name="classifier",
+        )
+
+    def call(self, inputs, training=False):
+        outputs = self.encoder(inputs, training=training)
+        weights = tf.cast(inputs["input_mask"], outputs["sequence_output"].dtype)[..., None]
+        pooled = tf.reduce_sum(outputs["sequence_output"] * weights, axis=1) / tf.maximum(
+            tf.reduce_sum(weights, axis=1), 1.0
+        )
+        return self.head(self.dropout(pooled, training=training))
+
+
+def tokenize_all(
+    sentence_encoder: SentenceEncoder, texts: Sequence[str], max_seq_length: int
+) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    for start in range(0, len(texts), 1024):
+        inputs = sentence_encoder.tokenize(
+            tf.constant(list(texts[start : start + 1024])), max_seq_length
+        )
+        ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
+        out.extend(row[: int(m.sum())] for row, m in zip(ids, mask, strict=True))
+    return out
+
+
+def length_batches(
+    token_ids: Sequence[np.ndarray], batch_size: int, rng: np.random.Generator | None = None
+) -> list[np.ndarray]:
+    """Index batches of similar lengths; shuffled (within length buckets) if `rng`."""
+    lengths = np.array([len(t) for t in token_ids])
+    if rng is None:
+        order = np.argsort(lengths, kind="stable")
+    else:
+        noise = rng.uniform(-2.0, 2.0, size=len(lengths))  # Mix nearby lengths.
+        order = np.argsort(lengths + noise, kind="stable")
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+def pad_batch(token_ids: Sequence[np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
+    length = max(len(token_ids[i]) for i in index)
+    ids = np.zeros([len(index), length], np.int32)
+    mask = np.zeros([len(index), length], np.int32)
+    for row, i in enumerate(index):
+        ids[row, : len(token_ids[i])] = token_ids[i]
+        mask[row, : len(token_ids[i])] = 1
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids)}
+
+
+_SPEC = {
+    "input_word_ids": tf.TensorSpec([None, None], tf.int32),
+    "input_mask": tf.TensorSpec([None, None], tf.int32),
+    "input_type_ids": tf.TensorSpec([None, None], tf.int32),
+}
+
+
+def predict_logits(
+    model: tf_keras.Model, token_ids: Sequence[np.ndarray], batch_size: int = 128
+) -> np.ndarray:
+    """Logits for pre-tokenised examples, in input order."""
+
+    @tf.function(input_signature=[_SPEC], reduce_retracing=True)
+    def forward(inputs):
+        return model(inputs, training=False)
+
+    out = None
+    for index in length_batches(token_ids, batch_size):
+        logits = forward(pad_batch(token_ids, index)).numpy()
+        if out is None:
+            out = np.zeros([len(token_ids), logits.shape[-1]], np.float32)
+        out[index] = logits
+    return out
+
+
+def accuracy(model: tf_keras.Model, token_ids: Sequence[np.ndarray], labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(predict_logits(model, token_ids), axis=-1) == labels))
+
+
+def finetune(
+    sentence_encoder: SentenceEncoder,
+    train: tuple[Sequence[str], np.ndarray],
+    config: FinetuneConfig = FinetuneConfig(),
+    num_classes: int = 2,
+    verbose: int = 1,
+) -> tuple[SentenceClassifier, dict]:
+    """Fine-tunes (in place) and returns (classifier, {"seconds", "steps", "loss"})."""
+    tf_keras.utils.set_random_seed(config.seed)
+    texts, labels = train
+    token_ids = tokenize_all(sentence_encoder, texts, config.max_seq_length)
+    model = SentenceClassifier(sentence_encoder, num_classes, config.dropout)
+    model(pad_batch(token_ids, np.arange(2)))
+    rng = np.random.default_rng(config.seed)
+    steps_per_epoch = math.ceil(len(token_ids) / config.batch_size)
+    total = max(1, int(round(config.epochs * steps_per_epoch)))
+    warmup = int(config.warmup_fraction * total)
+    schedule = tf_keras.optimizers.schedules.PolynomialDecay(
+        config.learning_rate, max(total - warmup, 1), end_learning_rate=0.0
+    )
+    from official.modeling.optimization import lr_schedule
+
+    if warmup:
+        schedule = lr_schedule.LinearWarmup(schedule, warmup, 0.0)
+    optimizer = tf_keras.optimizers.AdamW(
+        learning_rate=schedule, weight_decay=config.weight_decay, epsilon=1e-6
+    )
+    optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias", "LayerNorm"])
+    loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function(input_signature=[_SPEC, tf.TensorSpec([None], tf.int32)], reduce_retracing=True)
+    def step(inputs, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(inputs, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    progbar = tf_keras.utils.Progbar(total, verbose=verbose, stateful_metrics=["loss"])
+    start = time.perf_counter()
+    done, loss = 0, float("nan")
+    while done < total:
+        for index in length_batches(token_ids, config.batch_size, rng):
+            if done == total:
+                break
+            loss = float(step(pad_batch(token_ids, index), labels[index]))
+            done += 1
+            progbar.update(done, [("loss", loss)])
+    return model, {"seconds": time.perf_counter() - start, "steps": total, "final_loss": loss}

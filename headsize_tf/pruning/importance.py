@@ -1,0 +1,106 @@
+"""Head importance scores (Michel, Levy and Neubig, 2019).
+
+Every attention layer has per-head gates `xi_h` (all ones by default, folded
+into the output projection). The importance of head h is the sensitivity of
+the loss to its gate,
+
+    I_h = E_x | dL(x) / d xi_h |,
+
+estimated as the paper's code does: for each *batch*, the absolute value of
+the gradient of that batch's loss (as `loss_fn` returns it, usually a mean
+over the batch) with respect to the gates, summed over batches and divided by
+the number of tokens seen (the sum of `input_mask`, or batch * length when
+the inputs have no mask). Optionally (on by default, as in the paper's code)
+each layer's scores are divided by their L2 norm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from headsize_tf.layers._head_attention import HeadAttentionBase
+
+
+def attention_layers_of(model: tf.Module) -> list[HeadAttentionBase]:
+    """Our attention layers inside `model`, in creation order (built ones only)."""
+    if isinstance(model, HeadAttentionBase):
+        return [model]
+    encoder = getattr(model, "attention_layers", None)
+    if encoder is not None and not callable(encoder):
+        return list(encoder)
+    layers = [m for m in model.submodules if isinstance(m, HeadAttentionBase)]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__} has no StandardAttention / FixedHeadAttention / "
+            "CollaborativeAttention layers to score."
+        )
+    return layers
+
+
+def _count_tokens(inputs: Any) -> int:
+    if isinstance(inputs, dict) and "input_mask" in inputs:
+        return int(np.sum(np.asarray(inputs["input_mask"])))
+    first = inputs
+    while isinstance(first, dict | list | tuple):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    shape = np.shape(first)
+    return int(np.prod(shape[:2])) if len(shape) >= 2 else int(shape[0])
+
+
+def head_importance(
+    model: Callable,
+    dataset: Iterable[tuple[Any, Any]],
+    loss_fn: Callable[[Any, Any], tf.Tensor],
+    layers: Sequence[HeadAttentionBase] | None = None,
+    normalize: bool = True,
+) -> np.ndarray:
+    """`[layers, heads]` importance scores `E |dL/dxi_h|` (see the module doc).
+
+    Args:
+      model: Callable as `model(inputs, training=False)`.
+      dataset: Iterable of `(inputs, targets)` batches (deterministic order
+        gives deterministic scores).
+      loss_fn: `loss_fn(targets, outputs)` -> scalar loss of the batch.
+      layers: Attention layers to score (default: all in `model`).
+      normalize: Divide each layer's scores by their L2 norm.
+
+    Returns:
+      float64 array `[len(layers), max heads]` (layers with fewer heads are
+      padded with NaN).
+    """
+    layers = list(layers) if layers is not None else attention_layers_of(model)
+    gates = [layer.head_gates for layer in layers]
+    if any(g is None for g in gates):
+        raise ValueError("Every attention layer must be built (call the model once) first.")
+
+    @tf.function(reduce_retracing=True)
+    def gate_gradients(inputs, targets):
+        with tf.GradientTape() as tape:
+            tape.watch(gates)
+            loss = loss_fn(targets, model(inputs, training=False))
+        return tape.gradient(loss, gates)
+
+    totals = [np.zeros(g.shape, np.float64) for g in gates]
+    tokens = 0
+    batches = 0
+    for inputs, targets in dataset:
+        grads = gate_gradients(inputs, targets)
+        for total, grad in zip(totals, grads, strict=True):
+            if grad is not None:
+                total += np.abs(grad.numpy().astype(np.float64))
+        tokens += _count_tokens(inputs)
+        batches += 1
+    if batches == 0 or tokens == 0:
+        raise ValueError("The importance dataset has no examples (no batches or no tokens).")
+    width = max(len(t) for t in totals)
+    scores = np.full([len(totals), width], np.nan)
+    for i, total in enumerate(totals):
+        row = total / tokens
+        if normalize:
+            row = row / (np.linalg.norm(row) + 1e-20)
+        scores[i, : len(row)] = row
+    return scores

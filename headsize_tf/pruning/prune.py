@@ -1,0 +1,272 @@
+"""`headsize-tf prune`: importance, an iterative pruning curve, and a smaller model.
+
+Works on a `SentenceClassifier` (pretrained encoder + pooling + linear head)
+fine-tuned on a labelled sentence task; the pruned encoder is written with
+its heads physically removed, with `report.json` and two plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tf_keras
+
+from headsize_tf.experiments import finetune as ft
+from headsize_tf.io_utils import save_figure
+from headsize_tf.pretrained import SentenceEncoder
+from headsize_tf.pruning.importance import head_importance
+from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
+from headsize_tf.pruning.schedule import iterative_pruning
+
+HEAD_FILE = "classifier_head.npz"
+REPORT_FILE = "report.json"
+
+
+@dataclasses.dataclass
+class TaskData:
+    """Tokenised examples of a sentence classification task."""
+
+    train: tuple[list[str], np.ndarray]
+    importance_ids: list[np.ndarray]
+    importance_labels: np.ndarray
+    eval_ids: list[np.ndarray]
+    eval_labels: np.ndarray
+    num_classes: int
+
+
+def task_data(
+    encoder: SentenceEncoder,
+    splits: dict[str, tuple[list[str], np.ndarray]],
+    importance_examples: int = 1024,
+    max_seq_length: int = 64,
+) -> TaskData:
+    """Importance on the first `importance_examples` train examples; metric on dev."""
+    if importance_examples <= 0:
+        raise ValueError(f"importance_examples must be positive; got {importance_examples}.")
+    texts, labels = splits["train"]
+    if not texts or not splits["dev"][0]:
+        raise ValueError("The task has no training or no dev examples.")
+    return TaskData(
+        train=splits["train"],
+        importance_ids=ft.tokenize_all(encoder, texts[:importance_examples], max_seq_length),
+        importance_labels=labels[:importance_examples],
+        eval_ids=ft.tokenize_all(encoder, splits["dev"][0], max_seq_length),
+        eval_labels=splits["dev"][1],
+        num_classes=int(max(labels.max(), splits["dev"][1].max()) + 1),
+    )
+
+
+def importance_batches(token_ids, labels, batch_size: int = 64):
+    """Deterministic (inputs, labels) batches for `head_importance`."""
+    for index in ft.length_batches(token_ids, batch_size):
+        yield ft.pad_batch(token_ids, index), labels[index]
+
+
+def classifier_importance(model: ft.SentenceClassifier, data: TaskData, normalize=True):
+    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return head_importance(
+        model,
+        importance_batches(data.importance_ids, data.importance_labels),
+        loss,
+        layers=model.encoder.attention_layers,
+        normalize=normalize,
+    )
+
+
+def pruning_curve(
+    model: ft.SentenceClassifier,
+    data: TaskData,
+    *,
+    target_fraction: float,
+    step: float,
+    mode: str = "importance",
+    recompute: bool = False,
+    min_heads_per_layer: int = 0,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Dev accuracy vs fraction of heads pruned (masking; the model is restored after).
+
+    `mode` "importance" uses `head_importance` (recomputed after each step
+    if `recompute`); "random" prunes uniformly random heads (seeded).
+    """
+    if mode not in ("importance", "random"):
+        raise ValueError(f"mode must be 'importance' or 'random'; got {mode!r}.")
+    encoder = model.encoder
+    original = head_mask(encoder)
+    rng = np.random.default_rng(seed)
+    random_scores = rng.random(original.shape)
+
+    def importance_fn(mask):
+        if mode == "random":
+            return random_scores
+        set_head_mask(encoder, mask)
+        return classifier_importance(model, data)
+
+    def metric_fn(mask):
+        set_head_mask(encoder, mask)
+        return ft.accuracy(model, data.eval_ids, data.eval_labels)
+
+    try:
+        steps = iterative_pruning(
+            original.shape,
+            importance_fn,
+            metric_fn,
+            target_fraction=target_fraction,
+            step=step,
+            recompute=recompute,
+            min_heads_per_layer=min_heads_per_layer,
+            progress=progress,
+        )
+    finally:
+        set_head_mask(encoder, original)
+    return [dataclasses.asdict(s) for s in steps]
+
+
+def save_pruned(
+    model: ft.SentenceClassifier,
+    output: str | os.PathLike,
+    report: dict[str, Any],
+    overwrite: bool = False,
+) -> pathlib.Path:
+    """Writes encoder checkpoint + classifier head + report atomically."""
+    import io
+
+    head = io.BytesIO()
+    kernel, bias = (w.numpy() for w in model.head.weights)
+    np.savez(head, kernel=kernel, bias=bias)
+    encoder = model.sentence_encoder
+    files = {REPORT_FILE: json.dumps(report, indent=2), HEAD_FILE: head.getvalue()}
+    return encoder.save(output, overwrite=overwrite, extra_files=files)
+
+
+def load_classifier(directory: str | os.PathLike) -> ft.SentenceClassifier | None:
+    """The classifier saved by `save_pruned`, or None if the directory has no head."""
+    from headsize_tf.pretrained import load_sentence_encoder
+
+    directory = pathlib.Path(directory)
+    if not (directory / HEAD_FILE).exists():
+        return None
+    weights = np.load(directory / HEAD_FILE)
+    encoder = load_sentence_encoder(checkpoint=directory)
+    model = ft.SentenceClassifier(encoder, int(weights["bias"].shape[0]))
+    model(ft.pad_batch([np.array([101, 102])], np.arange(1)))
+    model.head.set_weights([weights["kernel"], weights["bias"]])
+    return model
+
+
+def with_encoder(model: ft.SentenceClassifier, encoder) -> ft.SentenceClassifier:
+    """The same classifier head on another (e.g. pruned) encoder."""
+    source = model.sentence_encoder
+    sentence_encoder = SentenceEncoder(
+        encoder,
+        source.vocab_file,
+        lower_case=source.lower_case,
+        max_seq_length=source.max_seq_length,
+        pooling=source.pooling,
+        normalize=source.normalize,
+        source=source.source,
+    )
+    new = ft.SentenceClassifier(sentence_encoder, model.head.units)
+    new(ft.pad_batch([np.array([101, 102])], np.arange(1)))
+    new.head.set_weights(model.head.get_weights())
+    return new
+
+
+def plot_importance(importance: np.ndarray, path: str | os.PathLike, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1 + 0.45 * importance.shape[1], 1 + 0.45 * importance.shape[0]))
+    image = ax.imshow(importance, cmap="viridis", aspect="auto")
+    ax.set(xlabel="head", ylabel="layer", title=title or "head importance (layer-normalised)",
+           xticks=range(importance.shape[1]), yticks=range(importance.shape[0]))  # fmt: skip
+    fig.colorbar(image, ax=ax)
+    save_figure(fig, path)
+
+
+def plot_curves(curves: dict[str, Sequence[dict]], path: str | os.PathLike, baseline=None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, steps in curves.items():
+        ax.plot([100 * s["fraction"] for s in steps], [100 * s["metric"] for s in steps], "o-",
+                label=label, ms=3)  # fmt: skip
+    if baseline is not None:
+        ax.axhspan(100 * baseline - 1, 100 * baseline, color="k", alpha=0.08,
+                   label="within 1 point of unpruned")  # fmt: skip
+    ax.set(xlabel="heads pruned (%)", ylabel="dev accuracy (%)")
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def max_fraction_within(steps: Sequence[dict], points: float = 1.0) -> float:
+    """Largest pruned fraction whose metric is within `points` of the unpruned one
+    (and every smaller fraction too)."""
+    base = steps[0]["metric"]
+    best = 0.0
+    for s in steps:
+        if 100 * (base - s["metric"]) > points + 1e-9:
+            break
+        best = s["fraction"]
+    return best
+
+
+def prune_model(
+    model: ft.SentenceClassifier,
+    data: TaskData,
+    output: str | os.PathLike,
+    *,
+    target_fraction: float = 0.5,
+    step: float = 0.1,
+    recompute: bool = True,
+    min_heads_per_layer: int = 1,
+    overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Importance, curve to `target_fraction`, physical removal; writes `output`."""
+    output = pathlib.Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    importance = classifier_importance(model, data)
+    curve = pruning_curve(model, data, target_fraction=target_fraction, step=step,
+                          recompute=recompute, min_heads_per_layer=min_heads_per_layer)  # fmt: skip
+    final_mask = np.asarray(curve[-1]["mask"], np.float32)
+    start = time.perf_counter()
+    pruned_encoder = remove_heads(model.encoder, final_mask)
+    pruned = with_encoder(model, pruned_encoder)
+    seconds = time.perf_counter() - start
+    accuracy = ft.accuracy(pruned, data.eval_ids, data.eval_labels)
+    report = {
+        **(extra or {}),
+        "target_fraction": target_fraction,
+        "step": step,
+        "recompute": recompute,
+        "min_heads_per_layer": min_heads_per_layer,
+        "importance": importance.tolist(),
+        "curve": curve,
+        "pruned_heads": pruned_encoder.get_config()["pruned_heads"],
+        "params_before": int(model.encoder.count_params()),
+        "params_after": int(pruned_encoder.count_params()),
+        "removal_seconds": seconds,
+        "unpruned_accuracy": curve[0]["metric"],
+        "masked_accuracy": curve[-1]["metric"],
+        "pruned_accuracy": accuracy,
+    }
+    save_pruned(pruned, output, report, overwrite=overwrite)
+    plot_importance(importance, output / "importance.png")
+    plot_curves({"importance" + (" (recomputed)" if recompute else ""): curve},
+                output / "curve.png", baseline=curve[0]["metric"])  # fmt: skip
+    return report

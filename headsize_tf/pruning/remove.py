@@ -1,0 +1,137 @@
+"""Physical removal of pruned heads: smaller layers, fewer parameters and FLOPs.
+
+Masking a head (gate 0) keeps its cost; removing it slices the per-head
+weights: rows of the Q/K/V kernels (head axis) and of the output kernel; for
+collaborative heads the rows of the mixing matrix and of the content bias
+(the shared W_Q / W_K stay). The removed indices are recorded in the encoder
+config (`pruned_heads`), so the pruned model rebuilds from its config,
+restores from checkpoints and exports with the same outputs as the masked
+model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from headsize_tf.layers import CollaborativeAttention
+from headsize_tf.layers._head_attention import HeadAttentionBase
+from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
+
+
+def _head_weights(layer: HeadAttentionBase) -> list[tuple[object, int]]:
+    """(variable, head axis) of every per-head weight; shared weights have axis None."""
+    collaborative = isinstance(layer, CollaborativeAttention)
+    out: list[tuple[object, int | None]] = []
+    for role in ("query", "key"):
+        dense = getattr(layer, f"_{role}_dense")
+        out.append((dense.kernel, None if collaborative else 1))
+        if getattr(dense, "bias", None) is not None:
+            out.append((dense.bias, 0))
+    out.append((layer._value_dense.kernel, 1))
+    if getattr(layer._value_dense, "bias", None) is not None:
+        out.append((layer._value_dense.bias, 0))
+    out.append((layer._output_dense.kernel, 0))
+    if getattr(layer._output_dense, "bias", None) is not None:
+        out.append((layer._output_dense.bias, None))
+    if collaborative:
+        out.append((layer.mixing, 0))
+        if layer.content_bias is not None:
+            out.append((layer.content_bias, 1))
+    out.append((layer.head_gates, 0))
+    return out
+
+
+def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: Sequence[int]):
+    """Copies the heads at positions `keep` of `source` into built `target`."""
+    keep = list(keep)
+    src, dst = _head_weights(source), _head_weights(target)
+    if (
+        len(src) != len(dst)
+        or type(source) is not type(target)
+        and not (isinstance(source, HeadAttentionBase) and isinstance(target, HeadAttentionBase))
+    ):
+        raise ValueError(f"Layers {source.name!r} and {target.name!r} differ in structure.")
+    for (s_var, axis), (d_var, _) in zip(src, dst, strict=True):
+        value = s_var.numpy()
+        if axis is not None:
+            value = np.take(value, keep, axis=axis) if keep else np.take(value, [0], axis=axis)
+        if tuple(value.shape) != tuple(d_var.shape):
+            raise ValueError(
+                f"{d_var.name}: sliced shape {value.shape} does not match {tuple(d_var.shape)}."
+            )
+        d_var.assign(value)
+    if not keep:
+        target.set_head_mask([0.0])
+
+
+def head_mask(encoder: HeadsizeBertEncoder) -> np.ndarray:
+    """`[layers, num_attention_heads]` gates in original head numbering (removed = 0)."""
+    encoder.build_weights()
+    heads = encoder.get_config()["num_attention_heads"]
+    mask = np.zeros([len(encoder.attention_layers), heads], np.float32)
+    for i, block in enumerate(encoder._transformer_layers):
+        gates = block.attention_layer.head_gates.numpy()
+        for position, head in enumerate(block.kept_heads):
+            mask[i, head] = gates[position]
+    return mask
+
+
+def set_head_mask(encoder: HeadsizeBertEncoder, mask: np.ndarray | Sequence) -> None:
+    """Sets every layer's gates from a `[layers, num_attention_heads]` mask."""
+    encoder.build_weights()
+    mask = np.asarray(mask, np.float32)
+    heads = encoder.get_config()["num_attention_heads"]
+    expected = (len(encoder.attention_layers), heads)
+    if mask.shape != expected:
+        raise ValueError(f"Head mask has shape {mask.shape}; expected {expected} (layers x heads).")
+    for i, block in enumerate(encoder._transformer_layers):
+        removed = [h for h in block.pruned_heads if mask[i, h] != 0]
+        if removed:
+            raise ValueError(
+                f"Layer {i}: heads {removed} were removed; their mask entries must be 0."
+            )
+        kept = block.kept_heads
+        block.attention_layer.set_head_mask(mask[i, kept] if kept else [0.0])
+
+
+def remove_heads(
+    encoder: HeadsizeBertEncoder, mask: np.ndarray | None = None
+) -> HeadsizeBertEncoder:
+    """A new encoder without the heads whose mask entry is 0.
+
+    Args:
+      encoder: A `HeadsizeBertEncoder` (possibly already pruned).
+      mask: `[layers, num_attention_heads]`, 0 = remove; default: the
+        encoder's current gates (`head_mask`). Kept heads keep their gate
+        values.
+
+    Returns:
+      The pruned encoder (`pruned_heads` in its config); the source is left
+      unchanged.
+    """
+    current = head_mask(encoder)
+    mask = current if mask is None else np.asarray(mask, np.float32)
+    if mask.shape != current.shape:
+        raise ValueError(
+            f"Head mask has shape {mask.shape}; expected {current.shape} (layers x heads)."
+        )
+    config = dict(encoder.get_config())
+    previous = config.get("pruned_heads") or [[] for _ in range(mask.shape[0])]
+    pruned = []
+    for i, row in enumerate(mask):
+        gone = sorted(set(previous[i]) | {int(h) for h in np.flatnonzero(row == 0)})
+        pruned.append(gone)
+    config["pruned_heads"] = pruned
+    new = HeadsizeBertEncoder.from_config(config).build_weights()
+    new.copy_non_attention_weights(encoder)
+    for old_block, new_block, row in zip(
+        encoder._transformer_layers, new._transformer_layers, mask, strict=True
+    ):
+        positions = {head: p for p, head in enumerate(old_block.kept_heads)}
+        keep = [positions[h] for h in new_block.kept_heads]
+        copy_kept_heads(old_block.attention_layer, new_block.attention_layer, keep)
+        if new_block.kept_heads:
+            new_block.attention_layer.set_head_mask(row[new_block.kept_heads])
+    return new
