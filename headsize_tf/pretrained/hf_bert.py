@@ -224,6 +224,8 @@ def import_hf_bert(directory: str | os.PathLike, source: str | None = None) -> S
             f"{unused[:5]}{' ...' if len(unused) > 5 else ''}."
         )
     settings = _sentence_settings(directory)
+    positions = int(config.get("max_position_embeddings", 512))
+    settings["max_seq_length"] = min(settings["max_seq_length"], positions)
     return SentenceEncoder(
         encoder, directory / "vocab.txt", source=source or str(directory), **settings
     )

@@ -96,6 +96,9 @@ class SentenceEncoder(tf.Module):
         `[batch, length]` with `length <= max_seq_length` ([CLS] text [SEP]).
         """
         max_seq_length = self.max_seq_length if max_seq_length is None else max_seq_length
+        positions = self.encoder.get_config().get("max_sequence_length")
+        if positions and isinstance(max_seq_length, int):
+            max_seq_length = min(max_seq_length, positions)  # The encoder cannot see more.
         texts = tf.strings.regex_replace(texts, _CONTROL, "")
         texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
         if self.lower_case:

@@ -157,7 +157,7 @@ def load_classifier(directory: str | os.PathLike) -> ft.SentenceClassifier | Non
     weights = np.load(directory / HEAD_FILE)
     encoder = load_sentence_encoder(checkpoint=directory)
     model = ft.SentenceClassifier(encoder, int(weights["bias"].shape[0]))
-    model(ft.pad_batch([np.array([101, 102])], np.arange(1)))
+    model(ft.pad_batch([np.array(encoder.token_ids([""])[0])], np.arange(1)))
     model.head.set_weights([weights["kernel"], weights["bias"]])
     return model
 
@@ -175,7 +175,7 @@ def with_encoder(model: ft.SentenceClassifier, encoder) -> ft.SentenceClassifier
         source=source.source,
     )
     new = ft.SentenceClassifier(sentence_encoder, model.head.units)
-    new(ft.pad_batch([np.array([101, 102])], np.arange(1)))
+    new(ft.pad_batch([np.array(sentence_encoder.token_ids([""])[0])], np.arange(1)))
     new.head.set_weights(model.head.get_weights())
     return new
 

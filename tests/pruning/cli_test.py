@@ -1,0 +1,52 @@
+"""`headsize-tf prune` end to end on a tiny BERT checkpoint and real Rotten Tomatoes data."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from headsize_tf import cli
+from headsize_tf.experiments import finetune as ft
+from headsize_tf.pruning import head_mask, prune
+from tests.pretrained.hf_import_test import write_checkpoint
+
+
+class PruneCliTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _env(self, tmp_path, capsys):
+        self.tmp = tmp_path
+        self.capsys = capsys
+
+    def test_prune_writes_a_smaller_equivalent_model(self):
+        write_checkpoint(self.tmp / "bert")
+        out = self.tmp / "pruned"
+        argv = ["prune", "--checkpoint", str(self.tmp / "bert"), "--data-dir",
+                str(self.tmp / "data"), "--target-fraction", "0.5", "--step", "0.25",
+                "--finetune-epochs", "0.03", "--importance-examples", "64",
+                "--output", str(out)]  # fmt: skip
+        self.assertEqual(cli.main(argv), 0)
+        report = json.loads((out / "report.json").read_text())
+        self.assertEqual([p["fraction"] for p in report["curve"]], [0.0, 0.25, 0.5])
+        self.assertEqual([p["heads_pruned"] for p in report["curve"]], [0, 2, 4])
+        self.assertEqual(np.asarray(report["importance"]).shape, (2, 4))
+        self.assertEqual(sum(len(h) for h in report["pruned_heads"]), 4)
+        self.assertTrue(all(len(h) <= 3 for h in report["pruned_heads"]))  # >= 1 head kept
+        self.assertLess(report["params_after"], report["params_before"])
+        self.assertAllClose(report["pruned_accuracy"], report["masked_accuracy"], atol=1e-9)
+        for plot in ("importance.png", "curve.png"):
+            self.assertGreater((out / plot).stat().st_size, 5_000)
+        model = prune.load_classifier(out)
+        self.assertEqual(int((head_mask(model.encoder) == 0).sum()), 4)
+        splits = ft.rotten_tomatoes_splits(self.tmp / "data")
+        ids = ft.tokenize_all(model.sentence_encoder, splits["dev"][0], 64)
+        self.assertAllClose(ft.accuracy(model, ids, splits["dev"][1]), report["pruned_accuracy"])
+        self.assertEqual(cli.main(argv), 2)
+        self.assertIn("exists; pass --overwrite", self.capsys.readouterr().err)
+
+    def test_bad_fractions(self):
+        for flag, value in (("--target-fraction", "1.0"), ("--step", "-0.1")):
+            with self.assertRaises(SystemExit):
+                cli.main(["prune", "--model", "minilm-l6", flag, value, "--output", "x"])
+            self.assertIn(f"expected a fraction in [0, 1), got '{value}'",
+                          self.capsys.readouterr().err)  # fmt: skip
