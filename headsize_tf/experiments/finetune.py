@@ -175,13 +175,16 @@ def finetune(
     optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias", "LayerNorm"])
     loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
+    # The encoder's CLS pooler is unused (mean pooling): leave it out.
+    variables = [v for v in model.trainable_variables if "pooler" not in v.name]
+
     @tf.function(input_signature=[_SPEC, tf.TensorSpec([None], tf.int32)], reduce_retracing=True)
     def step(inputs, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(inputs, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
+        grads = tape.gradient(loss, variables)
         grads, _ = tf.clip_by_global_norm(grads, 1.0)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
     progbar = tf_keras.utils.Progbar(total, verbose=verbose, stateful_metrics=["loss"])
