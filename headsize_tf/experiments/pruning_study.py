@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = ft.rotten_tomatoes_splits(args.data_dir)
     model = _finetuned(args, splits)
     data = prune.task_data(model.sentence_encoder, splits)
-    importance_path = runs / "importance.json"
+    importance_path = runs / "importance_scores.json"
     if not importance_path.exists():
         write_json(importance_path, prune.classifier_importance(model, data).tolist())
     importance = np.asarray(json.loads(importance_path.read_text()))

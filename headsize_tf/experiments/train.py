@@ -27,10 +27,13 @@ class ConfigError(ValueError):
 def build_params(
     experiment: str,
     config_files: Sequence[str] = (),
-    params_override: str | None = None,
+    params_override: str | dict | None = None,
     data_dir: str | None = None,
 ):
-    """The validated `ExperimentConfig` of a registered experiment."""
+    """The validated `ExperimentConfig` of a registered experiment.
+
+    `params_override` is a `a.b=c,...` string or a nested dict (which can set None).
+    """
     from official.core import exp_factory
     from official.modeling import hyperparams
 
@@ -229,7 +232,7 @@ def run(
     experiment: str,
     model_dir: str,
     config_files: Sequence[str] = (),
-    params_override: str | None = None,
+    params_override: str | dict | None = None,
     mode: str = "train_and_eval",
     strategy: str = "default",
     cpu_devices: int = 1,
