@@ -517,6 +517,46 @@ def _run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_export_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="SavedModel (TF Serving layout) with raw-text and token-id signatures",
+        description="Writes EXPORT_DIR/VERSION/ atomically: serving_default takes raw strings "
+        "(tensorflow-text tokenisation in the graph), serve_ids takes int32 ids and masks. "
+        "embedding: sentence vectors; sentence_prediction: logits and probabilities of a "
+        "classifier checkpoint written by `headsize-tf prune`.",
+    )
+    _add_model_source(p)
+    p.add_argument("--task", choices=["embedding", "sentence_prediction"], required=True)
+    p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
+    p.add_argument("--version", type=_positive_int, default=1)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from headsize_tf import serving
+    from headsize_tf.pretrained import load_sentence_encoder
+
+    head = None
+    if args.task == "sentence_prediction":
+        from headsize_tf.pruning import prune
+
+        model = prune.load_classifier(args.checkpoint) if args.checkpoint else None
+        if model is None:
+            raise ValueError(
+                "--task sentence_prediction needs --checkpoint DIR with a classifier head "
+                f"({prune.HEAD_FILE}, written by `headsize-tf prune`)."
+            )
+        encoder, head = model.sentence_encoder, model.head
+    else:
+        encoder = load_sentence_encoder(args.model, args.checkpoint)
+    module = serving.ServingModule(encoder, args.task, head)
+    path = serving.export(module, args.output, args.version, args.overwrite)
+    print(f"exported: {path} (signatures: serving_default [text], serve_ids [ids, mask])")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headsize-tf",
@@ -536,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze_parser(subparsers)
     _add_prune_parser(subparsers)
     _add_tune_parser(subparsers)
+    _add_export_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,94 @@
+"""SavedModel export in the TF Serving layout, tokenisation inside the graph.
+
+`EXPORT_DIR/VERSION/` holds a SavedModel with two signatures:
+
+* `serving_default(text: string[batch])`: raw text in; WordPiece tokenisation
+  with tensorflow-text inside the graph, so clients send strings;
+* `serve_ids(input_word_ids, input_mask: int32[batch, length])`: token ids in.
+
+Outputs by task: `embedding` -> `embeddings` [batch, width] (pooled, as the
+encoder's sentence-transformers config says); `sentence_prediction` ->
+`logits` and `probabilities` [batch, classes]. Loading needs only
+`tensorflow` and `tensorflow_text` (for the tokeniser ops). The version
+directory is written to a temporary sibling and renamed on success, so a
+failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from headsize_tf.pretrained import SentenceEncoder
+
+TASKS = ("embedding", "sentence_prediction")
+_IDS = tf.TensorSpec([None, None], tf.int32, name="input_word_ids")
+_MASK = tf.TensorSpec([None, None], tf.int32, name="input_mask")
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+
+
+class ServingModule(tf.Module):
+    """The exported graph: a `SentenceEncoder` and, for classification, its head."""
+
+    def __init__(self, sentence_encoder: SentenceEncoder, task: str, head=None):
+        super().__init__(name="headsize_serving")
+        if task not in TASKS:
+            raise ValueError(f"Unknown export task {task!r}; expected one of {list(TASKS)}.")
+        if task == "sentence_prediction" and head is None:
+            raise ValueError("task 'sentence_prediction' needs a classifier head.")
+        self.sentence_encoder = sentence_encoder
+        self.head = head
+        self.task = task
+
+    def _outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        if self.task == "embedding":
+            return {"embeddings": self.sentence_encoder.embed_inputs(inputs)}
+        encoder_outputs = self.sentence_encoder.encoder(inputs, training=False)
+        mask = tf.cast(inputs["input_mask"], encoder_outputs["sequence_output"].dtype)[..., None]
+        pooled = tf.reduce_sum(encoder_outputs["sequence_output"] * mask, axis=1) / tf.maximum(
+            tf.reduce_sum(mask, axis=1), 1.0
+        )
+        logits = self.head(pooled)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
+
+    @tf.function(input_signature=[_TEXT])
+    def serve_text(self, text):
+        return self._outputs(self.sentence_encoder.tokenize(text))
+
+    @tf.function(input_signature=[_IDS, _MASK])
+    def serve_ids(self, input_word_ids, input_mask):
+        inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
+                  "input_type_ids": tf.zeros_like(input_word_ids)}  # fmt: skip
+        return self._outputs(inputs)
+
+
+def export(
+    module: ServingModule,
+    export_dir: str | os.PathLike,
+    version: int = 1,
+    overwrite: bool = False,
+) -> pathlib.Path:
+    """Writes `export_dir/version/` atomically; returns that directory."""
+    if isinstance(version, bool) or not isinstance(version, int) or version <= 0:
+        raise ValueError(f"version must be a positive integer; got {version!r}.")
+    export_dir = pathlib.Path(export_dir)
+    final = export_dir / str(version)
+    if final.exists() and not overwrite:
+        raise FileExistsError(
+            f"Export version {final} exists; pass --overwrite or another --version."
+        )
+    export_dir.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=export_dir))
+    try:
+        signatures = {"serving_default": module.serve_text, "serve_ids": module.serve_ids}
+        tf.saved_model.save(module, str(tmp / "model"), signatures=signatures)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp / "model", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

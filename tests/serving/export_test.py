@@ -1,0 +1,109 @@
+"""`headsize-tf export`: SavedModels served from a process without our code."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from headsize_tf import cli, serving
+from headsize_tf.experiments import finetune as ft
+from headsize_tf.pretrained import load_sentence_encoder
+from headsize_tf.pruning import prune
+from tests.pretrained.hf_import_test import write_checkpoint
+
+TEXTS = ["the cat sat on a mat.", "Dogs!", "", "a DOG, the cat and w3 w4 w5 unknownword"]
+SERVE = """
+import json, sys
+import numpy as np, tensorflow as tf, tensorflow_text  # noqa: F401 (tokeniser ops)
+model = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.argv[2])
+out = model.signatures["serving_default"](text=tf.constant(texts))
+ids = model.signatures["serve_ids"](input_word_ids=tf.constant(json.loads(sys.argv[3])),
+                                   input_mask=tf.constant(json.loads(sys.argv[4])))
+np.savez(sys.argv[5], **{f"text_{k}": v.numpy() for k, v in out.items()},
+         **{f"ids_{k}": v.numpy() for k, v in ids.items()})
+assert "headsize_tf" not in sys.modules and "official" not in sys.modules
+"""
+
+
+def _serve(path, texts, inputs, out):
+    ids = inputs["input_word_ids"].numpy().tolist()
+    mask = inputs["input_mask"].numpy().tolist()
+    subprocess.run([sys.executable, "-c", SERVE, str(path), json.dumps(texts), json.dumps(ids),
+                    json.dumps(mask), str(out)], check=True, capture_output=True)  # fmt: skip
+    return dict(np.load(out))
+
+
+class ExportTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _env(self, tmp_path, capsys):
+        self.tmp = tmp_path
+        self.capsys = capsys
+        write_checkpoint(tmp_path / "bert")
+
+    def test_embedding_export_serves_raw_text(self):
+        code = cli.main(["export", "--checkpoint", str(self.tmp / "bert"), "--task", "embedding",
+                         "--output", str(self.tmp / "export")])  # fmt: skip
+        self.assertEqual(code, 0)
+        model = load_sentence_encoder(checkpoint=self.tmp / "bert")
+        expected = model.embed(TEXTS)
+        inputs = model.tokenize(tf.constant(TEXTS))
+        served = _serve(self.tmp / "export" / "1", TEXTS, inputs, self.tmp / "out.npz")
+        self.assertAllClose(served["text_embeddings"], expected, atol=1e-5)
+        self.assertAllClose(served["ids_embeddings"], expected, atol=1e-5)
+        show = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli",
+                               "show", "--dir", str(self.tmp / "export" / "1"), "--all"],
+                              check=True, capture_output=True, text=True).stdout  # fmt: skip
+        self.assertIn("signature_def['serving_default']", show)
+        self.assertIn("signature_def['serve_ids']", show)
+        self.assertIn("outputs['embeddings']", show)
+
+    def test_classifier_export_and_overwrite_rules(self):
+        encoder = load_sentence_encoder(checkpoint=self.tmp / "bert")
+        classifier = ft.SentenceClassifier(encoder, 2)
+        classifier(encoder.tokenize(tf.constant(TEXTS)))
+        prune.save_pruned(classifier, self.tmp / "clf", {})
+        argv = ["export", "--checkpoint", str(self.tmp / "clf"), "--task", "sentence_prediction",
+                "--output", str(self.tmp / "export"), "--version", "3"]  # fmt: skip
+        self.assertEqual(cli.main(argv), 0)
+        inputs = encoder.tokenize(tf.constant(TEXTS))
+        logits = classifier(inputs).numpy()
+        served = _serve(self.tmp / "export" / "3", TEXTS, inputs, self.tmp / "out.npz")
+        self.assertAllClose(served["text_logits"], logits, atol=1e-5)
+        self.assertAllClose(served["text_probabilities"], tf.nn.softmax(logits), atol=1e-5)
+        self.assertAllClose(served["ids_logits"], logits, atol=1e-5)
+        stamp = (self.tmp / "export" / "3" / "saved_model.pb").stat().st_mtime_ns
+        self.assertEqual(cli.main(argv), 2)
+        self.assertIn("export/3 exists; pass --overwrite", self.capsys.readouterr().err)
+        self.assertEqual((self.tmp / "export" / "3" / "saved_model.pb").stat().st_mtime_ns, stamp)
+        self.assertEqual(cli.main([*argv, "--overwrite"]), 0)
+        self.assertEqual(sorted(p.name for p in (self.tmp / "export").iterdir()), ["3"])
+        # A checkpoint without a classifier head cannot be exported as a classifier.
+        bad = ["export", "--checkpoint", str(self.tmp / "bert"), "--task", "sentence_prediction",
+               "--output", str(self.tmp / "export2")]  # fmt: skip
+        self.assertEqual(cli.main(bad), 2)
+        self.assertIn("needs --checkpoint DIR with a classifier head", self.capsys.readouterr().err)
+
+    def test_failed_export_leaves_nothing(self):
+        encoder = load_sentence_encoder(checkpoint=self.tmp / "bert")
+        module = serving.ServingModule(encoder, "embedding")
+        original = tf.saved_model.save
+
+        def broken(*args, **kwargs):
+            original(*args, **kwargs)
+            raise OSError("disk full")
+
+        tf.saved_model.save = broken
+        try:
+            with self.assertRaisesRegex(OSError, "disk full"):
+                serving.export(module, self.tmp / "export")
+        finally:
+            tf.saved_model.save = original
+        self.assertEqual(list((self.tmp / "export").iterdir()), [])
+        with self.assertRaisesRegex(ValueError, "version must be a positive integer; got 0"):
+            serving.export(module, self.tmp / "export", version=0)
+        with self.assertRaisesRegex(ValueError, "Unknown export task 'lm'"):
+            serving.ServingModule(encoder, "lm")
