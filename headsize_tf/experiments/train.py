@@ -18,6 +18,7 @@ import tensorflow as tf
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 MODES = ("train", "eval", "train_and_eval")
 DATA_DIR_TOKEN = "${DATA_DIR}"
+EXPERIMENT_FILE = "headsize_experiment.json"  # Names the experiment of a model_dir.
 
 
 class ConfigError(ValueError):
@@ -271,6 +272,9 @@ def run(
         )
     if "train" in mode:
         train_utils.serialize_config(params, model_dir)
+        from headsize_tf.io_utils import write_json
+
+        write_json(os.path.join(model_dir, EXPERIMENT_FILE), {"experiment": experiment})
     model, logs = train_lib.run_experiment(
         distribution_strategy=dist,
         task=task,
@@ -307,3 +311,36 @@ def _is_scalar(value: Any) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+def load_trained_model(model_dir: str):
+    """(params, model) of a finished `run`: config from the model_dir, latest weights.
+
+    The model_dir must hold `params.yaml`, `headsize_experiment.json` (both
+    written by `run`) and a checkpoint.
+    """
+    import json
+
+    from official.core import exp_factory, task_factory
+    from official.modeling import hyperparams
+
+    from headsize_tf.configs import experiments  # noqa: F401  (registers experiments)
+
+    names = {p: os.path.join(model_dir, p) for p in ("params.yaml", EXPERIMENT_FILE)}
+    missing = [p for p, path in names.items() if not os.path.exists(path)]
+    if missing:
+        raise ConfigError(
+            f"{model_dir} is not a `headsize-tf train` model_dir: it has no {missing}."
+        )
+    with open(names[EXPERIMENT_FILE]) as f:
+        experiment = json.load(f)["experiment"]
+    params = exp_factory.get_exp_config(experiment)
+    params = hyperparams.override_params_dict(params, names["params.yaml"], is_strict=True)
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest is None:
+        raise ConfigError(f"{model_dir} holds no checkpoint.")
+    task = task_factory.get_task(params.task)
+    model = task.build_model()
+    status = tf.train.Checkpoint(model=model).read(latest)
+    status.expect_partial().assert_existing_objects_matched()
+    return params, model

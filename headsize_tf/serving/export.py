@@ -32,27 +32,30 @@ _TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
 class ServingModule(tf.Module):
-    """The exported graph: a `SentenceEncoder` and, for classification, its head."""
+    """The exported graph: a tokenising `SentenceEncoder` and, for classification, a classifier.
 
-    def __init__(self, sentence_encoder: SentenceEncoder, task: str, head=None):
+    Args:
+      sentence_encoder: Tokeniser and (for "embedding") the encoder and pooling.
+      task: "embedding" or "sentence_prediction".
+      classifier: For "sentence_prediction": a callable mapping the encoder
+        inputs dict to logits (a `SentenceClassifier` or Model Garden's
+        `BertClassifier`).
+    """
+
+    def __init__(self, sentence_encoder: SentenceEncoder, task: str, classifier=None):
         super().__init__(name="headsize_serving")
         if task not in TASKS:
             raise ValueError(f"Unknown export task {task!r}; expected one of {list(TASKS)}.")
-        if task == "sentence_prediction" and head is None:
-            raise ValueError("task 'sentence_prediction' needs a classifier head.")
+        if task == "sentence_prediction" and classifier is None:
+            raise ValueError("task 'sentence_prediction' needs a classifier.")
         self.sentence_encoder = sentence_encoder
-        self.head = head
+        self.classifier = classifier
         self.task = task
 
     def _outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         if self.task == "embedding":
             return {"embeddings": self.sentence_encoder.embed_inputs(inputs)}
-        encoder_outputs = self.sentence_encoder.encoder(inputs, training=False)
-        mask = tf.cast(inputs["input_mask"], encoder_outputs["sequence_output"].dtype)[..., None]
-        pooled = tf.reduce_sum(encoder_outputs["sequence_output"] * mask, axis=1) / tf.maximum(
-            tf.reduce_sum(mask, axis=1), 1.0
-        )
-        logits = self.head(pooled)
+        logits = tf.cast(self.classifier(inputs, training=False), tf.float32)
         return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
 
     @tf.function(input_signature=[_TEXT])
@@ -92,3 +95,24 @@ def export(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def experiment_classifier(model_dir: str, vocab_file: str | None = None):
+    """(SentenceEncoder for tokenising, BertClassifier) of a sentence_prediction model_dir.
+
+    The vocabulary defaults to `vocab.txt` next to the training data (the
+    layout `headsize-tf data prepare` writes).
+    """
+    from headsize_tf.experiments import train
+
+    params, model = train.load_trained_model(model_dir)
+    if not hasattr(params.task, "metric_type"):
+        raise ValueError(f"{model_dir} is not a sentence_prediction model_dir.")
+    if vocab_file is None:
+        vocab_file = os.path.join(os.path.dirname(params.task.train_data.input_path), "vocab.txt")
+    if not os.path.exists(vocab_file):
+        raise ValueError(f"Vocabulary {vocab_file!r} does not exist; pass --vocab-file.")
+    encoder = model.checkpoint_items["encoder"]
+    tokenizer = SentenceEncoder(encoder, vocab_file, max_seq_length=params.task.train_data.seq_length,
+                                pooling="cls", normalize=False, source=model_dir)  # fmt: skip
+    return tokenizer, model

@@ -85,7 +85,8 @@ class ExportTest(tf.test.TestCase):
         bad = ["export", "--checkpoint", str(self.tmp / "bert"), "--task", "sentence_prediction",
                "--output", str(self.tmp / "export2")]  # fmt: skip
         self.assertEqual(cli.main(bad), 2)
-        self.assertIn("needs --checkpoint DIR with a classifier head", self.capsys.readouterr().err)
+        self.assertIn("needs --model_dir or --checkpoint DIR with a classifier head",
+                      self.capsys.readouterr().err)  # fmt: skip
 
     def test_failed_export_leaves_nothing(self):
         encoder = load_sentence_encoder(checkpoint=self.tmp / "bert")
