@@ -134,6 +134,16 @@ def markdown(summary: dict, command: str, args) -> str:
             f"{100 * r['dev_accuracy_mean']:.2f} ± {100 * r['dev_accuracy_std']:.2f} | {lost} | "
             f"{100 * r['test_accuracy_mean']:.2f} | {','.join(map(str, r['seeds']))} |"
         )
+    at192 = next((r for r in summary["rows"] if r["shared_key_dim"] == 192), None)
+    if at192 is not None and "dev_points_lost" in at192:
+        lost = at192["dev_points_lost"]
+        lines += [
+            "",
+            f"Target (the paper: < 1.5 points lost at 2x compression): ≤ 1.5 dev points lost at "
+            f"D = 192 — {'met' if lost <= 1.5 else 'NOT met'} ({lost:+.2f} points, mean over "
+            f"seeds {','.join(map(str, at192['seeds']))}).",
+        ]
+    lines += ["", "![compression](compression.png)"]
     return "\n".join(lines) + "\n"
 
 
