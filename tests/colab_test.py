@@ -1,0 +1,48 @@
+"""Every Colab notebook runs top to bottom in SMOKE mode (CPU, no TPU)."""
+
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+COLAB = pathlib.Path(__file__).resolve().parents[1] / "colab"
+NOTEBOOKS = sorted(COLAB.glob("*.ipynb"))
+
+
+def test_there_are_six_notebooks_with_badge_and_purpose():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        first = nb.cells[0]
+        assert first.cell_type == "markdown"
+        assert "colab.research.google.com/github/" in first.source
+        assert f"colab/{path.name}" in first.source
+        assert len(first.source.split("\n\n")[-1]) > 100  # a purpose paragraph
+        params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(params) == 1 and "SMOKE = False" in params[0].source
+
+
+def test_notebooks_are_built_from_the_generator():
+    import subprocess
+    import sys
+
+    before = {p: p.read_text() for p in NOTEBOOKS}
+    subprocess.run([sys.executable, str(COLAB / "build_notebooks.py")], check=True)
+    for path, text in before.items():
+        assert path.read_text() == text, f"{path.name} differs from colab/build_notebooks.py"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
+    monkeypatch.delenv("TF_DETERMINISTIC_OPS", raising=False)  # As on Colab.
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            cell.source = "SMOKE = True"
+    client = NotebookClient(nb, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})  # fmt: skip
+    client.execute()  # Raises CellExecutionError naming the failing cell.
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]  # fmt: skip
+    assert not errors
