@@ -8,6 +8,12 @@ import pathlib
 from typing import Any
 
 
+def cache_root() -> pathlib.Path:
+    """`$XDG_CACHE_HOME/headsize_tf` (default `~/.cache/headsize_tf`)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(cache) / "headsize_tf"
+
+
 def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
     """Writes `text` to `path` through a temporary file renamed into place."""
     path = pathlib.Path(path)

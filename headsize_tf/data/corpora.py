@@ -69,8 +69,9 @@ def default_data_dir() -> pathlib.Path:
     env = os.environ.get("HEADSIZE_TF_DATA_DIR")
     if env:
         return pathlib.Path(env)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(cache) / "headsize_tf" / "data"
+    from headsize_tf.io_utils import cache_root
+
+    return cache_root() / "data"
 
 
 def _fix_command(name: str, data_dir: pathlib.Path) -> str:

@@ -36,20 +36,11 @@ def _source(model: str):
 
 
 def _compressed(model: str, dim: int, max_iter: int):
-    from headsize_tf.pretrained import SentenceEncoder
     from headsize_tf.reparam import compress_encoder
 
     source = _source(model)
     encoder, reports = compress_encoder(source.encoder, dim, progress=False, max_iter=max_iter)
-    compressed = SentenceEncoder(
-        encoder,
-        source.vocab_file,
-        lower_case=source.lower_case,
-        max_seq_length=source.max_seq_length,
-        pooling=source.pooling,
-        normalize=source.normalize,
-        source=f"{model} D={dim}",
-    )
+    compressed = source.with_encoder(encoder, f"{model} D={dim}")
     return source, compressed, reports
 
 

@@ -63,8 +63,9 @@ def default_cache_dir() -> pathlib.Path:
     env = os.environ.get("HEADSIZE_TF_CACHE_DIR")
     if env:
         return pathlib.Path(env)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(cache) / "headsize_tf" / "pretrained"
+    from headsize_tf.io_utils import cache_root
+
+    return cache_root() / "pretrained"
 
 
 def fetch_pretrained(name: str, cache_dir: str | os.PathLike | None = None) -> pathlib.Path:

@@ -86,6 +86,20 @@ class SentenceEncoder(tf.Module):
             self.vocab_file, lower_case=False, token_out_type=tf.int32
         )
 
+    def with_encoder(
+        self, encoder: HeadsizeBertEncoder, source: str | None = None
+    ) -> SentenceEncoder:
+        """The same tokeniser and pooling around another (compressed, pruned) encoder."""
+        return SentenceEncoder(
+            encoder,
+            self.vocab_file,
+            lower_case=self.lower_case,
+            max_seq_length=self.max_seq_length,
+            pooling=self.pooling,
+            normalize=self.normalize,
+            source=self.source if source is None else source,
+        )
+
     # ------------------------------------------------------------ tokenising
     def tokenize(
         self, texts: tf.Tensor, max_seq_length: int | tf.Tensor | None = None

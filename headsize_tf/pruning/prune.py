@@ -164,16 +164,7 @@ def load_classifier(directory: str | os.PathLike) -> ft.SentenceClassifier | Non
 
 def with_encoder(model: ft.SentenceClassifier, encoder) -> ft.SentenceClassifier:
     """The same classifier head on another (e.g. pruned) encoder."""
-    source = model.sentence_encoder
-    sentence_encoder = SentenceEncoder(
-        encoder,
-        source.vocab_file,
-        lower_case=source.lower_case,
-        max_seq_length=source.max_seq_length,
-        pooling=source.pooling,
-        normalize=source.normalize,
-        source=source.source,
-    )
+    sentence_encoder = model.sentence_encoder.with_encoder(encoder)
     new = ft.SentenceClassifier(sentence_encoder, model.head.units)
     new(ft.pad_batch([np.array(sentence_encoder.token_ids([""])[0])], np.arange(1)))
     new.head.set_weights(model.head.get_weights())

@@ -82,14 +82,8 @@ def compress(
         source.encoder, shared_key_dim, progress=progress, **cp_kwargs
     )
     seconds = time.perf_counter() - start
-    compressed = SentenceEncoder(
-        new_encoder,
-        source.vocab_file,
-        lower_case=source.lower_case,
-        max_seq_length=source.max_seq_length,
-        pooling=source.pooling,
-        normalize=source.normalize,
-        source=f"{source.source} compressed to shared_key_dim={shared_key_dim}",
+    compressed = source.with_encoder(
+        new_encoder, f"{source.source} compressed to shared_key_dim={shared_key_dim}"
     )
     report: dict[str, Any] = {
         "source": source.source,

@@ -1,0 +1,233 @@
+"""Bhojanapalli et al. (2020) at small scale: Jane Austen language models.
+
+* R1 (their Fig. 1): standard baselines of width {64, 96, 128} (4 heads, head
+  size = width / 4) vs fixed head size 32 at width 64 with the head count that
+  matches each baseline's parameters: test perplexity vs parameters.
+* R2 (Fig. 3a / Table 2A): width 64, heads {2, 4, 8, 16, 32}: baseline (head
+  size 64 / heads) vs fixed head size 32.
+* R3 (Table 2B): width 64, 8 heads, head size {8, 16, 32, 64}.
+
+Every run: 2 pre-LN layers, FFN 4 x width, WordPiece vocab 4096, sequences of
+128, batch 32, `--steps` steps (the same token budget for all: steps x 4096
+tokens), Adam with the same schedule, test perplexity on the held-out novel
+(Persuasion). Each (config, seed) writes its own run file and a rerun skips it,
+so the set resumes across sessions; the summary is rebuilt from the run files.
+
+    python -m headsize_tf.experiments.reproduce --output results/reproduction
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from headsize_tf.io_utils import save_figure, write_atomic, write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class LMRun:
+    width: int
+    heads: int
+    attention_type: str
+    head_size: int | None
+
+    @property
+    def key(self) -> str:
+        """Names the model; a fixed head of size width / heads *is* the baseline (one run)."""
+        size = self.head_size if self.attention_type == "fixed_head" else self.width // self.heads
+        standard = self.width % self.heads == 0 and size == self.width // self.heads
+        return f"{'std' if standard else 'fixed'}_w{self.width}_h{self.heads}_p{size}"
+
+    def spec(self):
+        from headsize_tf import params
+
+        return params.EncoderSpec(vocab_size=4096, width=self.width, num_layers=2,
+                                  num_heads=self.heads, attention_type=self.attention_type,
+                                  head_size=self.head_size, intermediate_size=4 * self.width,
+                                  max_sequence_length=128)  # fmt: skip
+
+    def params(self) -> int:
+        from headsize_tf import params
+
+        return params.causal_lm_params(self.spec()).trainable
+
+
+def plan() -> dict[str, list[LMRun]]:
+    from headsize_tf import params
+
+    r1 = []
+    for width in (64, 96, 128):
+        baseline = LMRun(width, 4, "standard", None)
+        candidate = LMRun(64, 1, "fixed_head", 32)
+        heads = params.match_num_heads(
+            baseline.params(),
+            lambda h, c=candidate: dataclasses.replace(c, heads=h).params(),
+            range(1, 65),
+        )
+        r1 += [baseline, dataclasses.replace(candidate, heads=heads)]
+    r2 = []
+    for heads in (2, 4, 8, 16, 32):
+        r2 += [LMRun(64, heads, "standard", None), LMRun(64, heads, "fixed_head", 32)]
+    r3 = [LMRun(64, 8, "fixed_head", size) for size in (8, 16, 32, 64)]
+    return {"R1": r1, "R2": r2, "R3": r3}
+
+
+def _override(run: LMRun, steps: int, test_batches: int) -> dict:
+    return {
+        "task": {
+            "model": {"vocab_size": 4096, "hidden_size": run.width, "num_layers": 2,
+                      "num_attention_heads": run.heads, "attention_type": run.attention_type,
+                      "head_size": run.head_size, "intermediate_size": 4 * run.width,
+                      "max_sequence_length": 128, "dropout_rate": 0.0},
+            "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
+                           "global_batch_size": 32, "seq_length": 128},
+            "validation_data": {"input_path": "${DATA_DIR}/austen/lm_test.tfrecord",
+                                "global_batch_size": 32, "seq_length": 128,
+                                "is_training": False, "drop_remainder": False},
+        },
+        "trainer": {
+            "train_steps": steps, "validation_steps": test_batches, "steps_per_loop": 100,
+            "summary_interval": 100, "checkpoint_interval": 200, "validation_interval": steps,
+            "optimizer_config": {
+                "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
+                "learning_rate": {"polynomial": {"initial_learning_rate": 2e-3,
+                                                 "decay_steps": steps}},
+                "warmup": {"polynomial": {"warmup_steps": steps // 10}},
+            },
+        },
+    }  # fmt: skip
+
+
+def run_all(args) -> dict:
+    from headsize_tf.data import corpora
+    from headsize_tf.experiments import train
+
+    corpora.prepare("austen", args.data_dir)
+    manifest = corpora.load_manifest("austen", args.data_dir)
+    test_windows = manifest["stats"]["splits"]["test"]["lm_examples"]
+    test_batches = int(np.ceil(test_windows / 32))
+    out = pathlib.Path(args.output)
+    experiments = {k: v for k, v in plan().items() if not args.only or k in args.only}
+    unique = {}
+    for runs in experiments.values():
+        for run in runs:
+            unique.setdefault(run.key, run)
+    for seed in args.seeds:
+        for key, run in unique.items():
+            path = out / "runs" / f"{key}_seed{seed}.json"
+            if path.exists():
+                continue
+            print(f"[run] {key} seed {seed} ({run.params():,} params)", flush=True)
+            start = time.perf_counter()
+            model_dir = pathlib.Path(args.work_dir) / f"{key}_seed{seed}"
+            result = train.run("headsize_lm/language_modeling", str(model_dir),
+                               params_override=_override(run, args.steps, test_batches),
+                               data_dir=args.data_dir, seed=seed)  # fmt: skip
+            record = {**dataclasses.asdict(run), "key": key, "seed": seed,
+                      "params": run.params(), "steps": args.steps,
+                      "tokens": args.steps * 32 * 128,
+                      "test_perplexity": result.metrics["perplexity"],
+                      "test_loss": result.metrics["validation_loss"],
+                      "seconds": time.perf_counter() - start}  # fmt: skip
+            write_json(path, record)
+            print(f"[done] {key} seed {seed}: test perplexity {record['test_perplexity']:.2f}",
+                  flush=True)  # fmt: skip
+    return summarize(out, experiments)
+
+
+def summarize(out: pathlib.Path, experiments: dict[str, list[LMRun]]) -> dict:
+    records: dict[str, list[dict]] = {}
+    for path in sorted((out / "runs").glob("*.json")):
+        r = json.loads(path.read_text())
+        records.setdefault(r["key"], []).append(r)
+    summary = {}
+    for name, runs in experiments.items():
+        rows = []
+        for run in runs:
+            got = records.get(run.key, [])
+            ppl = [r["test_perplexity"] for r in got]
+            rows.append({"key": run.key, **dataclasses.asdict(run), "params": run.params(),
+                         "seeds": sorted(r["seed"] for r in got),
+                         "mean": float(np.mean(ppl)) if ppl else None,
+                         "std": float(np.std(ppl)) if ppl else None})  # fmt: skip
+        summary[name] = rows
+    return summary
+
+
+def markdown(summary: dict, command: str, steps: int) -> str:
+    lines = ["# Bhojanapalli et al. (2020) at small scale: Jane Austen LMs", "",
+             f"Command: `{command}`", "",
+             f"2 pre-LN layers, FFN 4 x width, vocab 4096, sequence 128, batch 32, {steps} steps "
+             f"({steps * 4096:,} training tokens per run), AdamW 2e-3 with 10% warm-up and linear "
+             "decay; test perplexity on Persuasion; mean ± std over seeds.", ""]  # fmt: skip
+    titles = {"R1": "R1 (Fig. 1): narrower fixed-head models vs wider baselines at equal "
+                    "parameters",
+              "R2": "R2 (Fig. 3a): width 64, more heads: baseline (head = 64 / heads) vs fixed "
+                    "head 32",
+              "R3": "R3 (Table 2B): width 64, 8 heads, head size varied"}  # fmt: skip
+    for name, rows in summary.items():
+        lines += [f"## {titles[name]}", "", "| model | width | heads | head size | params | "
+                  "test perplexity | seeds |", "|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+        for r in rows:
+            size = r["head_size"] or r["width"] // r["heads"]
+            ppl = "not run" if r["mean"] is None else f"{r['mean']:.2f} ± {r['std']:.2f}"
+            lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {size} | "
+                         f"{r['params']:,} | {ppl} | {','.join(map(str, r['seeds']))} |")  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.8))
+    axes = np.atleast_1d(axes)
+    for ax, (name, rows) in zip(axes, summary.items(), strict=True):
+        for kind, label in (("standard", "baseline (head = width / heads)"),
+                            ("fixed_head", "fixed head size")):  # fmt: skip
+            pts = [r for r in rows if r["attention_type"] == kind and r["mean"] is not None]
+            x = [r["params"] if name == "R1" else (r["heads"] if name == "R2" else r["head_size"])
+                 for r in pts]  # fmt: skip
+            ax.errorbar(x, [r["mean"] for r in pts], yerr=[r["std"] for r in pts], fmt="o-",
+                        label=label)  # fmt: skip
+        ax.set(title=name, ylabel="test perplexity",
+               xlabel={"R1": "parameters", "R2": "heads", "R3": "head size"}[name])  # fmt: skip
+        if name != "R1":
+            ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output", default="results/reproduction")
+    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--only", nargs="*", choices=["R1", "R2", "R3"], default=None)
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    summary = run_all(args)
+    command = "python -m headsize_tf.experiments.reproduce " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    out = pathlib.Path(args.output)
+    write_json(out / "reproduction.json", {"command": command, **summary})
+    write_atomic(out / "README.md", markdown(summary, command, args.steps))
+    plot(summary, out / "reproduction.png")
+    print((out / "README.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
