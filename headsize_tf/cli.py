@@ -524,16 +524,17 @@ def _add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Writes EXPORT_DIR/VERSION/ atomically: serving_default takes raw strings "
         "(tensorflow-text tokenisation in the graph), serve_ids takes int32 ids and masks. "
         "embedding: sentence vectors; sentence_prediction: logits and probabilities of a "
-        "classifier checkpoint written by `headsize-tf prune`.",
+        "classifier (a `prune` checkpoint or a `train` model_dir); lm: log-likelihood and "
+        "next-token probabilities of a causal LM `train` model_dir.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a registered pretrained encoder (embedding)")
     source.add_argument("--checkpoint", help="checkpoint dir (compress/prune output, HF layout)")
     source.add_argument("--model_dir", help="a `headsize-tf train` model_dir "
-                        "(headsize_bert/sentence_prediction)")  # fmt: skip
+                        "(headsize_bert/sentence_prediction or headsize_lm/language_modeling)")  # fmt: skip
     p.add_argument("--vocab-file", default=None,
                    help="vocabulary of a --model_dir (default: vocab.txt next to its data)")  # fmt: skip
-    p.add_argument("--task", choices=["embedding", "sentence_prediction"], required=True)
+    p.add_argument("--task", choices=["embedding", "sentence_prediction", "lm"], required=True)
     p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
     p.add_argument("--version", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true")
@@ -545,9 +546,13 @@ def _run_export(args: argparse.Namespace) -> int:
     from headsize_tf.pretrained import load_sentence_encoder
 
     classifier = None
-    if args.model_dir:
+    if args.task == "lm":
+        if not args.model_dir:
+            raise ValueError("--task lm needs --model_dir of a headsize_lm/language_modeling run.")
+        encoder, classifier = serving.experiment_language_model(args.model_dir, args.vocab_file)
+    elif args.model_dir:
         if args.task != "sentence_prediction":
-            raise ValueError("--model_dir exports --task sentence_prediction only.")
+            raise ValueError("--model_dir exports --task sentence_prediction or lm.")
         encoder, classifier = serving.experiment_classifier(args.model_dir, args.vocab_file)
     elif args.task == "sentence_prediction":
         from headsize_tf.pruning import prune

@@ -102,12 +102,17 @@ class SentenceEncoder(tf.Module):
 
     # ------------------------------------------------------------ tokenising
     def tokenize(
-        self, texts: tf.Tensor, max_seq_length: int | tf.Tensor | None = None
+        self,
+        texts: tf.Tensor,
+        max_seq_length: int | tf.Tensor | None = None,
+        add_special_tokens: bool = True,
     ) -> dict[str, tf.Tensor]:
         """Encoder inputs for a `[batch]` string tensor, padded to the longest.
 
         Returns int32 `input_word_ids`, `input_mask`, `input_type_ids` of shape
-        `[batch, length]` with `length <= max_seq_length` ([CLS] text [SEP]).
+        `[batch, length]` with `length <= max_seq_length` ([CLS] text [SEP], or
+        the word pieces alone without `add_special_tokens`, as language models
+        are trained here).
         """
         max_seq_length = self.max_seq_length if max_seq_length is None else max_seq_length
         positions = self.encoder.get_config().get("max_sequence_length")
@@ -126,11 +131,14 @@ class SentenceEncoder(tf.Module):
             texts = tf_text.normalize_utf8(texts, "NFD")
             texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
         pieces = self.tokenizer.tokenize(texts).merge_dims(-2, -1)
-        pieces = pieces[:, : max_seq_length - 2]
-        batch = tf.shape(texts, out_type=tf.int64)[0]
-        cls = tf.fill([batch, 1], self._cls_id)
-        sep = tf.fill([batch, 1], self._sep_id)
-        ids = tf.concat([cls, pieces, sep], axis=1)
+        if add_special_tokens:
+            pieces = pieces[:, : max_seq_length - 2]
+            batch = tf.shape(texts, out_type=tf.int64)[0]
+            cls = tf.fill([batch, 1], self._cls_id)
+            sep = tf.fill([batch, 1], self._sep_id)
+            ids = tf.concat([cls, pieces, sep], axis=1)
+        else:
+            ids = pieces[:, :max_seq_length]
         word_ids = ids.to_tensor(default_value=self._pad_id)
         mask = tf.ones_like(ids).to_tensor(default_value=0)
         return {

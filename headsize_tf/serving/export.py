@@ -8,7 +8,10 @@
 
 Outputs by task: `embedding` -> `embeddings` [batch, width] (pooled, as the
 encoder's sentence-transformers config says); `sentence_prediction` ->
-`logits` and `probabilities` [batch, classes]. Loading needs only
+`logits` and `probabilities` [batch, classes]; `lm` (a causal LM, text
+tokenised without [CLS]/[SEP] as in training) -> `log_likelihood` [batch]
+(sum over tokens 2..n of log p(token | prefix)), `num_tokens` [batch] and
+`next_token_probabilities` [batch, vocab] after the last token. Loading needs only
 `tensorflow` and `tensorflow_text` (for the tokeniser ops). The version
 directory is written to a temporary sibling and renamed on success, so a
 failed export leaves nothing behind.
@@ -25,7 +28,7 @@ import tensorflow as tf
 
 from headsize_tf.pretrained import SentenceEncoder
 
-TASKS = ("embedding", "sentence_prediction")
+TASKS = ("embedding", "sentence_prediction", "lm")
 _IDS = tf.TensorSpec([None, None], tf.int32, name="input_word_ids")
 _MASK = tf.TensorSpec([None, None], tf.int32, name="input_mask")
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -39,34 +42,58 @@ class ServingModule(tf.Module):
       task: "embedding" or "sentence_prediction".
       classifier: For "sentence_prediction": a callable mapping the encoder
         inputs dict to logits (a `SentenceClassifier` or Model Garden's
-        `BertClassifier`).
+        `BertClassifier`); for "lm": the causal LM (ids -> logits).
     """
 
     def __init__(self, sentence_encoder: SentenceEncoder, task: str, classifier=None):
         super().__init__(name="headsize_serving")
         if task not in TASKS:
             raise ValueError(f"Unknown export task {task!r}; expected one of {list(TASKS)}.")
-        if task == "sentence_prediction" and classifier is None:
-            raise ValueError("task 'sentence_prediction' needs a classifier.")
-        self.sentence_encoder = sentence_encoder
+        if task != "embedding" and classifier is None:
+            raise ValueError(f"task {task!r} needs a model (`classifier`).")
+        # Not tracked: the SentenceEncoder's own tf.functions must not be exported
+        # (an LM cannot run its embedding function). What the graph needs is
+        # tracked below: the WordPiece table (vocabulary asset) and the model.
+        object.__setattr__(self, "sentence_encoder", sentence_encoder)
+        self.wordpiece = sentence_encoder.tokenizer
+        self.encoder = sentence_encoder.encoder
         self.classifier = classifier
         self.task = task
 
     def _outputs(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         if self.task == "embedding":
             return {"embeddings": self.sentence_encoder.embed_inputs(inputs)}
+        if self.task == "lm":
+            return language_model_outputs(self.classifier, inputs)
         logits = tf.cast(self.classifier(inputs, training=False), tf.float32)
         return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
 
     @tf.function(input_signature=[_TEXT])
     def serve_text(self, text):
-        return self._outputs(self.sentence_encoder.tokenize(text))
+        inputs = self.sentence_encoder.tokenize(text, add_special_tokens=self.task != "lm")
+        return self._outputs(inputs)
 
     @tf.function(input_signature=[_IDS, _MASK])
     def serve_ids(self, input_word_ids, input_mask):
         inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                   "input_type_ids": tf.zeros_like(input_word_ids)}  # fmt: skip
         return self._outputs(inputs)
+
+
+def language_model_outputs(lm, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Log-likelihood of each (right-padded) sequence and the next-token distribution."""
+    ids = inputs["input_word_ids"]
+    mask = tf.cast(inputs["input_mask"], tf.float32)
+    logits = tf.cast(lm(ids, training=False), tf.float32)  # [B, T, V]
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    targets = tf.gather(log_probs[:, :-1], ids[:, 1:], batch_dims=2)  # [B, T - 1]
+    num_tokens = tf.reduce_sum(mask, axis=1)
+    last = tf.maximum(tf.cast(num_tokens, tf.int32) - 1, 0)
+    return {
+        "log_likelihood": tf.reduce_sum(targets * mask[:, 1:], axis=1),
+        "num_tokens": num_tokens,
+        "next_token_probabilities": tf.nn.softmax(tf.gather(logits, last, batch_dims=1)),
+    }
 
 
 def export(
@@ -108,11 +135,32 @@ def experiment_classifier(model_dir: str, vocab_file: str | None = None):
     params, model = train.load_trained_model(model_dir)
     if not hasattr(params.task, "metric_type"):
         raise ValueError(f"{model_dir} is not a sentence_prediction model_dir.")
+    encoder = model.checkpoint_items["encoder"]
+    tokenizer = SentenceEncoder(encoder, _vocab_of(params, vocab_file),
+                                max_seq_length=params.task.train_data.seq_length,
+                                pooling="cls", normalize=False, source=model_dir)  # fmt: skip
+    return tokenizer, model
+
+
+def _vocab_of(params, vocab_file: str | None) -> str:
     if vocab_file is None:
-        vocab_file = os.path.join(os.path.dirname(params.task.train_data.input_path), "vocab.txt")
+        vocab_file = getattr(params.task.train_data, "vocab_file", "") or os.path.join(
+            os.path.dirname(params.task.train_data.input_path), "vocab.txt"
+        )
     if not os.path.exists(vocab_file):
         raise ValueError(f"Vocabulary {vocab_file!r} does not exist; pass --vocab-file.")
-    encoder = model.checkpoint_items["encoder"]
-    tokenizer = SentenceEncoder(encoder, vocab_file, max_seq_length=params.task.train_data.seq_length,
-                                pooling="cls", normalize=False, source=model_dir)  # fmt: skip
+    return vocab_file
+
+
+def experiment_language_model(model_dir: str, vocab_file: str | None = None):
+    """(tokenizer, HeadsizeCausalLM) of a headsize_lm/language_modeling model_dir."""
+    from headsize_tf.configs import language_modeling
+    from headsize_tf.experiments import train
+
+    params, model = train.load_trained_model(model_dir)
+    if not isinstance(params.task.model, language_modeling.CausalLMConfig):
+        raise ValueError(f"{model_dir} is not a language_modeling model_dir.")
+    tokenizer = SentenceEncoder(model, _vocab_of(params, vocab_file),
+                                max_seq_length=params.task.model.max_sequence_length,
+                                pooling="mean", normalize=False, source=model_dir)  # fmt: skip
     return tokenizer, model

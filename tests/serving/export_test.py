@@ -106,5 +106,51 @@ class ExportTest(tf.test.TestCase):
         self.assertEqual(list((self.tmp / "export").iterdir()), [])
         with self.assertRaisesRegex(ValueError, "version must be a positive integer; got 0"):
             serving.export(module, self.tmp / "export", version=0)
-        with self.assertRaisesRegex(ValueError, "Unknown export task 'lm'"):
+        with self.assertRaisesRegex(ValueError, "Unknown export task 'masked_lm'"):
+            serving.ServingModule(encoder, "masked_lm")
+        with self.assertRaisesRegex(ValueError, "task 'lm' needs a model"):
             serving.ServingModule(encoder, "lm")
+
+
+LM_TINY = str(
+    __import__("pathlib").Path(__file__).resolve().parents[2]
+    / "official_configs"
+    / "headsize_lm_austen_tiny.yaml"
+)
+
+
+class LanguageModelExportTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _env(self, austen_data_dir, tmp_path):
+        self.data_dir = str(austen_data_dir)
+        self.tmp = tmp_path
+
+    def test_lm_export_scores_raw_text(self):
+        from headsize_tf.data import corpora
+        from headsize_tf.experiments import train
+
+        model_dir = str(self.tmp / "lm")
+        train.run("headsize_lm/language_modeling", model_dir, [LM_TINY],
+                  "task.model.attention_type=fixed_head,task.model.head_size=32,"
+                  "trainer.train_steps=10,trainer.validation_steps=1,trainer.steps_per_loop=5,"
+                  "trainer.validation_interval=10,trainer.checkpoint_interval=10",
+                  data_dir=self.data_dir)  # fmt: skip
+        code = cli.main(["export", "--model_dir", model_dir, "--task", "lm",
+                         "--output", str(self.tmp / "export")])  # fmt: skip
+        self.assertEqual(code, 0)
+        texts = ["It is a truth universally acknowledged.", "Emma Woodhouse, handsome!"]
+        tokenizer, lm = serving.experiment_language_model(model_dir)
+        inputs = tokenizer.tokenize(tf.constant(texts), add_special_tokens=False)
+        ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
+        vocab = corpora.corpus_path("austen", "vocab.txt", self.data_dir)
+        for row, m, reference in zip(ids, mask, corpora.tokenize_lines(texts, vocab), strict=True):
+            self.assertEqual(row[: m.sum()].tolist(), reference.tolist())  # as in training
+        logits = lm(ids).numpy().astype(np.float64)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        expected = [sum(log_probs[b, t - 1, ids[b, t]] for t in range(1, m.sum()))
+                    for b, m in enumerate(mask)]  # fmt: skip
+        served = _serve(self.tmp / "export" / "1", texts, inputs, self.tmp / "out.npz")
+        self.assertAllClose(served["text_log_likelihood"], expected, rtol=1e-5, atol=1e-4)
+        self.assertAllClose(served["ids_log_likelihood"], expected, rtol=1e-5, atol=1e-4)
+        self.assertAllClose(served["text_num_tokens"], mask.sum(1))
+        self.assertAllClose(served["text_next_token_probabilities"].sum(-1), [1.0, 1.0], atol=1e-5)
