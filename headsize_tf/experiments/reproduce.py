@@ -216,14 +216,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="*", choices=["R1", "R2", "R3"], default=None)
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--summarize-only", action="store_true",
+                        help="rebuild the summary from the run files without training")  # fmt: skip
     args = parser.parse_args(argv)
-    summary = run_all(args)
-    command = "python -m headsize_tf.experiments.reproduce " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
+    if args.summarize_only:
+        experiments = {k: v for k, v in plan().items() if not args.only or k in args.only}
+        summary = summarize(pathlib.Path(args.output), experiments)
+    else:
+        summary = run_all(args)
+    given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--summarize-only"]
+    command = "python -m headsize_tf.experiments.reproduce " + " ".join(given)
     out = pathlib.Path(args.output)
+    planned = len({r["key"] for rows in summary.values() for r in rows}) * len(args.seeds)
+    finished = len(list((out / "runs").glob("*.json")))
     write_json(out / "reproduction.json", {"command": command, **summary})
-    write_atomic(out / "README.md", markdown(summary, command, args.steps))
+    status = (f"Status: {finished} of {planned} runs finished"
+              + ("." if finished >= planned else " — rerun the command to continue (it skips "
+                 "finished runs); no claim is judged before all seeds are in."))  # fmt: skip
+    write_atomic(out / "README.md", markdown(summary, command, args.steps) + "\n" + status + "\n")
     plot(summary, out / "reproduction.png")
     print((out / "README.md").read_text())
     return 0
