@@ -146,6 +146,37 @@ def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--seq-length", type=_positive_int, default=128)
     prep.add_argument("--overwrite", action="store_true")
     prep.set_defaults(func=_run_data_prepare)
+    vocab = sub.add_parser(
+        "vocab",
+        help="learn a WordPiece vocab.txt from a TFDS dataset or text files",
+        description="Learns a lower-cased WordPiece vocabulary with tensorflow-text's "
+        "bert_vocab_from_dataset from the text features of a TFDS dataset (networked machines: "
+        "lm1b, glue/sst2, wmt14_translate/de-en, ...) or from local text files, and writes it "
+        "atomically ([PAD] [UNK] [CLS] [SEP] [MASK] first).",
+    )
+    source = vocab.add_mutually_exclusive_group(required=True)
+    source.add_argument("--tfds", help="TFDS dataset name, e.g. wmt14_translate/de-en")
+    source.add_argument("--text", nargs="+", help="local UTF-8 text files, one sentence a line")
+    vocab.add_argument("--features", nargs="+", default=["text"],
+                       help="TFDS text features to read (default: text; wmt14: en de)")  # fmt: skip
+    vocab.add_argument("--split", default="train")
+    vocab.add_argument("--max-examples", type=_positive_int, default=1_000_000,
+                       help="read at most this many TFDS examples (default 1,000,000)")  # fmt: skip
+    vocab.add_argument("--vocab-size", type=_positive_int, default=32000)
+    vocab.add_argument("--output", required=True, help="path of the vocab.txt to write")
+    vocab.set_defaults(func=_run_data_vocab)
+
+
+def _run_data_vocab(args: argparse.Namespace) -> int:
+    from headsize_tf.data import vocab
+
+    if args.tfds:
+        lines = vocab.tfds_lines(args.tfds, args.features, args.split, args.max_examples)
+    else:
+        lines = vocab.file_lines(args.text)
+    tokens = vocab.build_vocab(list(lines), args.vocab_size, args.output)
+    print(f"wrote {len(tokens):,} tokens to {args.output}")
+    return 0
 
 
 def _run_data_prepare(args: argparse.Namespace) -> int:

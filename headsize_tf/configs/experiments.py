@@ -4,8 +4,13 @@
   `MaskedLMTask`, no next-sentence head) of a `HeadsizeEncoderConfig` encoder.
 * `headsize_bert/sentence_prediction`: classification fine-tuning
   (`SentencePredictionTask`).
+* `headsize_bert/sentence_prediction_text`: the same from raw text (TFDS
+  `glue/sst2`, `glue/mnli`, ...; Model Garden's `SentencePredictionTextDataConfig`
+  tokenises with a WordPiece vocab inside the input pipeline).
 * `headsize_lm/language_modeling`: causal LM with a `HeadsizeCausalLM`
   (`headsize_tf.configs.language_modeling`).
+* `headsize_seq2seq/translation`: encoder-decoder translation with a
+  `HeadsizeSeq2Seq` (`headsize_tf.configs.translation`; TFDS wmt14_translate).
 
 YAML files in `official_configs/` set the sizes; `${DATA_DIR}` in an
 `input_path` is replaced by `headsize-tf train --data-dir`.
@@ -20,13 +25,15 @@ from official.nlp.configs import bert
 from official.nlp.data import pretrain_dataloader, sentence_prediction_dataloader
 from official.nlp.tasks import masked_lm, sentence_prediction
 
-from headsize_tf.configs import language_modeling
+from headsize_tf.configs import language_modeling, translation
 from headsize_tf.configs.encoders import encoder_config
 
 EXPERIMENTS = (
     "headsize_bert/pretraining",
     "headsize_bert/sentence_prediction",
+    "headsize_bert/sentence_prediction_text",
     "headsize_lm/language_modeling",
+    "headsize_seq2seq/translation",
 )
 
 
@@ -103,6 +110,46 @@ def headsize_bert_sentence_prediction() -> cfg.ExperimentConfig:
     )
 
 
+def headsize_bert_sentence_prediction_text() -> cfg.ExperimentConfig:
+    """Sentence classification from raw text (TFDS glue/sst2, glue/mnli, ...)."""
+    text = sentence_prediction_dataloader.SentencePredictionTextDataConfig
+    return cfg.ExperimentConfig(
+        task=sentence_prediction.SentencePredictionConfig(
+            model=sentence_prediction.ModelConfig(encoder=encoder_config()),
+            train_data=text(tfds_name="glue/sst2", tfds_split="train", text_fields=["sentence"]),
+            validation_data=text(
+                tfds_name="glue/sst2",
+                tfds_split="validation",
+                text_fields=["sentence"],
+                is_training=False,
+                drop_remainder=False,
+            ),
+        ),
+        trainer=_trainer(3e-5),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
+def headsize_seq2seq_translation() -> cfg.ExperimentConfig:
+    """WMT14 translation with a HeadsizeSeq2Seq (Cordonnier et al.'s NMT setup)."""
+    return cfg.ExperimentConfig(
+        task=translation.TranslationConfig(
+            train_data=translation.TranslationDataConfig(tfds_split="train"),
+            validation_data=translation.TranslationDataConfig(
+                tfds_split="validation", is_training=False, drop_remainder=False
+            ),
+        ),
+        trainer=_trainer(7e-4),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
 def headsize_lm_language_modeling() -> cfg.ExperimentConfig:
     """Causal language modeling with a HeadsizeCausalLM (Bhojanapalli et al.'s LM1B setup)."""
     return cfg.ExperimentConfig(
@@ -118,5 +165,7 @@ def headsize_lm_language_modeling() -> cfg.ExperimentConfig:
 _register("headsize_bert/pretraining", headsize_bert_pretraining)
 _register("headsize_lm/language_modeling", headsize_lm_language_modeling)
 _register("headsize_bert/sentence_prediction", headsize_bert_sentence_prediction)
+_register("headsize_bert/sentence_prediction_text", headsize_bert_sentence_prediction_text)
+_register("headsize_seq2seq/translation", headsize_seq2seq_translation)
 
 __all__ = ["EXPERIMENTS"]

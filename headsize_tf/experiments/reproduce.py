@@ -79,7 +79,7 @@ def plan() -> dict[str, list[LMRun]]:
     return {"R1": r1, "R2": r2, "R3": r3}
 
 
-def _override(run: LMRun, steps: int, test_batches: int) -> dict:
+def _override(run: LMRun, steps: int, test_batches: int, learning_rate: float = 2e-3) -> dict:
     return {
         "task": {
             "model": {"vocab_size": 4096, "hidden_size": run.width, "num_layers": 2,
@@ -97,7 +97,7 @@ def _override(run: LMRun, steps: int, test_batches: int) -> dict:
             "summary_interval": 100, "checkpoint_interval": 200, "validation_interval": steps,
             "optimizer_config": {
                 "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
-                "learning_rate": {"polynomial": {"initial_learning_rate": 2e-3,
+                "learning_rate": {"polynomial": {"initial_learning_rate": learning_rate,
                                                  "decay_steps": steps}},
                 "warmup": {"polynomial": {"warmup_steps": steps // 10}},
             },
@@ -126,13 +126,18 @@ def run_all(args) -> dict:
                 continue
             print(f"[run] {key} seed {seed} ({run.params():,} params)", flush=True)
             start = time.perf_counter()
-            model_dir = pathlib.Path(args.work_dir) / f"{key}_seed{seed}"
+            # A run resumes from its own checkpoints only: the directory names every setting.
+            model_dir = (
+                pathlib.Path(args.work_dir)
+                / f"{key}_seed{seed}_steps{args.steps}_lr{args.learning_rate:g}"
+            )
             result = train.run("headsize_lm/language_modeling", str(model_dir),
-                               params_override=_override(run, args.steps, test_batches),
+                               params_override=_override(run, args.steps, test_batches,
+                                                         args.learning_rate),
                                data_dir=args.data_dir, seed=seed)  # fmt: skip
             record = {**dataclasses.asdict(run), "key": key, "seed": seed,
                       "params": run.params(), "steps": args.steps,
-                      "tokens": args.steps * 32 * 128,
+                      "tokens": args.steps * 32 * 128, "learning_rate": args.learning_rate,
                       "test_perplexity": result.metrics["perplexity"],
                       "test_loss": result.metrics["validation_loss"],
                       "seconds": time.perf_counter() - start}  # fmt: skip
@@ -214,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/headsize_reproduction")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--learning-rate", type=float, default=2e-3,
+                        help="peak AdamW learning rate, the same for every run")  # fmt: skip
     parser.add_argument("--only", nargs="*", choices=["R1", "R2", "R3"], default=None)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--summarize-only", action="store_true",

@@ -39,7 +39,7 @@ def build_params(
     from official.modeling import hyperparams
 
     from headsize_tf.configs import encoders as hs_encoders
-    from headsize_tf.configs import experiments, language_modeling
+    from headsize_tf.configs import experiments, language_modeling, translation
     from headsize_tf.data import corpora
 
     try:
@@ -66,7 +66,7 @@ def build_params(
     model = params.task.model
     encoder = getattr(model, "encoder", None)
     try:
-        if isinstance(model, language_modeling.CausalLMConfig):
+        if isinstance(model, language_modeling.CausalLMConfig | translation.Seq2SeqConfig):
             hs_encoders.validate_attention_fields(model)
         elif encoder is not None and isinstance(
             getattr(encoder, "any", None), hs_encoders.HeadsizeEncoderConfig
