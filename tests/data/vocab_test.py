@@ -1,6 +1,5 @@
 """`headsize-tf data vocab`: WordPiece vocabularies from TFDS (mock data) or text files."""
 
-
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds

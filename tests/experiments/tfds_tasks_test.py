@@ -18,7 +18,7 @@ from headsize_tf.experiments import train
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY_WMT = str(ROOT / "official_configs" / "headsize_seq2seq_wmt14_tiny.yaml")
+TINY_WMT = str(ROOT / "official_configs" / "cordonnier_nmt" / "tiny.yaml")
 TINY_SST2 = str(ROOT / "official_configs" / "headsize_bert_sst2_tiny.yaml")
 LETTERS = list("abcdefghij")
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for c in LETTERS]
