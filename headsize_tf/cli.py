@@ -165,6 +165,42 @@ def _add_data_parser(subparsers: argparse._SubParsersAction) -> None:
     vocab.add_argument("--vocab-size", type=_positive_int, default=32000)
     vocab.add_argument("--output", required=True, help="path of the vocab.txt to write")
     vocab.set_defaults(func=_run_data_vocab)
+    squad = sub.add_parser(
+        "squad",
+        help="SQuAD v1.1 JSON + training TFRecords for headsize_bert/span_labeling",
+        description="Writes --data-dir/squad/{train-v1.1.json, dev-v1.1.json, train.tf_record, "
+        "meta.json, vocab.txt} atomically: the examples come from TFDS squad/v1.1 (networked "
+        "machines) or from local SQuAD JSON files (--train-json and --dev-json); the training "
+        "features are Model Garden's squad_lib windows of the WordPiece --vocab-file.",
+    )
+    squad.add_argument("--vocab-file", required=True, help="WordPiece vocab.txt of the encoder")
+    squad.add_argument("--train-json", default=None)
+    squad.add_argument("--dev-json", default=None)
+    squad.add_argument("--tfds", default="squad/v1.1")
+    squad.add_argument("--max-examples", type=_positive_int, default=None)
+    squad.add_argument("--max-seq-length", type=_positive_int, default=384)
+    squad.add_argument("--doc-stride", type=_positive_int, default=128)
+    squad.add_argument("--data-dir", default=None,
+                       help="cache directory (default: $HEADSIZE_TF_DATA_DIR or "
+                       "~/.cache/headsize_tf/data)")  # fmt: skip
+    squad.add_argument("--overwrite", action="store_true")
+    squad.set_defaults(func=_run_data_squad)
+
+
+def _run_data_squad(args: argparse.Namespace) -> int:
+    import json
+    import pathlib
+
+    from headsize_tf.data import corpora, squad
+
+    out = pathlib.Path(args.data_dir or corpora.default_data_dir()) / "squad"
+    path = squad.prepare(
+        out, args.vocab_file, args.train_json, args.dev_json, args.tfds, args.max_examples,
+        args.max_seq_length, args.doc_stride, overwrite=args.overwrite,
+    )  # fmt: skip
+    print(json.dumps(json.loads((path / "meta.json").read_text()), indent=2))
+    print(f"prepared squad in {path}")
+    return 0
 
 
 def _run_data_vocab(args: argparse.Namespace) -> int:

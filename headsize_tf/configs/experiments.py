@@ -7,6 +7,9 @@
 * `headsize_bert/sentence_prediction_text`: the same from raw text (TFDS
   `glue/sst2`, `glue/mnli`, ...; Model Garden's `SentencePredictionTextDataConfig`
   tokenises with a WordPiece vocab inside the input pipeline).
+* `headsize_bert/span_labeling`: SQuAD v1.1 question answering (Model
+  Garden's `QuestionAnsweringTask` with `BertSpanLabeler`; data from
+  `headsize-tf data squad`; exact match and F1 from the official script).
 * `headsize_lm/language_modeling`: causal LM with a `HeadsizeCausalLM`
   (`headsize_tf.configs.language_modeling`).
 * `headsize_seq2seq/translation`: encoder-decoder translation with a
@@ -22,8 +25,12 @@ from official.core import config_definitions as cfg
 from official.core import exp_factory, registry
 from official.modeling import optimization
 from official.nlp.configs import bert
-from official.nlp.data import pretrain_dataloader, sentence_prediction_dataloader
-from official.nlp.tasks import masked_lm, sentence_prediction
+from official.nlp.data import (
+    pretrain_dataloader,
+    question_answering_dataloader,
+    sentence_prediction_dataloader,
+)
+from official.nlp.tasks import masked_lm, question_answering, sentence_prediction
 
 from headsize_tf.configs import language_modeling, translation
 from headsize_tf.configs.encoders import encoder_config
@@ -32,6 +39,7 @@ EXPERIMENTS = (
     "headsize_bert/pretraining",
     "headsize_bert/sentence_prediction",
     "headsize_bert/sentence_prediction_text",
+    "headsize_bert/span_labeling",
     "headsize_lm/language_modeling",
     "headsize_seq2seq/translation",
 )
@@ -133,6 +141,28 @@ def headsize_bert_sentence_prediction_text() -> cfg.ExperimentConfig:
     )
 
 
+def headsize_bert_span_labeling() -> cfg.ExperimentConfig:
+    """SQuAD v1.1 span labeling with a HeadsizeBertEncoder."""
+    qa = question_answering_dataloader.QADataConfig
+    return cfg.ExperimentConfig(
+        task=question_answering.QuestionAnsweringConfig(
+            model=question_answering.ModelConfig(encoder=encoder_config()),
+            train_data=qa(input_path="${DATA_DIR}/squad/train.tf_record"),
+            validation_data=qa(
+                input_path="${DATA_DIR}/squad/dev-v1.1.json",
+                vocab_file="${DATA_DIR}/squad/vocab.txt",
+                is_training=False,
+                drop_remainder=False,
+            ),
+        ),
+        trainer=_trainer(8e-5),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
 def headsize_seq2seq_translation() -> cfg.ExperimentConfig:
     """WMT14 translation with a HeadsizeSeq2Seq (Cordonnier et al.'s NMT setup)."""
     return cfg.ExperimentConfig(
@@ -166,6 +196,7 @@ _register("headsize_bert/pretraining", headsize_bert_pretraining)
 _register("headsize_lm/language_modeling", headsize_lm_language_modeling)
 _register("headsize_bert/sentence_prediction", headsize_bert_sentence_prediction)
 _register("headsize_bert/sentence_prediction_text", headsize_bert_sentence_prediction_text)
+_register("headsize_bert/span_labeling", headsize_bert_span_labeling)
 _register("headsize_seq2seq/translation", headsize_seq2seq_translation)
 
 __all__ = ["EXPERIMENTS"]
