@@ -592,16 +592,22 @@ def _add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         "(tensorflow-text tokenisation in the graph), serve_ids takes int32 ids and masks. "
         "embedding: sentence vectors; sentence_prediction: logits and probabilities of a "
         "classifier (a `prune` checkpoint or a `train` model_dir); lm: log-likelihood and "
-        "next-token probabilities of a causal LM `train` model_dir.",
+        "next-token probabilities of a causal LM `train` model_dir; translation: beam-search "
+        "translations of a headsize_seq2seq/translation `train` model_dir.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a registered pretrained encoder (embedding)")
     source.add_argument("--checkpoint", help="checkpoint dir (compress/prune output, HF layout)")
     source.add_argument("--model_dir", help="a `headsize-tf train` model_dir "
-                        "(headsize_bert/sentence_prediction or headsize_lm/language_modeling)")  # fmt: skip
+                        "(headsize_bert/sentence_prediction, headsize_lm/language_modeling or "
+                        "headsize_seq2seq/translation)")  # fmt: skip
     p.add_argument("--vocab-file", default=None,
                    help="vocabulary of a --model_dir (default: vocab.txt next to its data)")  # fmt: skip
-    p.add_argument("--task", choices=["embedding", "sentence_prediction", "lm"], required=True)
+    p.add_argument("--task", choices=["embedding", "sentence_prediction", "lm", "translation"],
+                   required=True)  # fmt: skip
+    p.add_argument("--beam-size", type=_positive_int, default=4, help="translation: beams")
+    p.add_argument("--max-decode-length", type=_positive_int, default=None,
+                   help="translation: output pieces at most (default: the data's max_seq_length)")  # fmt: skip
     p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
     p.add_argument("--version", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true")
@@ -613,6 +619,16 @@ def _run_export(args: argparse.Namespace) -> int:
     from headsize_tf.pretrained import load_sentence_encoder
 
     classifier = None
+    if args.task == "translation":
+        if not args.model_dir:
+            raise ValueError("--task translation needs --model_dir of a headsize_seq2seq run.")
+        extra = {"beam_size": args.beam_size}
+        if args.max_decode_length:
+            extra["max_decode_length"] = args.max_decode_length
+        module = serving.experiment_translator(args.model_dir, args.vocab_file, **extra)
+        path = serving.export(module, args.output, args.version, args.overwrite)
+        print(f"exported: {path} (signatures: serving_default [text], serve_ids [ids, mask])")
+        return 0
     if args.task == "lm":
         if not args.model_dir:
             raise ValueError("--task lm needs --model_dir of a headsize_lm/language_modeling run.")

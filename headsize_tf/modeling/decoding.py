@@ -130,3 +130,46 @@ def beam_search_decode(
         padded_decode=False,
     )
     return sequences, scores
+
+
+def greedy_decode_loop(
+    model, start_ids, max_new_tokens: int, eos_id: int = -1, source_ids=None
+) -> tf.Tensor:
+    """Greedy decoding as one `tf.while_loop` over a fixed-length cache (for SavedModels).
+
+    Equal to `greedy_decode(model, start_ids, max_new_tokens)` up to and
+    including the first `eos_id` of each row; later tokens are 0 and the loop
+    stops once every row has ended. (Model Garden's beam search with one beam
+    is not greedy: it returns a finished hypothesis over a better unfinished
+    one.)
+
+    Args:
+      model: A `HeadsizeCausalLM` or `HeadsizeSeq2Seq`.
+      start_ids: [B, 1] first token of each row (e.g. [BOS]).
+      max_new_tokens: Tokens to generate at most.
+      eos_id: End token (-1: none).
+      source_ids: Source ids for an encoder-decoder model.
+
+    Returns:
+      [B, max_new_tokens] int32 generated ids.
+    """
+    start = _check_prompt(start_ids, max_new_tokens)
+    if start.shape[1] != 1:
+        raise ValueError(f"start_ids must be [batch, 1]; got shape {start.shape}.")
+    batch = tf.shape(start)[0]
+    cache = _init_cache(model, start, source_ids, length=max_new_tokens)
+    out = tf.zeros([batch, max_new_tokens], tf.int32)
+    done = tf.zeros([batch], tf.bool)
+
+    def body(i, last, out, cache, done):
+        logits, cache = model.decode_step(last, cache, position=i, decode_loop_step=i)
+        next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)
+        next_id = tf.where(done, tf.zeros_like(next_id), next_id)
+        out = out + next_id[:, tf.newaxis] * tf.one_hot(i, max_new_tokens, dtype=tf.int32)
+        return i + 1, next_id[:, tf.newaxis], out, cache, done | tf.equal(next_id, eos_id)
+
+    def cond(i, last, out, cache, done):
+        return tf.logical_and(i < max_new_tokens, tf.logical_not(tf.reduce_all(done)))
+
+    _, _, out, _, _ = tf.while_loop(cond, body, (tf.constant(0), start, out, cache, done))
+    return out

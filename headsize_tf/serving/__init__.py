@@ -7,5 +7,14 @@ from headsize_tf.serving.export import (
     experiment_language_model,
     export,
 )
+from headsize_tf.serving.translation import TranslationServingModule, experiment_translator
 
-__all__ = ["TASKS", "ServingModule", "experiment_classifier", "experiment_language_model", "export"]
+__all__ = [
+    "TASKS",
+    "ServingModule",
+    "TranslationServingModule",
+    "experiment_classifier",
+    "experiment_language_model",
+    "experiment_translator",
+    "export",
+]

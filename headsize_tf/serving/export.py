@@ -97,7 +97,7 @@ def language_model_outputs(lm, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Ten
 
 
 def export(
-    module: ServingModule,
+    module: tf.Module,
     export_dir: str | os.PathLike,
     version: int = 1,
     overwrite: bool = False,

@@ -10,7 +10,7 @@ from absl.testing import parameterized
 
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
-from headsize_tf.modeling.decoding import beam_search_decode, greedy_decode
+from headsize_tf.modeling.decoding import beam_search_decode, greedy_decode, greedy_decode_loop
 
 # Width 64 with 4 heads: fixed head size 32 != 64 / 4.
 TYPES = [
@@ -61,6 +61,22 @@ class CausalLMTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(cached, uncached)
         self.assertEqual(cached.shape, (2, 11))
         self.assertAllEqual(cached[:, :3], PROMPT)
+
+    @parameterized.named_parameters(*TYPES)
+    def test_while_loop_greedy_equals_uncached_until_eos(self, kwargs, cls):
+        model = _lm(**kwargs)
+        start = PROMPT[:, :1]
+        uncached = greedy_decode(model, start, max_new_tokens=8, use_cache=False).numpy()[:, 1:]
+        looped = tf.function(lambda s: greedy_decode_loop(model, s, 8))(start)
+        self.assertAllEqual(looped, uncached)  # no end token: all 8 steps
+        eos = int(uncached[0, 3])  # row 0 ends at step 4 (or earlier if repeated)
+        ended = greedy_decode_loop(model, start, 8, eos_id=eos).numpy()
+        for got, want in zip(ended, uncached, strict=True):
+            n = list(want).index(eos) + 1 if eos in want else 8
+            self.assertAllEqual(got[:n], want[:n])
+            self.assertAllEqual(got[n:], np.zeros(8 - n))
+        with self.assertRaisesRegex(ValueError, r"start_ids must be \[batch, 1\]"):
+            greedy_decode_loop(model, PROMPT, 4)
 
     @parameterized.named_parameters(*TYPES)
     def test_cached_logits_equal_full_forward(self, kwargs, cls):

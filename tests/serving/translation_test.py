@@ -1,0 +1,117 @@
+"""Translation export: in-graph tokenisation + beam search, equal to step-by-step decoding."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from headsize_tf import cli
+from headsize_tf.experiments import train
+from headsize_tf.modeling import decoding
+from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
+from headsize_tf.serving import TranslationServingModule, export
+
+LETTERS = list("abcdefghij")
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for c in LETTERS]
+TEXTS = ["abc de", "j", "Hello Big World", ""]
+
+
+def words_of(ids) -> str:
+    """Python detokenisation of 0-padded ids ([SEP] and padding dropped)."""
+    out = []
+    for i in ids:
+        if i in (0, 3):
+            continue
+        token = VOCAB[i]
+        if token.startswith("##") and out:
+            out[-1] += token[2:]
+        else:
+            out.append(token)
+    return " ".join(out)
+
+
+class TranslationExportTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _tmp(self, tmp_path):
+        self.tmp = tmp_path
+        self.vocab = tmp_path / "vocab.txt"
+        self.vocab.write_text("\n".join(VOCAB))
+        tf.random.set_seed(3)
+        # Fixed head size 32 at width 64 with 4 heads: head size != width / heads.
+        self.model = HeadsizeSeq2Seq(
+            vocab_size=len(VOCAB), hidden_size=64, num_encoder_layers=1, num_decoder_layers=2,
+            num_attention_heads=4, attention_type="fixed_head", head_size=32,
+            max_sequence_length=32, initializer_range=0.5,
+        )  # fmt: skip
+
+    def test_greedy_equals_uncached_decoding_and_text_matches_ids(self):
+        module = TranslationServingModule(self.model, str(self.vocab), max_source_length=8,
+                                          max_decode_length=6, beam_size=1)  # fmt: skip
+        source = module.source_ids(tf.constant(TEXTS))
+        self.assertAllEqual(source[0, :6], [5, 16, 17, 8, 19, 3])  # a ##b ##c d ##e [SEP]
+        self.assertAllEqual(source[3, :1], [3])  # empty text: just [SEP]
+        out = module.serve_text(tf.constant(TEXTS))
+        start = tf.fill([len(TEXTS), 1], 2)
+        reference = decoding.greedy_decode(self.model, start, 6, use_cache=False,
+                                           source_ids=source).numpy()[:, 1:]  # fmt: skip
+        for got, want in zip(out["output_ids"].numpy(), reference, strict=True):
+            n = list(want).index(3) + 1 if 3 in want else len(want)
+            self.assertAllEqual(got[:n], want[:n])
+            self.assertTrue(np.all(got[n:] == 0))
+        self.assertGreater(int(tf.reduce_sum(tf.cast(out["output_ids"] > 4, tf.int32))), 0)
+        texts = [t.decode() for t in out["translation"].numpy()]
+        self.assertEqual(texts, [words_of(ids) for ids in out["output_ids"].numpy()])
+
+    def test_saved_model_serves_without_our_code(self):
+        module = TranslationServingModule(self.model, str(self.vocab), max_source_length=8,
+                                          max_decode_length=5, beam_size=3)  # fmt: skip
+        want = module.serve_text(tf.constant(TEXTS))
+        path = export(module, self.tmp / "export")
+        script = (
+            "import sys, json, tensorflow as tf, tensorflow_text\n"
+            f"m = tf.saved_model.load({str(path)!r})\n"
+            f"out = m.signatures['serving_default'](text=tf.constant({TEXTS!r}))\n"
+            "print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else "
+            "[s.decode() for s in v.numpy()] for k, v in out.items()}))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              check=True)  # fmt: skip
+        import json
+
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        self.assertAllEqual(got["output_ids"], want["output_ids"])
+        self.assertAllClose(got["score"], want["score"], atol=1e-5)
+        self.assertEqual(got["translation"], [t.decode() for t in want["translation"].numpy()])
+
+    def test_bad_settings(self):
+        with self.assertRaisesRegex(ValueError, r"beam_size must be a positive int; got 0"):
+            TranslationServingModule(self.model, str(self.vocab), beam_size=0)
+        with self.assertRaisesRegex(ValueError, r"max_source_length must be >= 2; got 1"):
+            TranslationServingModule(self.model, str(self.vocab), max_source_length=1)
+
+    def test_cli_exports_a_trained_model_dir(self):
+        (self.tmp / "wmt14").mkdir()
+        (self.tmp / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))
+        model_dir = str(self.tmp / "model")
+        override = (
+            "task.model.vocab_size=25,task.model.attention_type=collaborative,"
+            "task.model.shared_key_dim=32,trainer.train_steps=20,trainer.steps_per_loop=10,"
+            "trainer.summary_interval=10,trainer.checkpoint_interval=20,"
+            "trainer.validation_interval=20,trainer.validation_steps=1"
+        )
+        with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
+            train.run("headsize_seq2seq/translation", model_dir,
+                      ["official_configs/cordonnier_nmt/tiny.yaml"], override,
+                      data_dir=str(self.tmp))  # fmt: skip
+        out = self.tmp / "served"
+        args = ["export", "--model_dir", model_dir, "--task", "translation", "--output", str(out),
+                "--beam-size", "2", "--max-decode-length", "8"]  # fmt: skip
+        self.assertEqual(cli.main(args), 0)
+        loaded = tf.saved_model.load(str(out / "1"))
+        result = loaded.signatures["serving_default"](text=tf.constant(["abc", "de f"]))
+        self.assertEqual(result["output_ids"].shape[0], 2)
+        self.assertLessEqual(result["output_ids"].shape[1], 8)
+        self.assertEqual(cli.main(args), 2)  # version 1 exists: refused without --overwrite
