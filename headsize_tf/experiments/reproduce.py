@@ -114,7 +114,7 @@ def run_all(args) -> dict:
     test_windows = manifest["stats"]["splits"]["test"]["lm_examples"]
     test_batches = int(np.ceil(test_windows / 32))
     out = pathlib.Path(args.output)
-    experiments = {k: v for k, v in plan().items() if not args.only or k in args.only}
+    experiments = selected(args)
     unique = {}
     for runs in experiments.values():
         for run in runs:
@@ -147,6 +147,24 @@ def run_all(args) -> dict:
     return summarize(out, experiments)
 
 
+def selected(args) -> dict[str, list[LMRun]]:
+    """The planned runs that `--only` (experiments) and `--keys` (models) keep."""
+    experiments = {}
+    for name, runs in plan().items():
+        if args.only and name not in args.only:
+            continue
+        runs = [r for r in runs if not args.keys or r.key in args.keys]
+        if runs:
+            experiments[name] = runs
+    known = {r.key for runs in plan().values() for r in runs}
+    unknown = sorted(set(args.keys or ()) - known)
+    if unknown or not experiments:
+        raise SystemExit(
+            f"--keys {unknown or args.keys} select no planned run; known: {sorted(known)}"
+        )
+    return experiments
+
+
 def summarize(out: pathlib.Path, experiments: dict[str, list[LMRun]]) -> dict:
     records: dict[str, list[dict]] = {}
     for path in sorted((out / "runs").glob("*.json")):
@@ -166,11 +184,12 @@ def summarize(out: pathlib.Path, experiments: dict[str, list[LMRun]]) -> dict:
     return summary
 
 
-def markdown(summary: dict, command: str, steps: int) -> str:
+def markdown(summary: dict, command: str, steps: int, learning_rate: float = 2e-3) -> str:
     lines = ["# Bhojanapalli et al. (2020) at small scale: Jane Austen LMs", "",
              f"Command: `{command}`", "",
              f"2 pre-LN layers, FFN 4 x width, vocab 4096, sequence 128, batch 32, {steps} steps "
-             f"({steps * 4096:,} training tokens per run), AdamW 2e-3 with 10% warm-up and linear "
+             f"({steps * 4096:,} training tokens per run), AdamW {learning_rate:g} with 10% "
+             "warm-up and linear "
              "decay; test perplexity on Persuasion; mean ± std over seeds.", ""]  # fmt: skip
     titles = {"R1": "R1 (Fig. 1): narrower fixed-head models vs wider baselines at equal "
                     "parameters",
@@ -222,12 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=2e-3,
                         help="peak AdamW learning rate, the same for every run")  # fmt: skip
     parser.add_argument("--only", nargs="*", choices=["R1", "R2", "R3"], default=None)
+    parser.add_argument("--keys", nargs="*", default=None,
+                        help="run only these models (e.g. std_w64_h8_p8 fixed_w64_h8_p32)")  # fmt: skip
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--summarize-only", action="store_true",
                         help="rebuild the summary from the run files without training")  # fmt: skip
     args = parser.parse_args(argv)
     if args.summarize_only:
-        experiments = {k: v for k, v in plan().items() if not args.only or k in args.only}
+        experiments = selected(args)
         summary = summarize(pathlib.Path(args.output), experiments)
     else:
         summary = run_all(args)
@@ -240,7 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = (f"Status: {finished} of {planned} runs finished"
               + ("." if finished >= planned else " — rerun the command to continue (it skips "
                  "finished runs); no claim is judged before all seeds are in."))  # fmt: skip
-    write_atomic(out / "README.md", markdown(summary, command, args.steps) + "\n" + status + "\n")
+    write_atomic(
+        out / "README.md",
+        markdown(summary, command, args.steps, args.learning_rate) + "\n" + status + "\n",
+    )
     plot(summary, out / "reproduction.png")
     print((out / "README.md").read_text())
     return 0
