@@ -184,7 +184,86 @@ def summarize(out: pathlib.Path, experiments: dict[str, list[LMRun]]) -> dict:
     return summary
 
 
-def markdown(summary: dict, command: str, steps: int, learning_rate: float = 2e-3) -> str:
+def _fmt(row: dict) -> str:
+    return f"{row['mean']:.2f} ± {row['std']:.2f}"
+
+
+def compare(a: dict, b: dict) -> str:
+    """ "lower" / "higher" when a's mean perplexity is below / above b's by more
+    than their two standard deviations together (the 1-std bars do not
+    overlap); otherwise "tie"."""
+    if a["mean"] + a["std"] < b["mean"] - b["std"]:
+        return "lower"
+    if a["mean"] - a["std"] > b["mean"] + b["std"]:
+        return "higher"
+    return "tie"
+
+
+def verdicts(summary: dict) -> list[dict]:
+    """Each claim of the paper, judged from the summary's means and stds.
+
+    Rules (stated in the README): a difference counts only when the 1-std bars
+    do not overlap (`compare`). Call only with every planned run finished.
+    """
+    out = []
+    if "R1" in summary:
+        rows = summary["R1"]
+        pairs = [
+            (b, f) for b, f in zip(rows[0::2], rows[1::2], strict=True) if b["key"] != f["key"]
+        ]
+        results = [compare(f, b) for b, f in pairs]
+        verdict = ("not reproduced" if "higher" in results
+                   else "reproduced" if "lower" in results else "tie")  # fmt: skip
+        out.append({
+            "claim": "R1: at equal parameters, width 64 with fixed head size 32 is at least as "
+                     "good as the wider baselines (head = width / 4)",
+            "evidence": "; ".join(f"{f['key']} {_fmt(f)} vs {b['key']} {_fmt(b)} ({r})"
+                                  for (b, f), r in zip(pairs, results, strict=True)),
+            "verdict": verdict,
+        })  # fmt: skip
+    if "R2" in summary:
+        rows = summary["R2"]
+        fixed = sorted((r for r in rows if r["attention_type"] == "fixed_head"),
+                       key=lambda r: r["heads"])  # fmt: skip
+        base = sorted((r for r in rows if r["attention_type"] == "standard"),
+                      key=lambda r: r["heads"])  # fmt: skip
+        first = next(r for r in base if r["heads"] == fixed[0]["heads"])
+        series = [first] + fixed if first["key"] != fixed[0]["key"] else fixed
+        result = compare(series[-1], series[0])
+        out.append({
+            "claim": "R2a: with head size fixed at 32, more heads improve perplexity",
+            "evidence": ", ".join(f"{r['heads']} heads {_fmt(r)}" for r in series),
+            "verdict": {"lower": "reproduced", "higher": "not reproduced (reversed)",
+                        "tie": "not reproduced (no clear change)"}[result],
+        })  # fmt: skip
+        best = min(base, key=lambda r: r["mean"])
+        result = compare(base[-1], best) if base[-1] is not best else "tie"
+        out.append({
+            "claim": "R2b: with head size = width / heads, many heads make the model worse",
+            "evidence": ", ".join(f"{r['heads']} heads of {r['width'] // r['heads']} {_fmt(r)}"
+                                  for r in base),
+            "verdict": {"higher": "reproduced", "lower": "not reproduced (reversed)",
+                        "tie": "not reproduced (no clear change)"}[result],
+        })  # fmt: skip
+    if "R3" in summary:
+        rows = sorted(summary["R3"], key=lambda r: r["head_size"])
+        result = compare(rows[-1], rows[0])
+        out.append({
+            "claim": "R3: at 8 heads, a larger head size improves perplexity",
+            "evidence": ", ".join(f"head size {r['head_size']} {_fmt(r)}" for r in rows),
+            "verdict": {"lower": "reproduced", "higher": "not reproduced (reversed)",
+                        "tie": "not reproduced (no clear change)"}[result],
+        })  # fmt: skip
+    return out
+
+
+def markdown(
+    summary: dict,
+    command: str,
+    steps: int,
+    learning_rate: float = 2e-3,
+    judged: Sequence[dict] = (),
+) -> str:
     lines = ["# Bhojanapalli et al. (2020) at small scale: Jane Austen LMs", "",
              f"Command: `{command}`", "",
              f"2 pre-LN layers, FFN 4 x width, vocab 4096, sequence 128, batch 32, {steps} steps "
@@ -204,6 +283,12 @@ def markdown(summary: dict, command: str, steps: int, learning_rate: float = 2e-
             ppl = "not run" if r["mean"] is None else f"{r['mean']:.2f} ± {r['std']:.2f}"
             lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {size} | "
                          f"{r['params']:,} | {ppl} | {','.join(map(str, r['seeds']))} |")  # fmt: skip
+        lines.append("")
+    if judged:
+        lines += ["## Verdicts", "",
+                  "A difference counts only when the mean ± std bars do not overlap.", "",
+                  "| claim | here (test perplexity) | verdict |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| {v['claim']} | {v['evidence']} | **{v['verdict']}** |" for v in judged]
         lines.append("")
     return "\n".join(lines)
 
@@ -257,13 +342,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = pathlib.Path(args.output)
     planned = len({r["key"] for rows in summary.values() for r in rows}) * len(args.seeds)
     finished = len(list((out / "runs").glob("*.json")))
-    write_json(out / "reproduction.json", {"command": command, **summary})
+    judged = verdicts(summary) if finished >= planned else []
+    write_json(out / "reproduction.json", {"command": command, **summary, "verdicts": judged})
     status = (f"Status: {finished} of {planned} runs finished"
               + ("." if finished >= planned else " — rerun the command to continue (it skips "
                  "finished runs); no claim is judged before all seeds are in."))  # fmt: skip
     write_atomic(
         out / "README.md",
-        markdown(summary, command, args.steps, args.learning_rate) + "\n" + status + "\n",
+        markdown(summary, command, args.steps, args.learning_rate, judged) + "\n" + status + "\n",
     )
     plot(summary, out / "reproduction.png")
     print((out / "README.md").read_text())

@@ -1,0 +1,99 @@
+"""The reproduction's bookkeeping: summaries, markdown == JSON, verdict rules, resumption."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from headsize_tf.experiments import reproduce
+
+
+def write_runs(out, perplexity, seeds=(0, 1, 2)):
+    """One run file per planned model and seed; perplexity(run, seed) -> float."""
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    seen = set()
+    for runs in reproduce.plan().values():
+        for run in runs:
+            if run.key in seen:
+                continue
+            seen.add(run.key)
+            for seed in seeds:
+                record = {**reproduce.dataclasses.asdict(run), "key": run.key, "seed": seed,
+                          "params": run.params(), "test_perplexity": perplexity(run, seed)}  # fmt: skip
+                (out / "runs" / f"{run.key}_seed{seed}.json").write_text(json.dumps(record))
+    return len(seen)
+
+
+def paper_like(run, seed):
+    """Perplexity falling with attention capacity (the paper's story), with seed noise."""
+    size = run.head_size if run.attention_type == "fixed_head" else run.width // run.heads
+    return 200.0 - 0.3 * run.width - 0.02 * run.heads * size + 0.1 * seed
+
+
+class ReproduceTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _tmp(self, tmp_path, capsys):
+        self.tmp = tmp_path
+        self.capsys = capsys
+
+    def test_plan_matches_parameters(self):
+        plan = reproduce.plan()
+        r1 = plan["R1"]
+        for baseline, fixed in zip(r1[0::2], r1[1::2], strict=True):
+            self.assertEqual((fixed.width, fixed.head_size), (64, 32))
+            self.assertLess(abs(fixed.params() - baseline.params()) / baseline.params(), 0.02)
+        self.assertEqual([r.key for r in plan["R3"]],
+                         ["std_w64_h8_p8", "fixed_w64_h8_p16", "fixed_w64_h8_p32",
+                          "fixed_w64_h8_p64"])  # fmt: skip
+
+    def test_markdown_numbers_equal_the_json_and_verdicts(self):
+        unique = write_runs(self.tmp, paper_like)
+        self.assertEqual(reproduce.main(["--output", str(self.tmp), "--summarize-only"]), 0)
+        data = json.loads((self.tmp / "reproduction.json").read_text())
+        text = (self.tmp / "README.md").read_text()
+        self.assertIn(f"Status: {unique * 3} of {unique * 3} runs finished.", text)
+        for name in ("R1", "R2", "R3"):
+            for row in data[name]:
+                cell = f"| {row['key']} | {row['width']} | {row['heads']} |"
+                line = next(line for line in text.splitlines() if line.startswith(cell))
+                mean, std = map(float, re.search(r"\| ([\d.]+) ± ([\d.]+) \|", line).groups())
+                self.assertAllClose([mean, std], [row["mean"], row["std"]], atol=0.006)
+                self.assertEqual(row["seeds"], [0, 1, 2])
+        verdicts = {v["claim"][:3]: v["verdict"] for v in data["verdicts"]}
+        self.assertEqual(verdicts, {"R1:": "reproduced", "R2a": "reproduced",
+                                    "R2b": "not reproduced (no clear change)",
+                                    "R3:": "reproduced"})  # fmt: skip
+        for v in data["verdicts"]:
+            self.assertIn(f"**{v['verdict']}**", text)
+        self.assertTrue((self.tmp / "reproduction.png").exists())
+
+    def test_reversed_results_are_reported_as_such(self):
+        write_runs(self.tmp, lambda run, seed: 400.0 - paper_like(run, seed))
+        reproduce.main(["--output", str(self.tmp), "--summarize-only"])
+        data = json.loads((self.tmp / "reproduction.json").read_text())
+        verdicts = {v["claim"][:3]: v["verdict"] for v in data["verdicts"]}
+        self.assertEqual(verdicts["R1:"], "not reproduced")
+        self.assertEqual(verdicts["R2a"], "not reproduced (reversed)")
+        self.assertEqual(verdicts["R3:"], "not reproduced (reversed)")
+
+    def test_partial_runs_judge_nothing(self):
+        write_runs(self.tmp, paper_like, seeds=(0,))
+        reproduce.main(["--output", str(self.tmp), "--summarize-only"])
+        data = json.loads((self.tmp / "reproduction.json").read_text())
+        self.assertEqual(data["verdicts"], [])
+        text = (self.tmp / "README.md").read_text()
+        self.assertIn("no claim is judged before all seeds are in", text)
+        self.assertNotIn("## Verdicts", text)
+
+    def test_compare_rule(self):
+        a = {"mean": 10.0, "std": 1.0}
+        self.assertEqual(reproduce.compare(a, {"mean": 12.5, "std": 1.0}), "lower")
+        self.assertEqual(reproduce.compare(a, {"mean": 11.5, "std": 1.0}), "tie")
+        self.assertEqual(reproduce.compare(a, {"mean": 7.5, "std": 0.4}), "higher")
+
+    def test_unknown_keys(self):
+        with self.assertRaisesRegex(SystemExit, r"--keys \['nope'\] select no planned run"):
+            reproduce.main(["--output", str(self.tmp), "--summarize-only", "--keys", "nope"])
+        self.assertFalse(np.any([p.exists() for p in self.tmp.glob("*.json")]))
