@@ -71,8 +71,16 @@ class SquadTest(tf.test.TestCase):
             self.assertEqual(got["context"], want["context"].numpy().decode())
             self.assertEqual(got["answers"]["answer_start"],
                              want["answers"]["answer_start"].numpy().tolist())  # fmt: skip
+        # Mock data draws the lengths of `text` and `answer_start` independently
+        # (real SQuAD pairs them); trim them to pairs before building the JSON.
+        for ex in flat:
+            n = min(len(ex["answers"]["text"]), len(ex["answers"]["answer_start"]))
+            ex["answers"] = {k: v[:n] for k, v in ex["answers"].items()}
         data = squad.squad_json(flat)
         self.assertEqual(sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"]), 6)
+        broken = dict(flat[0], answers={"text": ["x"], "answer_start": []})
+        with self.assertRaisesRegex(squad.SquadError, "answers text and answer_start differ"):
+            squad.squad_json([broken])
 
     def _prepare(self, data_dir):
         lines = (self.austen / "train.txt").read_text().splitlines()
