@@ -342,9 +342,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = pathlib.Path(args.output)
     planned = len({r["key"] for rows in summary.values() for r in rows}) * len(args.seeds)
     finished = len(list((out / "runs").glob("*.json")))
-    judged = verdicts(summary) if finished >= planned else []
+    # A claim is judged only on its whole experiment: `--keys` subsets compare rows only.
+    judged = verdicts(summary) if finished >= planned and not args.keys else []
     write_json(out / "reproduction.json", {"command": command, **summary, "verdicts": judged})
-    status = (f"Status: {finished} of {planned} runs finished"
+    status = "A subset of the models (--keys): no claim is judged here.\n\n" if args.keys else ""
+    status += (f"Status: {finished} of {planned} runs finished"
               + ("." if finished >= planned else " — rerun the command to continue (it skips "
                  "finished runs); no claim is judged before all seeds are in."))  # fmt: skip
     write_atomic(

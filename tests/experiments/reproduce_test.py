@@ -87,6 +87,15 @@ class ReproduceTest(tf.test.TestCase):
         self.assertIn("no claim is judged before all seeds are in", text)
         self.assertNotIn("## Verdicts", text)
 
+    def test_key_subsets_judge_nothing(self):
+        write_runs(self.tmp, paper_like)
+        reproduce.main(["--output", str(self.tmp), "--summarize-only", "--only", "R2",
+                        "--keys", "std_w64_h8_p8", "fixed_w64_h8_p32"])  # fmt: skip
+        data = json.loads((self.tmp / "reproduction.json").read_text())
+        self.assertEqual([r["key"] for r in data["R2"]], ["std_w64_h8_p8", "fixed_w64_h8_p32"])
+        self.assertEqual(data["verdicts"], [])
+        self.assertIn("no claim is judged here", (self.tmp / "README.md").read_text())
+
     def test_compare_rule(self):
         a = {"mean": 10.0, "std": 1.0}
         self.assertEqual(reproduce.compare(a, {"mean": 12.5, "std": 1.0}), "lower")
