@@ -75,6 +75,18 @@ def _trainer(learning_rate: float = 1e-4) -> cfg.TrainerConfig:
     )
 
 
+def _experiment(task: cfg.TaskConfig, learning_rate: float) -> cfg.ExperimentConfig:
+    """An experiment of `task` with our trainer defaults and the data restrictions."""
+    return cfg.ExperimentConfig(
+        task=task,
+        trainer=_trainer(learning_rate),
+        restrictions=[
+            "task.train_data.is_training != None",
+            "task.validation_data.is_training != None",
+        ],
+    )
+
+
 def _register(name, factory):
     try:  # Module reloads must not register twice.
         registry.lookup(exp_factory._REGISTERED_CONFIGS, name)
@@ -84,45 +96,37 @@ def _register(name, factory):
 
 def headsize_bert_pretraining() -> cfg.ExperimentConfig:
     """Masked-LM pretraining of a HeadsizeBertEncoder."""
-    return cfg.ExperimentConfig(
-        task=masked_lm.MaskedLMConfig(
+    return _experiment(
+        masked_lm.MaskedLMConfig(
             model=bert.PretrainerConfig(encoder=encoder_config(), cls_heads=[]),
             train_data=pretrain_dataloader.BertPretrainDataConfig(use_next_sentence_label=False),
             validation_data=pretrain_dataloader.BertPretrainDataConfig(
                 is_training=False, use_next_sentence_label=False
             ),
         ),
-        trainer=_trainer(1e-4),
-        restrictions=[
-            "task.train_data.is_training != None",
-            "task.validation_data.is_training != None",
-        ],
+        1e-4,
     )
 
 
 def headsize_bert_sentence_prediction() -> cfg.ExperimentConfig:
     """Sentence classification fine-tuning of a HeadsizeBertEncoder."""
-    return cfg.ExperimentConfig(
-        task=sentence_prediction.SentencePredictionConfig(
+    return _experiment(
+        sentence_prediction.SentencePredictionConfig(
             model=sentence_prediction.ModelConfig(encoder=encoder_config()),
             train_data=sentence_prediction_dataloader.SentencePredictionDataConfig(),
             validation_data=sentence_prediction_dataloader.SentencePredictionDataConfig(
                 is_training=False, drop_remainder=False
             ),
         ),
-        trainer=_trainer(3e-5),
-        restrictions=[
-            "task.train_data.is_training != None",
-            "task.validation_data.is_training != None",
-        ],
+        3e-5,
     )
 
 
 def headsize_bert_sentence_prediction_text() -> cfg.ExperimentConfig:
     """Sentence classification from raw text (TFDS glue/sst2, glue/mnli, ...)."""
     text = sentence_prediction_dataloader.SentencePredictionTextDataConfig
-    return cfg.ExperimentConfig(
-        task=sentence_prediction.SentencePredictionConfig(
+    return _experiment(
+        sentence_prediction.SentencePredictionConfig(
             model=sentence_prediction.ModelConfig(encoder=encoder_config()),
             train_data=text(tfds_name="glue/sst2", tfds_split="train", text_fields=["sentence"]),
             validation_data=text(
@@ -133,19 +137,15 @@ def headsize_bert_sentence_prediction_text() -> cfg.ExperimentConfig:
                 drop_remainder=False,
             ),
         ),
-        trainer=_trainer(3e-5),
-        restrictions=[
-            "task.train_data.is_training != None",
-            "task.validation_data.is_training != None",
-        ],
+        3e-5,
     )
 
 
 def headsize_bert_span_labeling() -> cfg.ExperimentConfig:
     """SQuAD v1.1 span labeling with a HeadsizeBertEncoder."""
     qa = question_answering_dataloader.QADataConfig
-    return cfg.ExperimentConfig(
-        task=question_answering.QuestionAnsweringConfig(
+    return _experiment(
+        question_answering.QuestionAnsweringConfig(
             model=question_answering.ModelConfig(encoder=encoder_config()),
             train_data=qa(input_path="${DATA_DIR}/squad/train.tf_record"),
             validation_data=qa(
@@ -155,40 +155,28 @@ def headsize_bert_span_labeling() -> cfg.ExperimentConfig:
                 drop_remainder=False,
             ),
         ),
-        trainer=_trainer(8e-5),
-        restrictions=[
-            "task.train_data.is_training != None",
-            "task.validation_data.is_training != None",
-        ],
+        8e-5,
     )
 
 
 def headsize_seq2seq_translation() -> cfg.ExperimentConfig:
     """WMT14 translation with a HeadsizeSeq2Seq (Cordonnier et al.'s NMT setup)."""
-    return cfg.ExperimentConfig(
-        task=translation.TranslationConfig(
+    return _experiment(
+        translation.TranslationConfig(
             train_data=translation.TranslationDataConfig(tfds_split="train"),
             validation_data=translation.TranslationDataConfig(
                 tfds_split="validation", is_training=False, drop_remainder=False
             ),
         ),
-        trainer=_trainer(7e-4),
-        restrictions=[
-            "task.train_data.is_training != None",
-            "task.validation_data.is_training != None",
-        ],
+        7e-4,
     )
 
 
 def headsize_lm_language_modeling() -> cfg.ExperimentConfig:
     """Causal language modeling with a HeadsizeCausalLM (Bhojanapalli et al.'s LM1B setup)."""
-    return cfg.ExperimentConfig(
-        task=language_modeling.LanguageModelingConfig(),
-        trainer=_trainer(1e-3),
-        restrictions=[
-            "task.train_data.is_training != None",
-            "task.validation_data.is_training != None",
-        ],
+    return _experiment(
+        language_modeling.LanguageModelingConfig(),
+        1e-3,
     )
 
 
