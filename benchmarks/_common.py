@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts."""
 
-from headsize_tf.io_utils import save_figure, write_atomic, write_json
+from headsize_tf.core.io import save_figure, write_atomic, write_json
 
 __all__ = ["save_figure", "write_atomic", "write_json"]

@@ -35,7 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from _common import write_atomic, write_json  # noqa: E402
 
-from headsize_tf.reparam import cp  # noqa: E402
+from headsize_tf.core import cp  # noqa: E402
 
 LAYERS, HEADS, WIDTH, HEAD_SIZE, SHARED, RANK = 12, 12, 768, 64, 384, 384
 

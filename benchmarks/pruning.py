@@ -55,7 +55,7 @@ def main() -> int:
     model = load_sentence_encoder("minilm-l6")
     full = model.encoder
     config = full.get_config()
-    layers, heads = config["num_layers"], config["num_attention_heads"]
+    layers, heads = config["num_layers"], full.attention_spec.num_heads
     rng = np.random.default_rng(0)
     mask = np.ones([layers, heads], np.float32)
     for row in mask:

@@ -31,6 +31,7 @@ import tf_keras  # noqa: E402
 from _common import write_atomic  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
 
+from headsize_tf.core import AttentionSpec  # noqa: E402
 from headsize_tf.modeling import HeadsizeBertEncoder  # noqa: E402
 
 BATCH, SEQ, WIDTH, LAYERS, HEADS, INNER, VOCAB = 16, 128, 256, 4, 4, 1024, 30522
@@ -38,7 +39,6 @@ COMMON = dict(
     vocab_size=VOCAB,
     hidden_size=WIDTH,
     num_layers=LAYERS,
-    num_attention_heads=HEADS,
     inner_dim=INNER,
     max_sequence_length=SEQ,
     type_vocab_size=2,
@@ -46,21 +46,25 @@ COMMON = dict(
 )
 
 
+def _spec(kind: str, **sizes) -> AttentionSpec:
+    return AttentionSpec(kind, num_heads=HEADS, **sizes)
+
+
 def encoders() -> dict[str, tf_keras.layers.Layer]:
     return {
-        "stock BertEncoderV2": networks.BertEncoderV2(**COMMON),
-        "standard (4x64)": HeadsizeBertEncoder(attention_type="standard", **COMMON),
+        "stock BertEncoderV2": networks.BertEncoderV2(num_attention_heads=HEADS, **COMMON),
+        "standard (4x64)": HeadsizeBertEncoder(attention=_spec("standard"), **COMMON),
         "fixed_head (4x64)": HeadsizeBertEncoder(
-            attention_type="fixed_head", head_size=64, **COMMON
+            attention=_spec("fixed_head", head_size=64), **COMMON
         ),
         "fixed_head (4x128)": HeadsizeBertEncoder(
-            attention_type="fixed_head", head_size=128, **COMMON
+            attention=_spec("fixed_head", head_size=128), **COMMON
         ),
         "collaborative (D=256)": HeadsizeBertEncoder(
-            attention_type="collaborative", shared_key_dim=256, **COMMON
+            attention=_spec("collaborative", shared_key_dim=256), **COMMON
         ),
         "collaborative (D=128)": HeadsizeBertEncoder(
-            attention_type="collaborative", shared_key_dim=128, **COMMON
+            attention=_spec("collaborative", shared_key_dim=128), **COMMON
         ),
     }
 

@@ -43,7 +43,7 @@ def lm_config_file(steps):
     config = {
         "task": {
             "model": {"vocab_size": 4096, "hidden_size": 64, "num_layers": 2,
-                      "num_attention_heads": 4, "intermediate_size": 256,
+                      "attention": {"kind": "standard", "num_heads": 4}, "intermediate_size": 256,
                       "max_sequence_length": 128, "dropout_rate": 0.0},
             "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
                            "global_batch_size": 32, "seq_length": 128},
@@ -150,7 +150,7 @@ for name, layer in layers.items():
 for kind, kwargs in [("standard", {}), ("fixed_head", {"head_size": 32}),
                      ("collaborative", {"shared_key_dim": 32})]:
     count = params.attention_params(kind, WIDTH, HEADS, **kwargs)
-    print(f"{kind:14s} trainable {count.trainable:6,d}  head gates {count.non_trainable}")
+    print(f"{kind:14s} trainable {count.trainable:6,d}")
 """,
         ),
         (
@@ -181,19 +181,18 @@ notebook(
         (
             "code",
             """
-import dataclasses
 from headsize_tf import params
 from headsize_tf.data import corpora
-from headsize_tf.experiments import train
+from headsize_tf.training import train
 
 corpora.prepare("austen")  # Debian r-cran-janeaustenr -> ~/.cache/headsize_tf/data/austen
 steps = 20 if SMOKE else 2000
 base = dict(vocab_size=4096, width=64, num_layers=2, intermediate_size=256, max_sequence_length=128)
-baseline = params.EncoderSpec(num_heads=8, **base)
-fixed = params.EncoderSpec(num_heads=1, attention_type="fixed_head", head_size=32, **base)
+baseline = params.EncoderSpec(attention=params.AttentionSpec("standard", num_heads=8), **base)
+fixed = params.EncoderSpec(attention=params.AttentionSpec("fixed_head", 1, head_size=32), **base)
 target = params.causal_lm_params(baseline).trainable
 heads = params.match_num_heads(target, lambda h: params.causal_lm_params(
-    dataclasses.replace(fixed, num_heads=h)).trainable, range(1, 33))
+    fixed.with_heads(h)).trainable, range(1, 33))
 print(f"baseline 8 heads of 8: {target:,} params; fixed head 32 matched with {heads} heads")
 """,
         ),
@@ -202,9 +201,9 @@ print(f"baseline 8 heads of 8: {target:,} params; fixed head 32 matched with {he
             "code",
             """
 import tempfile
-runs = {"standard, 8 heads of 8": {"attention_type": "standard", "num_attention_heads": 8},
-        f"fixed, {heads} heads of 32": {"attention_type": "fixed_head", "num_attention_heads": heads,
-                                        "head_size": 32}}
+runs = {"standard, 8 heads of 8": {"attention": {"kind": "standard", "num_heads": 8}},
+        f"fixed, {heads} heads of 32": {"attention": {"kind": "fixed_head", "num_heads": heads,
+                                                      "head_size": 32}}}
 config = lm_config_file(steps)
 results = {}
 for name, fields in runs.items():
@@ -271,7 +270,7 @@ notebook(
             "code",
             """
 import dataclasses, numpy as np
-from headsize_tf.experiments import finetune as ft
+from headsize_tf.training import finetune as ft
 from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import prune, remove_heads
 

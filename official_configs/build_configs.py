@@ -68,10 +68,11 @@ def _lm1b_data(seq: int, batch: int) -> dict:
 def _lm_model(width: int, heads: int, layers: int = 6, head_size: int | None = None,
               vocab: int = 32000, seq: int = 256) -> dict:  # fmt: skip
     model = {"vocab_size": vocab, "hidden_size": width, "num_layers": layers,
-             "num_attention_heads": heads, "attention_type": "standard",
+             "attention": {"kind": "standard", "num_heads": heads},
              "intermediate_size": 4 * width, "max_sequence_length": seq, "dropout_rate": 0.1}  # fmt: skip
     if head_size is not None:
-        model.update(attention_type="fixed_head", head_size=head_size, intermediate_size=1024)
+        model.update(attention={"kind": "fixed_head", "num_heads": heads, "head_size": head_size},
+                     intermediate_size=1024)  # fmt: skip
     return model
 
 
@@ -81,8 +82,7 @@ def lm1b_family() -> dict[str, tuple[str, dict]]:
     def count(model: dict) -> int:
         spec = params.EncoderSpec(
             vocab_size=model["vocab_size"], width=model["hidden_size"],
-            num_layers=model["num_layers"], num_heads=model["num_attention_heads"],
-            attention_type=model["attention_type"], head_size=model.get("head_size"),
+            num_layers=model["num_layers"], attention=params.AttentionSpec(**model["attention"]),
             intermediate_size=model["intermediate_size"],
             max_sequence_length=model["max_sequence_length"],
         )  # fmt: skip
@@ -115,11 +115,11 @@ def lm1b_family() -> dict[str, tuple[str, dict]]:
 def _bert_encoder(width: int, heads: int, head_size: int | None = None, layers: int = 24,
                   vocab: int = 30522) -> dict:  # fmt: skip
     enc = {"vocab_size": vocab, "hidden_size": width, "num_layers": layers,
-           "num_attention_heads": heads, "attention_type": "standard",
+           "attention": {"kind": "standard", "num_heads": heads},
            "intermediate_size": 4 * width, "max_position_embeddings": 512,
            "dropout_rate": 0.1, "attention_dropout_rate": 0.1}  # fmt: skip
     if head_size is not None:
-        enc.update(attention_type="fixed_head", head_size=head_size)
+        enc.update(attention={"kind": "fixed_head", "num_heads": heads, "head_size": head_size})
     return {"encoder": {"type": "any", "any": enc}}
 
 
@@ -139,8 +139,8 @@ def bert24_family() -> dict[str, tuple[str, dict]]:
         enc = model["encoder"]["any"]
         spec = params.EncoderSpec(
             vocab_size=enc["vocab_size"], width=enc["hidden_size"], num_layers=enc["num_layers"],
-            num_heads=enc["num_attention_heads"], attention_type=enc["attention_type"],
-            head_size=enc.get("head_size"), intermediate_size=enc["intermediate_size"],
+            attention=params.AttentionSpec(**enc["attention"]),
+            intermediate_size=enc["intermediate_size"],
         )  # fmt: skip
         return params.encoder_params(spec).trainable
 
@@ -183,14 +183,16 @@ def _nmt_data(batch: int, seq: int) -> dict:
 
 def nmt_family() -> dict[str, tuple[str, dict]]:
     base = {"vocab_size": 32000, "hidden_size": 512, "num_encoder_layers": 6,
-            "num_decoder_layers": 6, "num_attention_heads": 8, "attention_type": "standard",
+            "num_decoder_layers": 6, "attention": {"kind": "standard", "num_heads": 8},
             "intermediate_size": 2048, "max_sequence_length": 128, "dropout_rate": 0.1,
             "attention_dropout_rate": 0.1}  # fmt: skip
     models = {"standard": base}
     for dim in (512, 256, 128, 64):
         models[f"collaborative_dk{dim}"] = dict(
-            base, attention_type="collaborative", shared_key_dim=dim, head_size=64
-        )
+            base,
+            attention={"kind": "collaborative", "num_heads": 8, "shared_key_dim": dim,
+                       "head_size": 64},
+        )  # fmt: skip
     files = {
         name: (
             "transformer-base (Vaswani et al.) with label smoothing 0.1",
@@ -202,7 +204,8 @@ def nmt_family() -> dict[str, tuple[str, dict]]:
         for name, model in models.items()
     }
     tiny = dict(base, vocab_size=8000, hidden_size=64, num_encoder_layers=2,
-                num_decoder_layers=2, num_attention_heads=4, intermediate_size=256,
+                num_decoder_layers=2, attention={"kind": "standard", "num_heads": 4},
+                intermediate_size=256,
                 max_sequence_length=64, dropout_rate=0.0, attention_dropout_rate=0.0)  # fmt: skip
     files["tiny"] = ("width 64, 2 + 2 layers: a CPU-sized check of the pipeline",
                      {"task": {"model": tiny, "label_smoothing": 0.1, **_nmt_data(32, 64)},

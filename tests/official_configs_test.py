@@ -12,7 +12,7 @@ from absl.testing import parameterized
 from headsize_tf import params as hs_params
 from headsize_tf.configs import encoders as hs_encoders
 from headsize_tf.configs import language_modeling
-from headsize_tf.experiments import train
+from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "official_configs"
@@ -78,7 +78,7 @@ class OfficialConfigsTest(tf.test.TestCase, parameterized.TestCase):
         path = CONFIGS / "bhojanapalli_bert24" / "fixed128_w512_h16.yaml"
         enc = train.build_params(experiment_of(path), [str(path)], data_dir=str(self.data_dir))
         enc = enc.task.model.encoder.any
-        self.assertEqual((enc.num_layers, enc.hidden_size, enc.attention_type, enc.head_size),
+        self.assertEqual((enc.num_layers, enc.hidden_size, enc.attention.kind, enc.attention.head_size),
                          (24, 512, "fixed_head", 128))  # fmt: skip
         large = CONFIGS / "bhojanapalli_bert24" / "baseline_w1024_h16.yaml"
         large = train.build_params(experiment_of(large), [str(large)], data_dir=str(self.data_dir))
@@ -92,7 +92,7 @@ class OfficialConfigsTest(tf.test.TestCase, parameterized.TestCase):
                 model = train.build_params(
                     experiment_of(path), [str(path)], data_dir=str(self.data_dir)
                 ).task.model
-                dims[path.stem] = (model.attention_type, model.shared_key_dim)
+                dims[path.stem] = (model.attention.kind, model.attention.shared_key_dim)
         self.assertEqual(dims, {
             "standard": ("standard", None),
             **{f"collaborative_dk{d}": ("collaborative", d) for d in (512, 256, 128, 64)},

@@ -10,35 +10,62 @@ from official.modeling.hyperparams import base_config
 from official.nlp.configs import encoders
 
 from headsize_tf import params
-from headsize_tf.layers.factory import attention_kwargs
+from headsize_tf.core.spec import AttentionSpec, SpecError, migrate_legacy_config
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 
 
 @dataclasses.dataclass
+class AttentionConfig(hyperparams.Config):
+    """The attention spec as a Model Garden config (`AttentionSpec`'s fields).
+
+    YAML:
+
+        attention:
+          kind: fixed_head        # standard | fixed_head | collaborative
+          num_heads: 8            # or one per layer: [4, 8, 8, 16]
+          head_size: 32           # fixed_head: int or sequence_length (per-layer list allowed)
+          value_dim: null         # optional per-head value size
+          shared_key_dim: null    # collaborative: shared query/key size D
+          mixing_initializer: uniform
+
+    Attributes: as `headsize_tf.core.AttentionSpec`.
+    """
+
+    kind: str = "standard"
+    num_heads: int | list[int] = 12
+    head_size: int | str | list | None = None
+    value_dim: int | None = None
+    shared_key_dim: int | None = None
+    mixing_initializer: str = "uniform"
+
+    def to_spec(self) -> AttentionSpec:
+        """The validated `AttentionSpec` (raises `SpecError` naming the bad field)."""
+        return AttentionSpec.from_dict(self.as_dict())
+
+
+def attention_config(spec: AttentionSpec | None = None, **fields) -> AttentionConfig:
+    """An `AttentionConfig` from a spec or from its fields."""
+    if spec is not None:
+        fields = dict(spec.to_dict(), **fields)
+    return AttentionConfig(**fields)
+
+
+@dataclasses.dataclass
 class HeadsizeEncoderConfig(hyperparams.Config):
-    """A BERT-style encoder whose attention kind is one config field.
+    """A BERT-style encoder whose attention is one nested spec.
 
     Attributes:
-      attention_type: "standard" (head size = hidden_size / heads),
-        "fixed_head" or "collaborative".
-      num_attention_heads: Heads per layer.
-      head_size: fixed_head: head size (an int, or "sequence_length" for the
-        paper's d_p = n with static-length inputs); collaborative: optional
-        value head size (default hidden_size / heads). Ignored by standard.
-      shared_key_dim: collaborative: the shared query/key size D.
-      mixing_initializer: collaborative: "concatenate", "ones", "uniform",
-        "normal" or a Keras initializer name.
+      attention: The blocks' `AttentionConfig` (kind, num_heads, head_size,
+        value_dim, shared_key_dim, mixing_initializer; per-layer lists of
+        num_heads / head_size allowed). "sequence_length" head sizes resolve
+        to `max_position_embeddings`.
       Other fields: as Model Garden's `BertEncoderConfig`.
     """
 
     vocab_size: int = 30522
     hidden_size: int = 768
     num_layers: int = 12
-    num_attention_heads: int = 12
-    attention_type: str = "standard"
-    head_size: int | str | None = None
-    shared_key_dim: int | None = None
-    mixing_initializer: str = "uniform"
+    attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
     hidden_activation: str = "gelu"
     intermediate_size: int = 3072
     dropout_rate: float = 0.1
@@ -50,40 +77,29 @@ class HeadsizeEncoderConfig(hyperparams.Config):
     norm_first: bool = False
 
 
-def layer_head_size(config) -> int | str | None:
-    """The `head_size` the layers get: standard attention ignores the field."""
-    return None if config.attention_type == "standard" else config.head_size
+def model_spec(config, num_layers: int, sequence_length: int) -> AttentionSpec:
+    """The validated spec of a config with an `attention` field, checked at its width.
 
-
-def validate_attention_fields(config) -> None:
-    """Checks the attention fields shared by the encoder and LM configs.
-
-    `config` has `attention_type`, `hidden_size`, `num_attention_heads`,
-    `head_size`, `shared_key_dim` and `mixing_initializer`. Raises a
-    ValueError naming the bad value and what was expected.
+    One validation for the encoder, LM and seq2seq configs: the spec's own
+    rules, the per-layer list lengths, and the head size at `hidden_size`.
+    Raises a ValueError naming the bad value and what was expected.
     """
-    attention_kwargs(
-        config.attention_type,
-        config.num_attention_heads,
-        layer_head_size(config),
-        config.shared_key_dim,
-        config.mixing_initializer,
-    )
-    if config.attention_type == "standard" and config.hidden_size % config.num_attention_heads:
-        raise ValueError(
-            f"standard attention needs hidden_size ({config.hidden_size}) to be a multiple of "
-            f"num_attention_heads ({config.num_attention_heads}); use attention_type "
-            "'fixed_head' for a head size independent of the width."
-        )
+    spec = config.attention.to_spec()
+    for i, layer in enumerate(spec.with_sequence_length(sequence_length).layers(num_layers)):
+        try:
+            layer.resolve(config.hidden_size)
+        except SpecError as err:
+            raise SpecError(f"layer {i}: {err}" if spec.per_layer_length else str(err)) from None
+    return spec
 
 
 def validate(config: HeadsizeEncoderConfig) -> None:
     """Raises a ValueError naming the bad field and what was expected."""
-    validate_attention_fields(config)
     for name in ("vocab_size", "hidden_size", "num_layers", "intermediate_size"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"encoder.{name} must be a positive int; got {value!r}.")
+    model_spec(config, config.num_layers, config.max_position_embeddings)
 
 
 def build_headsize_encoder(config: HeadsizeEncoderConfig) -> HeadsizeBertEncoder:
@@ -93,11 +109,7 @@ def build_headsize_encoder(config: HeadsizeEncoderConfig) -> HeadsizeBertEncoder
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         num_layers=config.num_layers,
-        num_attention_heads=config.num_attention_heads,
-        attention_type=config.attention_type,
-        head_size=layer_head_size(config),
-        shared_key_dim=config.shared_key_dim,
-        mixing_initializer=config.mixing_initializer,
+        attention=config.attention.to_spec(),
         inner_activation=config.hidden_activation,
         inner_dim=config.intermediate_size,
         output_dropout=config.dropout_rate,
@@ -119,16 +131,15 @@ def encoder_config(**kwargs) -> encoders.EncoderConfig:
     return encoders.EncoderConfig(type="any", any=HeadsizeEncoderConfig(**kwargs))
 
 
-def spec_from_config(config, max_sequence_length: int, **extra) -> params.EncoderSpec:
+def spec_from_config(
+    config, max_sequence_length: int, num_layers: int | None = None, **extra
+) -> params.EncoderSpec:
     """`params.EncoderSpec` from the shape fields shared by encoder and LM configs."""
     return params.EncoderSpec(
         vocab_size=config.vocab_size,
         width=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_attention_heads,
-        attention_type=config.attention_type,
-        head_size=layer_head_size(config),
-        shared_key_dim=config.shared_key_dim,
+        num_layers=num_layers or config.num_layers,
+        attention=config.attention.to_spec(),
         intermediate_size=config.intermediate_size,
         max_sequence_length=max_sequence_length,
         **extra,
@@ -151,11 +162,10 @@ def fields_from_encoder_config(config: dict) -> dict:
     Used to write the YAML with which `headsize-tf train` rebuilds (and
     initialises from a checkpoint) an encoder made outside an experiment.
     """
+    config = migrate_legacy_config(config)
+    spec = AttentionSpec.coerce(config["attention"])
     if config.get("pruned_heads"):
-        raise ValueError(
-            "A pruned encoder (pruned_heads set) has no HeadsizeEncoderConfig form; load it with "
-            "headsize_tf.pretrained.load_sentence_encoder instead."
-        )
+        spec = pruned_spec(spec, config["pruned_heads"], config["hidden_size"])
     activation = config.get("inner_activation", "gelu")
     if not isinstance(activation, str):
         raise ValueError(
@@ -170,11 +180,7 @@ def fields_from_encoder_config(config: dict) -> dict:
         "vocab_size": int(config["vocab_size"]),
         "hidden_size": int(config["hidden_size"]),
         "num_layers": int(config["num_layers"]),
-        "num_attention_heads": int(config["num_attention_heads"]),
-        "attention_type": config.get("attention_type", "standard"),
-        "head_size": config.get("head_size"),
-        "shared_key_dim": config.get("shared_key_dim"),
-        "mixing_initializer": config.get("mixing_initializer", "uniform"),
+        "attention": spec.to_dict(),
         "hidden_activation": activation,
         "intermediate_size": int(config["inner_dim"]),
         "dropout_rate": float(config["output_dropout"]),
@@ -186,3 +192,21 @@ def fields_from_encoder_config(config: dict) -> dict:
     }
     validate(HeadsizeEncoderConfig(**fields))
     return fields
+
+
+def pruned_spec(spec: AttentionSpec, pruned_heads, width: int) -> AttentionSpec:
+    """The per-layer spec of an encoder after pruning: kept heads, unchanged head sizes.
+
+    A pruned model is an ordinary config: standard heads become fixed-head
+    layers of their original size width // heads, and each layer lists its
+    remaining head count. A layer with every head pruned keeps one head
+    (gated off in the model; as a plain config it is a live head).
+    """
+    layers = spec.layers(len(pruned_heads))
+    heads, sizes = [], []
+    for layer, pruned in zip(layers, pruned_heads, strict=True):
+        resolved = layer.resolve(width)
+        heads.append(max(resolved.num_heads - len(pruned), 1))
+        sizes.append(resolved.head_size)
+    kind = "fixed_head" if spec.kind == "standard" else spec.kind
+    return dataclasses.replace(spec, kind=kind, num_heads=heads, head_size=sizes)

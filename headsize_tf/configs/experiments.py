@@ -32,6 +32,7 @@ from official.nlp.data import (
 )
 from official.nlp.tasks import masked_lm, question_answering, sentence_prediction
 
+from headsize_tf import tasks  # noqa: F401  (registers the task classes)
 from headsize_tf.configs import language_modeling, translation
 from headsize_tf.configs.encoders import encoder_config
 

@@ -69,7 +69,7 @@ def default_data_dir() -> pathlib.Path:
     env = os.environ.get("HEADSIZE_TF_DATA_DIR")
     if env:
         return pathlib.Path(env)
-    from headsize_tf.io_utils import cache_root
+    from headsize_tf.core.io import cache_root
 
     return cache_root() / "data"
 

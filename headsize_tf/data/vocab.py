@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
+from headsize_tf.core.io import write_atomic
 from headsize_tf.data.corpora import RESERVED_TOKENS, build_wordpiece_vocab
-from headsize_tf.io_utils import write_atomic
 
 
 class VocabError(ValueError):

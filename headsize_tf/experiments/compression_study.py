@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headsize_tf.experiments import finetune as ft
-from headsize_tf.io_utils import save_figure, write_atomic, write_json
+from headsize_tf.core.io import save_figure, write_atomic, write_json
+from headsize_tf.training import finetune as ft
 
 DIMS = (384, 256, 192, 128, 64)
 

@@ -20,7 +20,7 @@ import pathlib
 import time
 from typing import Any
 
-from headsize_tf.io_utils import save_figure, write_atomic, write_json
+from headsize_tf.core.io import save_figure, write_atomic, write_json
 
 STEPS = 800
 BASE = {
@@ -65,17 +65,20 @@ class DemoModel:
     head_size: int | None
 
     def encoder_fields(self) -> dict[str, Any]:
-        return {"hidden_size": self.width, "num_attention_heads": self.heads,
-                "intermediate_size": 4 * self.width, "attention_type": self.attention_type,
-                "head_size": self.head_size}  # fmt: skip
+        return {"hidden_size": self.width, "attention": self.attention(),
+                "intermediate_size": 4 * self.width}  # fmt: skip
 
     def spec(self):
         from headsize_tf import params
 
         return params.EncoderSpec(vocab_size=4096, width=self.width, num_layers=2,
-                                  num_heads=self.heads, attention_type=self.attention_type,
-                                  head_size=self.head_size, intermediate_size=4 * self.width,
+                                  attention=self.attention(), intermediate_size=4 * self.width,
                                   max_sequence_length=128)  # fmt: skip
+
+    def attention(self) -> dict[str, Any]:
+        """The model's attention spec fields."""
+        head_size = self.head_size if self.attention_type == "fixed_head" else None
+        return {"kind": self.attention_type, "num_heads": self.heads, "head_size": head_size}
 
 
 def demo_models() -> list[DemoModel]:
@@ -105,7 +108,7 @@ def run_demo(output: str | os.PathLike = "headsize_demo", data_dir: str | None =
     """Runs (or resumes) the demo; returns the summary written to `comparison.json`."""
     from headsize_tf import params as counts
     from headsize_tf.data import corpora
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     output = pathlib.Path(output)
     start = time.perf_counter()

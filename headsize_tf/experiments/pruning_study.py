@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headsize_tf.experiments import finetune as ft
-from headsize_tf.io_utils import write_atomic, write_json
+from headsize_tf.core.io import write_atomic, write_json
+from headsize_tf.training import finetune as ft
 
 
 def _finetuned(args, splits):

@@ -25,10 +25,11 @@ import pathlib
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from headsize_tf.io_utils import save_figure, write_atomic, write_json
+from headsize_tf.core.io import save_figure, write_atomic, write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +50,13 @@ class LMRun:
         from headsize_tf import params
 
         return params.EncoderSpec(vocab_size=4096, width=self.width, num_layers=2,
-                                  num_heads=self.heads, attention_type=self.attention_type,
-                                  head_size=self.head_size, intermediate_size=4 * self.width,
+                                  attention=self.attention(), intermediate_size=4 * self.width,
                                   max_sequence_length=128)  # fmt: skip
+
+    def attention(self) -> dict[str, Any]:
+        """The model's attention spec fields."""
+        head_size = self.head_size if self.attention_type == "fixed_head" else None
+        return {"kind": self.attention_type, "num_heads": self.heads, "head_size": head_size}
 
     def params(self) -> int:
         from headsize_tf import params
@@ -83,8 +88,7 @@ def _override(run: LMRun, steps: int, test_batches: int, learning_rate: float = 
     return {
         "task": {
             "model": {"vocab_size": 4096, "hidden_size": run.width, "num_layers": 2,
-                      "num_attention_heads": run.heads, "attention_type": run.attention_type,
-                      "head_size": run.head_size, "intermediate_size": 4 * run.width,
+                      "attention": run.attention(), "intermediate_size": 4 * run.width,
                       "max_sequence_length": 128, "dropout_rate": 0.0},
             "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
                            "global_batch_size": 32, "seq_length": 128},
@@ -107,7 +111,7 @@ def _override(run: LMRun, steps: int, test_batches: int, learning_rate: float = 
 
 def run_all(args) -> dict:
     from headsize_tf.data import corpora
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     corpora.prepare("austen", args.data_dir)
     manifest = corpora.load_manifest("austen", args.data_dir)

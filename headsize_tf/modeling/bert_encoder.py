@@ -10,6 +10,7 @@ import tf_keras
 from official.modeling import tf_utils
 from official.nlp.modeling import networks
 
+from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
 from headsize_tf.modeling.transformer_block import HeadsizeTransformerBlock
 
 
@@ -30,12 +31,10 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
       vocab_size: Vocabulary size.
       hidden_size: Width `d`.
       num_layers: Number of Transformer blocks.
-      num_attention_heads: Heads per block `h`.
-      attention_type: "standard" (head size d/h), "fixed_head" or "collaborative".
-      head_size: fixed_head: head size (int or "sequence_length", which
-        needs static-length inputs); collaborative: optional value head size.
-      shared_key_dim: collaborative: shared query/key size `D`.
-      mixing_initializer: collaborative: mixing initializer.
+      attention: The blocks' `AttentionSpec` (or a dict of its fields):
+        kind ("standard": head size d/h, "fixed_head", "collaborative"),
+        heads, head size, value head size, shared key dim; per-layer lists
+        allowed. "sequence_length" resolves to `max_sequence_length`.
       inner_activation: FFN activation; "gelu" (exact erf GELU, as in BERT
         checkpoints) by default.
       pruned_heads: Per layer, the indices of heads removed by pruning
@@ -48,7 +47,7 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
     Example:
 
     >>> encoder = HeadsizeBertEncoder(vocab_size=100, hidden_size=64, num_layers=2,
-    ...     num_attention_heads=8, attention_type="fixed_head", head_size=32, inner_dim=128)
+    ...     attention=AttentionSpec("fixed_head", num_heads=8, head_size=32), inner_dim=128)
     """
 
     def __init__(
@@ -56,11 +55,7 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
         vocab_size: int,
         hidden_size: int = 768,
         num_layers: int = 12,
-        num_attention_heads: int = 12,
-        attention_type: str = "standard",
-        head_size: int | str | None = None,
-        shared_key_dim: int | None = None,
-        mixing_initializer: Any = "uniform",
+        attention: AttentionSpec | Mapping[str, Any] | None = None,
         inner_activation: Any = "gelu",
         pruned_heads: Sequence[Sequence[int]] | None = None,
         **kwargs: Any,
@@ -70,12 +65,17 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
                 f"pruned_heads has {len(pruned_heads)} entries; expected one list per layer "
                 f"({num_layers})."
             )
+        check_no_legacy_keys(type(self).__name__, kwargs)
+        spec = AttentionSpec.coerce(attention)
+        max_length = kwargs.get("max_sequence_length", 512)
+        layer_specs = spec.with_sequence_length(max_length).layers(num_layers)
         pruned = [sorted(int(h) for h in heads) for heads in (pruned_heads or [])]
         super().__init__(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
             num_layers=num_layers,
-            num_attention_heads=num_attention_heads,
+            # Only sizes the stock blocks that are replaced below.
+            num_attention_heads=layer_specs[0].num_heads,
             inner_activation=inner_activation,
             **kwargs,
         )
@@ -83,12 +83,8 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
         initializer = tf_keras.initializers.get(config["initializer"])
         self._transformer_layers = [
             HeadsizeTransformerBlock(
-                attention_type=attention_type,
-                head_size=head_size,
-                shared_key_dim=shared_key_dim,
-                mixing_initializer=mixing_initializer,
+                attention=layer_specs[i],
                 pruned_heads=pruned[i] if pruned else (),
-                num_attention_heads=num_attention_heads,
                 inner_dim=config["inner_dim"],
                 inner_activation=inner_activation,
                 output_dropout=config["output_dropout"],
@@ -100,15 +96,25 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
             )
             for i in range(num_layers)
         ]
-        self._config.update(
-            {
-                "attention_type": attention_type,
-                "head_size": head_size,
-                "shared_key_dim": shared_key_dim,
-                "mixing_initializer": mixing_initializer,
-                "pruned_heads": pruned or None,
-            }
+        self._spec = spec
+        self._pruned_heads = pruned or None
+
+    def get_config(self) -> dict[str, Any]:
+        config = plain_config(super().get_config())
+        config.pop("num_attention_heads", None)
+        config.update(
+            {"attention": self._spec.to_dict(), "pruned_heads": plain_config(self._pruned_heads)}
         )
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects=None) -> HeadsizeBertEncoder:
+        return cls(**migrate_legacy_config(config))
+
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        """The encoder's spec ("sequence_length" resolved to max_sequence_length)."""
+        return self._spec.with_sequence_length(self._config["max_sequence_length"])
 
     @property
     def attention_layers(self) -> list:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
+from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
+from headsize_tf.modeling.bert_encoder import plain_config
 from headsize_tf.modeling.decoder_block import HeadsizeDecoderBlock
 
 
@@ -16,20 +19,15 @@ class HeadsizeCausalLM(tf_keras.Model):
 
     Token + learned position embeddings, `num_layers` pre-LN
     `HeadsizeDecoderBlock`s, a final LayerNorm, and logits through the tied
-    token embedding. The attention kind and head size are constructor
-    arguments; `head_size="sequence_length"` resolves to
-    `max_sequence_length` (the paper's d_p = n).
+    token embedding. The heads are one `AttentionSpec` (per-layer lists
+    allowed); `head_size="sequence_length"` resolves to
+    `max_sequence_length` (the paper's d_p = n), the rule of every model.
 
     Args:
       vocab_size: Vocabulary size.
       hidden_size: Width `d`.
       num_layers: Number of decoder blocks.
-      num_attention_heads: Heads per block.
-      attention_type: "standard", "fixed_head" or "collaborative".
-      head_size: fixed_head: int or "sequence_length"; collaborative: value
-        head size (optional).
-      shared_key_dim: collaborative: shared query/key size.
-      mixing_initializer: collaborative: mixing initializer.
+      attention: `AttentionSpec` (or a dict of its fields) of every block.
       intermediate_size: Feed-forward size (default 4 * hidden_size).
       max_sequence_length: Number of positions.
       dropout_rate: Residual / embedding dropout.
@@ -37,6 +35,8 @@ class HeadsizeCausalLM(tf_keras.Model):
       initializer_range: Stddev of the truncated-normal initializers.
       cross_attention: Blocks also attend to an encoder memory (the decoder
         of `HeadsizeSeq2Seq`).
+      pruned_heads: Per block, the heads removed by pruning
+        (`{"self_attention": [...], "cross_attention": [...]}`), or None.
       **kwargs: Model arguments (`name`, ...).
 
     Call: `model(input_ids [B, T])` -> logits [B, T, vocab_size].
@@ -48,37 +48,39 @@ class HeadsizeCausalLM(tf_keras.Model):
         vocab_size: int,
         hidden_size: int,
         num_layers: int,
-        num_attention_heads: int,
-        attention_type: str = "standard",
-        head_size: int | str | None = None,
-        shared_key_dim: int | None = None,
-        mixing_initializer: Any = "uniform",
+        attention: AttentionSpec | Mapping[str, Any] | None = None,
         intermediate_size: int | None = None,
         max_sequence_length: int = 512,
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         initializer_range: float = 0.02,
         cross_attention: bool = False,
+        pruned_heads: Sequence[Mapping[str, Sequence[int]] | None] | None = None,
         **kwargs: Any,
     ):
+        check_no_legacy_keys(type(self).__name__, kwargs)
         super().__init__(**kwargs)
+        spec = AttentionSpec.coerce(attention)
+        layer_specs = spec.with_sequence_length(max_sequence_length).layers(num_layers)
+        if pruned_heads is not None and len(pruned_heads) != num_layers:
+            raise ValueError(
+                f"pruned_heads has {len(pruned_heads)} entries; expected one per layer "
+                f"({num_layers})."
+            )
+        pruned = [dict(p) if p else None for p in (pruned_heads or [None] * num_layers)]
         self._config = {
             "vocab_size": vocab_size,
             "hidden_size": hidden_size,
             "num_layers": num_layers,
-            "num_attention_heads": num_attention_heads,
-            "attention_type": attention_type,
-            "head_size": head_size,
-            "shared_key_dim": shared_key_dim,
-            "mixing_initializer": mixing_initializer,
+            "attention": spec.to_dict(),
             "intermediate_size": intermediate_size,
             "max_sequence_length": max_sequence_length,
             "dropout_rate": dropout_rate,
             "attention_dropout_rate": attention_dropout_rate,
             "initializer_range": initializer_range,
             "cross_attention": cross_attention,
+            "pruned_heads": pruned if any(pruned) else None,
         }
-        resolved_head_size = max_sequence_length if head_size == "sequence_length" else head_size
 
         def init():  # A fresh instance per layer: a shared one repeats its values.
             return tf_keras.initializers.TruncatedNormal(stddev=initializer_range)
@@ -95,12 +97,9 @@ class HeadsizeCausalLM(tf_keras.Model):
         self.embedding_dropout = tf_keras.layers.Dropout(dropout_rate)
         self.blocks = [
             HeadsizeDecoderBlock(
-                attention_type=attention_type,
-                num_heads=num_attention_heads,
+                attention=layer_specs[i],
                 inner_dim=intermediate_size or 4 * hidden_size,
-                head_size=resolved_head_size,
-                shared_key_dim=shared_key_dim,
-                mixing_initializer=mixing_initializer,
+                pruned_heads=pruned[i],
                 dropout=dropout_rate,
                 attention_dropout=attention_dropout_rate,
                 kernel_initializer=init(),
@@ -110,6 +109,13 @@ class HeadsizeCausalLM(tf_keras.Model):
             for i in range(num_layers)
         ]
         self.final_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
+
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        """The model's spec ("sequence_length" resolved to max_sequence_length)."""
+        return AttentionSpec.coerce(self._config["attention"]).with_sequence_length(
+            self._config["max_sequence_length"]
+        )
 
     @property
     def attention_layers(self) -> list:
@@ -195,8 +201,8 @@ class HeadsizeCausalLM(tf_keras.Model):
         return self._logits(x), new_cache
 
     def get_config(self) -> dict[str, Any]:
-        return dict(self._config, name=self.name)
+        return plain_config(dict(self._config, name=self.name))
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HeadsizeCausalLM:
-        return cls(**config)
+        return cls(**migrate_legacy_config(config))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.layers.factory import attention_kwargs, make_attention
+from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys
+from headsize_tf.layers.factory import make_attention
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -22,12 +25,9 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
     (Model Garden's decoder cache assumes width / heads).
 
     Args:
-      attention_type: "standard", "fixed_head" or "collaborative".
-      num_heads: Heads of every attention layer.
+      attention: The `AttentionSpec` (or a dict of its fields) of every
+        attention layer of the block, with one head count and head size.
       inner_dim: Feed-forward hidden size.
-      head_size: fixed_head head size (int) / collaborative value head size.
-      shared_key_dim: collaborative shared query/key size.
-      mixing_initializer: collaborative mixing initializer.
       cross_attention: Whether the block attends to an encoder memory.
       causal: Causal self-attention (decoder); False for an encoder block.
       inner_activation: Feed-forward activation.
@@ -35,17 +35,15 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
       attention_dropout: Dropout on attention probabilities.
       norm_epsilon: LayerNorm epsilon.
       kernel_initializer: Initializer of all kernels.
+      pruned_heads: Indices of heads removed by pruning, per attention layer:
+        `{"self_attention": [...], "cross_attention": [...]}`.
       **kwargs: Base layer arguments.
     """
 
     def __init__(
         self,
-        attention_type: str,
-        num_heads: int,
-        inner_dim: int,
-        head_size: int | None = None,
-        shared_key_dim: int | None = None,
-        mixing_initializer: Any = "uniform",
+        attention: AttentionSpec | Mapping[str, Any] | None = None,
+        inner_dim: int = 2048,
         cross_attention: bool = False,
         causal: bool = True,
         inner_activation: str = "gelu",
@@ -53,19 +51,32 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
         attention_dropout: float = 0.0,
         norm_epsilon: float = 1e-6,
         kernel_initializer: Any = "glorot_uniform",
+        pruned_heads: Mapping[str, Sequence[int]] | None = None,
         **kwargs: Any,
     ):
+        check_no_legacy_keys(type(self).__name__, kwargs)
         super().__init__(**kwargs)
-        self._attention_args = attention_kwargs(
-            attention_type, num_heads, head_size, shared_key_dim, mixing_initializer
-        )
+        spec = AttentionSpec.coerce(attention)
+        if spec.per_layer_length is not None:
+            raise ValueError(
+                "HeadsizeDecoderBlock needs a one-layer attention spec; got per-layer lists "
+                f"{spec.to_dict()} (use spec.for_layer(i))."
+            )
+        self._spec = spec
+        pruned = {k: sorted({int(h) for h in v}) for k, v in (pruned_heads or {}).items()}
+        for key, heads in pruned.items():
+            if key not in ("self_attention", "cross_attention"):
+                raise ValueError(
+                    f"pruned_heads key {key!r}; expected 'self_attention' or 'cross_attention'."
+                )
+            if heads and (heads[0] < 0 or heads[-1] >= spec.num_heads):
+                raise ValueError(
+                    f"pruned_heads[{key!r}] {heads} must be indices in [0, {spec.num_heads})."
+                )
+        self._pruned_heads = {k: v for k, v in pruned.items() if v}
         self._config = {
-            "attention_type": attention_type,
-            "num_heads": num_heads,
+            "attention": spec.to_dict(),
             "inner_dim": inner_dim,
-            "head_size": head_size,
-            "shared_key_dim": shared_key_dim,
-            "mixing_initializer": mixing_initializer,
             "cross_attention": cross_attention,
             "causal": causal,
             "inner_activation": inner_activation,
@@ -75,12 +86,12 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
             "kernel_initializer": tf_keras.initializers.serialize(
                 tf_keras.initializers.get(kernel_initializer)
             ),
+            "pruned_heads": dict(self._pruned_heads) or None,
         }
 
         def attention(name: str):
             return make_attention(
-                attention_type,
-                **self._attention_args,
+                self._layer_spec(name),
                 dropout=attention_dropout,
                 kernel_initializer=tf_keras.initializers.get(self._config["kernel_initializer"]),
                 name=name,
@@ -103,6 +114,30 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
         )
         self.output_dense = None  # Built in `build` (needs the width).
         self.dropout = tf_keras.layers.Dropout(dropout)
+
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        return self._spec
+
+    @property
+    def pruned_heads(self) -> dict[str, list[int]]:
+        return {k: list(v) for k, v in self._pruned_heads.items()}
+
+    def _layer_spec(self, name: str) -> AttentionSpec:
+        """The spec of one attention layer after pruning (kept heads only)."""
+        pruned = self._pruned_heads.get(name)
+        if not pruned:
+            return self._spec
+        spec = self._spec
+        kept = spec.num_heads - len(pruned)
+        if spec.kind == "standard" or (spec.kind == "collaborative" and spec.head_size is None):
+            raise ValueError(
+                f"Pruning {name} of a {spec.kind} block needs the head size in the spec; "
+                "the pruning tool writes kind fixed_head with the original head size."
+            )
+        if kept == 0:
+            raise ValueError(f"pruned_heads[{name!r}] removes every head; keep at least one.")
+        return dataclasses.replace(spec, num_heads=kept)
 
     def build(self, input_shape):
         width = tf.TensorShape(input_shape)[-1]
@@ -174,4 +209,6 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(self._config)
+        config["attention"] = self._spec.to_dict()
+        config["pruned_heads"] = self.pruned_heads or None
         return config

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
+from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
+from headsize_tf.modeling.bert_encoder import plain_config
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.modeling.decoder_block import HeadsizeDecoderBlock
 
@@ -18,28 +21,33 @@ class HeadsizeSeq2Seq(tf_keras.Model):
     The encoder is `num_encoder_layers` bidirectional `HeadsizeDecoderBlock`s
     (causal=False) over the source; the decoder is a `HeadsizeCausalLM` with
     cross-attention. Token embeddings are shared between encoder, decoder and
-    the output layer. Every attention layer is of `attention_type`, so the
+    the output layer. The heads are `AttentionSpec`s (`attention` for the
+    encoder, and the decoder too unless `decoder_attention` is given), so the
     collaborative shared key dims of Cordonnier et al.'s NMT runs
     (512/256/128/64) are one argument. Decoding caches each layer's own
     projections and the memory's cross-attention projections (computed once),
-    so it works for any head size.
+    so it works for any head size. "sequence_length" head sizes resolve to
+    `max_sequence_length` in encoder and decoder alike.
 
     Args:
       vocab_size: Shared source/target vocabulary.
       hidden_size: Width.
       num_encoder_layers: Encoder blocks.
       num_decoder_layers: Decoder blocks.
-      num_attention_heads: Heads of every attention layer.
-      attention_type: "standard", "fixed_head" or "collaborative".
-      head_size: fixed_head head size / collaborative value head size.
-      shared_key_dim: collaborative shared query/key size.
-      mixing_initializer: collaborative mixing initializer.
+      attention: `AttentionSpec` (or a dict of its fields) of the encoder
+        (per-layer lists: one entry per encoder layer) and, by default, of
+        the decoder.
+      decoder_attention: Optional separate spec of the decoder's self- and
+        cross-attention layers.
       intermediate_size: Feed-forward size (default 4 * hidden_size).
       max_sequence_length: Positions of source and target.
       dropout_rate: Residual / embedding dropout.
       attention_dropout_rate: Attention-probability dropout.
       initializer_range: Stddev of the truncated-normal initializers.
       padding_id: Source token id that is masked out.
+      pruned_heads: Heads removed by pruning: `{"encoder": [per layer
+        {"self_attention": [...]}], "decoder": [per layer {"self_attention":
+        [...], "cross_attention": [...]}]}`, or None.
       **kwargs: Model arguments.
 
     Call: `model({"inputs": source [B, S], "targets": decoder_input [B, T]})`
@@ -52,47 +60,54 @@ class HeadsizeSeq2Seq(tf_keras.Model):
         hidden_size: int,
         num_encoder_layers: int,
         num_decoder_layers: int,
-        num_attention_heads: int,
-        attention_type: str = "standard",
-        head_size: int | None = None,
-        shared_key_dim: int | None = None,
-        mixing_initializer: Any = "uniform",
+        attention: AttentionSpec | Mapping[str, Any] | None = None,
+        decoder_attention: AttentionSpec | Mapping[str, Any] | None = None,
         intermediate_size: int | None = None,
         max_sequence_length: int = 256,
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         initializer_range: float = 0.02,
         padding_id: int = 0,
+        pruned_heads: Mapping[str, Sequence[Any]] | None = None,
         **kwargs: Any,
     ):
+        check_no_legacy_keys(type(self).__name__, kwargs)
         super().__init__(**kwargs)
+        spec = AttentionSpec.coerce(attention)
+        decoder_spec = (
+            spec if decoder_attention is None else AttentionSpec.coerce(decoder_attention)
+        )
+        encoder_specs = spec.with_sequence_length(max_sequence_length).layers(num_encoder_layers)
+        pruned_heads = dict(pruned_heads or {})
+        unknown = set(pruned_heads) - {"encoder", "decoder"}
+        if unknown:
+            raise ValueError(f"pruned_heads keys {sorted(unknown)}; expected 'encoder', 'decoder'.")
+        encoder_pruned = list(pruned_heads.get("encoder") or [None] * num_encoder_layers)
+        if len(encoder_pruned) != num_encoder_layers:
+            raise ValueError(
+                f"pruned_heads['encoder'] has {len(encoder_pruned)} entries; expected one per "
+                f"encoder layer ({num_encoder_layers})."
+            )
         self._config = {
             "vocab_size": vocab_size,
             "hidden_size": hidden_size,
             "num_encoder_layers": num_encoder_layers,
             "num_decoder_layers": num_decoder_layers,
-            "num_attention_heads": num_attention_heads,
-            "attention_type": attention_type,
-            "head_size": head_size,
-            "shared_key_dim": shared_key_dim,
-            "mixing_initializer": mixing_initializer,
+            "attention": spec.to_dict(),
+            "decoder_attention": None if decoder_attention is None else decoder_spec.to_dict(),
             "intermediate_size": intermediate_size,
             "max_sequence_length": max_sequence_length,
             "dropout_rate": dropout_rate,
             "attention_dropout_rate": attention_dropout_rate,
             "initializer_range": initializer_range,
             "padding_id": padding_id,
+            "pruned_heads": pruned_heads or None,
         }
         shared = {
             k: self._config[k]
             for k in (
                 "vocab_size",
                 "hidden_size",
-                "num_attention_heads",
-                "attention_type",
-                "head_size",
-                "shared_key_dim",
-                "mixing_initializer",
                 "intermediate_size",
                 "max_sequence_length",
                 "dropout_rate",
@@ -101,7 +116,12 @@ class HeadsizeSeq2Seq(tf_keras.Model):
             )
         }
         self.decoder = HeadsizeCausalLM(
-            num_layers=num_decoder_layers, cross_attention=True, name="decoder", **shared
+            num_layers=num_decoder_layers,
+            attention=decoder_spec,
+            cross_attention=True,
+            pruned_heads=pruned_heads.get("decoder"),
+            name="decoder",
+            **shared,
         )
         self.source_position_embedding = tf_keras.layers.Embedding(
             max_sequence_length,
@@ -111,12 +131,9 @@ class HeadsizeSeq2Seq(tf_keras.Model):
         )
         self.encoder_blocks = [
             HeadsizeDecoderBlock(
-                attention_type=attention_type,
-                num_heads=num_attention_heads,
+                attention=encoder_specs[i],
                 inner_dim=intermediate_size or 4 * hidden_size,
-                head_size=head_size,
-                shared_key_dim=shared_key_dim,
-                mixing_initializer=mixing_initializer,
+                pruned_heads=encoder_pruned[i],
                 causal=False,
                 dropout=dropout_rate,
                 attention_dropout=attention_dropout_rate,
@@ -127,6 +144,13 @@ class HeadsizeSeq2Seq(tf_keras.Model):
         ]
         self.encoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
         self.embedding_dropout = tf_keras.layers.Dropout(dropout_rate)
+
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        """The encoder's spec ("sequence_length" resolved to max_sequence_length)."""
+        return AttentionSpec.coerce(self._config["attention"]).with_sequence_length(
+            self._config["max_sequence_length"]
+        )
 
     @property
     def token_embedding(self) -> tf_keras.layers.Embedding:
@@ -167,8 +191,8 @@ class HeadsizeSeq2Seq(tf_keras.Model):
         return self.decoder.decode_step(input_ids, cache, position, decode_loop_step)
 
     def get_config(self) -> dict[str, Any]:
-        return dict(self._config, name=self.name)
+        return plain_config(dict(self._config, name=self.name))
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> HeadsizeSeq2Seq:
-        return cls(**config)
+        return cls(**migrate_legacy_config(config))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -10,7 +11,8 @@ import tf_keras
 from official.modeling import tf_utils
 from official.nlp.modeling import layers as nlp_layers
 
-from headsize_tf.layers.factory import attention_kwargs, make_attention
+from headsize_tf.core.spec import LEGACY_KEYS, AttentionSpec
+from headsize_tf.layers.factory import make_attention
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -20,22 +22,31 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
     Model Garden's block has no attention hook and builds a stock
     `MultiHeadAttention` with head size width // heads. This block calls the
     stock `build`, then replaces the (not yet built, weightless) stock layer by
-    `StandardAttention`, `FixedHeadAttention` or `CollaborativeAttention` with
-    the same dropout, initializers, regularizers and name, so checkpoints keep
-    the stock variable layout for everything else.
+    the layer of its `AttentionSpec` (`StandardAttention`,
+    `FixedHeadAttention` or `CollaborativeAttention`) with the same dropout,
+    initializers, regularizers and name, so checkpoints keep the stock
+    variable layout for everything else.
 
     Args:
-      attention_type: "standard", "fixed_head" or "collaborative".
-      head_size: Head size for fixed_head ("sequence_length" allowed) and
-        optional value head size for collaborative.
-      shared_key_dim: Shared query/key size for collaborative.
-      mixing_initializer: Mixing initializer for collaborative.
-      pruned_heads: Indices (among `num_attention_heads`) of heads removed by
+      attention: The block's `AttentionSpec` (or a dict of its fields), with
+        one head count and head size. "sequence_length" head sizes resolve
+        from the key length at build (models resolve them from their
+        `max_sequence_length` before building blocks).
+      pruned_heads: Indices (among the spec's heads) of heads removed by
         pruning. The layer holds only the kept heads, each of the unpruned
         head size; a layer with every head pruned keeps one head whose gate
         is 0 (its output is the output bias, as for the masked layer).
-      **kwargs: `TransformerEncoderBlock` arguments (`num_attention_heads`,
-        `inner_dim`, `inner_activation`, dropouts, `norm_first`, ...).
+      **kwargs: `TransformerEncoderBlock` arguments (`inner_dim`,
+        `inner_activation`, dropouts, `norm_first`, ...). The head count and
+        sizes come from `attention` only: `num_attention_heads` must agree
+        with it if given, and `key_dim` / `value_dim` are refused (use
+        `attention.head_size` / `attention.value_dim`).
+
+    Example:
+
+    >>> block = HeadsizeTransformerBlock(
+    ...     attention=AttentionSpec("fixed_head", num_heads=8, head_size=32),
+    ...     inner_dim=256, inner_activation="gelu")
 
     References:
       Bhojanapalli et al. 2020, https://arxiv.org/abs/2002.07028;
@@ -44,28 +55,48 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
 
     def __init__(
         self,
-        attention_type: str = "standard",
-        head_size: int | str | None = None,
-        shared_key_dim: int | None = None,
-        mixing_initializer: Any = "uniform",
+        attention: AttentionSpec | Mapping[str, Any] | None = None,
         pruned_heads: Sequence[int] = (),
         **kwargs: Any,
     ):
-        super().__init__(**kwargs)
+        for stray in ("key_dim", "value_dim"):
+            if kwargs.get(stray) is not None:
+                where = "head_size" if stray == "key_dim" else "value_dim"
+                raise ValueError(
+                    f"HeadsizeTransformerBlock got {stray}={kwargs[stray]!r}; the head sizes come "
+                    f"from the attention spec: set attention.{where} instead."
+                )
+            kwargs.pop(stray, None)
+        legacy = [k for k in LEGACY_KEYS if k in kwargs and k != "num_attention_heads"]
+        if legacy:
+            raise ValueError(
+                f"HeadsizeTransformerBlock got {legacy[0]}=...; it is now "
+                f"{LEGACY_KEYS[legacy[0]]} (pass attention=AttentionSpec(...))."
+            )
+        spec = AttentionSpec.coerce(attention)
+        if spec.per_layer_length is not None:
+            raise ValueError(
+                "HeadsizeTransformerBlock needs a one-layer attention spec; got per-layer lists "
+                f"{spec.to_dict()} (use spec.for_layer(i))."
+            )
+        heads = kwargs.pop("num_attention_heads", spec.num_heads)
+        if heads != spec.num_heads:
+            raise ValueError(
+                f"num_attention_heads={heads!r} disagrees with attention.num_heads="
+                f"{spec.num_heads}; give the head count in the attention spec only."
+            )
+        super().__init__(num_attention_heads=spec.num_heads, **kwargs)
         pruned = sorted({int(h) for h in pruned_heads})
         if pruned and (pruned[0] < 0 or pruned[-1] >= self._num_heads):
             raise ValueError(
                 f"pruned_heads {list(pruned_heads)} must be indices in [0, {self._num_heads})."
             )
         self._pruned_heads = pruned
-        self._attention_type = attention_type
-        self._head_size = head_size
-        self._shared_key_dim = shared_key_dim
-        self._mixing_initializer = mixing_initializer
-        # Validate now, not at build time.
-        attention_kwargs(
-            attention_type, self._num_heads, head_size, shared_key_dim, mixing_initializer
-        )
+        self._spec = spec
+
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        return self._spec
 
     @property
     def pruned_heads(self) -> list[int]:
@@ -78,28 +109,24 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
 
     def build(self, input_shape):
         super().build(input_shape)
-        attention_type, head_size = self._attention_type, self._head_size
-        num_heads = max(len(self.kept_heads), 1)
+        spec = self._spec
         if self._pruned_heads:
             # As the stock build reads it: a shape, or a list [input, mask(, key)].
             if isinstance(input_shape, tf.TensorShape):
                 width = input_shape[-1]
             else:
                 width = tf.TensorShape(input_shape[0])[-1]
-            if attention_type == "standard":
+            head_size = (
+                spec.resolve(width).head_size if spec.head_size != "sequence_length" else None
+            )
+            if spec.kind == "standard":
                 # Kept heads keep their size width // heads: fixed-head attention.
-                attention_type, head_size = "fixed_head", width // self._num_heads
-            elif attention_type == "collaborative" and head_size is None:
-                head_size = width // self._num_heads
+                spec = dataclasses.replace(spec, kind="fixed_head", head_size=head_size)
+            elif spec.kind == "collaborative" and spec.head_size is None:
+                spec = dataclasses.replace(spec, head_size=head_size)
+            spec = dataclasses.replace(spec, num_heads=max(len(self.kept_heads), 1))
         self._attention_layer = make_attention(
-            attention_type,
-            **attention_kwargs(
-                attention_type,
-                num_heads,
-                head_size,
-                self._shared_key_dim,
-                self._mixing_initializer,
-            ),
+            spec,
             dropout=self._attention_dropout_rate,
             use_bias=self._use_bias,
             kernel_initializer=self._attention_initializer,
@@ -124,13 +151,7 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(
-            {
-                "attention_type": self._attention_type,
-                "head_size": self._head_size,
-                "shared_key_dim": self._shared_key_dim,
-                "mixing_initializer": self._mixing_initializer,
-                "pruned_heads": list(self._pruned_heads),
-            }
-        )
+        for key in ("num_attention_heads", "key_dim", "value_dim"):
+            config.pop(key, None)
+        config.update({"attention": self._spec.to_dict(), "pruned_heads": list(self._pruned_heads)})
         return config

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+from headsize_tf.modeling.sentence_encoder import CHECKPOINT_FILE, SentenceEncoder
 from headsize_tf.pretrained.hf_bert import import_hf_bert
 from headsize_tf.pretrained.registry import (
     PRETRAINED,
@@ -20,7 +21,6 @@ from headsize_tf.pretrained.registry import (
     fetch_pretrained,
     register_pretrained,
 )
-from headsize_tf.pretrained.sentence_encoder import CHECKPOINT_FILE, SentenceEncoder
 
 
 def load_sentence_encoder(

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
-from headsize_tf.pretrained.registry import CheckpointError
-from headsize_tf.pretrained.sentence_encoder import SentenceEncoder
+from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "vocab.txt")
 _IGNORED_TENSORS = ("embeddings.position_ids",)
@@ -68,7 +69,7 @@ def encoder_from_config(config: dict[str, Any]) -> HeadsizeBertEncoder:
         vocab_size=config["vocab_size"],
         hidden_size=config["hidden_size"],
         num_layers=config["num_hidden_layers"],
-        num_attention_heads=config["num_attention_heads"],
+        attention=AttentionSpec("standard", num_heads=config["num_attention_heads"]),
         inner_dim=config.get("intermediate_size", 4 * config["hidden_size"]),
         inner_activation=activation,
         output_dropout=config.get("hidden_dropout_prob", 0.1),
@@ -102,7 +103,7 @@ def _same(x: np.ndarray) -> np.ndarray:
 
 def tensor_map(encoder: HeadsizeBertEncoder) -> list[tuple[str, Any, Callable]]:
     """(safetensors name, Keras variable, transform) for every encoder weight."""
-    heads = encoder.get_config()["num_attention_heads"]
+    heads = encoder.attention_spec.num_heads
     entries: list[tuple[str, Any, Callable]] = [
         ("embeddings.word_embeddings.weight", encoder._embedding_layer.embeddings, _same),
         (

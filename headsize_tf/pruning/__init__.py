@@ -6,14 +6,14 @@
 * `remove_heads`: rebuild an encoder without its masked heads (real speedup).
 """
 
-from headsize_tf.pruning.importance import attention_layers_of, head_importance
-from headsize_tf.pruning.remove import copy_kept_heads, head_mask, remove_heads, set_head_mask
-from headsize_tf.pruning.schedule import (
+from headsize_tf.core.pruning_plan import (
     PruningStep,
     check_fraction,
     iterative_pruning,
     select_heads_to_prune,
 )
+from headsize_tf.pruning.importance import attention_layers_of, head_importance
+from headsize_tf.pruning.remove import copy_kept_heads, head_mask, remove_heads, set_head_mask
 
 __all__ = [
     "PruningStep",

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import tf_keras
 
-from headsize_tf.experiments import finetune as ft
-from headsize_tf.io_utils import save_figure
+from headsize_tf.core.io import save_figure
+from headsize_tf.core.pruning_plan import iterative_pruning
 from headsize_tf.pretrained import SentenceEncoder
 from headsize_tf.pruning.importance import head_importance
 from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
-from headsize_tf.pruning.schedule import iterative_pruning
+from headsize_tf.training import finetune as ft
 
 HEAD_FILE = "classifier_head.npz"
 REPORT_FILE = "report.json"

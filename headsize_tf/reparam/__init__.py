@@ -6,8 +6,8 @@
 * `encoder`: a whole `HeadsizeBertEncoder` (`headsize-tf compress`).
 """
 
+from headsize_tf.core.cp import CPResult, head_products_cp, tensorly_cp
 from headsize_tf.reparam.convert import ConversionReport, convert_layer_weights, to_collaborative
-from headsize_tf.reparam.cp import CPResult, head_products_cp, tensorly_cp
 from headsize_tf.reparam.encoder import compress_encoder
 
 __all__ = [

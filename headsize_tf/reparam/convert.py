@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import tf_keras
 
+from headsize_tf.core import cp
 from headsize_tf.layers import CollaborativeAttention
-from headsize_tf.reparam import cp
 
 METHODS = ("als", "tensorly")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -41,7 +42,8 @@ def compress_encoder(
             f"compress_encoder needs a HeadsizeBertEncoder; got {type(encoder).__name__}."
         )
     config = dict(encoder.get_config())
-    if config["attention_type"] == "collaborative":
+    spec = encoder.attention_spec
+    if spec.kind == "collaborative":
         raise ValueError(
             "The encoder already has collaborative attention; convert a standard or fixed_head "
             "encoder."
@@ -49,12 +51,13 @@ def compress_encoder(
     encoder.build_weights()
     first = encoder.attention_layers[0]
     heads = first.num_heads
-    config.update(
-        attention_type="collaborative",
+    config["attention"] = dataclasses.replace(
+        spec,
+        kind="collaborative",
         shared_key_dim=int(shared_key_dim),
         head_size=first.head_size,
         mixing_initializer="concatenate" if int(shared_key_dim) % heads == 0 else "uniform",
-    )
+    ).to_dict()
     # Converted first: a bad shared_key_dim fails before anything is built.
     reports: list[ConversionReport] = []
     converted = []

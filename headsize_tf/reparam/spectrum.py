@@ -72,6 +72,6 @@ def plot_spectrum(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    from headsize_tf.io_utils import save_figure
+    from headsize_tf.core.io import save_figure
 
     return save_figure(fig, path)

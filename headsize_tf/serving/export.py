@@ -130,7 +130,7 @@ def experiment_classifier(model_dir: str, vocab_file: str | None = None):
     The vocabulary defaults to `vocab.txt` next to the training data (the
     layout `headsize-tf data prepare` writes).
     """
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     params, model = train.load_trained_model(model_dir)
     if not hasattr(params.task, "metric_type"):
@@ -155,7 +155,7 @@ def _vocab_of(params, vocab_file: str | None) -> str:
 def experiment_language_model(model_dir: str, vocab_file: str | None = None):
     """(tokenizer, HeadsizeCausalLM) of a headsize_lm/language_modeling model_dir."""
     from headsize_tf.configs import language_modeling
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     params, model = train.load_trained_model(model_dir)
     if not isinstance(params.task.model, language_modeling.CausalLMConfig):

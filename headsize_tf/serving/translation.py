@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from headsize_tf.configs.translation import BOS, EOS, special_ids
+from headsize_tf.configs.translation import BOS, EOS
 from headsize_tf.modeling import decoding
+from headsize_tf.tasks.translation import special_ids
 
 _IDS = tf.TensorSpec([None, None], tf.int32, name="input_word_ids")
 _MASK = tf.TensorSpec([None, None], tf.int32, name="input_mask")
@@ -127,7 +128,7 @@ class TranslationServingModule(tf.Module):
 def experiment_translator(model_dir: str, vocab_file: str | None = None, **kwargs):
     """A `TranslationServingModule` of a `headsize_seq2seq/translation` model_dir."""
     from headsize_tf.configs import translation
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     params, model = train.load_trained_model(model_dir)
     if not isinstance(params.task.model, translation.Seq2SeqConfig):

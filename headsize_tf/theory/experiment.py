@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headsize_tf.io_utils import save_figure, write_atomic, write_json
+from headsize_tf.core.io import save_figure, write_atomic, write_json
 from headsize_tf.theory.theorem1 import (
     attention_matrix,
     construct_heads,

@@ -1,7 +1,7 @@
 """Keras Tuner over attention kind, heads, head size and shared key dim.
 
 Trials train a registered experiment with Model Garden's trainer
-(`headsize_tf.experiments.train.run`), so any of our experiments can be tuned
+(`headsize_tf.training.train.run`), so any of our experiments can be tuned
 as configured. Keras Tuner imports Keras 3 and rejects tf_keras models, so the
 tuners here override `run_trial` (train, return the metrics) and never hand a
 model to Keras Tuner; nothing is aliased globally. A parameter budget skips
@@ -25,17 +25,18 @@ from typing import Any
 import keras_tuner
 import yaml
 
-from headsize_tf.io_utils import write_atomic, write_json
+from headsize_tf.core.io import write_atomic, write_json
 
 HYPERPARAMETERS = ("attention_type", "num_heads", "head_size", "shared_key_dim", "width",
                    "num_layers")  # fmt: skip
 TUNERS = ("random", "bayesian", "hyperband")
-# Config field of each hyperparameter (under task.model or task.model.encoder.any).
+# Config field of each hyperparameter (under task.model or task.model.encoder.any);
+# the attention ones set the model's attention spec.
 _FIELDS = {
-    "attention_type": "attention_type",
-    "num_heads": "num_attention_heads",
-    "head_size": "head_size",
-    "shared_key_dim": "shared_key_dim",
+    "attention_type": "attention.kind",
+    "num_heads": "attention.num_heads",
+    "head_size": "attention.head_size",
+    "shared_key_dim": "attention.shared_key_dim",
     "width": "hidden_size",
     "num_layers": "num_layers",
 }
@@ -163,9 +164,27 @@ def _model_config(params):
     return config if model_prefix(params) == "task.model" else config.encoder.any
 
 
+def _get(config, path: str) -> Any:
+    for key in path.split("."):
+        config = getattr(config, key)
+    return config
+
+
+def _nested(trial: Mapping[str, Any]) -> dict[str, Any]:
+    """{"attention": {"kind": ...}, "hidden_size": ...} from a trial's values."""
+    out: dict[str, Any] = {}
+    for name, value in trial.items():
+        *parents, leaf = _FIELDS[name].split(".")
+        node = out
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return out
+
+
 def defaults_from_params(params) -> dict[str, Any]:
     config = _model_config(params)
-    return {name: getattr(config, field) for name, field in _FIELDS.items()}
+    return {name: _get(config, field) for name, field in _FIELDS.items()}
 
 
 def count_params(params, trial: Mapping[str, Any]) -> int:
@@ -174,9 +193,9 @@ def count_params(params, trial: Mapping[str, Any]) -> int:
     from headsize_tf.configs import encoders, language_modeling
 
     base = _model_config(params)
-    config = base.replace(**{_FIELDS[k]: v for k, v in trial.items()})
+    config = base.replace(**_nested(trial))
     if model_prefix(params) == "task.model":
-        encoders.validate_attention_fields(config)
+        language_modeling.validate(config)
         return counts.causal_lm_params(language_modeling.to_spec(config)).trainable
     encoders.validate(config)
     return counts.encoder_params(encoders.to_spec(config)).trainable
@@ -231,7 +250,7 @@ class TrialRunner:
         return config
 
     def __call__(self, trial) -> dict[str, float]:
-        from headsize_tf.experiments import train
+        from headsize_tf.training import train
 
         hp = trial.hyperparameters
         config = self.trial_config(hp)
@@ -345,7 +364,7 @@ def tune(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Runs (or resumes) a search; writes results.csv/.md and best.yaml in `output`."""
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     if tuner not in TUNERS:
         raise SearchSpaceError(f"Unknown tuner {tuner!r}; expected one of {list(TUNERS)}.")
@@ -386,7 +405,7 @@ def write_results(output, experiment, config_files, objective, data_dir=None) ->
     import csv
     import io
 
-    from headsize_tf.experiments import train
+    from headsize_tf.training import train
 
     records = _records(pathlib.Path(output))
     ok = [r for r in records if r["status"] == "ok"]

@@ -15,7 +15,7 @@ TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 OVERRIDE = (
     "trainer.train_steps=40,trainer.checkpoint_interval=40,trainer.steps_per_loop=20,"
     "trainer.summary_interval=20,task.train_data.global_batch_size=16,"
-    "task.model.attention_type=collaborative,task.model.shared_key_dim=32"
+    "task.model.attention.kind=collaborative,task.model.attention.shared_key_dim=32"
 )
 
 

@@ -16,7 +16,7 @@ TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 OVERRIDE = (
     "trainer.train_steps=160,trainer.checkpoint_interval=20,trainer.steps_per_loop=20,"
     "trainer.summary_interval=20,task.train_data.seed=1,task.train_data.deterministic=true,"
-    "task.model.attention_type=fixed_head,task.model.head_size=32"
+    "task.model.attention.kind=fixed_head,task.model.attention.head_size=32"
 )
 
 

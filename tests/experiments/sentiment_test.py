@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf.data import corpora
-from headsize_tf.experiments import train
+from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "official_configs" / "headsize_bert_sentiment_tiny.yaml")
@@ -29,7 +29,7 @@ class SentimentTest(tf.test.TestCase):
             "headsize_bert/sentence_prediction",
             str(self.tmp / "model"),
             [TINY],
-            "task.model.encoder.any.attention_type=fixed_head,task.model.encoder.any.head_size=32,"
+            "task.model.encoder.any.attention.kind=fixed_head,task.model.encoder.any.attention.head_size=32,"
             "task.validation_data.global_batch_size=1307,trainer.validation_steps=1",
             data_dir=self.data_dir,
         )

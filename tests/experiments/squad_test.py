@@ -16,8 +16,8 @@ import tensorflow_datasets as tfds
 
 from headsize_tf import cli
 from headsize_tf.data import squad
-from headsize_tf.experiments import train
 from headsize_tf.layers import FixedHeadAttention
+from headsize_tf.training import train
 
 TINY = "official_configs/headsize_bert_squad_tiny.yaml"
 
@@ -104,7 +104,7 @@ class SquadTest(tf.test.TestCase):
         self.assertIn("--overwrite", self.capsys.readouterr().err)
 
         override = (
-            "task.model.encoder.any.attention_type=fixed_head,task.model.encoder.any.head_size=32,"
+            "task.model.encoder.any.attention.kind=fixed_head,task.model.encoder.any.attention.head_size=32,"
             "trainer.train_steps=450,trainer.checkpoint_interval=450,"
             "trainer.validation_interval=450,"
             "trainer.optimizer_config.learning_rate.polynomial.decay_steps=450"

@@ -14,8 +14,9 @@ import tensorflow_datasets as tfds
 from absl.testing import parameterized
 
 from headsize_tf.configs import translation
-from headsize_tf.experiments import train
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
+from headsize_tf.tasks import translation as tr_task
+from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_WMT = str(ROOT / "official_configs" / "cordonnier_nmt" / "tiny.yaml")
@@ -48,12 +49,12 @@ class TranslationInputTest(tf.test.TestCase):
         self.vocab.write_text("\n".join(VOCAB))
 
     def test_pair_layout(self):
-        fn = translation.pair_fn(str(self.vocab), max_seq_length=8)
+        fn = tr_task.pair_fn(str(self.vocab), max_seq_length=8)
         features, labels = fn(tf.constant("ab c"), tf.constant("Dee"))
         self.assertAllEqual(features["inputs"], piece_ids("ab c") + [3])  # + [SEP]
         self.assertAllEqual(features["targets"], [2] + piece_ids("dee"))  # [CLS] + pieces
         self.assertAllEqual(labels, piece_ids("dee") + [3])
-        features, labels = translation.pad_pairs(features, labels, 8)
+        features, labels = tr_task.pad_pairs(features, labels, 8)
         self.assertAllEqual(features["inputs"], piece_ids("ab c") + [3, 0, 0, 0, 0])
         # Truncation keeps room for [SEP]: 7 pieces + [SEP].
         features, labels = fn(tf.constant("abcdefghij"), tf.constant("a"))
@@ -65,7 +66,7 @@ class TranslationInputTest(tf.test.TestCase):
         return translation.TranslationDataConfig(**dict(fields, **kwargs))
 
     def test_training_drops_long_pairs_eval_truncates(self):
-        task = translation.TranslationTask(translation.TranslationConfig())
+        task = tr_task.TranslationTask(translation.TranslationConfig())
         with mock(64):
             raw = [
                 (ex["en"].numpy().decode(), ex["de"].numpy().decode())
@@ -91,11 +92,11 @@ class TranslationInputTest(tf.test.TestCase):
         bad = self.tmp / "bad.txt"
         bad.write_text("\n".join(["[UNK]", "[PAD]", "[CLS]", "[SEP]", "a"]))
         with self.assertRaisesRegex(ValueError, r"must have \[PAD\] at id 0; got 1"):
-            translation.special_ids(str(bad))
+            tr_task.special_ids(str(bad))
         bad.write_text("\n".join(["[PAD]", "[UNK]", "a"]))
         with self.assertRaisesRegex(ValueError, r"lacks the tokens \['\[CLS\]', '\[SEP\]'\]"):
-            translation.special_ids(str(bad))
-        task = translation.TranslationTask(translation.TranslationConfig())
+            tr_task.special_ids(str(bad))
+        task = tr_task.TranslationTask(translation.TranslationConfig())
         with self.assertRaisesRegex(ValueError, r"needs `vocab_file`.*headsize-tf data vocab"):
             task.build_inputs(self._data(vocab_file=""))
 
@@ -119,9 +120,9 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("standard", "", StandardAttention),
-        ("fixed_head", "task.model.attention_type=fixed_head,task.model.head_size=32",
+        ("fixed_head", "task.model.attention.kind=fixed_head,task.model.attention.head_size=32",
          FixedHeadAttention),
-        ("collaborative", "task.model.attention_type=collaborative,task.model.shared_key_dim=32",
+        ("collaborative", "task.model.attention.kind=collaborative,task.model.attention.shared_key_dim=32",
          CollaborativeAttention),
     )  # fmt: skip
     def test_translation_trains_on_mock_wmt14(self, override, cls):

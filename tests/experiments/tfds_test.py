@@ -8,7 +8,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from headsize_tf.configs import language_modeling
-from headsize_tf.experiments import train
+from headsize_tf.tasks import language_modeling as lm_task
+from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
@@ -31,7 +32,7 @@ class TfdsInputTest(tf.test.TestCase):
         return language_modeling.LMDataConfig(**dict(fields, **kwargs))
 
     def test_lm1b_windows_are_shifted_token_streams(self):
-        task = language_modeling.LanguageModelingTask(language_modeling.LanguageModelingConfig())
+        task = lm_task.LanguageModelingTask(language_modeling.LanguageModelingConfig())
         with tfds.testing.mock_data(num_examples=50, policy=tfds.testing.MockPolicy.USE_CODE):
             dataset = task.build_inputs(self._data_config())
             inputs, targets = next(iter(dataset))
@@ -52,7 +53,7 @@ class TfdsInputTest(tf.test.TestCase):
         self.assertTrue(np.all(inputs.numpy() >= 5))
 
     def test_missing_vocab_file(self):
-        task = language_modeling.LanguageModelingTask(language_modeling.LanguageModelingConfig())
+        task = lm_task.LanguageModelingTask(language_modeling.LanguageModelingConfig())
         with self.assertRaisesRegex(ValueError, r"tfds_name='lm1b' needs `vocab_file`"):
             task.build_inputs(self._data_config(vocab_file=""))
 

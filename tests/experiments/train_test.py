@@ -14,8 +14,8 @@ from absl.testing import parameterized
 
 from headsize_tf import params as hs_params
 from headsize_tf.configs import encoders as hs_encoders
-from headsize_tf.experiments import train
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
+from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "official_configs" / "headsize_bert_pretraining_tiny.yaml")
@@ -28,13 +28,13 @@ TYPES = [
     ("standard", "", StandardAttention),
     (
         "fixed_head",
-        "task.model.encoder.any.attention_type=fixed_head,task.model.encoder.any.head_size=32",
+        "task.model.encoder.any.attention.kind=fixed_head,task.model.encoder.any.attention.head_size=32",
         FixedHeadAttention,
     ),
     (
         "collaborative",
-        "task.model.encoder.any.attention_type=collaborative,"
-        "task.model.encoder.any.shared_key_dim=32",
+        "task.model.encoder.any.attention.kind=collaborative,"
+        "task.model.encoder.any.attention.shared_key_dim=32",
         CollaborativeAttention,
     ),
 ]
@@ -91,12 +91,12 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
         ("standard", "", StandardAttention),
         (
             "fixed_head",
-            "task.model.attention_type=fixed_head,task.model.head_size=32",
+            "task.model.attention.kind=fixed_head,task.model.attention.head_size=32",
             FixedHeadAttention,
         ),
         (
             "collaborative",
-            "task.model.attention_type=collaborative,task.model.shared_key_dim=32",
+            "task.model.attention.kind=collaborative,task.model.attention.shared_key_dim=32",
             CollaborativeAttention,
         ),
     )
@@ -147,15 +147,15 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_unknown_attention_type(self):
         self._assert_config_error(
-            r"Unknown attention_type 'fixed'",
-            params_override="task.model.encoder.any.attention_type=fixed",
+            r"Unknown attention kind 'fixed'",
+            params_override="task.model.encoder.any.attention.kind=fixed",
         )
 
     def test_bad_head_size(self):
         self._assert_config_error(
             r"`head_size` must be a positive int or \"sequence_length\"; got 'seq'",
-            params_override="task.model.encoder.any.attention_type=fixed_head,"
-            "task.model.encoder.any.head_size=seq",
+            params_override="task.model.encoder.any.attention.kind=fixed_head,"
+            "task.model.encoder.any.attention.head_size=seq",
         )
 
     def test_yaml_typo(self):

@@ -6,6 +6,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 import tf_keras
+import yaml
 from absl.testing import parameterized
 from official.nlp.configs import encoders
 from official.nlp.modeling import models, networks
@@ -23,7 +24,6 @@ SMALL = dict(
     vocab_size=60,
     hidden_size=32,
     num_layers=2,
-    num_attention_heads=4,
     intermediate_size=64,
     max_position_embeddings=16,
     dropout_rate=0.0,
@@ -39,9 +39,13 @@ def _inputs(batch=3, length=8, seed=0):
     return dict(input_word_ids=ids, input_mask=mask, input_type_ids=np.zeros_like(ids))
 
 
+def _attention(kind, extra):
+    return hs_encoders.attention_config(**{"kind": kind, "num_heads": 4, **extra})
+
+
 def _build(attention_type, extra):
     return encoders.build_encoder(
-        hs_encoders.encoder_config(attention_type=attention_type, **SMALL, **extra)
+        hs_encoders.encoder_config(attention=_attention(attention_type, extra), **SMALL)
     )
 
 
@@ -56,7 +60,9 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLen(out["encoder_outputs"], 2)
         for layer in encoder.attention_layers:
             self.assertIsInstance(layer, cls)
-        config = hs_encoders.HeadsizeEncoderConfig(attention_type=attention_type, **SMALL, **extra)
+        config = hs_encoders.HeadsizeEncoderConfig(
+            attention=_attention(attention_type, extra), **SMALL
+        )
         count = params.encoder_params(hs_encoders.to_spec(config))
         self.assertEqual(encoder.count_params(), count.total)
 
@@ -133,9 +139,9 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(start.shape, (3, 8))
 
     def test_params_override_switches_attention_type(self):
-        model_config = hs_encoders.encoder_config(**SMALL)
+        model_config = hs_encoders.encoder_config(attention=_attention("standard", {}), **SMALL)
         model_config.override(
-            {"any": {"attention_type": "fixed_head", "head_size": 24}}, is_strict=True
+            {"any": {"attention": {"kind": "fixed_head", "head_size": 24}}}, is_strict=True
         )
         encoder = encoders.build_encoder(model_config)
         encoder(_inputs())
@@ -145,7 +151,7 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(encoder.count_params(), count.total)
 
     def test_bad_config_values(self):
-        with self.assertRaisesRegex(ValueError, r"Unknown attention_type 'fixed'"):
+        with self.assertRaisesRegex(ValueError, r"Unknown attention kind 'fixed'"):
             _build("fixed", {})
         with self.assertRaisesRegex(ValueError, r"got 'big'"):
             _build("fixed_head", {"head_size": "big"})
@@ -154,6 +160,64 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"needs `shared_key_dim`"):
             _build("collaborative", {})
         with self.assertRaisesRegex(
-            ValueError, r"hidden_size \(32\) to be a multiple of num_attention_heads \(5\)"
+            ValueError, r"width \(32\) is not a multiple of num_heads \(5\); standard"
         ):
-            encoders.build_encoder(hs_encoders.encoder_config(**dict(SMALL, num_attention_heads=5)))
+            encoders.build_encoder(
+                hs_encoders.encoder_config(
+                    attention=_attention("standard", {"num_heads": 5}), **SMALL
+                )
+            )
+        with self.assertRaisesRegex(ValueError, r"head_size=32 is only for kind 'fixed_head'"):
+            _build("standard", {"head_size": 32})
+
+    def test_sequence_length_resolves_to_max_position_embeddings(self):
+        encoder = _build("fixed_head", {"head_size": "sequence_length"})
+        encoder(_inputs(length=8))  # Shorter inputs: still max_position_embeddings (16).
+        self.assertEqual([layer.head_size for layer in encoder.attention_layers], [16, 16])
+
+    def test_old_yaml_keys_name_the_new_key(self):
+        from headsize_tf.training import train
+
+        with self.assertRaisesRegex(ValueError, r"`attention_type` is now `attention.kind`"):
+            train.build_params(
+                "headsize_bert/pretraining",
+                params_override="task.model.encoder.any.attention_type=fixed_head",
+            )
+
+    def test_legacy_saved_config_migrates(self):
+        from headsize_tf.modeling import HeadsizeBertEncoder
+
+        old = dict(
+            vocab_size=60,
+            hidden_size=32,
+            num_layers=1,
+            num_attention_heads=4,
+            attention_type="fixed_head",
+            head_size=8,
+            shared_key_dim=None,
+            mixing_initializer="uniform",
+            inner_dim=64,
+        )
+        encoder = HeadsizeBertEncoder.from_config(old).build_weights()
+        self.assertEqual(encoder.attention_spec.kind, "fixed_head")
+        self.assertEqual(encoder.attention_layers[0].head_size, 8)
+        with self.assertRaisesRegex(ValueError, r"attention_type='fixed_head'; it is now"):
+            HeadsizeBertEncoder(**old)
+
+    def test_per_layer_yaml_round_trip(self):
+        config = hs_encoders.HeadsizeEncoderConfig(
+            attention=_attention("fixed_head", {"num_heads": [2, 6], "head_size": [16, 8]}),
+            **SMALL,
+        )
+        text = yaml.safe_dump(config.as_dict())
+        self.assertIn("num_heads:\n  - 2\n  - 6", text)
+        config = hs_encoders.HeadsizeEncoderConfig()
+        config.override(yaml.safe_load(text), is_strict=True)
+        self.assertEqual(config.attention.to_spec().num_heads, (2, 6))
+        encoder = hs_encoders.build_headsize_encoder(config)
+        encoder(_inputs())
+        self.assertEqual([layer.num_heads for layer in encoder.attention_layers], [2, 6])
+        count = params.encoder_params(hs_encoders.to_spec(config))
+        self.assertEqual(
+            int(sum(np.prod(w.shape) for w in encoder.trainable_weights)), count.trainable
+        )

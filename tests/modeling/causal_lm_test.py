@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
+from headsize_tf.core import AttentionSpec
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.modeling.decoding import beam_search_decode, greedy_decode, greedy_decode_loop
@@ -24,16 +25,19 @@ TYPES = [
 ]
 
 
+def _spec(attention_type="standard", heads=4, **sizes):
+    return AttentionSpec(attention_type, heads, **sizes)
+
+
 def _lm(**kwargs):
     tf_keras.utils.set_random_seed(1)
     return HeadsizeCausalLM(
         vocab_size=50,
         hidden_size=64,
         num_layers=2,
-        num_attention_heads=4,
+        attention=_spec(**kwargs),
         max_sequence_length=32,
         initializer_range=0.5,  # Peaked logits: no argmax ties between paths.
-        **kwargs,
     )
 
 
@@ -146,20 +150,16 @@ class CausalLMTest(tf.test.TestCase, parameterized.TestCase):
                 vocab_size=50,
                 hidden_size=64,
                 num_layers=layers,
-                num_attention_heads=heads,
+                attention=_spec(heads=heads, **kwargs),
                 max_sequence_length=32,
                 intermediate_size=inner,
-                **kwargs,
             )
             model(PROMPT)
             spec = params.EncoderSpec(
                 vocab_size=50,
                 width=64,
                 num_layers=layers,
-                num_heads=heads,
-                attention_type=kwargs["attention_type"],
-                head_size=kwargs.get("head_size"),
-                shared_key_dim=kwargs.get("shared_key_dim"),
+                attention=_spec(heads=heads, **kwargs),
                 intermediate_size=inner,
                 max_sequence_length=32,
             )

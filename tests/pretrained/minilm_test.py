@@ -97,7 +97,7 @@ class MiniLMTest(tf.test.TestCase):
         self.assertLess(on_disk["params_after"], on_disk["params_before"])
         self.assertBetween(on_disk["embedding_cosine"], 0.5, 1.0)
         loaded = load_sentence_encoder(checkpoint=out)
-        self.assertEqual(loaded.encoder.get_config()["shared_key_dim"], 128)
+        self.assertEqual(loaded.encoder.get_config()["attention"]["shared_key_dim"], 128)
         # Reloaded embeddings reproduce the report's cosine against the original.
         cosine = compress.mean_cosine(self.model.embed(sentences), loaded.embed(sentences))
         self.assertAllClose(cosine, report["embedding_cosine"], atol=1e-5)
@@ -122,7 +122,7 @@ class MiniLMTest(tf.test.TestCase):
 
     def test_compressed_checkpoint_initialises_a_train_experiment(self):
         from headsize_tf.configs import experiments  # noqa: F401  (registers experiments)
-        from headsize_tf.experiments import train
+        from headsize_tf.training import train
 
         out = self.tmp / "c96"
         compress.compress(self.model, 96, out, progress=False, max_iter=5)

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf import cli
-from headsize_tf.experiments import finetune as ft
 from headsize_tf.pruning import head_mask, prune
+from headsize_tf.training import finetune as ft
 from tests.pretrained.hf_import_test import write_checkpoint
 
 

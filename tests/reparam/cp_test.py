@@ -5,7 +5,7 @@ import tensorflow as tf
 import tensorly as tl
 from absl.testing import parameterized
 
-from headsize_tf.reparam import cp
+from headsize_tf.core import cp
 
 
 def _kernels(heads=6, d=24, e=20, p=8, shared=12, seed=0):

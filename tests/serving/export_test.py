@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf import cli, serving
-from headsize_tf.experiments import finetune as ft
 from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import prune
+from headsize_tf.training import finetune as ft
 from tests.pretrained.hf_import_test import write_checkpoint
 
 TEXTS = ["the cat sat on a mat.", "Dogs!", "", "a DOG, the cat and w3 w4 w5 unknownword"]
@@ -127,11 +127,11 @@ class LanguageModelExportTest(tf.test.TestCase):
 
     def test_lm_export_scores_raw_text(self):
         from headsize_tf.data import corpora
-        from headsize_tf.experiments import train
+        from headsize_tf.training import train
 
         model_dir = str(self.tmp / "lm")
         train.run("headsize_lm/language_modeling", model_dir, [LM_TINY],
-                  "task.model.attention_type=fixed_head,task.model.head_size=32,"
+                  "task.model.attention.kind=fixed_head,task.model.attention.head_size=32,"
                   "trainer.train_steps=10,trainer.validation_steps=1,trainer.steps_per_loop=5,"
                   "trainer.validation_interval=10,trainer.checkpoint_interval=10",
                   data_dir=self.data_dir)  # fmt: skip

@@ -9,10 +9,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from headsize_tf import cli
-from headsize_tf.experiments import train
 from headsize_tf.modeling import decoding
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
 from headsize_tf.serving import TranslationServingModule, export
+from headsize_tf.training import train
 
 LETTERS = list("abcdefghij")
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for c in LETTERS]
@@ -43,7 +43,7 @@ class TranslationExportTest(tf.test.TestCase):
         # Fixed head size 32 at width 64 with 4 heads: head size != width / heads.
         self.model = HeadsizeSeq2Seq(
             vocab_size=len(VOCAB), hidden_size=64, num_encoder_layers=1, num_decoder_layers=2,
-            num_attention_heads=4, attention_type="fixed_head", head_size=32,
+            attention={"kind": "fixed_head", "num_heads": 4, "head_size": 32},
             max_sequence_length=32, initializer_range=0.5,
         )  # fmt: skip
 
@@ -97,8 +97,8 @@ class TranslationExportTest(tf.test.TestCase):
         (self.tmp / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))
         model_dir = str(self.tmp / "model")
         override = (
-            "task.model.vocab_size=25,task.model.attention_type=collaborative,"
-            "task.model.shared_key_dim=32,trainer.train_steps=20,trainer.steps_per_loop=10,"
+            "task.model.vocab_size=25,task.model.attention.kind=collaborative,"
+            "task.model.attention.shared_key_dim=32,trainer.train_steps=20,trainer.steps_per_loop=10,"
             "trainer.summary_interval=10,trainer.checkpoint_interval=20,"
             "trainer.validation_interval=20,trainer.validation_steps=1"
         )

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf import cli, tuning
-from headsize_tf.experiments import train
+from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LM_TINY = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")

@@ -15,6 +15,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from headsize_tf.core.spec import LEGACY_KEYS
+
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 MODES = ("train", "eval", "train_and_eval")
 DATA_DIR_TOKEN = "${DATA_DIR}"
@@ -66,8 +68,10 @@ def build_params(
     model = params.task.model
     encoder = getattr(model, "encoder", None)
     try:
-        if isinstance(model, language_modeling.CausalLMConfig | translation.Seq2SeqConfig):
-            hs_encoders.validate_attention_fields(model)
+        if isinstance(model, language_modeling.CausalLMConfig):
+            language_modeling.validate(model)
+        elif isinstance(model, translation.Seq2SeqConfig):
+            translation.validate(model)
         elif encoder is not None and isinstance(
             getattr(encoder, "any", None), hs_encoders.HeadsizeEncoderConfig
         ):
@@ -105,6 +109,13 @@ def build_params(
 
 def _field_error(err: Exception) -> str:
     text = str(err.args[0]) if err.args else str(err)
+    for old, new in LEGACY_KEYS.items():
+        if f"'{old}' does not exist" in text:
+            return (
+                f"`{old}` is now `{new}` (the attention settings are one nested `attention` "
+                "block: kind, num_heads, head_size, value_dim, shared_key_dim, "
+                "mixing_initializer)."
+            )
     return f"{text} (check the field names against `headsize-tf train --print-config`)."
 
 
@@ -272,7 +283,7 @@ def run(
         )
     if "train" in mode:
         train_utils.serialize_config(params, model_dir)
-        from headsize_tf.io_utils import write_json
+        from headsize_tf.core.io import write_json
 
         write_json(os.path.join(model_dir, EXPERIMENT_FILE), {"experiment": experiment})
     model, logs = train_lib.run_experiment(

@@ -4,7 +4,7 @@ The classifier is the encoder, mean pooling over the attention mask (how
 sentence-transformers models are trained), dropout and a linear layer. Data
 are pre-tokenised once and batched by length (little padding), with a seeded
 batch order; AdamW with linear warm-up and decay, as usual for BERT
-fine-tuning. Used by the compression and pruning studies on Rotten Tomatoes.
+fine-tuning. Used by the pruning tool and the compression and pruning studies.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.pretrained import SentenceEncoder
+from headsize_tf.modeling.sentence_classifier import SentenceClassifier
+from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,29 +53,6 @@ def rotten_tomatoes_splits(
         texts.append(text)
         labels.append(corpora.SENTIMENT_LABELS.index(label))
     return {k: (texts, np.asarray(labels, np.int32)) for k, (texts, labels) in out.items()}
-
-
-class SentenceClassifier(tf_keras.Model):
-    """Encoder -> mean pooling -> dropout -> Dense(num_classes) logits."""
-
-    def __init__(self, sentence_encoder: SentenceEncoder, num_classes: int, dropout: float = 0.1):
-        super().__init__(name="sentence_classifier")
-        self.sentence_encoder = sentence_encoder
-        self.encoder = sentence_encoder.encoder
-        self.dropout = tf_keras.layers.Dropout(dropout)
-        self.head = tf_keras.layers.Dense(
-            num_classes,
-            kernel_initializer=tf_keras.initializers.TruncatedNormal(stddev=0.02),
-            name="classifier",
-        )
-
-    def call(self, inputs, training=False):
-        outputs = self.encoder(inputs, training=training)
-        weights = tf.cast(inputs["input_mask"], outputs["sequence_output"].dtype)[..., None]
-        pooled = tf.reduce_sum(outputs["sequence_output"] * weights, axis=1) / tf.maximum(
-            tf.reduce_sum(weights, axis=1), 1.0
-        )
-        return self.head(self.dropout(pooled, training=training))
 
 
 def tokenize_all(

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from headsize_tf.core.errors import CheckpointError
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder, plain_config
-from headsize_tf.pretrained.registry import CheckpointError
 
 CHECKPOINT_FILE = "headsize_checkpoint.json"
 CHECKPOINT_FORMAT = 1

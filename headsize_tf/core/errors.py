@@ -1,0 +1,7 @@
+"""Error types shared by every floor."""
+
+from __future__ import annotations
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is unknown, missing files, or has missing/mis-shaped tensors."""

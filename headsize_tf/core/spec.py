@@ -1,0 +1,340 @@
+"""`AttentionSpec`: the one description of an attention layer's heads.
+
+Every model, config, parameter formula and tool of the library describes its
+attention by one frozen `AttentionSpec` (kind, heads, head size, value head
+size, shared key dim, mixing initializer), validated once here and resolved
+to concrete sizes by one rule, `AttentionSpec.resolve`. Pure Python: the
+tf_keras and Keras 3 fronts both build their layers from it.
+
+Head-size rules (the only place they are coded):
+
+* ``standard``: head size = width // num_heads (width must be a multiple);
+  `head_size` must be None (a stray value is an error, not silently ignored).
+* ``fixed_head``: head size = `head_size`, an int or ``"sequence_length"``
+  (Bhojanapalli et al.'s d_p = n), which a model resolves from its
+  `max_sequence_length` and a bare layer from the key length at build.
+* ``collaborative``: heads share a query/key space of `shared_key_dim` D;
+  `head_size` (softmax scale and default value head size) defaults to
+  width // num_heads.
+
+`value_dim` sets the per-head value size independently (default: the head
+size), as in `MultiHeadAttention(value_dim=...)`.
+
+Per-layer settings: `num_heads` and `head_size` may be sequences with one
+entry per layer (`for_layer(i)` gives layer i's scalar spec), so a pruned
+model or a spec with varying heads per layer is an ordinary spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+KINDS = ("standard", "fixed_head", "collaborative")
+SEQUENCE_LENGTH = "sequence_length"
+MIXING_INITIALIZERS = ("concatenate", "ones", "uniform", "normal")
+
+# Flat keys used before the spec existed, and where they live now.
+LEGACY_KEYS = {
+    "attention_type": "attention.kind",
+    "num_attention_heads": "attention.num_heads",
+    "head_size": "attention.head_size",
+    "shared_key_dim": "attention.shared_key_dim",
+    "mixing_initializer": "attention.mixing_initializer",
+}
+
+
+class SpecError(ValueError):
+    """An invalid attention setting; the message names the value and what was expected."""
+
+
+def check_positive_int(name: str, value: Any, expected: str = "a positive integer") -> int:
+    """Returns `value` as int or raises a `SpecError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise SpecError(f"`{name}` must be {expected}; got {value!r}.")
+    return int(value)
+
+
+def check_head_size(value: Any, name: str = "head_size") -> int | str:
+    """A head size: a positive int or "sequence_length"."""
+    if isinstance(value, str):
+        if value != SEQUENCE_LENGTH:
+            raise SpecError(
+                f'`{name}` must be a positive int or "{SEQUENCE_LENGTH}"; got {value!r}.'
+            )
+        return value
+    return check_positive_int(name, value, expected=f'a positive int or "{SEQUENCE_LENGTH}"')
+
+
+def _per_layer(name: str, value: Any, check) -> Any:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if not value:
+            raise SpecError(f"`{name}` per-layer list is empty; give one entry per layer.")
+        return tuple(check(f"{name}[{i}]", v) for i, v in enumerate(value))
+    return check(name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedAttention:
+    """Concrete sizes of one attention layer (no strings, no per-layer lists)."""
+
+    kind: str
+    num_heads: int
+    head_size: int
+    value_dim: int
+    shared_key_dim: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """Kind and sizes of an attention layer's heads.
+
+    Args:
+      kind: "standard", "fixed_head" or "collaborative".
+      num_heads: Heads h (a positive int, or one per layer).
+      head_size: fixed_head: d_p (int or "sequence_length"); collaborative:
+        optional softmax-scale / value head size; standard: must be None.
+        May be a per-layer list for fixed_head.
+      value_dim: Optional per-head value size (default: the head size).
+      shared_key_dim: collaborative only: the shared query/key size D.
+      mixing_initializer: collaborative only: "concatenate", "ones",
+        "uniform", "normal" or a Keras initializer name.
+
+    Example:
+
+    >>> spec = AttentionSpec("fixed_head", num_heads=8, head_size=32)
+    >>> spec.resolve(width=64).head_size
+    32
+    >>> AttentionSpec("standard", num_heads=8).resolve(width=64).head_size
+    8
+    """
+
+    kind: str = "standard"
+    num_heads: int | tuple[int, ...] = 8
+    head_size: int | str | None | tuple[int | str, ...] = None
+    value_dim: int | None = None
+    shared_key_dim: int | None = None
+    mixing_initializer: str = "uniform"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.kind not in KINDS:
+            raise SpecError(f"Unknown attention kind {self.kind!r}; expected one of {list(KINDS)}.")
+        set_(self, "num_heads", _per_layer("num_heads", self.num_heads, check_positive_int))
+        if self.head_size is not None:
+            if self.kind == "standard":
+                raise SpecError(
+                    f"standard attention uses head size = width // num_heads; head_size="
+                    f"{self.head_size!r} is only for kind 'fixed_head' or 'collaborative'."
+                )
+            set_(
+                self,
+                "head_size",
+                _per_layer("head_size", self.head_size, lambda n, v: check_head_size(v, n)),
+            )
+        elif self.kind == "fixed_head":
+            raise SpecError("fixed_head attention needs `head_size` (an int or 'sequence_length').")
+        if self.kind == "collaborative" and self.head_size is not None:
+            sizes = self.head_size if isinstance(self.head_size, tuple) else (self.head_size,)
+            if SEQUENCE_LENGTH in sizes:
+                raise SpecError(
+                    f'collaborative attention takes an int head_size; "{SEQUENCE_LENGTH}" is '
+                    "for fixed_head."
+                )
+        if self.value_dim is not None:
+            set_(self, "value_dim", check_positive_int("value_dim", self.value_dim))
+        if self.kind == "collaborative":
+            if self.shared_key_dim is None:
+                raise SpecError("collaborative attention needs `shared_key_dim` (D); got None.")
+            set_(self, "shared_key_dim", check_positive_int("shared_key_dim", self.shared_key_dim))
+        elif self.shared_key_dim is not None:
+            raise SpecError(
+                f"shared_key_dim={self.shared_key_dim!r} is only for kind 'collaborative' "
+                f"(kind is {self.kind!r})."
+            )
+        if not isinstance(self.mixing_initializer, str | Mapping):
+            raise SpecError(
+                f"`mixing_initializer` must be one of {list(MIXING_INITIALIZERS)} or a Keras "
+                f"initializer name or config; got {self.mixing_initializer!r}."
+            )
+        lengths = {len(v) for v in (self.num_heads, self.head_size) if isinstance(v, tuple)}
+        if len(lengths) > 1:
+            raise SpecError(
+                f"Per-layer num_heads {list(self.num_heads)} and head_size "
+                f"{list(self.head_size)} have different lengths."
+            )
+
+    # ------------------------------------------------------------ per layer
+    @property
+    def per_layer_length(self) -> int | None:
+        """The number of layers the per-layer lists are for (None: no lists)."""
+        for value in (self.num_heads, self.head_size):
+            if isinstance(value, tuple):
+                return len(value)
+        return None
+
+    def check_num_layers(self, num_layers: int) -> None:
+        """Raises unless the per-layer lists (if any) have `num_layers` entries."""
+        length = self.per_layer_length
+        if length is not None and length != num_layers:
+            raise SpecError(
+                f"The attention spec has per-layer lists of {length} entries, but the model "
+                f"has {num_layers} layers."
+            )
+
+    def for_layer(self, index: int) -> AttentionSpec:
+        """Layer `index`'s spec (scalar num_heads and head_size)."""
+
+        def pick(value):
+            return value[index] if isinstance(value, tuple) else value
+
+        return dataclasses.replace(
+            self, num_heads=pick(self.num_heads), head_size=pick(self.head_size)
+        )
+
+    def layers(self, num_layers: int) -> list[AttentionSpec]:
+        """One scalar spec per layer."""
+        self.check_num_layers(num_layers)
+        return [self.for_layer(i) for i in range(num_layers)]
+
+    # ------------------------------------------------------------ resolving
+    def with_sequence_length(self, sequence_length: int | None) -> AttentionSpec:
+        """The spec with "sequence_length" head sizes replaced by `sequence_length`.
+
+        Models call this with their `max_sequence_length` (the one rule,
+        the same in every model); None leaves the spec unchanged (a bare
+        layer resolves from its key length at build).
+        """
+        if sequence_length is None:
+            return self
+        n = check_positive_int("sequence_length", sequence_length)
+
+        def fix(value):
+            if isinstance(value, tuple):
+                return tuple(n if v == SEQUENCE_LENGTH else v for v in value)
+            return n if value == SEQUENCE_LENGTH else value
+
+        return dataclasses.replace(self, head_size=fix(self.head_size))
+
+    def resolve(self, width: int, sequence_length: int | None = None) -> ResolvedAttention:
+        """Concrete sizes of a (scalar) layer of this spec at `width`."""
+        if self.per_layer_length is not None:
+            raise SpecError("resolve() needs a per-layer spec: call for_layer(i) first.")
+        width = check_positive_int("width", width)
+        h = self.num_heads
+        spec = self.with_sequence_length(sequence_length)
+        if spec.head_size == SEQUENCE_LENGTH:
+            raise SpecError(
+                'head_size="sequence_length" needs a sequence length (a model\'s '
+                "max_sequence_length, or a static key length)."
+            )
+        if spec.head_size is None:  # standard, or collaborative by default.
+            if width % h:
+                raise SpecError(
+                    f"width ({width}) is not a multiple of num_heads ({h}); {self.kind} "
+                    "attention uses head size = width // num_heads"
+                    + (
+                        "; use kind 'fixed_head' for a head size independent of the width."
+                        if self.kind == "standard"
+                        else "; pass head_size explicitly."
+                    )
+                )
+            head_size = width // h
+        else:
+            head_size = spec.head_size
+        return ResolvedAttention(
+            kind=self.kind,
+            num_heads=h,
+            head_size=head_size,
+            value_dim=self.value_dim or head_size,
+            shared_key_dim=self.shared_key_dim,
+        )
+
+    def layer_kwargs(self) -> dict[str, Any]:
+        """Constructor arguments of the layer class of `kind` (scalar spec)."""
+        if self.per_layer_length is not None:
+            raise SpecError("layer_kwargs() needs a per-layer spec: call for_layer(i) first.")
+        kwargs: dict[str, Any] = {"num_heads": self.num_heads}
+        if self.kind == "fixed_head":
+            kwargs["head_size"] = self.head_size
+        elif self.kind == "collaborative":
+            kwargs["shared_key_dim"] = self.shared_key_dim
+            kwargs["head_size"] = self.head_size
+            kwargs["mixing_initializer"] = self.mixing_initializer
+        if self.value_dim is not None:
+            kwargs["value_dim"] = self.value_dim
+        return kwargs
+
+    # ---------------------------------------------------------- conversion
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (lists for per-layer entries), for configs and JSON."""
+        out = dataclasses.asdict(self)
+        for key in ("num_heads", "head_size"):
+            if isinstance(out[key], tuple):
+                out[key] = list(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> AttentionSpec:
+        """The spec of a dict; an old flat key is an error naming the new key."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        legacy = {"attention_type": "kind", "num_attention_heads": "num_heads"}
+        for key in config:
+            if key in legacy:
+                raise SpecError(f"`{key}` is now `attention.{legacy[key]}` in the attention spec.")
+            if key not in fields:
+                raise SpecError(
+                    f"Unknown attention setting {key!r}; expected some of {sorted(fields)}."
+                )
+        return cls(**dict(config))
+
+    @classmethod
+    def coerce(cls, value: AttentionSpec | Mapping[str, Any] | None) -> AttentionSpec:
+        """A spec from a spec, a dict (e.g. from `get_config`) or None (the default)."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            return cls.from_dict(value)
+        if hasattr(value, "as_dict"):  # A Model Garden `hyperparams.Config`.
+            return cls.from_dict(value.as_dict())
+        raise SpecError(f"Expected an AttentionSpec or a dict of its fields; got {value!r}.")
+
+
+def migrate_legacy_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A model config dict from before the spec (flat attention keys), in today's form.
+
+    Saved models and checkpoints written by earlier versions stored
+    `attention_type`, `num_attention_heads` (or `num_heads`), `head_size`,
+    `shared_key_dim` and `mixing_initializer` side by side; today they are
+    one `attention` dict. Configs already in today's form pass unchanged.
+    """
+    config = dict(config)
+    if "attention" in config or "attention_type" not in config:
+        return config
+    kind = config.pop("attention_type")
+    heads = config.pop("num_attention_heads", None) or config.pop("num_heads", None)
+    head_size = config.pop("head_size", None)
+    spec = AttentionSpec(
+        kind=kind,
+        num_heads=heads,
+        head_size=None if kind == "standard" else head_size,
+        shared_key_dim=config.pop("shared_key_dim", None),
+        mixing_initializer=config.pop("mixing_initializer", "uniform"),
+    )
+    config["attention"] = spec.to_dict()
+    return config
+
+
+def check_no_legacy_keys(owner: str, kwargs: Mapping[str, Any]) -> None:
+    """Raises a SpecError naming the new key if `kwargs` holds a flat attention key."""
+    for key in ("num_heads", *LEGACY_KEYS):
+        if key in kwargs:
+            new = LEGACY_KEYS.get(key, "attention.num_heads")
+            raise SpecError(
+                f"{owner} got {key}={kwargs[key]!r}; it is now {new} "
+                "(pass attention=AttentionSpec(...) or a dict of its fields)."
+            )
