@@ -5,15 +5,19 @@
   (Bhojanapalli et al., 2020).
 * `CollaborativeAttention`: heads share one query/key projection and mix its
   dimensions (Cordonnier et al., 2020).
+* `HeadAttentionBase`: their shared base (head gates, decoding cache); the
+  protocol the pruning and reparametrisation tools use.
 """
 
 from headsize_tf.layers.collaborative_attention import CollaborativeAttention, ConcatenateMixing
 from headsize_tf.layers.fixed_head_attention import FixedHeadAttention
+from headsize_tf.layers.head_attention import HeadAttentionBase
 from headsize_tf.layers.standard_attention import StandardAttention
 
 __all__ = [
     "CollaborativeAttention",
     "ConcatenateMixing",
     "FixedHeadAttention",
+    "HeadAttentionBase",
     "StandardAttention",
 ]

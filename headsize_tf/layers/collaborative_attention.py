@@ -8,11 +8,8 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.layers._head_attention import (
-    HeadAttentionBase,
-    _as_shape,
-    check_positive_int,
-)
+from headsize_tf.core.spec import check_positive_int
+from headsize_tf.layers.head_attention import HeadAttentionBase, _as_shape
 
 MIXING_INITIALIZERS = ("concatenate", "ones", "uniform", "normal")
 

@@ -7,24 +7,8 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.layers._head_attention import HeadAttentionBase, check_positive_int
-
-SEQUENCE_LENGTH = "sequence_length"
-
-
-def validate_head_size(head_size: Any, allow_none: bool = False) -> int | str | None:
-    """Checks a `head_size` argument: a positive int or "sequence_length"."""
-    if head_size is None and allow_none:
-        return None
-    if isinstance(head_size, str):
-        if head_size != SEQUENCE_LENGTH:
-            raise ValueError(
-                f'`head_size` must be a positive int or "{SEQUENCE_LENGTH}"; got {head_size!r}.'
-            )
-        return head_size
-    return check_positive_int(
-        "head_size", head_size, expected=f'a positive int or "{SEQUENCE_LENGTH}"'
-    )
+from headsize_tf.core.spec import SEQUENCE_LENGTH, check_head_size
+from headsize_tf.layers.head_attention import HeadAttentionBase
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -72,7 +56,7 @@ class FixedHeadAttention(HeadAttentionBase):
     """
 
     def __init__(self, num_heads: int, head_size: int | str, **kwargs: Any):
-        self._head_size_arg = validate_head_size(head_size)
+        self._head_size_arg = check_head_size(head_size)
         super().__init__(num_heads=num_heads, **kwargs)
 
     def _resolve_head_size(self, query_shape: tf.TensorShape, key_shape: tf.TensorShape) -> int:

@@ -1,4 +1,4 @@
-"""Shared machinery of the head-size attention layers (private).
+"""Shared machinery of the head-size attention layers (public base class).
 
 Every public layer of `headsize_tf.layers` derives from `HeadAttentionBase`,
 which subclasses `tf_keras.layers.MultiHeadAttention` the way Model Garden's
@@ -6,8 +6,9 @@ which subclasses `tf_keras.layers.MultiHeadAttention` the way Model Garden's
 
 * head size resolved at build time (`_resolve_head_size`), so a layer never
   needs `key_dim` up front;
-* per-head gates `xi_h` (a non-trainable `[num_heads]` weight, all ones by
-  default) folded into the output projection kernel, which is exactly the same
+* per-head gates `xi_h` (a non-trainable `[num_heads]` variable, all ones by
+  default, tracked for checkpoints but not one of the layer's Keras weights, so
+  the weight list and `count_params()` equal stock MHA's) folded into the output projection kernel, which is exactly the same
   as multiplying each head's context by `xi_h` (Michel et al., 2019) but costs
   `O(num_heads * head_size * width)` per call, independent of batch and length;
 * a seed for the attention dropout, accepted the way Model Garden's
@@ -25,49 +26,12 @@ from __future__ import annotations
 import collections.abc
 import math
 import numbers
-import string
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
-_CHR_IDX = string.ascii_lowercase
-
-
-def build_proj_equation(free_dims: int, bound_dims: int, output_dims: int) -> tuple[str, str, int]:
-    """Einsum equation, bias axes and output rank of a projection (as in Keras' MHA)."""
-    input_str = ""
-    kernel_str = ""
-    output_str = ""
-    bias_axes = ""
-    letter_offset = 0
-    for i in range(free_dims):
-        char = _CHR_IDX[i + letter_offset]
-        input_str += char
-        output_str += char
-    letter_offset += free_dims
-    for i in range(bound_dims):
-        char = _CHR_IDX[i + letter_offset]
-        input_str += char
-        kernel_str += char
-    letter_offset += bound_dims
-    for i in range(output_dims):
-        char = _CHR_IDX[i + letter_offset]
-        kernel_str += char
-        output_str += char
-        bias_axes += char
-    return f"{input_str},{kernel_str}->{output_str}", bias_axes, len(output_str)
-
-
-def get_output_shape(output_rank: int, known_last_dims: collections.abc.Sequence[int]) -> list:
-    return [None] * (output_rank - len(known_last_dims)) + list(known_last_dims)
-
-
-def check_positive_int(name: str, value: Any, expected: str = "a positive integer") -> int:
-    """Returns `value` as int or raises a ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"`{name}` must be {expected}; got {value!r}.")
-    return int(value)
+from headsize_tf.core.spec import check_positive_int
 
 
 def _as_shape(x: Any) -> tf.TensorShape:
@@ -90,6 +54,8 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
       bias_regularizer, activity_regularizer, kernel_constraint,
       bias_constraint: As in `tf_keras.layers.MultiHeadAttention`.
       seed: Optional int seed of the attention dropout.
+      value_dim: Optional per-head value size; the head size by default (as
+        `value_dim` of `tf_keras.layers.MultiHeadAttention`).
       **kwargs: Base layer arguments (`name`, `dtype` policies, ...).
     """
 
@@ -108,17 +74,19 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         kernel_constraint: Any = None,
         bias_constraint: Any = None,
         seed: int | None = None,
+        value_dim: int | None = None,
         **kwargs: Any,
     ):
-        for unsupported in ("key_dim", "value_dim"):
-            if unsupported in kwargs:
-                raise ValueError(
-                    f"`{unsupported}={kwargs[unsupported]!r}` is not an argument of "
-                    f"{type(self).__name__}: the head size is set by the layer "
-                    "(StandardAttention: width // num_heads; FixedHeadAttention and "
-                    "CollaborativeAttention: `head_size`)."
-                )
+        if "key_dim" in kwargs:
+            raise ValueError(
+                f"`key_dim={kwargs['key_dim']!r}` is not an argument of "
+                f"{type(self).__name__}: the head size is set by the layer "
+                "(StandardAttention: width // num_heads; FixedHeadAttention and "
+                "CollaborativeAttention: `head_size`)."
+            )
         num_heads = check_positive_int("num_heads", num_heads)
+        if value_dim is not None:
+            value_dim = check_positive_int("value_dim", value_dim)
         if (
             isinstance(dropout, bool)
             or not isinstance(dropout, numbers.Real)
@@ -145,6 +113,7 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         )
         self._key_dim = None
         self._value_dim = None
+        self._value_dim_arg = value_dim
         self._seed = None if seed is None else int(seed)
         self._head_gates = None
 
@@ -155,7 +124,12 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
 
     @property
     def head_size(self) -> int | None:
-        """Per-head size (keys, queries and values); None before build."""
+        """Per-head query/key size (the softmax scale); None before build."""
+        return self._key_dim
+
+    @property
+    def value_dim(self) -> int | None:
+        """Per-head value size (`head_size` unless `value_dim` was set); None before build."""
         return self._value_dim
 
     @property
@@ -191,7 +165,7 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         key_shape = value_shape if key is None else _as_shape(key)
         head_size = self._resolve_head_size(query_shape, key_shape)
         self._key_dim = head_size
-        self._value_dim = head_size
+        self._value_dim = self._value_dim_arg or head_size
         self._build_projections(query, value, key)
         with tf.init_scope():
             # Create every weight now (Keras' MHA waits for the first call), so a
@@ -205,12 +179,24 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
             ):
                 with tf.name_scope(dense.name):  # Variable names as in a first call.
                     dense.build(shape)
-            self._head_gates = self.add_weight(
-                name="head_gates",
-                shape=[self._num_heads],
-                initializer="ones",
-                trainable=False,
-            )
+            self._create_head_gates()
+
+    def _create_head_gates(self) -> None:
+        """Creates the gates xi_h as a variable outside the Keras weight list.
+
+        The gates are a checkpoint dependency ("head_gate_values"), so a masked
+        layer saves and restores its mask, but not a Keras weight: `weights`,
+        `get_weights()`, `set_weights()` and `count_params()` are exactly stock
+        `MultiHeadAttention`'s for the same shapes.
+        """
+        gates = tf.Variable(
+            tf.ones([self._num_heads], tf.float32),
+            trainable=False,
+            name="head_gates",
+        )
+        # `object.__setattr__` skips Keras' automatic weight tracking.
+        object.__setattr__(self, "_head_gates", gates)
+        self._track_trackable(gates, name="head_gate_values", overwrite=True)
 
     def _build_projections(self, query, value, key=None):
         """Builds Q/K/V/output projections; default: Keras' MHA ones."""
@@ -233,6 +219,10 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         query_shape = tf.TensorShape(query.shape)
         key_shape = tf.TensorShape(key.shape)
         attn_axes = tuple(self._attention_axes)
+        if query_shape.rank != 3 or attn_axes != (1,):
+            # High-dimensional attention: masks broadcast as in stock MHA
+            # (which accepts e.g. [B, 3, 2, 4, 2] for a [B, 3, 4, width] query).
+            return
         expected = (
             [query_shape[0]]
             + [query_shape[i] for i in range(1, query_shape.rank - 1)]
@@ -412,7 +402,7 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.pop("key_dim", None)
-        config.pop("value_dim", None)
+        config["value_dim"] = self._value_dim_arg
         config["seed"] = self._seed
         return config
 

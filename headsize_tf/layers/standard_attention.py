@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.layers._head_attention import HeadAttentionBase
+from headsize_tf.layers.head_attention import HeadAttentionBase
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")

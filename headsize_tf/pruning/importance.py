@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from headsize_tf.layers._head_attention import HeadAttentionBase
+from headsize_tf.layers.head_attention import HeadAttentionBase
 
 
 def attention_layers_of(model: tf.Module) -> list[HeadAttentionBase]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from headsize_tf.layers import CollaborativeAttention
-from headsize_tf.layers._head_attention import HeadAttentionBase
+from headsize_tf.layers.head_attention import HeadAttentionBase
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 
 
@@ -69,7 +69,7 @@ def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: 
 def head_mask(encoder: HeadsizeBertEncoder) -> np.ndarray:
     """`[layers, num_attention_heads]` gates in original head numbering (removed = 0)."""
     encoder.build_weights()
-    heads = encoder.get_config()["num_attention_heads"]
+    heads = encoder.attention_spec.num_heads
     mask = np.zeros([len(encoder.attention_layers), heads], np.float32)
     for i, block in enumerate(encoder._transformer_layers):
         gates = block.attention_layer.head_gates.numpy()
@@ -82,7 +82,7 @@ def set_head_mask(encoder: HeadsizeBertEncoder, mask: np.ndarray | Sequence) -> 
     """Sets every layer's gates from a `[layers, num_attention_heads]` mask."""
     encoder.build_weights()
     mask = np.asarray(mask, np.float32)
-    heads = encoder.get_config()["num_attention_heads"]
+    heads = encoder.attention_spec.num_heads
     expected = (len(encoder.attention_layers), heads)
     if mask.shape != expected:
         raise ValueError(f"Head mask has shape {mask.shape}; expected {expected} (layers x heads).")
