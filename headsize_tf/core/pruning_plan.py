@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -128,3 +128,93 @@ def iterative_pruning(
         steps.append(PruningStep(fraction, int((mask == 0).sum()), metric, mask.tolist(),
                                  time.perf_counter() - start))  # fmt: skip
     return steps
+
+
+def normalize_importance(
+    totals: Sequence[np.ndarray], tokens: int, normalize: bool = True
+) -> np.ndarray:
+    """Per-layer importance `[layers, max heads]` from summed |dL/dxi_h| (Michel et al.).
+
+    Args:
+      totals: Per layer, the sum over batches of |gradient of the batch loss
+        w.r.t. the head gates| (`[heads_of_layer]`).
+      tokens: Tokens seen (the expectation's denominator).
+      normalize: Divide each layer's scores by their L2 norm (the paper's
+        code does).
+
+    Returns:
+      float64 `[layers, max heads]`; layers with fewer heads are NaN-padded.
+    """
+    if tokens <= 0:
+        raise ValueError("The importance dataset has no examples (no batches or no tokens).")
+    width = max((len(t) for t in totals), default=0)
+    scores = np.full([len(totals), width], np.nan)
+    for i, total in enumerate(totals):
+        row = np.asarray(total, np.float64) / tokens
+        if normalize:
+            row = row / (np.linalg.norm(row) + 1e-20)
+        scores[i, : len(row)] = row
+    return scores
+
+
+# Head axis of each per-head tensor of an attention layer in the core's kernel
+# layout (see `headsize_tf.core`); None marks a tensor shared by all heads.
+HEAD_AXES: dict[str, dict[str, int | None]] = {
+    "standard": {
+        "query_kernel": 1,
+        "query_bias": 0,
+        "key_kernel": 1,
+        "key_bias": 0,
+        "value_kernel": 1,
+        "value_bias": 0,
+        "output_kernel": 0,
+        "output_bias": None,
+    },
+    "collaborative": {
+        "query_kernel": None,
+        "key_kernel": None,
+        "value_kernel": 1,
+        "value_bias": 0,
+        "output_kernel": 0,
+        "output_bias": None,
+        "mixing": 0,
+        "content_bias": 1,
+    },
+}
+HEAD_AXES["fixed_head"] = HEAD_AXES["standard"]
+
+
+def slice_heads(
+    kind: str, weights: Mapping[str, np.ndarray | None], keep: Sequence[int]
+) -> dict[str, np.ndarray | None]:
+    """The weights of the heads at positions `keep` (the head-index slicing plan).
+
+    Args:
+      kind: "standard", "fixed_head" or "collaborative".
+      weights: Role -> array in the core layout (roles of `HEAD_AXES[kind]`;
+        None for absent biases).
+      keep: Head positions to keep, in order. Empty keeps head 0's shapes (a
+        layer with one, masked, head: a layer cannot have zero heads).
+
+    Returns:
+      Role -> sliced array (shared tensors unchanged).
+    """
+    if kind not in HEAD_AXES:
+        raise ValueError(f"Unknown attention kind {kind!r}; expected one of {list(HEAD_AXES)}.")
+    axes = HEAD_AXES[kind]
+    unknown = sorted(set(weights) - set(axes))
+    if unknown:
+        raise ValueError(f"Unknown weight roles {unknown} for {kind!r}; expected {list(axes)}.")
+    index = list(keep) or [0]
+    out: dict[str, np.ndarray | None] = {}
+    for role, value in weights.items():
+        axis = axes[role]
+        if value is None or axis is None:
+            out[role] = value
+            continue
+        value = np.asarray(value)
+        bad = [i for i in index if not 0 <= i < value.shape[axis]]
+        if bad:
+            raise ValueError(f"{role}: head positions {bad} out of range [0, {value.shape[axis]}).")
+        out[role] = np.take(value, index, axis=axis)
+    return out

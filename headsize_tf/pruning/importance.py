@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from headsize_tf.core.pruning_plan import normalize_importance
 from headsize_tf.layers.head_attention import HeadAttentionBase
 
 
@@ -94,13 +95,6 @@ def head_importance(
                 total += np.abs(grad.numpy().astype(np.float64))
         tokens += _count_tokens(inputs)
         batches += 1
-    if batches == 0 or tokens == 0:
-        raise ValueError("The importance dataset has no examples (no batches or no tokens).")
-    width = max(len(t) for t in totals)
-    scores = np.full([len(totals), width], np.nan)
-    for i, total in enumerate(totals):
-        row = total / tokens
-        if normalize:
-            row = row / (np.linalg.norm(row) + 1e-20)
-        scores[i, : len(row)] = row
-    return scores
+    if batches == 0:
+        tokens = 0
+    return normalize_importance(totals, tokens, normalize=normalize)

@@ -15,48 +15,51 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from headsize_tf.core.pruning_plan import slice_heads
 from headsize_tf.layers import CollaborativeAttention
 from headsize_tf.layers.head_attention import HeadAttentionBase
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 
 
-def _head_weights(layer: HeadAttentionBase) -> list[tuple[object, int]]:
-    """(variable, head axis) of every per-head weight; shared weights have axis None."""
-    collaborative = isinstance(layer, CollaborativeAttention)
-    out: list[tuple[object, int | None]] = []
-    for role in ("query", "key"):
+def _weights_by_role(layer: HeadAttentionBase) -> dict[str, object]:
+    """Role -> variable (core layout roles of `HEAD_AXES`); absent biases are None."""
+    weights: dict[str, object] = {}
+    for role in ("query", "key", "value", "output"):
         dense = getattr(layer, f"_{role}_dense")
-        out.append((dense.kernel, None if collaborative else 1))
-        if getattr(dense, "bias", None) is not None:
-            out.append((dense.bias, 0))
-    out.append((layer._value_dense.kernel, 1))
-    if getattr(layer._value_dense, "bias", None) is not None:
-        out.append((layer._value_dense.bias, 0))
-    out.append((layer._output_dense.kernel, 0))
-    if getattr(layer._output_dense, "bias", None) is not None:
-        out.append((layer._output_dense.bias, None))
-    if collaborative:
-        out.append((layer.mixing, 0))
-        if layer.content_bias is not None:
-            out.append((layer.content_bias, 1))
-    out.append((layer.head_gates, 0))
-    return out
+        weights[f"{role}_kernel"] = dense.kernel
+        weights[f"{role}_bias"] = getattr(dense, "bias", None)
+    if isinstance(layer, CollaborativeAttention):
+        del weights["query_bias"], weights["key_bias"]  # The content bias replaces them.
+        weights["mixing"] = layer.mixing
+        weights["content_bias"] = layer.content_bias
+    return weights
+
+
+def _kind(layer: HeadAttentionBase) -> str:
+    return "collaborative" if isinstance(layer, CollaborativeAttention) else "standard"
 
 
 def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: Sequence[int]):
-    """Copies the heads at positions `keep` of `source` into built `target`."""
+    """Copies the heads at positions `keep` of `source` into built `target`.
+
+    The slicing follows the core's plan (`core.pruning_plan.slice_heads`);
+    the head gates are sliced with the heads.
+    """
     keep = list(keep)
-    src, dst = _head_weights(source), _head_weights(target)
-    if (
-        len(src) != len(dst)
-        or type(source) is not type(target)
-        and not (isinstance(source, HeadAttentionBase) and isinstance(target, HeadAttentionBase))
-    ):
+    if _kind(source) != _kind(target):
         raise ValueError(f"Layers {source.name!r} and {target.name!r} differ in structure.")
-    for (s_var, axis), (d_var, _) in zip(src, dst, strict=True):
-        value = s_var.numpy()
-        if axis is not None:
-            value = np.take(value, keep, axis=axis) if keep else np.take(value, [0], axis=axis)
+    src, dst = _weights_by_role(source), _weights_by_role(target)
+    if [k for k, v in src.items() if v is None] != [k for k, v in dst.items() if v is None]:
+        raise ValueError(f"Layers {source.name!r} and {target.name!r} differ in structure.")
+    sliced = slice_heads(
+        _kind(source), {k: None if v is None else v.numpy() for k, v in src.items()}, keep
+    )
+    sliced["gates"] = np.take(source.head_gates.numpy(), keep or [0])
+    dst["gates"] = target.head_gates
+    for role, value in sliced.items():
+        d_var = dst[role]
+        if value is None:
+            continue
         if tuple(value.shape) != tuple(d_var.shape):
             raise ValueError(
                 f"{d_var.name}: sliced shape {value.shape} does not match {tuple(d_var.shape)}."

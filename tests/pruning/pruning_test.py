@@ -29,9 +29,9 @@ KINDS = [
 
 
 def _encoder(kind, kwargs, seed=0):
-    encoder = HeadsizeBertEncoder(vocab_size=50, hidden_size=16, num_layers=3,
-                                  num_attention_heads=4, inner_dim=32, attention_type=kind,
-                                  output_dropout=0.0, attention_dropout=0.0, **kwargs)  # fmt: skip
+    encoder = HeadsizeBertEncoder(vocab_size=50, hidden_size=16, num_layers=3, inner_dim=32,
+                                  attention=dict(kind=kind, num_heads=4, **kwargs),
+                                  output_dropout=0.0, attention_dropout=0.0)  # fmt: skip
     encoder.build_weights()
     rng = np.random.default_rng(seed)
     for layer in encoder.attention_layers:  # Non-trivial attention everywhere.
@@ -154,8 +154,8 @@ class RemovalTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"Layer 0: heads \[1\] were removed"):
             set_head_mask(pruned, np.ones([3, 4]))
         with self.assertRaisesRegex(ValueError, "pruned_heads has 2 entries"):
-            HeadsizeBertEncoder(vocab_size=5, hidden_size=8, num_layers=3, num_attention_heads=2,
-                                pruned_heads=[[0], [1]])  # fmt: skip
+            HeadsizeBertEncoder(vocab_size=5, hidden_size=8, num_layers=3,
+                                attention=dict(num_heads=2), pruned_heads=[[0], [1]])  # fmt: skip
 
 
 class _GatedStack(tf_keras.Model):

@@ -103,14 +103,14 @@ class ConvertTest(tf.test.TestCase, parameterized.TestCase):
 class CompressEncoderTest(tf.test.TestCase):
     def test_encoder_full_rank_equal_and_source_unchanged(self):
         encoder = HeadsizeBertEncoder(vocab_size=50, hidden_size=32, num_layers=2,
-                                      num_attention_heads=4, inner_dim=64)  # fmt: skip
+                                      attention=dict(num_heads=4), inner_dim=64)  # fmt: skip
         ids = np.random.default_rng(0).integers(1, 50, size=(2, 9)).astype(np.int32)
         mask = np.ones_like(ids)
         mask[1, 6:] = 0
         inputs = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": 0 * ids}
         before = encoder(inputs)["sequence_output"].numpy()
         new, reports = compress_encoder(encoder, 32, progress=False)
-        self.assertEqual(new.get_config()["attention_type"], "collaborative")
+        self.assertEqual(new.attention_spec.kind, "collaborative")
         self.assertLen(reports, 2)
         self.assertAllClose(new(inputs)["sequence_output"], before, atol=1e-5)
         self.assertAllClose(encoder(inputs)["sequence_output"], before, atol=0)
@@ -119,7 +119,7 @@ class CompressEncoderTest(tf.test.TestCase):
 
     def test_already_collaborative_is_rejected(self):
         encoder = HeadsizeBertEncoder(vocab_size=10, hidden_size=8, num_layers=1,
-                                      num_attention_heads=2, attention_type="collaborative",
-                                      shared_key_dim=4, inner_dim=8)  # fmt: skip
+                                      attention=dict(kind="collaborative", num_heads=2,
+                                                     shared_key_dim=4), inner_dim=8)  # fmt: skip
         with self.assertRaisesRegex(ValueError, "already has collaborative attention"):
             compress_encoder(encoder, 4, progress=False)

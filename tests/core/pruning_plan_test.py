@@ -1,0 +1,69 @@
+"""The core's importance normalisation and head-slicing plans (numpy only)."""
+
+import numpy as np
+import pytest
+
+from headsize_tf.core.pruning_plan import HEAD_AXES, normalize_importance, slice_heads
+
+
+def test_normalize_importance_is_per_layer_l2_of_the_token_mean():
+    totals = [np.array([3.0, 4.0]), np.array([1.0, 0.0, 0.0])]
+    raw = normalize_importance(totals, tokens=10, normalize=False)
+    np.testing.assert_allclose(raw[0, :2], [0.3, 0.4])
+    assert np.isnan(raw[0, 2])  # Layer 0 has 2 heads: padded.
+    scores = normalize_importance(totals, tokens=10)
+    np.testing.assert_allclose(scores[0, :2], [0.6, 0.8])
+    np.testing.assert_allclose(scores[1], [1.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="no examples"):
+        normalize_importance(totals, tokens=0)
+
+
+def test_slice_heads_standard_layout():
+    rng = np.random.default_rng(0)
+    width, heads, size, value = 5, 4, 3, 2
+    weights = {
+        "query_kernel": rng.normal(size=(width, heads, size)),
+        "query_bias": rng.normal(size=(heads, size)),
+        "key_kernel": rng.normal(size=(width, heads, size)),
+        "key_bias": None,
+        "value_kernel": rng.normal(size=(width, heads, value)),
+        "value_bias": rng.normal(size=(heads, value)),
+        "output_kernel": rng.normal(size=(heads, value, width)),
+        "output_bias": rng.normal(size=(width,)),
+    }
+    out = slice_heads("fixed_head", weights, [3, 1])
+    np.testing.assert_array_equal(out["query_kernel"][:, 0], weights["query_kernel"][:, 3])
+    np.testing.assert_array_equal(out["output_kernel"][1], weights["output_kernel"][1])
+    assert out["key_bias"] is None
+    np.testing.assert_array_equal(out["output_bias"], weights["output_bias"])
+    # The attention output of the kept heads is unchanged by slicing: sum over heads.
+    x = rng.normal(size=(width,))
+    full_v = np.einsum("c,chv->hv", x, weights["value_kernel"])
+    kept = np.einsum("hv,hvw->w", full_v[[3, 1]], weights["output_kernel"][[3, 1]])
+    sliced_v = np.einsum("c,chv->hv", x, out["value_kernel"])
+    np.testing.assert_allclose(np.einsum("hv,hvw->w", sliced_v, out["output_kernel"]), kept)
+
+
+def test_slice_heads_collaborative_keeps_shared_projections():
+    rng = np.random.default_rng(1)
+    weights = {
+        "query_kernel": rng.normal(size=(6, 8)),
+        "key_kernel": rng.normal(size=(6, 8)),
+        "mixing": rng.normal(size=(4, 8)),
+        "content_bias": rng.normal(size=(6, 4)),
+        "value_kernel": rng.normal(size=(6, 4, 2)),
+    }
+    out = slice_heads("collaborative", weights, [0, 2])
+    np.testing.assert_array_equal(out["query_kernel"], weights["query_kernel"])
+    np.testing.assert_array_equal(out["mixing"], weights["mixing"][[0, 2]])
+    np.testing.assert_array_equal(out["content_bias"], weights["content_bias"][:, [0, 2]])
+    assert set(HEAD_AXES["collaborative"]) >= set(out)
+
+
+def test_slice_heads_errors():
+    with pytest.raises(ValueError, match="Unknown attention kind 'talking'"):
+        slice_heads("talking", {}, [0])
+    with pytest.raises(ValueError, match=r"Unknown weight roles \['mixing'\]"):
+        slice_heads("standard", {"mixing": np.zeros((2, 2))}, [0])
+    with pytest.raises(ValueError, match=r"head positions \[5\] out of range \[0, 2\)"):
+        slice_heads("standard", {"value_bias": np.zeros((2, 3))}, [5])
