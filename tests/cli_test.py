@@ -42,15 +42,17 @@ class CliTest(tf.test.TestCase):
         row = [line for line in out.splitlines() if line.startswith("| 512 |")][0]
         cells = [c.strip() for c in row.strip("|").split("|")]
         baseline = params.EncoderSpec(
-            vocab_size=32000, width=512, num_layers=6, num_heads=8, max_sequence_length=256
+            vocab_size=32000,
+            width=512,
+            num_layers=6,
+            attention=params.AttentionSpec("standard", num_heads=8),
+            max_sequence_length=256,
         )
         candidate = params.EncoderSpec(
             vocab_size=32000,
             width=256,
             num_layers=6,
-            num_heads=8,
-            attention_type="fixed_head",
-            head_size=32,
+            attention=params.AttentionSpec("fixed_head", num_heads=8, head_size=32),
             max_sequence_length=256,
         )
         self.assertEqual(int(cells[2].replace(",", "")), params.encoder_params(baseline).trainable)

@@ -261,3 +261,60 @@ def prune_model(
     plot_curves({"importance" + (" (recomputed)" if recompute else ""): curve},
                 output / "curve.png", baseline=curve[0]["metric"])  # fmt: skip
     return report
+
+
+TASKS = {"sentiment": ("rotten_tomatoes",)}
+
+
+def prune_task(
+    output: str | os.PathLike,
+    *,
+    model: str | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    task: str = "sentiment",
+    data: str = "rotten_tomatoes",
+    data_dir: str | os.PathLike | None = None,
+    target_fraction: float = 0.5,
+    step: float = 0.1,
+    recompute: bool = True,
+    min_heads_per_layer: int = 1,
+    finetune_epochs: float = 2.0,
+    importance_examples: int = 1024,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """`headsize-tf prune`: fine-tune if needed, then `prune_model` on a task's data.
+
+    The encoder is a registry `model` or a `checkpoint` directory; a checkpoint
+    written by `prune` (with a classifier head) is pruned as it is, any other
+    encoder is first fine-tuned on the task's train split for
+    `finetune_epochs`. Returns the report `prune_model` writes to `output`.
+    """
+    from headsize_tf.pretrained import load_sentence_encoder
+
+    if task not in TASKS or data not in TASKS[task]:
+        raise ValueError(
+            f"Unknown task/data {task!r}/{data!r}; expected one of "
+            f"{[f'{t}/{d}' for t, ds in TASKS.items() for d in ds]}."
+        )
+    if pathlib.Path(output).exists() and not overwrite:
+        raise FileExistsError(f"Output directory {output} exists; pass --overwrite.")
+    if step == 0:
+        raise ValueError("--step must be a fraction in (0, 1); got 0.")
+    splits = ft.rotten_tomatoes_splits(data_dir)
+    classifier = load_classifier(checkpoint) if checkpoint else None
+    if classifier is None:
+        encoder = load_sentence_encoder(model, checkpoint)
+        config = dataclasses.replace(ft.FinetuneConfig(), epochs=finetune_epochs)
+        classifier, _ = ft.finetune(encoder, splits["train"], config)
+    examples = task_data(classifier.sentence_encoder, splits, importance_examples)
+    return prune_model(
+        classifier,
+        examples,
+        output,
+        target_fraction=target_fraction,
+        step=step,
+        recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer,
+        overwrite=overwrite,
+        extra={"task": task, "data": data, "source": model or checkpoint},
+    )

@@ -1,0 +1,120 @@
+"""The `headsize-tf` command line: one module per command.
+
+Each command module has `add_parser(subparsers)` and a handler `run(args)`
+that parses, calls one library function and prints. Handlers import their
+(heavy) modules lazily, so `headsize-tf --help` stays fast.
+
+TensorFlow's C++ and Python logs are kept to errors (pass `--verbose` before
+the command to see them), and a library error (`ValueError` and its
+`SpecError` / `CheckpointError`, `RuntimeError`, `FileExistsError`,
+`FileNotFoundError`) is one line `headsize-tf COMMAND: error: MESSAGE` on
+stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from headsize_tf import __version__
+from headsize_tf.cli import (
+    analyze,
+    compress,
+    data,
+    demo,
+    embed,
+    export,
+    params,
+    prune,
+    train,
+    tune,
+)
+from headsize_tf.cli._args import read_lines
+from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.spec import SpecError
+
+__all__ = ["build_parser", "main", "read_lines"]
+
+COMMANDS = (params, data, train, embed, compress, analyze, prune, tune, export, demo)
+ERRORS = (SpecError, CheckpointError, ValueError, RuntimeError, FileExistsError, FileNotFoundError)
+_PYTHON_LOGGERS = ("tensorflow", "absl")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headsize-tf",
+        description=(
+            "Head size and head sharing as tunable capacity knobs for TensorFlow / Keras "
+            "attention: fixed head size (Bhojanapalli et al. 2020), collaborative heads "
+            "(Cordonnier et al. 2020), head importance and pruning (Michel et al. 2019)."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"headsize-tf {__version__}")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="keep TensorFlow's info and warning logs (default: errors only)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def _verbose_requested(argv: Sequence[str]) -> bool:
+    """Whether `--verbose` (or an abbreviation) comes before the command.
+
+    Read before parsing: parsing a `--model` value reads the pretrained
+    registry, which imports TensorFlow.
+    """
+    for token in argv:
+        if not token.startswith("-") or token == "--":
+            return False
+        if len(token) >= len("--verb") and "--verbose".startswith(token):
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def quiet_logs(verbose: bool = False) -> Iterator[None]:
+    """TensorFlow's C++ logs (if not yet loaded) and TF / absl Python logs at errors only.
+
+    `TF_CPP_MIN_LOG_LEVEL` is only set if unset, and is read when TensorFlow
+    loads; the Python loggers get their levels back on exit.
+    """
+    if verbose:
+        yield
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    loggers = [logging.getLogger(name) for name in _PYTHON_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    with quiet_logs(_verbose_requested(argv)):
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0
+        try:
+            return int(args.func(args) or 0)
+        except ERRORS as err:
+            print(f"headsize-tf {args.command}: error: {err}", file=sys.stderr)
+            return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

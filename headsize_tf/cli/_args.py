@@ -1,0 +1,94 @@
+"""Argument types and arguments shared by several commands."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _head_size(text: str) -> int | str:
+    if text == "sequence_length":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f'expected a positive integer or "sequence_length", got {text!r}'
+        )
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
+    return value
+
+
+class _PretrainedNames(Sequence):
+    """The registered pretrained encoders, read when argparse first needs them.
+
+    `headsize_tf.pretrained` imports TensorFlow, so the registry is read only
+    when a `--model` value is checked or a command's help lists the names.
+    """
+
+    def _names(self) -> list[str]:
+        from headsize_tf.pretrained.registry import PRETRAINED
+
+        return sorted(PRETRAINED)
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+
+def add_model_source(p: argparse.ArgumentParser) -> None:
+    """`--model NAME` or `--checkpoint DIR` (exactly one)."""
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--model", choices=_PretrainedNames(), help="a registered pretrained encoder"
+    )
+    source.add_argument(
+        "--checkpoint",
+        help="a checkpoint directory (from `compress`/`prune`, or Hugging Face BERT layout: "
+        "config.json, model.safetensors, vocab.txt)",
+    )
+
+
+def read_lines(path: str) -> list[str]:
+    """One sentence per line; an empty line is an empty sentence."""
+    import pathlib
+
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"Input file {path!r} does not exist.") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"Input file {path!r} is not UTF-8 text ({err}).") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # The newline ending the last line does not start a new one.
+    return [line.rstrip("\r") for line in lines]

@@ -1,0 +1,65 @@
+"""`headsize-tf compress`: a pretrained encoder's attention as collaborative heads."""
+
+from __future__ import annotations
+
+import argparse
+
+from headsize_tf.cli._args import _positive_int, add_model_source, read_lines
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "compress",
+        help="rewrite a pretrained encoder's attention as collaborative heads (CP)",
+        description="Converts every attention layer into collaborative attention with a "
+        "shared key dimension D by a CP decomposition of the stacked per-head W_Q W_K^T "
+        "(exact when D >= heads * head_size). Writes a checkpoint directory (for `embed "
+        "--checkpoint` and, via its encoder.yaml, `train`) with report.json.",
+    )
+    add_model_source(p)
+    p.add_argument("--shared-key-dim", type=_positive_int, required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--method", choices=["als", "tensorly"], default="als")
+    p.add_argument("--max-iter", type=_positive_int, default=100)
+    p.add_argument(
+        "--tolerance", type=float, default=None, help="warn when a layer's error exceeds this"
+    )
+    p.add_argument(
+        "--eval-file",
+        default=None,
+        help="sentences for the embedding cosine (default: Rotten Tomatoes test snippets)",
+    )
+    p.add_argument("--eval-limit", type=_positive_int, default=512)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from headsize_tf.pretrained import load_sentence_encoder
+    from headsize_tf.reparam import compress
+
+    source = load_sentence_encoder(args.model, args.checkpoint)
+    if args.eval_file:
+        sentences = read_lines(args.eval_file)[: args.eval_limit]
+    else:
+        sentences = compress.held_out_sentences(args.eval_limit)
+    report = compress.compress(
+        source,
+        args.shared_key_dim,
+        args.output,
+        eval_sentences=sentences,
+        overwrite=args.overwrite,
+        method=args.method,
+        max_iter=args.max_iter,
+        tolerance=args.tolerance,
+    )
+    print(f"{'layer':<10}{'rel. error':>12}{'seconds':>10}")
+    for layer in report["layers"]:
+        print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
+    print(f"params: {report['params_before']} -> {report['params_after']}")
+    if "embedding_cosine" in report:
+        print(f"embedding cosine vs original ({report['eval_sentences']} sentences): "
+              f"{report['embedding_cosine']:.4f}")  # fmt: skip
+    print(f"output: {args.output}")
+    return 0

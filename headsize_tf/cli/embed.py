@@ -1,0 +1,45 @@
+"""`headsize-tf embed`: sentence embeddings of a text file."""
+
+from __future__ import annotations
+
+import argparse
+
+from headsize_tf.cli._args import _positive_int, add_model_source, read_lines
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "embed",
+        help="sentence embeddings from a pretrained or compressed encoder",
+        description="Writes float32 [N, width] sentence embeddings (mean pooling and L2 "
+        "normalisation for sentence-transformers models), one per input line, in input order.",
+    )
+    add_model_source(p)
+    p.add_argument("--input", required=True, help="text file, one sentence per line")
+    p.add_argument("--output", required=True, help="output .npy file")
+    p.add_argument("--max-seq-length", type=_positive_int, default=None)
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    import numpy as np
+
+    from headsize_tf.pretrained import load_sentence_encoder
+
+    sentences = read_lines(args.input)
+    encoder = load_sentence_encoder(args.model, args.checkpoint)
+    if args.max_seq_length is not None:
+        if args.max_seq_length < 2:
+            raise ValueError(f"--max-seq-length must be >= 2; got {args.max_seq_length}.")
+        encoder.max_seq_length = args.max_seq_length
+    vectors = encoder.embed(sentences, batch_size=args.batch_size, progress=True)
+    output = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    tmp = f"{output}.tmp-{os.getpid()}.npy"
+    np.save(tmp, vectors)
+    os.replace(tmp, output)
+    print(f"embeddings: {vectors.shape[0]} x {vectors.shape[1]} float32 -> {output}")
+    return 0
