@@ -40,7 +40,20 @@ from headsize_tf.core.spec import SpecError
 __all__ = ["build_parser", "main", "read_lines"]
 
 COMMANDS = (params, data, train, embed, compress, analyze, prune, tune, export, demo)
-ERRORS = (SpecError, CheckpointError, ValueError, RuntimeError, FileExistsError, FileNotFoundError)
+ERRORS = (SpecError, CheckpointError, ValueError, RuntimeError, OSError)
+
+
+def _is_user_error(err: BaseException) -> bool:
+    """Errors that bad input causes: reported in one line, exit status 2."""
+    if isinstance(err, ERRORS):
+        return True
+    yaml = sys.modules.get("yaml")
+    if yaml is not None and isinstance(err, yaml.YAMLError):
+        return True
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(err, tf.errors.OpError)
+
+
 _PYTHON_LOGGERS = ("tensorflow", "absl")
 
 
@@ -111,8 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         try:
             return int(args.func(args) or 0)
-        except ERRORS as err:
-            print(f"headsize-tf {args.command}: error: {err}", file=sys.stderr)
+        except Exception as err:
+            if not _is_user_error(err):
+                raise
+            message = " ".join(str(err).split()) or type(err).__name__
+            print(f"headsize-tf {args.command}: error: {message}", file=sys.stderr)
             return 2
 
 

@@ -24,10 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     import numpy as np
 
+    from headsize_tf.core.io import atomic_path
     from headsize_tf.pretrained import load_sentence_encoder
 
     sentences = read_lines(args.input)
@@ -38,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
         encoder.max_seq_length = args.max_seq_length
     vectors = encoder.embed(sentences, batch_size=args.batch_size, progress=True)
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
-    tmp = f"{output}.tmp-{os.getpid()}.npy"
-    np.save(tmp, vectors)
-    os.replace(tmp, output)
+    with atomic_path(output) as tmp:
+        np.save(tmp, vectors)
     print(f"embeddings: {vectors.shape[0]} x {vectors.shape[1]} float32 -> {output}")
     return 0

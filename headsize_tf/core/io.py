@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -14,14 +16,34 @@ def cache_root() -> pathlib.Path:
     return pathlib.Path(cache) / "headsize_tf"
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
-    """Writes `text` to `path` through a temporary file renamed into place."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[pathlib.Path]:
+    """Yields a temporary path beside `path`, renamed onto `path` on success.
+
+    The one write-then-rename helper: readers never see a partial file, and a
+    failure (or an interrupt) leaves any previous `path` untouched.
+
+    Example:
+
+    >>> with atomic_path("out/vectors.npy") as tmp:
+    ...     numpy.save(tmp, vectors)
+    """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
+    """Writes `text` to `path` through a temporary file renamed into place."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return pathlib.Path(path)
 
 
 def write_json(path: str | os.PathLike, data: Any) -> pathlib.Path:
@@ -32,10 +54,7 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> pathlib.Path:
     """Saves a matplotlib figure atomically and closes it."""
     import matplotlib.pyplot as plt
 
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return pathlib.Path(path)
