@@ -57,8 +57,15 @@ def _is_user_error(err: BaseException) -> bool:
 _PYTHON_LOGGERS = ("tensorflow", "absl")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (`--help` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="headsize-tf",
         description=(
             "Head size and head sharing as tunable capacity knobs for TensorFlow / Keras "

@@ -91,4 +91,6 @@ def read_lines(path: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # The newline ending the last line does not start a new one.
+    if not lines:
+        raise ValueError(f"Input file {path!r} is empty; expected one sentence per line.")
     return [line.rstrip("\r") for line in lines]

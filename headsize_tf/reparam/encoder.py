@@ -51,6 +51,13 @@ def compress_encoder(
     encoder.build_weights()
     first = encoder.attention_layers[0]
     heads = first.num_heads
+    full_rank = max(layer.num_heads * layer.head_size for layer in encoder.attention_layers)
+    if isinstance(shared_key_dim, bool) or not 0 < int(shared_key_dim) <= full_rank:
+        raise ValueError(
+            f"shared_key_dim={shared_key_dim!r} is outside [1, {full_rank}]: the CP is exact at "
+            f"the full rank num_heads x head_size = {full_rank}, and larger values only add "
+            "parameters."
+        )
     config["attention"] = dataclasses.replace(
         spec,
         kind="collaborative",

@@ -1,0 +1,300 @@
+"""Every bad input through the CLI: exit status 2, one line naming it, nothing written.
+
+The commands run in process (`headsize_tf.cli.main`), so the table stays fast;
+`test_quiet_commands` checks the real console script in a subprocess.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from headsize_tf import cli
+
+NOPE = "/nonexistent/headsize_tf_model"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("bad_input")
+    paths = {
+        "bad_yaml": ": : :\n",
+        "old_keys_yaml": "task:\n  model:\n    attention_type: fixed_head\n",
+        "unknown_key_yaml": "task:\n  model:\n    no_such_field: 3\n",
+        "sentences": "a sentence\n",
+        "empty": "",
+        "space": "{not json",
+    }
+    out = {}
+    for name, text in paths.items():
+        path = root / name
+        path.write_text(text)
+        out[name] = str(path)
+    existing = root / "existing_dir"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("keep")
+    (existing / "1").mkdir()  # An export version that exists.
+    out["existing"] = str(existing)
+    not_a_model = root / "not_a_model_dir"
+    not_a_model.mkdir()
+    out["not_a_model"] = str(not_a_model)
+    out["root"] = str(root)
+    return out
+
+
+LM = "headsize_lm/language_modeling"
+# (name, argv with {placeholders}, a fragment the one-line message must hold)
+CASES = [
+    ("params_head_size_word", ["params", "--head-size", "abc"], "'abc'"),
+    ("params_zero_width", ["params", "--width", "0"], "got '0'"),
+    ("params_bad_kind", ["params", "--attention-type", "talking"], "'talking'"),
+    (
+        "params_width_not_multiple",
+        [
+            "params",
+            "--attention-type",
+            "standard",
+            "--width",
+            "10",
+            "--num-heads",
+            "4",
+            "--match-widths",
+        ],
+        "width (10) is not a multiple of num_heads (4)",
+    ),  # fmt: skip
+    ("params_negative_layers", ["params", "--num-layers", "-1"], "got '-1'"),
+    ("no_such_command", ["fly"], "'fly'"),
+    (
+        "train_unknown_experiment",
+        ["train", "--experiment", "nope", "--model_dir", "{out}"],
+        "nope",
+    ),  # fmt: skip
+    (
+        "train_yaml_syntax",
+        ["train", "--experiment", LM, "--config_file", "{bad_yaml}", "--model_dir", "{out}"],
+        "bad_yaml",
+    ),  # fmt: skip
+    (
+        "train_old_yaml_key",
+        ["train", "--experiment", LM, "--config_file", "{old_keys_yaml}", "--model_dir", "{out}"],
+        "attention.kind",
+    ),  # fmt: skip
+    (
+        "train_unknown_yaml_key",
+        [
+            "train",
+            "--experiment",
+            LM,
+            "--config_file",
+            "{unknown_key_yaml}",
+            "--model_dir",
+            "{out}",
+        ],
+        "no_such_field",
+    ),  # fmt: skip
+    (
+        "train_missing_config",
+        ["train", "--experiment", LM, "--config_file", NOPE + ".yaml", "--model_dir", "{out}"],
+        NOPE,
+    ),  # fmt: skip
+    (
+        "train_bad_override",
+        [
+            "train",
+            "--experiment",
+            LM,
+            "--params_override",
+            "task.model.attention.num_heads=0",
+            "--model_dir",
+            "{out}",
+        ],
+        "num_heads",
+    ),  # fmt: skip
+    (
+        "train_bad_mode",
+        ["train", "--experiment", LM, "--mode", "fly", "--model_dir", "{out}"],
+        "'fly'",
+    ),  # fmt: skip
+    (
+        "train_bad_seed",
+        ["train", "--experiment", LM, "--seed", "x", "--model_dir", "{out}"],
+        "'x'",
+    ),  # fmt: skip
+    (
+        "embed_unknown_model",
+        ["embed", "--model", "bert-huge", "--input", "{sentences}", "--output", "{out}.npy"],
+        "bert-huge",
+    ),  # fmt: skip
+    (
+        "embed_missing_checkpoint",
+        ["embed", "--checkpoint", NOPE, "--input", "{sentences}", "--output", "{out}.npy"],
+        NOPE,
+    ),  # fmt: skip
+    (
+        "embed_missing_input",
+        ["embed", "--model", "minilm-l6", "--input", NOPE + ".txt", "--output", "{out}.npy"],
+        NOPE,
+    ),  # fmt: skip
+    (
+        "embed_empty_input",
+        ["embed", "--model", "minilm-l6", "--input", "{empty}", "--output", "{out}.npy"],
+        "empty",
+    ),  # fmt: skip
+    (
+        "embed_zero_batch",
+        [
+            "embed",
+            "--model",
+            "minilm-l6",
+            "--input",
+            "{sentences}",
+            "--output",
+            "{out}.npy",
+            "--batch-size",
+            "0",
+        ],
+        "got '0'",
+    ),  # fmt: skip
+    (
+        "compress_zero_dim",
+        ["compress", "--model", "minilm-l6", "--shared-key-dim", "0", "--output", "{out}"],
+        "got '0'",
+    ),  # fmt: skip
+    (
+        "compress_above_full_rank",
+        ["compress", "--model", "minilm-l6", "--shared-key-dim", "99999", "--output", "{out}"],
+        "shared_key_dim=99999 is outside [1, 384]",
+    ),  # fmt: skip
+    (
+        "compress_existing_output",
+        ["compress", "--model", "minilm-l6", "--shared-key-dim", "64", "--output", "{existing}"],
+        "existing_dir",
+    ),  # fmt: skip
+    (
+        "compress_not_a_model_dir",
+        ["compress", "--checkpoint", "{not_a_model}", "--shared-key-dim", "8", "--output", "{out}"],
+        "not_a_model_dir",
+    ),  # fmt: skip
+    (
+        "spectrum_missing_checkpoint",
+        ["analyze", "spectrum", "--checkpoint", NOPE, "--output", "{out}.png"],
+        NOPE,
+    ),  # fmt: skip
+    ("spectrum_no_analysis", ["analyze"], "ANALYSIS"),
+    (
+        "prune_fraction_above_one",
+        ["prune", "--model", "minilm-l6", "--target-fraction", "1.5", "--output", "{out}"],
+        "'1.5'",
+    ),  # fmt: skip
+    (
+        "prune_bad_step",
+        ["prune", "--model", "minilm-l6", "--step", "-0.1", "--output", "{out}"],
+        "'-0.1'",
+    ),  # fmt: skip
+    (
+        "prune_unknown_data",
+        ["prune", "--model", "minilm-l6", "--data", "imdb", "--output", "{out}"],
+        "'imdb'",
+    ),  # fmt: skip
+    (
+        "prune_existing_output",
+        ["prune", "--model", "minilm-l6", "--output", "{existing}"],
+        "existing_dir",
+    ),  # fmt: skip
+    (
+        "tune_zero_trials",
+        ["tune", "--experiment", LM, "--max-trials", "0", "--output", "{out}"],
+        "got '0'",
+    ),  # fmt: skip
+    (
+        "tune_bad_tuner",
+        ["tune", "--experiment", LM, "--tuner", "grid", "--output", "{out}"],
+        "'grid'",
+    ),  # fmt: skip
+    (
+        "tune_missing_search_space",
+        ["tune", "--experiment", LM, "--search-space", NOPE + ".yaml", "--output", "{out}"],
+        NOPE,
+    ),  # fmt: skip
+    (
+        "export_missing_model_dir",
+        ["export", "--model_dir", NOPE, "--task", "lm", "--output", "{out}"],
+        NOPE,
+    ),  # fmt: skip
+    (
+        "export_existing_output",
+        ["export", "--model", "minilm-l6", "--task", "embedding", "--output", "{existing}"],
+        "existing_dir",
+    ),  # fmt: skip
+    (
+        "export_bad_task",
+        ["export", "--model", "minilm-l6", "--task", "vision", "--output", "{out}"],
+        "'vision'",
+    ),  # fmt: skip
+    ("data_prepare_bad_vocab", ["data", "prepare", "--vocab-size", "-5"], "'-5'"),
+    (
+        "data_vocab_missing_text",
+        ["data", "vocab", "--text", NOPE + ".txt", "--output", "{out}.txt"],
+        NOPE,
+    ),  # fmt: skip
+    (
+        "data_squad_missing_json",
+        [
+            "data",
+            "squad",
+            "--vocab-file",
+            NOPE + ".txt",
+            "--train-json",
+            NOPE + ".json",
+            "--dev-json",
+            NOPE + ".json",
+        ],
+        NOPE,
+    ),  # fmt: skip
+    ("demo_bad_steps", ["demo", "--steps", "0", "--output", "{out}"], "got '0'"),
+]
+
+
+@pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_writes_nothing(argv, fragment, files, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    argv = [a.format(out=out, **files) for a in argv]
+    before = sorted(os.listdir(files["existing"]))
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, captured
+    assert len(lines) == 1, lines
+    assert "Traceback" not in captured.err
+    assert lines[0].startswith("headsize-tf"), lines[0]
+    assert "error:" in lines[0], lines[0]
+    assert fragment in lines[0], (fragment, lines[0])
+    # Nothing written: no output, the existing directory untouched.
+    assert not any(pathlib.Path(tmp_path).iterdir()), list(pathlib.Path(tmp_path).iterdir())
+    assert sorted(os.listdir(files["existing"])) == before
+
+
+def test_table_covers_every_command():
+    assert len(CASES) >= 30
+    commands = {c[1][0] for c in CASES}
+    assert {"params", "train", "embed", "compress", "analyze", "prune", "tune", "export",
+            "data", "demo"} <= commands  # fmt: skip
+
+
+def test_quiet_commands():
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    for argv in (["params", "--match-widths", "512"], ["train", "--help"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "headsize_tf", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == "", result.stderr
