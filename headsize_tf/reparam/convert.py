@@ -1,59 +1,37 @@
-"""Rewrite trained multi-head attention as collaborative attention.
+"""Rewrite trained tf_keras multi-head attention as collaborative attention.
 
-Cordonnier, Loukas and Jaggi (2020), Section 4: for per-head query/key kernels
-`W_Q^(h)`, `W_K^(h)` the scores of head `h` are
-
-    (x W_Q^(h) + b_Q^(h)) (y W_K^(h) + b_K^(h))^T / sqrt(p)
-      = x W_Q^(h) W_K^(h)^T y^T + b_Q^(h) W_K^(h)^T y^T + (terms constant over keys)
-
-The softmax ignores terms constant over keys, so the key bias drops out and the
-query bias becomes the per-head content vector `W_K^(h) b_Q^(h)`. A CP
-decomposition of the stacked products `W_Q^(h) W_K^(h)^T` at rank `D` gives the
-shared `W_Q`, `W_K` and the mixing matrix. Values, the output projection and
-the head gates are copied; the softmax keeps the original `1/sqrt(p)`.
+The numerics (Cordonnier, Loukas and Jaggi 2020, Section 4: CP of the stacked
+W_Q^(h) W_K^(h)^T, content bias W_K^(h) b_Q^(h), the original softmax scale)
+live in the framework-neutral `headsize_tf.core.convert`; this module reads a
+tf_keras layer's weights into the core layout and writes the result into a
+`CollaborativeAttention`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import warnings
 from typing import Any
 
 import numpy as np
 import tf_keras
 
-from headsize_tf.core import cp
+from headsize_tf.core.convert import (
+    METHODS,
+    ConversionReport,
+    check_head_weights,
+    collaborative_weights,
+    convert_weights,
+)
 from headsize_tf.layers import CollaborativeAttention
 
-METHODS = ("als", "tensorly")
-
-
-@dataclasses.dataclass
-class ConversionReport:
-    """What one layer's conversion did.
-
-    Attributes:
-      name: The layer's name.
-      shared_key_dim: The collaborative `D`.
-      relative_error: `||T - T_hat|| / ||T||` of the stacked head products.
-      method: "exact", "structured_als" or "tensorly".
-      iterations: ALS sweeps.
-      seconds: Decomposition wall time.
-      params_before: Parameters of the original layer.
-      params_after: Parameters of the collaborative layer.
-    """
-
-    name: str
-    shared_key_dim: int
-    relative_error: float
-    method: str
-    iterations: int
-    seconds: float
-    params_before: int
-    params_after: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+__all__ = [
+    "METHODS",
+    "ConversionReport",
+    "assign_collaborative",
+    "attention_weights",
+    "collaborative_weights",
+    "convert_layer_weights",
+    "to_collaborative",
+]
 
 
 def _numpy(variable) -> np.ndarray | None:
@@ -86,67 +64,11 @@ def attention_weights(layer: tf_keras.layers.Layer) -> dict[str, np.ndarray | No
         weights[f"{role}_bias"] = _numpy(getattr(sub, "bias", None))
     weights["output_kernel"] = _numpy(layer._output_dense.kernel)
     weights["output_bias"] = _numpy(getattr(layer._output_dense, "bias", None))
-    for role in ("query_kernel", "key_kernel", "value_kernel", "output_kernel"):
-        if weights[role].ndim != 3:
-            raise ValueError(
-                f"Attention layer {layer.name!r} has a {role} of shape {weights[role].shape}; only "
-                "attention over axis 1 of rank-3 inputs (kernels [width, heads, head_size]) "
-                "converts."
-            )
-    if weights["query_kernel"].shape[2] != weights["value_kernel"].shape[2]:
-        raise ValueError(
-            f"Attention layer {layer.name!r} has key size {weights['query_kernel'].shape[2]} and "
-            f"value size {weights['value_kernel'].shape[2]}; collaborative heads need them equal."
-        )
+    check_head_weights(weights, layer.name)
     gates = getattr(layer, "head_gates", None)
     heads = weights["query_kernel"].shape[1]
     weights["head_gates"] = np.ones([heads], np.float32) if gates is None else _numpy(gates)
     return weights
-
-
-def collaborative_weights(
-    weights: dict[str, np.ndarray | None],
-    shared_key_dim: int,
-    *,
-    method: str = "als",
-    max_iter: int = 100,
-    tol: float = 1e-5,
-    seed: int = 0,
-) -> tuple[dict[str, np.ndarray | None], cp.CPResult]:
-    """The collaborative weights equivalent to (or approximating) `weights`.
-
-    At `shared_key_dim >= heads * head_size` the conversion is exact (the
-    concatenated heads, no decomposition); below it a rank-`shared_key_dim` CP.
-    """
-    if method not in METHODS:
-        raise ValueError(f"Unknown CP method {method!r}; expected one of {list(METHODS)}.")
-    query_heads = np.transpose(weights["query_kernel"], [1, 0, 2])  # [h, d, p]
-    key_heads = np.transpose(weights["key_kernel"], [1, 0, 2])
-    heads, _, head_size = query_heads.shape
-    if isinstance(shared_key_dim, int) and shared_key_dim >= heads * head_size:
-        result = cp.exact_cp(query_heads, key_heads, shared_key_dim)
-    elif method == "tensorly":
-        result = cp.tensorly_cp(query_heads, key_heads, shared_key_dim, random_state=seed)
-    else:
-        result = cp.head_products_cp(
-            query_heads, key_heads, shared_key_dim, max_iter=max_iter, tol=tol, seed=seed
-        )
-    content_bias = None
-    if weights["query_bias"] is not None:
-        # c_h = W_K^(h) b_Q^(h): [key_width, heads].
-        content_bias = np.einsum("ehp,hp->eh", weights["key_kernel"], weights["query_bias"])
-    out = {
-        "query_kernel": result.query_factor.astype(np.float32),
-        "key_kernel": result.key_factor.astype(np.float32),
-        "mixing": result.mixing.astype(np.float32),
-        "content_bias": None if content_bias is None else content_bias.astype(np.float32),
-        "value_kernel": weights["value_kernel"],
-        "value_bias": weights["value_bias"],
-        "output_kernel": weights["output_kernel"],
-        "output_bias": weights["output_bias"],
-        "head_gates": weights["head_gates"],
-    }
-    return out, result
 
 
 def assign_collaborative(layer: CollaborativeAttention, weights: dict[str, Any]) -> None:
@@ -181,10 +103,6 @@ def assign_collaborative(layer: CollaborativeAttention, weights: dict[str, Any])
         variable.assign(value.astype(variable.dtype.as_numpy_dtype))
 
 
-def _count(weights: dict[str, np.ndarray | None], skip: tuple[str, ...] = ("head_gates",)) -> int:
-    return int(sum(v.size for k, v in weights.items() if v is not None and k not in skip))
-
-
 def convert_layer_weights(
     layer: tf_keras.layers.Layer,
     shared_key_dim: int,
@@ -196,32 +114,16 @@ def convert_layer_weights(
     seed: int = 0,
 ) -> tuple[dict[str, Any], ConversionReport]:
     """Collaborative weights for `layer` plus a report; warns above `tolerance`."""
-    if isinstance(shared_key_dim, bool) or not isinstance(shared_key_dim, int | np.integer):
-        raise ValueError(f"shared_key_dim must be a positive integer; got {shared_key_dim!r}.")
-    if shared_key_dim <= 0:
-        raise ValueError(f"shared_key_dim must be a positive integer; got {shared_key_dim!r}.")
-    weights = attention_weights(layer)
-    converted, result = collaborative_weights(
-        weights, int(shared_key_dim), method=method, max_iter=max_iter, tol=tol, seed=seed
-    )
-    report = ConversionReport(
+    return convert_weights(
+        attention_weights(layer),
+        shared_key_dim,
         name=layer.name,
-        shared_key_dim=int(shared_key_dim),
-        relative_error=float(result.relative_error),
-        method=result.method,
-        iterations=result.iterations,
-        seconds=float(result.seconds),
-        params_before=_count(weights),
-        params_after=_count(converted),
+        method=method,
+        max_iter=max_iter,
+        tol=tol,
+        tolerance=tolerance,
+        seed=seed,
     )
-    if tolerance is not None and result.relative_error > tolerance:
-        warnings.warn(
-            f"CP of layer {layer.name!r} at shared_key_dim={shared_key_dim} reached relative error "
-            f"{result.relative_error:.4g}, above the requested tolerance {tolerance:.4g} "
-            f"({result.iterations} iterations). Raise shared_key_dim or max_iter.",
-            stacklevel=2,
-        )
-    return converted, report
 
 
 def to_collaborative(
