@@ -1,7 +1,7 @@
 """Keras Tuner search over heads, head size and shared key dim (`headsize-tf tune`)."""
 
+from headsize_tf.core.search_space import HYPERPARAMETERS
 from headsize_tf.tuning.search import (
-    HYPERPARAMETERS,
     HeadsizeBayesianOptimization,
     HeadsizeHyperband,
     HeadsizeHyperModel,

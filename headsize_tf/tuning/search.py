@@ -26,78 +26,14 @@ import keras_tuner
 import yaml
 
 from headsize_tf.core.io import write_atomic, write_json
+from headsize_tf.core.search_space import (
+    FIELDS,
+    TUNERS,
+    SearchSpace,
+    SearchSpaceError,
+)
 
-HYPERPARAMETERS = ("attention_type", "num_heads", "head_size", "shared_key_dim", "width",
-                   "num_layers")  # fmt: skip
-TUNERS = ("random", "bayesian", "hyperband")
-# Config field of each hyperparameter (under task.model or task.model.encoder.any);
-# the attention ones set the model's attention spec.
-_FIELDS = {
-    "attention_type": "attention.kind",
-    "num_heads": "attention.num_heads",
-    "head_size": "attention.head_size",
-    "shared_key_dim": "attention.shared_key_dim",
-    "width": "hidden_size",
-    "num_layers": "num_layers",
-}
-
-
-class SearchSpaceError(ValueError):
-    """A search space that is empty, unknown, or cannot fit the budget."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchSpace:
-    """Hyperparameter name -> list of choices, or {min, max, step} for ints."""
-
-    values: dict[str, Any]
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> SearchSpace:
-        try:
-            data = yaml.safe_load(pathlib.Path(path).read_text())
-        except FileNotFoundError:
-            raise SearchSpaceError(f"Search space file {str(path)!r} does not exist.") from None
-        return cls.from_dict(data, source=str(path))
-
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "search space") -> SearchSpace:
-        if not data:
-            raise SearchSpaceError(
-                f"{source} is empty; give at least one of {list(HYPERPARAMETERS)}."
-            )
-        if not isinstance(data, Mapping):
-            raise SearchSpaceError(f"{source} must map hyperparameter names to choices.")
-        unknown = sorted(set(data) - set(HYPERPARAMETERS))
-        if unknown:
-            raise SearchSpaceError(
-                f"{source}: unknown hyperparameter(s) {unknown}; expected some of "
-                f"{list(HYPERPARAMETERS)}."
-            )
-        for name, spec in data.items():
-            if isinstance(spec, list):
-                if not spec:
-                    raise SearchSpaceError(f"{source}: {name} has an empty list of choices.")
-            elif isinstance(spec, Mapping):
-                if set(spec) - {"min", "max", "step"} or not {"min", "max"} <= set(spec):
-                    raise SearchSpaceError(
-                        f"{source}: {name} must be a list of choices or {{min, max[, step]}}; "
-                        f"got {dict(spec)}."
-                    )
-                if name == "attention_type":
-                    raise SearchSpaceError(f"{source}: attention_type must be a list of choices.")
-            else:
-                raise SearchSpaceError(
-                    f"{source}: {name} must be a list of choices or {{min, max[, step]}}; got "
-                    f"{spec!r}."
-                )
-        return cls(dict(data))
-
-    def choices(self, name: str) -> list:
-        spec = self.values[name]
-        if isinstance(spec, list):
-            return list(spec)
-        return list(range(spec["min"], spec["max"] + 1, spec.get("step", 1)))
+_FIELDS = FIELDS
 
 
 class HeadsizeHyperModel(keras_tuner.HyperModel):
@@ -114,40 +50,8 @@ class HeadsizeHyperModel(keras_tuner.HyperModel):
         self.space = space
         self.defaults = dict(defaults)
 
-    def _value(self, hp, name):
-        if name not in self.space.values:
-            return self.defaults.get(name)
-        spec = self.space.values[name]
-        if isinstance(spec, list):
-            return hp.Choice(name, spec)
-        return hp.Int(name, spec["min"], spec["max"], step=spec.get("step", 1))
-
     def build(self, hp) -> dict[str, Any]:
-        attention_type = self._value(hp, "attention_type")
-        config = {"attention_type": attention_type}
-        for name in ("num_heads", "width", "num_layers"):
-            config[name] = self._value(hp, name)
-        config["head_size"] = None
-        config["shared_key_dim"] = None
-        if "attention_type" in self.space.values:
-            if "head_size" in self.space.values:
-                with hp.conditional_scope("attention_type", ["fixed_head"]):
-                    if attention_type == "fixed_head":
-                        config["head_size"] = self._value(hp, "head_size")
-            if "shared_key_dim" in self.space.values:
-                with hp.conditional_scope("attention_type", ["collaborative"]):
-                    if attention_type == "collaborative":
-                        config["shared_key_dim"] = self._value(hp, "shared_key_dim")
-        else:
-            config["head_size"] = self._value(hp, "head_size")
-            config["shared_key_dim"] = self._value(hp, "shared_key_dim")
-        if config["attention_type"] == "fixed_head" and config["head_size"] is None:
-            config["head_size"] = self.defaults.get("head_size") or 32
-        if config["attention_type"] == "collaborative" and config["shared_key_dim"] is None:
-            config["shared_key_dim"] = self.defaults.get("shared_key_dim") or config["width"]
-        if config["attention_type"] != "fixed_head":
-            config["head_size"] = None
-        return config
+        return self.space.declare(hp, self.defaults)
 
 
 def model_prefix(params) -> str:

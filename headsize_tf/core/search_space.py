@@ -1,0 +1,131 @@
+"""A search space over attention kind, heads, head size and shared key dim.
+
+Framework-neutral (pure Python + YAML): the tf_keras tuner
+(`headsize_tf.tuning`) and the Keras 3 `HyperModel`
+(`headsize_tf.keras3.tuning`) declare their hyperparameters through
+`SearchSpace.declare`, which only calls the `hp` object's `Choice`, `Int` and
+`conditional_scope` methods (a `keras_tuner.HyperParameters`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+HYPERPARAMETERS = ("attention_type", "num_heads", "head_size", "shared_key_dim", "width",
+                   "num_layers")  # fmt: skip
+TUNERS = ("random", "bayesian", "hyperband")
+# Config field of each hyperparameter (under task.model or task.model.encoder.any);
+# the attention ones set the model's attention spec.
+FIELDS = {
+    "attention_type": "attention.kind",
+    "num_heads": "attention.num_heads",
+    "head_size": "attention.head_size",
+    "shared_key_dim": "attention.shared_key_dim",
+    "width": "hidden_size",
+    "num_layers": "num_layers",
+}
+
+
+class SearchSpaceError(ValueError):
+    """A search space that is empty, unknown, or cannot fit the budget."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """Hyperparameter name -> list of choices, or {min, max, step} for ints."""
+
+    values: dict[str, Any]
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> SearchSpace:
+        try:
+            data = yaml.safe_load(pathlib.Path(path).read_text())
+        except FileNotFoundError:
+            raise SearchSpaceError(f"Search space file {str(path)!r} does not exist.") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "search space") -> SearchSpace:
+        if not data:
+            raise SearchSpaceError(
+                f"{source} is empty; give at least one of {list(HYPERPARAMETERS)}."
+            )
+        if not isinstance(data, Mapping):
+            raise SearchSpaceError(f"{source} must map hyperparameter names to choices.")
+        unknown = sorted(set(data) - set(HYPERPARAMETERS))
+        if unknown:
+            raise SearchSpaceError(
+                f"{source}: unknown hyperparameter(s) {unknown}; expected some of "
+                f"{list(HYPERPARAMETERS)}."
+            )
+        for name, spec in data.items():
+            if isinstance(spec, list):
+                if not spec:
+                    raise SearchSpaceError(f"{source}: {name} has an empty list of choices.")
+            elif isinstance(spec, Mapping):
+                if set(spec) - {"min", "max", "step"} or not {"min", "max"} <= set(spec):
+                    raise SearchSpaceError(
+                        f"{source}: {name} must be a list of choices or {{min, max[, step]}}; "
+                        f"got {dict(spec)}."
+                    )
+                if name == "attention_type":
+                    raise SearchSpaceError(f"{source}: attention_type must be a list of choices.")
+            else:
+                raise SearchSpaceError(
+                    f"{source}: {name} must be a list of choices or {{min, max[, step]}}; got "
+                    f"{spec!r}."
+                )
+        return cls(dict(data))
+
+    def choices(self, name: str) -> list:
+        spec = self.values[name]
+        if isinstance(spec, list):
+            return list(spec)
+        return list(range(spec["min"], spec["max"] + 1, spec.get("step", 1)))
+
+    def _value(self, hp: Any, name: str, defaults: Mapping[str, Any]) -> Any:
+        if name not in self.values:
+            return defaults.get(name)
+        spec = self.values[name]
+        if isinstance(spec, list):
+            return hp.Choice(name, spec)
+        return hp.Int(name, spec["min"], spec["max"], step=spec.get("step", 1))
+
+    def declare(self, hp: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """A trial's settings `{hyperparameter: value}`, declaring them on `hp`.
+
+        `head_size` is active only for fixed_head and `shared_key_dim` only
+        for collaborative attention (conditional scopes); settings outside the
+        space come from `defaults`.
+        """
+        attention_type = self._value(hp, "attention_type", defaults)
+        config = {"attention_type": attention_type}
+        for name in ("num_heads", "width", "num_layers"):
+            config[name] = self._value(hp, name, defaults)
+        config["head_size"] = None
+        config["shared_key_dim"] = None
+        if "attention_type" in self.values:
+            if "head_size" in self.values:
+                with hp.conditional_scope("attention_type", ["fixed_head"]):
+                    if attention_type == "fixed_head":
+                        config["head_size"] = self._value(hp, "head_size", defaults)
+            if "shared_key_dim" in self.values:
+                with hp.conditional_scope("attention_type", ["collaborative"]):
+                    if attention_type == "collaborative":
+                        config["shared_key_dim"] = self._value(hp, "shared_key_dim", defaults)
+        else:
+            config["head_size"] = self._value(hp, "head_size", defaults)
+            config["shared_key_dim"] = self._value(hp, "shared_key_dim", defaults)
+        if config["attention_type"] == "fixed_head" and config["head_size"] is None:
+            config["head_size"] = defaults.get("head_size") or 32
+        if config["attention_type"] == "collaborative" and config["shared_key_dim"] is None:
+            config["shared_key_dim"] = defaults.get("shared_key_dim") or config["width"]
+        if config["attention_type"] != "fixed_head":
+            config["head_size"] = None
+        return config
