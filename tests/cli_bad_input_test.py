@@ -26,12 +26,22 @@ def files(tmp_path_factory) -> dict[str, str]:
         "sentences": "a sentence\n",
         "empty": "",
         "space": "{not json",
+        "labelled.csv": "text,label\na fine film,pos\na dull film,neg\n",
+        "one_class.csv": "".join(["text,label\n"] + [f"film {i},pos\n" for i in range(20)]),
+        "latin1.csv": "text,label\ncafé,pos\n".encode("latin-1"),
+        "no_label.csv": "text,label\na fine film,pos\na dull film,\n",
+        "bad_split.csv": "text,label,split\na fine film,pos,train\na dull film,neg,holdout\n",
+        "ragged.csv": "text,label\na fine, long film,pos\n",
+        "header_only.csv": "text,label\n",
     }
     out = {}
     for name, text in paths.items():
         path = root / name
-        path.write_text(text)
-        out[name] = str(path)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        out[name.replace(".", "_")] = str(path)
     existing = root / "existing_dir"
     existing.mkdir()
     (existing / "keep.txt").write_text("keep")
@@ -202,6 +212,161 @@ CASES = [
         "prune_existing_output",
         ["prune", "--model", "minilm-l6", "--output", "{existing}"],
         "existing_dir",
+    ),  # fmt: skip
+    (
+        "prune_data_file_missing",
+        ["prune", "--model", "minilm-l6", "--data-file", NOPE + ".csv", "--output", "{out}"],
+        NOPE + ".csv' does not exist",
+    ),  # fmt: skip
+    (
+        "prune_data_file_unknown_extension",
+        ["prune", "--model", "minilm-l6", "--data-file", "{sentences}", "--output", "{out}"],
+        "has an unknown extension",
+    ),  # fmt: skip
+    (
+        "prune_data_file_empty",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--data-file",
+            "{empty}",
+            "--data-format",
+            "csv",
+            "--output",
+            "{out}",
+        ],
+        "empty' is empty",
+    ),  # fmt: skip
+    (
+        "prune_data_file_missing_column",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--data-file",
+            "{labelled_csv}",
+            "--text-column",
+            "sentence",
+            "--output",
+            "{out}",
+        ],
+        "labelled.csv' has no column 'sentence' (--text-column); its columns are ['text', 'label']",
+    ),  # fmt: skip
+    (
+        "prune_data_file_one_class",
+        ["prune", "--model", "minilm-l6", "--data-file", "{one_class_csv}", "--output", "{out}"],
+        "one_class.csv' has one class only ('pos' in 'label')",
+    ),  # fmt: skip
+    (
+        "prune_data_file_not_utf8",
+        ["prune", "--model", "minilm-l6", "--data-file", "{latin1_csv}", "--output", "{out}"],
+        "latin1.csv' is not UTF-8",
+    ),  # fmt: skip
+    (
+        "prune_data_file_missing_label",
+        ["prune", "--model", "minilm-l6", "--data-file", "{no_label_csv}", "--output", "{out}"],
+        "no_label.csv' line 3 has no label in 'label'",
+    ),  # fmt: skip
+    (
+        "prune_data_file_bad_split",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--data-file",
+            "{bad_split_csv}",
+            "--split-column",
+            "split",
+            "--output",
+            "{out}",
+        ],
+        "split 'holdout' in 'split' is not train, dev, validation or test",
+    ),  # fmt: skip
+    (
+        "prune_data_file_ragged_row",
+        ["prune", "--model", "minilm-l6", "--data-file", "{ragged_csv}", "--output", "{out}"],
+        "ragged.csv' line 2 has 3 fields; its header has 2",
+    ),  # fmt: skip
+    (
+        "prune_data_file_header_only",
+        ["prune", "--model", "minilm-l6", "--data-file", "{header_only_csv}", "--output", "{out}"],
+        "header_only.csv' has a header but no rows",
+    ),  # fmt: skip
+    (
+        "prune_data_file_bad_json",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--data-file",
+            "{space}",
+            "--data-format",
+            "jsonl",
+            "--output",
+            "{out}",
+        ],
+        "space' line 1 is not valid JSON",
+    ),  # fmt: skip
+    (
+        "prune_data_file_no_dev_rows",
+        ["prune", "--model", "minilm-l6", "--data-file", "{labelled_csv}", "--output", "{out}"],
+        "labelled.csv' has no dev rows",
+    ),  # fmt: skip
+    (
+        "prune_unknown_tfds_task",
+        ["prune", "--model", "minilm-l6", "--tfds", "glue/stsb", "--output", "{out}"],
+        "'glue/stsb'",
+    ),  # fmt: skip
+    (
+        "prune_data_file_and_tfds",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--data-file",
+            "{labelled_csv}",
+            "--tfds",
+            "glue/sst2",
+            "--output",
+            "{out}",
+        ],
+        "not allowed with argument --data-file",
+    ),  # fmt: skip
+    (
+        "prune_task_and_data_file",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--task",
+            "sentiment",
+            "--data-file",
+            "{labelled_csv}",
+            "--output",
+            "{out}",
+        ],
+        "Pass one data source; got --task and --data-file",
+    ),  # fmt: skip
+    (
+        "prune_text_column_without_data_file",
+        ["prune", "--model", "minilm-l6", "--text-column", "text", "--output", "{out}"],
+        "--text-column only apply to --data-file",
+    ),  # fmt: skip
+    (
+        "prune_bad_data_format",
+        [
+            "prune",
+            "--model",
+            "minilm-l6",
+            "--data-file",
+            "{labelled_csv}",
+            "--data-format",
+            "xml",
+            "--output",
+            "{out}",
+        ],
+        "'xml'",
     ),  # fmt: skip
     (
         "tune_zero_trials",

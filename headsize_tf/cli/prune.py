@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from headsize_tf.cli._args import _fraction, _positive_int, add_model_source
+from headsize_tf.data.text_tasks import FORMATS, GLUE_TASKS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -14,12 +15,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Fine-tunes the encoder on the task (unless the checkpoint already has a "
         "classifier head from `prune`), scores heads by E|dL/dxi_h| (Michel et al. 2019), "
         "prunes --step of the heads at a time to --target-fraction, removes the pruned heads "
-        "physically and writes the checkpoint, report.json, importance.png and curve.png.",
+        "physically and writes the checkpoint, report.json, label_map.json, importance.png and "
+        "curve.png. The data are the built-in sentiment task (default), a labelled CSV / TSV / "
+        "JSONL file (--data-file) or a TFDS GLUE task (--tfds).",
     )
     add_model_source(p)
-    p.add_argument("--task", choices=["sentiment"], default="sentiment")
-    p.add_argument("--data", choices=["rotten_tomatoes"], default="rotten_tomatoes")
-    p.add_argument("--data-dir", default=None)
+    source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
+    exclusive = source.add_mutually_exclusive_group()
+    source.add_argument("--task", choices=["sentiment"], default=None,
+                        help="built-in task (default: sentiment)")  # fmt: skip
+    exclusive.add_argument("--data", choices=["rotten_tomatoes"], default=None,
+                           help="built-in data of --task (default: rotten_tomatoes)")  # fmt: skip
+    exclusive.add_argument(
+        "--data-file",
+        help="labelled texts: .csv, .tsv (header row) or .jsonl (one object a line), UTF-8",
+    )
+    exclusive.add_argument("--tfds", metavar="glue/NAME", choices=sorted(GLUE_TASKS),
+                           help=f"a TFDS GLUE task: {', '.join(sorted(GLUE_TASKS))}")  # fmt: skip
+    source.add_argument("--data-format", choices=list(FORMATS),
+                        help="format of --data-file (default: from its extension)")  # fmt: skip
+    source.add_argument("--text-column", help="text column of --data-file (default: text)")
+    source.add_argument("--text-pair-column",
+                        help="second text column of --data-file, for sentence pairs")  # fmt: skip
+    source.add_argument("--label-column", help="label column of --data-file (default: label)")
+    source.add_argument(
+        "--split-column",
+        help="train / dev (or validation) / test column of --data-file (default: about 10%% "
+        "of rows to dev by a SHA-1 hash of the text)",
+    )
+    source.add_argument("--data-dir", default=None,
+                        help="cache of the built-in data, or the TFDS data directory")  # fmt: skip
     p.add_argument("--target-fraction", type=_fraction, default=0.5)
     p.add_argument("--step", type=_fraction, default=0.1)
     p.add_argument("--no-recompute", action="store_true",
@@ -43,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
         task=args.task,
         data=args.data,
         data_dir=args.data_dir,
+        data_file=args.data_file,
+        data_format=args.data_format,
+        text_column=args.text_column,
+        text_pair_column=args.text_pair_column,
+        label_column=args.label_column,
+        split_column=args.split_column,
+        tfds=args.tfds,
         target_fraction=args.target_fraction,
         step=args.step,
         recompute=not args.no_recompute,
@@ -51,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         importance_examples=args.importance_examples,
         overwrite=args.overwrite,
     )
+    info = report["data_info"]
+    print(f"data: {info['source']}: {info['train_examples']} train / {info['dev_examples']} dev "
+          f"examples, labels {report['label_map']}")  # fmt: skip
     print(f"{'pruned':>8}{'dev accuracy':>14}")
     for point in report["curve"]:
         print(f"{100 * point['fraction']:>7.0f}%{100 * point['metric']:>13.2f}%")

@@ -1,8 +1,10 @@
 """`headsize-tf prune`: importance, an iterative pruning curve, and a smaller model.
 
 Works on a `SentenceClassifier` (pretrained encoder + pooling + linear head)
-fine-tuned on a labelled sentence task; the pruned encoder is written with
-its heads physically removed, with `report.json` and two plots.
+fine-tuned on a labelled sentence (or sentence-pair) task: the built-in
+Rotten Tomatoes sentiment data, a CSV / TSV / JSONL file or a TFDS GLUE task
+(`headsize_tf.data.text_tasks`). The pruned encoder is written with its heads
+physically removed, with `report.json`, `label_map.json` and two plots.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tf_keras
 
 from headsize_tf.core.io import save_figure
 from headsize_tf.core.pruning_plan import iterative_pruning
+from headsize_tf.data.text_tasks import TextTask, TextTaskError
 from headsize_tf.pretrained import SentenceEncoder
 from headsize_tf.pruning.importance import head_importance
 from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
@@ -27,6 +30,7 @@ from headsize_tf.training import finetune as ft
 
 HEAD_FILE = "classifier_head.npz"
 REPORT_FILE = "report.json"
+LABEL_MAP_FILE = "label_map.json"
 
 
 @dataclasses.dataclass
@@ -43,11 +47,21 @@ class TaskData:
 
 def task_data(
     encoder: SentenceEncoder,
-    splits: dict[str, tuple[list[str], np.ndarray]],
+    splits: dict[str, tuple[list, np.ndarray]],
     importance_examples: int = 1024,
     max_seq_length: int = 64,
+    num_classes: int | None = None,
 ) -> TaskData:
-    """Importance on the first `importance_examples` train examples; metric on dev."""
+    """Importance on the first `importance_examples` train examples; metric on dev.
+
+    Args:
+      encoder: Tokenises the texts.
+      splits: {"train": (texts, labels), "dev": (texts, labels)}; texts are
+        strings or (text, text) pairs.
+      importance_examples: Train examples the importance is averaged over.
+      max_seq_length: Tokens per example.
+      num_classes: Labels (default: the largest label + 1).
+    """
     if importance_examples <= 0:
         raise ValueError(f"importance_examples must be positive; got {importance_examples}.")
     texts, labels = splits["train"]
@@ -59,7 +73,7 @@ def task_data(
         importance_labels=labels[:importance_examples],
         eval_ids=ft.tokenize_all(encoder, splits["dev"][0], max_seq_length),
         eval_labels=splits["dev"][1],
-        num_classes=int(max(labels.max(), splits["dev"][1].max()) + 1),
+        num_classes=num_classes or int(max(labels.max(), splits["dev"][1].max()) + 1),
     )
 
 
@@ -135,16 +149,30 @@ def save_pruned(
     output: str | os.PathLike,
     report: dict[str, Any],
     overwrite: bool = False,
+    label_map: dict[str, int] | None = None,
 ) -> pathlib.Path:
-    """Writes encoder checkpoint + classifier head + report atomically."""
+    """Writes encoder checkpoint + classifier head + report (+ label map) atomically."""
     import io
 
     head = io.BytesIO()
     kernel, bias = (w.numpy() for w in model.head.weights)
     np.savez(head, kernel=kernel, bias=bias)
     encoder = model.sentence_encoder
-    files = {REPORT_FILE: json.dumps(report, indent=2), HEAD_FILE: head.getvalue()}
+    files: dict[str, str | bytes] = {
+        REPORT_FILE: json.dumps(report, indent=2),
+        HEAD_FILE: head.getvalue(),
+    }
+    if label_map is not None:
+        files[LABEL_MAP_FILE] = json.dumps(label_map, indent=2, ensure_ascii=False)
     return encoder.save(output, overwrite=overwrite, extra_files=files)
+
+
+def load_label_map(directory: str | os.PathLike) -> dict[str, int] | None:
+    """{label: class id} saved by `save_pruned`, or None if the directory has none."""
+    path = pathlib.Path(directory) / LABEL_MAP_FILE
+    if not path.exists():
+        return None
+    return {str(k): int(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
 
 
 def load_classifier(directory: str | os.PathLike) -> ft.SentenceClassifier | None:
@@ -226,8 +254,12 @@ def prune_model(
     min_heads_per_layer: int = 1,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
+    label_map: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Importance, curve to `target_fraction`, physical removal; writes `output`."""
+    """Importance, curve to `target_fraction`, physical removal; writes `output`.
+
+    `label_map` ({label: class id}) goes into the report and `label_map.json`.
+    """
     output = pathlib.Path(output)
     if output.exists() and not overwrite:
         raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
@@ -256,7 +288,9 @@ def prune_model(
         "masked_accuracy": curve[-1]["metric"],
         "pruned_accuracy": accuracy,
     }
-    save_pruned(pruned, output, report, overwrite=overwrite)
+    if label_map is not None:
+        report["label_map"] = label_map
+    save_pruned(pruned, output, report, overwrite=overwrite, label_map=label_map)
     plot_importance(importance, output / "importance.png")
     plot_curves({"importance" + (" (recomputed)" if recompute else ""): curve},
                 output / "curve.png", baseline=curve[0]["metric"])  # fmt: skip
@@ -266,14 +300,102 @@ def prune_model(
 TASKS = {"sentiment": ("rotten_tomatoes",)}
 
 
+def rotten_tomatoes_task(data_dir: str | os.PathLike | None = None) -> TextTask:
+    """The built-in sentiment data as a `TextTask` (fresh=0, rotten=1; test left out)."""
+    from headsize_tf.data.corpora import SENTIMENT_LABELS
+
+    splits = ft.rotten_tomatoes_splits(data_dir)
+    return TextTask(
+        source="rotten_tomatoes",
+        text_columns=("text",),
+        label_names=tuple(SENTIMENT_LABELS),
+        train_texts=splits["train"][0],
+        train_labels=splits["train"][1],
+        dev_texts=splits["dev"][0],
+        dev_labels=splits["dev"][1],
+        split_rule="sha1(text) % 10: 0 -> test, 1 -> dev",
+        test_rows=len(splits["test"][0]),
+    )
+
+
+def load_task(
+    *,
+    task: str | None = None,
+    data: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    data_file: str | os.PathLike | None = None,
+    data_format: str | None = None,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    tfds: str | None = None,
+) -> TextTask:
+    """The labelled task `prune` works on: built-in, a data file, or TFDS GLUE.
+
+    Args:
+      task: Built-in task ("sentiment", the default when no other source).
+      data: Built-in data of `task` ("rotten_tomatoes").
+      data_dir: Where the built-in data or TFDS data are cached.
+      data_file: A CSV / TSV / JSONL file (see `text_tasks.load_text_file`).
+      data_format: "csv", "tsv" or "jsonl" (default: from the extension).
+      text_column: Text column of `data_file` (default "text").
+      text_pair_column: Second text column of `data_file` (sentence pairs).
+      label_column: Label column of `data_file` (default "label").
+      split_column: Split column of `data_file` (default: a hash split).
+      tfds: A TFDS GLUE task, e.g. "glue/sst2" or "glue/mnli".
+
+    Raises:
+      TextTaskError: Conflicting sources, options for another source, or bad data.
+    """
+    from headsize_tf.data import text_tasks
+
+    file_options = {"--data-format": data_format, "--text-column": text_column,
+                    "--text-pair-column": text_pair_column, "--label-column": label_column,
+                    "--split-column": split_column}  # fmt: skip
+    sources = [flag for flag, v in (("--data-file", data_file), ("--tfds", tfds)) if v is not None]
+    builtin = [flag for flag, v in (("--task", task), ("--data", data)) if v is not None]
+    if len(sources) > 1 or (sources and builtin):
+        raise TextTaskError(f"Pass one data source; got {' and '.join(builtin + sources)}.")
+    if data_file is None:
+        extra = [flag for flag, value in file_options.items() if value is not None]
+        if extra:
+            raise TextTaskError(f"{', '.join(extra)} only apply to --data-file.")
+    if data_file is not None:
+        return text_tasks.load_text_file(
+            data_file,
+            text_column or "text",
+            label_column or "label",
+            text_pair_column=text_pair_column,
+            split_column=split_column,
+            data_format=data_format,
+        )
+    if tfds is not None:
+        return text_tasks.load_tfds_task(tfds, data_dir)
+    task, data = task or "sentiment", data or "rotten_tomatoes"
+    if task not in TASKS or data not in TASKS[task]:
+        raise ValueError(
+            f"Unknown task/data {task!r}/{data!r}; expected one of "
+            f"{[f'{t}/{d}' for t, ds in TASKS.items() for d in ds]}."
+        )
+    return rotten_tomatoes_task(data_dir)
+
+
 def prune_task(
     output: str | os.PathLike,
     *,
     model: str | None = None,
     checkpoint: str | os.PathLike | None = None,
-    task: str = "sentiment",
-    data: str = "rotten_tomatoes",
+    task: str | None = None,
+    data: str | None = None,
     data_dir: str | os.PathLike | None = None,
+    data_file: str | os.PathLike | None = None,
+    data_format: str | None = None,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    tfds: str | None = None,
     target_fraction: float = 0.5,
     step: float = 0.1,
     recompute: bool = True,
@@ -284,29 +406,58 @@ def prune_task(
 ) -> dict[str, Any]:
     """`headsize-tf prune`: fine-tune if needed, then `prune_model` on a task's data.
 
-    The encoder is a registry `model` or a `checkpoint` directory; a checkpoint
-    written by `prune` (with a classifier head) is pruned as it is, any other
-    encoder is first fine-tuned on the task's train split for
-    `finetune_epochs`. Returns the report `prune_model` writes to `output`.
+    The data are the built-in `task`/`data` (sentiment / rotten_tomatoes, the
+    default), a `data_file` with its columns, or a `tfds` GLUE task (see
+    `load_task`); the label count and the label map saved with the model
+    come from the data. The encoder is a registry `model` or a `checkpoint`
+    directory; a checkpoint written by `prune` (with a classifier head) is
+    pruned as it is (its label map must match), any other encoder is first
+    fine-tuned on the task's train split for `finetune_epochs`. Returns the
+    report `prune_model` writes to `output`.
+
+    Args:
+      output: Directory written (checkpoint, report.json, label_map.json, plots).
+      model: A registered pretrained encoder (or `checkpoint`).
+      checkpoint: A checkpoint directory (or `model`).
+      task: Built-in task ("sentiment").
+      data: Built-in data ("rotten_tomatoes").
+      data_dir: Cache of the built-in data, or the TFDS data directory.
+      data_file: A CSV / TSV / JSONL file of labelled texts.
+      data_format: Its format, if not from the extension.
+      text_column: Its text column (default "text").
+      text_pair_column: Its second text column, for sentence pairs.
+      label_column: Its label column (default "label").
+      split_column: Its train/dev/test column (default: a hash split).
+      tfds: A TFDS GLUE task ("glue/sst2", "glue/mnli", ...).
+      target_fraction: Fraction of heads pruned at the end.
+      step: Fraction of heads pruned per step.
+      recompute: Recompute importance after each step.
+      min_heads_per_layer: Heads every layer keeps.
+      finetune_epochs: Epochs of fine-tuning before pruning.
+      importance_examples: Train examples the importance is averaged over.
+      overwrite: Replace an existing `output`.
     """
     from headsize_tf.pretrained import load_sentence_encoder
 
-    if task not in TASKS or data not in TASKS[task]:
-        raise ValueError(
-            f"Unknown task/data {task!r}/{data!r}; expected one of "
-            f"{[f'{t}/{d}' for t, ds in TASKS.items() for d in ds]}."
-        )
     if pathlib.Path(output).exists() and not overwrite:
         raise FileExistsError(f"Output directory {output} exists; pass --overwrite.")
     if step == 0:
         raise ValueError("--step must be a fraction in (0, 1); got 0.")
-    splits = ft.rotten_tomatoes_splits(data_dir)
+    text_task = load_task(task=task, data=data, data_dir=data_dir, data_file=data_file,
+                          data_format=data_format, text_column=text_column,
+                          text_pair_column=text_pair_column, label_column=label_column,
+                          split_column=split_column, tfds=tfds)  # fmt: skip
     classifier = load_classifier(checkpoint) if checkpoint else None
     if classifier is None:
         encoder = load_sentence_encoder(model, checkpoint)
         config = dataclasses.replace(ft.FinetuneConfig(), epochs=finetune_epochs)
-        classifier, _ = ft.finetune(encoder, splits["train"], config)
-    examples = task_data(classifier.sentence_encoder, splits, importance_examples)
+        classifier, _ = ft.finetune(
+            encoder, text_task.splits()["train"], config, num_classes=text_task.num_classes
+        )
+    else:
+        _check_head(checkpoint, classifier, text_task)
+    examples = task_data(classifier.sentence_encoder, text_task.splits(), importance_examples,
+                         num_classes=text_task.num_classes)  # fmt: skip
     return prune_model(
         classifier,
         examples,
@@ -316,5 +467,28 @@ def prune_task(
         recompute=recompute,
         min_heads_per_layer=min_heads_per_layer,
         overwrite=overwrite,
-        extra={"task": task, "data": data, "source": model or checkpoint},
+        extra={
+            "task": task
+            or ("sentiment" if data_file is None and tfds is None else "classification"),
+            "data": text_task.source,
+            "data_info": text_task.describe(),
+            "source": model or str(checkpoint),
+        },
+        label_map=text_task.label_map,
     )
+
+
+def _check_head(checkpoint, classifier: ft.SentenceClassifier, text_task: TextTask) -> None:
+    """A checkpoint's classifier head must fit the task's labels."""
+    units = classifier.head.units
+    if units != text_task.num_classes:
+        raise TextTaskError(
+            f"Checkpoint {checkpoint} has a classifier head of {units} classes; the task "
+            f"{text_task.source} has {text_task.num_classes} labels {list(text_task.label_names)}."
+        )
+    saved = load_label_map(checkpoint)
+    if saved is not None and saved != text_task.label_map:
+        raise TextTaskError(
+            f"Checkpoint {checkpoint} was trained with the labels {saved}; the task "
+            f"{text_task.source} has {text_task.label_map}."
+        )

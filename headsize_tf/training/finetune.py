@@ -1,10 +1,12 @@
-"""Fine-tune a pretrained sentence encoder on a labelled sentence task.
+"""Fine-tune a pretrained sentence encoder on a labelled sentence (or sentence-pair) task.
 
 The classifier is the encoder, mean pooling over the attention mask (how
 sentence-transformers models are trained), dropout and a linear layer. Data
-are pre-tokenised once and batched by length (little padding), with a seeded
-batch order; AdamW with linear warm-up and decay, as usual for BERT
-fine-tuning. Used by the pruning tool and the compression and pruning studies.
+are pre-tokenised once (a pair as `[CLS] a [SEP] b [SEP]` with segment ids
+0 / 1, the longer side truncated first) and batched by length (little
+padding), with a seeded batch order; AdamW with linear warm-up and decay, as
+usual for BERT fine-tuning. Used by the pruning tool and the compression and
+pruning studies.
 """
 
 from __future__ import annotations
@@ -55,17 +57,79 @@ def rotten_tomatoes_splits(
     return {k: (texts, np.asarray(labels, np.int32)) for k, (texts, labels) in out.items()}
 
 
-def tokenize_all(
-    sentence_encoder: SentenceEncoder, texts: Sequence[str], max_seq_length: int
+def truncate_pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Word pieces kept of each side of a pair, the longer side trimmed first.
+
+    BERT's `_truncate_seq_pair`: drop the last piece of the longer side until
+    the pair fits `budget` (on a tie, of the second side).
+
+    Args:
+      len_a: Word pieces of the first text.
+      len_b: Word pieces of the second text.
+      budget: Word pieces the pair may keep (`max_seq_length - 3`).
+
+    Returns:
+      (kept of the first text, kept of the second).
+    """
+    if len_a + len_b <= budget:
+        return len_a, len_b
+    keep_b = min(len_b, max(budget // 2, budget - len_a))
+    return budget - keep_b, keep_b
+
+
+def _token_ids(
+    sentence_encoder: SentenceEncoder,
+    texts: Sequence[str],
+    max_seq_length: int,
+    add_special_tokens: bool = True,
 ) -> list[np.ndarray]:
+    """Unpadded ids of each text, tokenised 1024 texts at a time."""
     out: list[np.ndarray] = []
     for start in range(0, len(texts), 1024):
-        inputs = sentence_encoder.tokenize(
-            tf.constant(list(texts[start : start + 1024])), max_seq_length
-        )
+        batch = tf.constant(list(texts[start : start + 1024]))
+        inputs = sentence_encoder.tokenize(batch, max_seq_length, add_special_tokens)
         ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
         out.extend(row[: int(m.sum())] for row, m in zip(ids, mask, strict=True))
     return out
+
+
+def tokenize_all(
+    sentence_encoder: SentenceEncoder,
+    texts: Sequence[str] | Sequence[tuple[str, str]],
+    max_seq_length: int,
+) -> list[np.ndarray]:
+    """Token ids of each text or sentence pair, unpadded (for `pad_batch`).
+
+    Args:
+      sentence_encoder: Its `tokenize` gives the word pieces.
+      texts: Texts, or (first, second) pairs (not both kinds).
+      max_seq_length: Tokens per example, special tokens included (capped at
+        the encoder's positions).
+
+    Returns:
+      One int32 array per example: `[CLS] a [SEP]` word ids `[length]` for a
+      text; for a pair, `[length, 2]` (word id, segment id) rows of
+      `[CLS] a [SEP] b [SEP]` with segment 0 up to the first [SEP] and 1
+      after, the longer side truncated first as BERT does.
+    """
+    if not len(texts) or isinstance(texts[0], str):
+        return _token_ids(sentence_encoder, texts, max_seq_length)
+    if any(isinstance(t, str) or len(t) != 2 for t in texts):
+        raise ValueError("texts must be all strings or all (text, text) pairs.")
+    positions = sentence_encoder.encoder.get_config().get("max_sequence_length")
+    length = min(max_seq_length, positions) if positions else max_seq_length
+    if length < 3:
+        raise ValueError(f"A sentence pair needs max_seq_length >= 3; got {length}.")
+    cls_id, sep_id = sentence_encoder.token_ids([""])[0]
+    firsts = _token_ids(sentence_encoder, [a for a, _ in texts], length, False)
+    seconds = _token_ids(sentence_encoder, [b for _, b in texts], length, False)
+    pairs = []
+    for a, b in zip(firsts, seconds, strict=True):
+        keep_a, keep_b = truncate_pair_lengths(len(a), len(b), length - 3)
+        ids = np.concatenate([[cls_id], a[:keep_a], [sep_id], b[:keep_b], [sep_id]])
+        segments = np.repeat(np.array([0, 1]), [keep_a + 2, keep_b + 1])
+        pairs.append(np.stack([ids, segments], axis=1).astype(np.int32))
+    return pairs
 
 
 def length_batches(
@@ -85,13 +149,30 @@ def length_batches(
 
 
 def pad_batch(token_ids: Sequence[np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
+    """Encoder inputs of the examples `index`, zero-padded to the longest.
+
+    Args:
+      token_ids: From `tokenize_all`: word ids `[length]`, or (word id,
+        segment id) rows `[length, 2]` for sentence pairs.
+      index: The examples of the batch.
+
+    Returns:
+      int32 `input_word_ids`, `input_mask` and `input_type_ids` (the segment
+      ids; zeros for single texts), each `[len(index), longest]`.
+    """
     length = max(len(token_ids[i]) for i in index)
     ids = np.zeros([len(index), length], np.int32)
     mask = np.zeros([len(index), length], np.int32)
+    types = np.zeros([len(index), length], np.int32)
     for row, i in enumerate(index):
-        ids[row, : len(token_ids[i])] = token_ids[i]
-        mask[row, : len(token_ids[i])] = 1
-    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids)}
+        example = np.asarray(token_ids[i])
+        n = len(example)
+        if example.ndim == 2:  # A sentence pair: (word id, segment id) per token.
+            ids[row, :n], types[row, :n] = example[:, 0], example[:, 1]
+        else:
+            ids[row, :n] = example
+        mask[row, :n] = 1
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
 
 
 _SPEC = {
@@ -125,12 +206,20 @@ def accuracy(model: tf_keras.Model, token_ids: Sequence[np.ndarray], labels: np.
 
 def finetune(
     sentence_encoder: SentenceEncoder,
-    train: tuple[Sequence[str], np.ndarray],
+    train: tuple[Sequence[str] | Sequence[tuple[str, str]], np.ndarray],
     config: FinetuneConfig = FinetuneConfig(),
     num_classes: int = 2,
     verbose: int = 1,
 ) -> tuple[SentenceClassifier, dict]:
-    """Fine-tunes (in place) and returns (classifier, {"seconds", "steps", "loss"})."""
+    """Fine-tunes (in place) and returns (classifier, {"seconds", "steps", "loss"}).
+
+    Args:
+      sentence_encoder: The encoder (fine-tuned in place).
+      train: (texts or (text, text) pairs, int labels in [0, num_classes)).
+      config: The recipe.
+      num_classes: Labels of the linear head.
+      verbose: Progress bar (1) or none (0).
+    """
     tf_keras.utils.set_random_seed(config.seed)
     texts, labels = train
     token_ids = tokenize_all(sentence_encoder, texts, config.max_seq_length)
