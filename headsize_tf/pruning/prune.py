@@ -84,14 +84,28 @@ def importance_batches(token_ids, labels, batch_size: int = 64):
 
 
 def classifier_importance(model: ft.SentenceClassifier, data: TaskData, normalize=True):
+    """`[layers, num_attention_heads]` importance in the original head numbering.
+
+    Heads already removed from the encoder (`pruned_heads`) are NaN.
+    """
     loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    return head_importance(
+    scores = head_importance(
         model,
         importance_batches(data.importance_ids, data.importance_labels),
         loss,
         layers=model.encoder.attention_layers,
         normalize=normalize,
     )
+    blocks = model.encoder._transformer_layers
+    full = np.full([len(blocks), model.encoder.attention_spec.num_heads], np.nan)
+    for i, block in enumerate(blocks):
+        kept = list(block.kept_heads)
+        full[i, kept] = scores[i, : len(kept)]
+    return full
+
+
+def _json_scores(scores: np.ndarray) -> list[list[float | None]]:
+    return [[None if np.isnan(v) else float(v) for v in row] for row in scores]
 
 
 def pruning_curve(
@@ -137,6 +151,9 @@ def pruning_curve(
             step=step,
             recompute=recompute,
             min_heads_per_layer=min_heads_per_layer,
+            # An already pruned encoder starts from its removed heads (fractions
+            # count all original heads).
+            initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
             progress=progress,
         )
     finally:
@@ -278,7 +295,7 @@ def prune_model(
         "step": step,
         "recompute": recompute,
         "min_heads_per_layer": min_heads_per_layer,
-        "importance": importance.tolist(),
+        "importance": _json_scores(importance),
         "curve": curve,
         "pruned_heads": pruned_encoder.get_config()["pruned_heads"],
         "params_before": int(model.encoder.count_params()),

@@ -43,6 +43,19 @@ class PruneCliTest(tf.test.TestCase):
         self.assertAllClose(ft.accuracy(model, ids, splits["dev"][1]), report["pruned_accuracy"])
         self.assertEqual(cli.main(argv), 2)
         self.assertIn("exists; pass --overwrite", self.capsys.readouterr().err)
+        # A pruned model prunes further: it starts from its removed heads.
+        again = self.tmp / "pruned_again"
+        argv = ["prune", "--checkpoint", str(out), "--data-dir", str(self.tmp / "data"),
+                "--target-fraction", "0.75", "--step", "0.25", "--importance-examples", "64",
+                "--output", str(again)]  # fmt: skip
+        self.assertEqual(cli.main(argv), 0)
+        report2 = json.loads((again / "report.json").read_text())
+        self.assertEqual([p["heads_pruned"] for p in report2["curve"]], [4, 4, 4, 6])
+        self.assertAllClose(report2["curve"][0]["metric"], report["pruned_accuracy"])
+        kept = [set(range(4)) - set(h) for h in report2["pruned_heads"]]
+        self.assertEqual(sum(len(k) for k in kept), 2)
+        first = [set(range(4)) - set(h) for h in report["pruned_heads"]]
+        self.assertTrue(all(k <= f for k, f in zip(kept, first, strict=True)))
 
     def test_bad_fractions(self):
         for flag, value in (("--target-fraction", "1.0"), ("--step", "-0.1")):
