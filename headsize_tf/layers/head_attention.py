@@ -351,6 +351,22 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
             output = output + tf.cast(dense.bias, output.dtype)
         return output
 
+    def __call__(self, *args, **kwargs):
+        # A Keras 3 tensor (`import keras`: KerasTensor, Variable) would fail deep
+        # inside tf_keras; name the Keras 3 layer instead. Checked by module name,
+        # so Keras 3 is never imported here.
+        for arg in list(args) + list(kwargs.values()):
+            for item in arg if isinstance(arg, list | tuple) else (arg,):
+                if type(item).__module__.startswith("keras."):
+                    name = type(self).__name__
+                    raise TypeError(
+                        f"headsize_tf.layers.{name} is a tf_keras (Keras 2) layer and got a "
+                        f"Keras 3 tensor ({type(item).__name__}); for `import keras` models use "
+                        f"headsize_tf.keras3.layers.{name} (or set TF_USE_LEGACY_KERAS=1 and "
+                        "build with tf_keras)."
+                    )
+        return super().__call__(*args, **kwargs)
+
     def call(
         self,
         query,

@@ -14,15 +14,12 @@ import numpy as np
 import tensorflow as tf
 
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.data.wordpiece import WordPieceTokenizer
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder, plain_config
 
 CHECKPOINT_FILE = "headsize_checkpoint.json"
 CHECKPOINT_FORMAT = 1
 POOLINGS = ("mean", "cls")
-# Hugging Face's BertNormalizer(clean_text=True): control and format characters
-# (Unicode category C*, but not tab/newline/CR) are dropped; whitespace -> " ".
-_CONTROL = r"[^\P{C}\t\n\r]"
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
 
 
 class SentenceEncoder(tf.Module):
@@ -55,36 +52,22 @@ class SentenceEncoder(tf.Module):
         source: str = "",
     ):
         super().__init__(name="sentence_encoder")
-        import tensorflow_text as tf_text
-
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; expected one of {list(POOLINGS)}.")
-        if (
-            isinstance(max_seq_length, bool)
-            or not isinstance(max_seq_length, int)
-            or (max_seq_length < 2)
-        ):
-            raise ValueError(f"max_seq_length must be an int >= 2; got {max_seq_length!r}.")
         self.encoder = encoder
-        self.vocab_file = str(vocab_file)
-        self.vocab = pathlib.Path(vocab_file).read_text(encoding="utf-8").splitlines()
-        for token in ("[CLS]", "[SEP]", "[PAD]", "[UNK]"):
-            if token not in self.vocab:
-                raise CheckpointError(f"Vocabulary {vocab_file} has no {token} token.")
+        self.wordpiece = WordPieceTokenizer(
+            vocab_file, lower_case=lower_case, max_seq_length=max_seq_length
+        )
+        self.vocab_file = self.wordpiece.vocab_file
+        self.vocab = self.wordpiece.vocab
         self.lower_case = lower_case
         self.max_seq_length = max_seq_length
         self.pooling = pooling
         self.normalize = normalize
         self.source = source
-        self._cls_id = self.vocab.index("[CLS]")
-        self._sep_id = self.vocab.index("[SEP]")
-        self._pad_id = self.vocab.index("[PAD]")
-        # Lower-casing is done in `tokenize` as Hugging Face does it (str.lower,
-        # NFD, drop marks); tensorflow-text's lower_case=True would NFKC-fold
-        # too (full-width letters, ligatures, "ß" -> "ss") and change ids.
-        self.tokenizer = tf_text.BertTokenizer(
-            self.vocab_file, lower_case=False, token_out_type=tf.int32
-        )
+        # tensorflow-text's BertTokenizer (tracked: its vocabulary is an asset
+        # of any SavedModel holding this module).
+        self.tokenizer = self.wordpiece.tokenizer
 
     def with_encoder(
         self, encoder: HeadsizeBertEncoder, source: str | None = None
@@ -118,34 +101,7 @@ class SentenceEncoder(tf.Module):
         positions = self.encoder.get_config().get("max_sequence_length")
         if positions and isinstance(max_seq_length, int):
             max_seq_length = min(max_seq_length, positions)  # The encoder cannot see more.
-        texts = tf.strings.regex_replace(texts, _CONTROL, "")
-        texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
-        if self.lower_case:
-            import tensorflow_text as tf_text
-
-            # TF lower-cases a word-final capital sigma to "ς", Hugging Face to
-            # "σ": route "Σ" through a private-use character (cleaned away above).
-            texts = tf.strings.regex_replace(texts, "Σ", "\uf8ff")
-            texts = tf.strings.lower(texts, encoding="utf-8")
-            texts = tf.strings.regex_replace(texts, "\uf8ff", "σ")
-            texts = tf_text.normalize_utf8(texts, "NFD")
-            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-        pieces = self.tokenizer.tokenize(texts).merge_dims(-2, -1)
-        if add_special_tokens:
-            pieces = pieces[:, : max_seq_length - 2]
-            batch = tf.shape(texts, out_type=tf.int64)[0]
-            cls = tf.fill([batch, 1], self._cls_id)
-            sep = tf.fill([batch, 1], self._sep_id)
-            ids = tf.concat([cls, pieces, sep], axis=1)
-        else:
-            ids = pieces[:, :max_seq_length]
-        word_ids = ids.to_tensor(default_value=self._pad_id)
-        mask = tf.ones_like(ids).to_tensor(default_value=0)
-        return {
-            "input_word_ids": word_ids,
-            "input_mask": mask,
-            "input_type_ids": tf.zeros_like(word_ids),
-        }
+        return self.wordpiece.tokenize(texts, max_seq_length, add_special_tokens)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text ([CLS] ... [SEP], truncated), unpadded."""

@@ -2,8 +2,9 @@
 
 A directory with `config.json` (a BERT config), `model.safetensors` and
 `vocab.txt` becomes a `HeadsizeBertEncoder` with standard attention and the
-same outputs. Tensors are read with `safetensors.numpy` (no torch); PyTorch's
-Linear weights are `(out, in)` and become Keras kernels by transposition.
+same outputs. Reading and validation are framework-neutral
+(`headsize_tf.core.hf_checkpoint`: tensors by role in the library's kernel
+layout); this module assigns them to the tf_keras encoder's variables.
 Optional `sentence_bert_config.json` (max_seq_length),
 `tokenizer_config.json` (do_lower_case) and `1_Pooling/config.json` (pooling)
 set up the `SentenceEncoder`.
@@ -11,51 +12,23 @@ set up the `SentenceEncoder`.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from headsize_tf.core import hf_checkpoint
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.hf_checkpoint import REQUIRED_FILES, read_config  # noqa: F401 (re-exported)
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 
-REQUIRED_FILES = ("config.json", "model.safetensors", "vocab.txt")
-_IGNORED_TENSORS = ("embeddings.position_ids",)
-_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_approximate"}
-
-
-def read_config(directory: pathlib.Path) -> dict[str, Any]:
-    path = directory / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err}).") from None
-    if config.get("model_type", "bert") != "bert":
-        raise CheckpointError(
-            f"{path}: model_type {config.get('model_type')!r} is not supported; expected 'bert'."
-        )
-    if config.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(
-            f"{path}: position_embedding_type {config['position_embedding_type']!r} is not "
-            "supported; expected 'absolute'."
-        )
-    eps = float(config.get("layer_norm_eps", 1e-12))
-    if abs(eps - 1e-12) > 1e-15:
-        raise CheckpointError(f"{path}: layer_norm_eps {eps} is not supported; expected 1e-12.")
-    if config.get("hidden_act", "gelu") not in _ACTIVATIONS:
-        raise CheckpointError(
-            f"{path}: hidden_act {config.get('hidden_act')!r} is not supported; expected one of "
-            f"{sorted(_ACTIVATIONS)}."
-        )
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"):
-        if key not in config:
-            raise CheckpointError(f"{path} has no {key!r}.")
-    return config
+_ACTIVATIONS = hf_checkpoint.ACTIVATIONS
+_sentence_settings = hf_checkpoint.sentence_settings
 
 
 def encoder_from_config(config: dict[str, Any]) -> HeadsizeBertEncoder:
@@ -79,75 +52,73 @@ def encoder_from_config(config: dict[str, Any]) -> HeadsizeBertEncoder:
     ).build_weights()
 
 
-def _linear(heads: int | None = None, into_heads: bool = True) -> Callable[[np.ndarray], Any]:
-    """PyTorch (out, in) weight -> Keras kernel, optionally split into heads."""
-
-    def transform(w: np.ndarray) -> np.ndarray:
-        kernel = w.T
-        if heads is None:
-            return kernel
-        if into_heads:  # [in, heads * p] -> [in, heads, p]
-            return kernel.reshape(kernel.shape[0], heads, -1)
-        return kernel.reshape(heads, -1, kernel.shape[1])  # [heads * p, out] -> [heads, p, out]
-
-    return transform
-
-
-def _head_bias(heads: int) -> Callable[[np.ndarray], np.ndarray]:
-    return lambda b: b.reshape(heads, -1)
-
-
-def _same(x: np.ndarray) -> np.ndarray:
-    return x
+def encoder_variables(encoder: HeadsizeBertEncoder) -> dict[str, Any]:
+    """The encoder's variables by `hf_checkpoint` role."""
+    variables = {
+        "embeddings/word": encoder._embedding_layer.embeddings,
+        "embeddings/position": encoder._position_embedding_layer._position_embeddings,
+        "embeddings/segment": encoder._type_embedding_layer.embeddings,
+        "embeddings/norm/gamma": encoder._embedding_norm_layer.gamma,
+        "embeddings/norm/beta": encoder._embedding_norm_layer.beta,
+        "pooler/kernel": encoder._pooler_layer.kernel,
+        "pooler/bias": encoder._pooler_layer.bias,
+    }
+    for i, block in enumerate(encoder._transformer_layers):
+        prefix = f"layer_{i}/"
+        attention = block.attention_layer
+        for part in ("query", "key", "value"):
+            dense = getattr(attention, f"_{part}_dense")
+            variables[f"{prefix}attention/{part}/kernel"] = dense.kernel
+            variables[f"{prefix}attention/{part}/bias"] = dense.bias
+        sublayers = {
+            "attention/output": attention._output_dense,
+            "intermediate": block._intermediate_dense,
+            "output": block._output_dense,
+        }
+        for name, dense in sublayers.items():
+            variables[f"{prefix}{name}/kernel"] = dense.kernel
+            variables[f"{prefix}{name}/bias"] = dense.bias
+        for name, norm in (("attention_norm", block._attention_layer_norm),
+                           ("output_norm", block._output_layer_norm)):  # fmt: skip
+            variables[f"{prefix}{name}/gamma"] = norm.gamma
+            variables[f"{prefix}{name}/beta"] = norm.beta
+    return variables
 
 
 def tensor_map(encoder: HeadsizeBertEncoder) -> list[tuple[str, Any, Callable]]:
     """(safetensors name, Keras variable, transform) for every encoder weight."""
     heads = encoder.attention_spec.num_heads
-    entries: list[tuple[str, Any, Callable]] = [
-        ("embeddings.word_embeddings.weight", encoder._embedding_layer.embeddings, _same),
+    variables = encoder_variables(encoder)
+    return [
         (
-            "embeddings.position_embeddings.weight",
-            encoder._position_embedding_layer._position_embeddings,
-            _same,
-        ),
-        (
-            "embeddings.token_type_embeddings.weight",
-            encoder._type_embedding_layer.embeddings,
-            _same,
-        ),
-        ("embeddings.LayerNorm.weight", encoder._embedding_norm_layer.gamma, _same),
-        ("embeddings.LayerNorm.bias", encoder._embedding_norm_layer.beta, _same),
+            role.name,
+            variables[role.role],
+            functools.partial(hf_checkpoint.to_keras_layout, layout=role.layout, num_heads=heads),
+        )
+        for role in hf_checkpoint.tensor_roles(len(encoder._transformer_layers))
     ]
-    for i, block in enumerate(encoder._transformer_layers):
-        prefix = f"encoder.layer.{i}."
-        attention = block.attention_layer
-        for role in ("query", "key", "value"):
-            dense = getattr(attention, f"_{role}_dense")
-            entries.append((f"{prefix}attention.self.{role}.weight", dense.kernel, _linear(heads)))
-            entries.append((f"{prefix}attention.self.{role}.bias", dense.bias, _head_bias(heads)))
-        out = attention._output_dense
-        entries += [
-            (f"{prefix}attention.output.dense.weight", out.kernel, _linear(heads, False)),
-            (f"{prefix}attention.output.dense.bias", out.bias, _same),
-            (
-                f"{prefix}attention.output.LayerNorm.weight",
-                block._attention_layer_norm.gamma,
-                _same,
-            ),
-            (f"{prefix}attention.output.LayerNorm.bias", block._attention_layer_norm.beta, _same),
-            (f"{prefix}intermediate.dense.weight", block._intermediate_dense.kernel, _linear()),
-            (f"{prefix}intermediate.dense.bias", block._intermediate_dense.bias, _same),
-            (f"{prefix}output.dense.weight", block._output_dense.kernel, _linear()),
-            (f"{prefix}output.dense.bias", block._output_dense.bias, _same),
-            (f"{prefix}output.LayerNorm.weight", block._output_layer_norm.gamma, _same),
-            (f"{prefix}output.LayerNorm.bias", block._output_layer_norm.beta, _same),
-        ]
-    entries += [
-        ("pooler.dense.weight", encoder._pooler_layer.kernel, _linear()),
-        ("pooler.dense.bias", encoder._pooler_layer.bias, _same),
-    ]
-    return entries
+
+
+def assign_arrays(
+    encoder: HeadsizeBertEncoder, arrays: Mapping[str, np.ndarray], source: str
+) -> None:
+    """Assigns `hf_checkpoint` arrays (by role) to the encoder's variables.
+
+    Every role but the pooler must be present; shapes must match.
+    """
+    for role, variable in encoder_variables(encoder).items():
+        if role not in arrays:
+            if role.startswith("pooler/"):
+                continue
+            raise CheckpointError(f"{source}: no array for the encoder weight {role!r}.")
+        value = np.asarray(arrays[role])
+        if tuple(value.shape) != tuple(variable.shape):
+            raise CheckpointError(
+                f"{source}: {role} has shape {tuple(value.shape)}, which does not fit the encoder "
+                f"weight {variable.name} of shape {tuple(variable.shape)} (check config.json "
+                "against the weights)."
+            )
+        variable.assign(value.astype(np.float32))
 
 
 def load_weights(
@@ -158,75 +129,31 @@ def load_weights(
     Every encoder weight must be present with the right shape (the pooler is
     optional: sentence-transformers checkpoints sometimes drop it).
     """
-    used = set(_IGNORED_TENSORS)
-    for name, variable, transform in tensor_map(encoder):
-        # BERT checkpoints converted from TF use "bert." prefixes and gamma/beta.
-        key = next((k for k in (name, f"bert.{name}") if k in tensors), None)
-        if key is None and name.endswith("LayerNorm.weight"):
-            key = next((k for k in (name[:-6] + "gamma",) if k in tensors), None)
-        if key is None and name.endswith("LayerNorm.bias"):
-            key = next((k for k in (name[:-4] + "beta",) if k in tensors), None)
-        if key is None:
-            if name.startswith("pooler."):
-                continue
-            raise CheckpointError(f"{source}: tensor {name!r} is missing.")
-        value = transform(np.asarray(tensors[key]))
-        if tuple(value.shape) != tuple(variable.shape):
-            raise CheckpointError(
-                f"{source}: tensor {key!r} has shape {tuple(tensors[key].shape)}, which does not "
-                f"fit the encoder weight {variable.name} of shape {tuple(variable.shape)} "
-                "(check config.json against the weights)."
-            )
-        variable.assign(value.astype(np.float32))
-        used.add(key)
-    return sorted(set(tensors) - used)
-
-
-def _sentence_settings(directory: pathlib.Path) -> dict[str, Any]:
-    settings: dict[str, Any] = {"lower_case": True, "max_seq_length": 512, "pooling": "cls"}
-    tokenizer_config = directory / "tokenizer_config.json"
-    if tokenizer_config.exists():
-        settings["lower_case"] = bool(
-            json.loads(tokenizer_config.read_text()).get("do_lower_case", True)
-        )
-    sbert = directory / "sentence_bert_config.json"
-    if sbert.exists():
-        settings["max_seq_length"] = int(json.loads(sbert.read_text()).get("max_seq_length", 512))
-    pooling = directory / "1_Pooling" / "config.json"
-    if pooling.exists():
-        mode = json.loads(pooling.read_text())
-        settings["pooling"] = "mean" if mode.get("pooling_mode_mean_tokens") else "cls"
-        settings["normalize"] = True
-    return settings
+    variables = encoder_variables(encoder)
+    roles = hf_checkpoint.tensor_roles(len(encoder._transformer_layers))
+    shapes = {
+        role.name: hf_checkpoint.from_keras_shape(variables[role.role].shape, role.layout)
+        for role in roles
+    }
+    arrays, unused = hf_checkpoint.bert_arrays(
+        tensors,
+        len(encoder._transformer_layers),
+        encoder.attention_spec.num_heads,
+        source,
+        shapes=shapes,
+    )
+    assign_arrays(encoder, arrays, source)
+    return unused
 
 
 def import_hf_bert(directory: str | os.PathLike, source: str | None = None) -> SentenceEncoder:
     """Imports a Hugging Face-layout BERT directory as a `SentenceEncoder`."""
-    from safetensors.numpy import load_file
-
-    directory = pathlib.Path(directory)
-    missing = [name for name in REQUIRED_FILES if not (directory / name).exists()]
-    if missing:
-        raise CheckpointError(
-            f"Checkpoint directory {directory} lacks {missing}; a BERT checkpoint needs "
-            f"{list(REQUIRED_FILES)} (Hugging Face layout) or a headsize_checkpoint.json."
-        )
-    config = read_config(directory)
-    encoder = encoder_from_config(config)
-    try:
-        tensors = load_file(str(directory / "model.safetensors"))
-    except Exception as err:  # safetensors raises its own error types.
-        raise CheckpointError(f"{directory / 'model.safetensors'} is unreadable ({err}).") from None
-    unused = load_weights(encoder, tensors, str(directory / "model.safetensors"))
-    unused = [name for name in unused if not name.startswith(("cls.", "lm_head."))]
-    if unused:
-        raise CheckpointError(
-            f"{directory / 'model.safetensors'} has tensors the BERT encoder does not use: "
-            f"{unused[:5]}{' ...' if len(unused) > 5 else ''}."
-        )
-    settings = _sentence_settings(directory)
-    positions = int(config.get("max_position_embeddings", 512))
-    settings["max_seq_length"] = min(settings["max_seq_length"], positions)
+    checkpoint = hf_checkpoint.read_hf_bert(directory)
+    encoder = encoder_from_config(checkpoint.config)
+    assign_arrays(encoder, checkpoint.arrays, str(checkpoint.directory / "model.safetensors"))
     return SentenceEncoder(
-        encoder, directory / "vocab.txt", source=source or str(directory), **settings
+        encoder,
+        checkpoint.vocab_file,
+        source=source or str(pathlib.Path(directory)),
+        **checkpoint.settings,
     )

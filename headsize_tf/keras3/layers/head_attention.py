@@ -1,0 +1,563 @@
+"""Shared machinery of the Keras 3 head-size attention layers (public base class).
+
+Every public layer of `headsize_tf.keras3.layers` derives from
+`HeadAttentionBase`, which subclasses `keras.layers.MultiHeadAttention` (Keras
+3) so the weights, `get_weights()` / `set_weights()` and `count_params()` are
+exactly stock MHA's for the same shapes. It is the Keras 3 mirror of
+`headsize_tf.layers.HeadAttentionBase` (tf_keras) and adds the same things:
+
+* head size resolved at build time (`_resolve_head_size`), so a layer never
+  needs `key_dim` up front;
+* per-head gates `xi_h` (a non-trainable `[num_heads]` variable, all ones by
+  default) folded into the output projection kernel, which is exactly the same
+  as multiplying each head's context by `xi_h` (Michel et al., 2019) but costs
+  `O(num_heads * head_size * width)` per call, independent of batch and length;
+* validation of arguments and of `attention_mask` shapes with messages that
+  name the bad value and what was expected (the tf_keras front's messages);
+* a decoding cache (`init_cache`, `call_cached`).
+
+The gates are layer state but not a Keras weight: they are in `variables` and
+`non_trainable_variables` (so compiled `fit` / `predict` functions on every
+backend read their current value) but not in `weights`, `get_weights()`,
+`set_weights()` or `count_params()`, and they are not saved in `.keras` /
+`.weights.h5` files (a head mask is a transient analysis setting: set it again
+after loading).
+
+Where `keras.ops.dot_product_attention` applies (rank-3 inputs attending over
+axis 1, value head size = head size, no attention dropout in this call, no
+returned scores, dot-product scores) the layer uses it, with Keras MHA's
+`flash_attention` argument; otherwise it computes the scores with einsums.
+
+Subclasses implement `_resolve_head_size` and, if their scores differ from
+dot-product attention over per-head projections, `_build_projections`,
+`_project_key` and `_logits_from_projected`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from headsize_tf.core.spec import check_positive_int
+
+Shape = tuple[int | None, ...]
+
+
+def _shape(x: Any) -> Shape | None:
+    """The static shape of a tensor (None entries for unknown dims), or None if unknown rank."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(None if d is None else int(d) for d in shape)
+    except (TypeError, ValueError):  # A TensorShape of unknown rank.
+        return None
+
+
+def _front_mismatch(layer: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Raises TypeError if a tf_keras (Keras 2) tensor was passed to this Keras 3 layer."""
+    values = list(args) + list(kwargs.values())
+    for value in values:
+        items = value if isinstance(value, list | tuple) else (value,)
+        for item in items:
+            if type(item).__module__.startswith("tf_keras."):
+                name = type(layer).__name__
+                raise TypeError(
+                    f"headsize_tf.keras3.layers.{name} is a Keras 3 layer and got a tf_keras "
+                    f"(Keras 2) tensor ({type(item).__name__}); for tf_keras models use "
+                    f"headsize_tf.layers.{name} (or build the model with `import keras`, "
+                    "Keras 3)."
+                )
+
+
+class HeadAttentionBase(keras.layers.MultiHeadAttention):
+    """Base of the Keras 3 `StandardAttention`, `FixedHeadAttention`, `CollaborativeAttention`.
+
+    Args:
+      num_heads: Number of attention heads (a positive int).
+      value_dim: Optional per-head value size; the head size by default (as
+        `value_dim` of `keras.layers.MultiHeadAttention`).
+      dropout: Dropout rate on the attention probabilities, in [0, 1).
+      use_bias: Whether the projections use bias vectors.
+      output_shape: Output size of the last dimension (or a shape tuple);
+        defaults to the query width.
+      attention_axes: Axes over which attention is applied (as in Keras' MHA).
+      sliding_window: Optional positive int: each query attends to keys
+        within `sliding_window - 1` positions (as in Keras' MHA).
+      flash_attention: As in Keras' MHA: None lets the backend decide, True
+        requests flash attention (an error on backends without it), False
+        disables it.
+      kernel_initializer, bias_initializer, kernel_regularizer,
+      bias_regularizer, activity_regularizer, kernel_constraint,
+      bias_constraint: As in `keras.layers.MultiHeadAttention`.
+      use_gate: Whether to gate the attention output with a sigmoid projection
+        of the query (as in Keras' MHA).
+      seed: Optional int seed of the attention dropout.
+      **kwargs: Base layer arguments (`name`, `dtype` policies, ...).
+
+    All arguments after `num_heads` (and a subclass's head-size arguments) are
+    keyword-only: the tf_keras front and Keras' MHA order them differently.
+    """
+
+    # Whether the scores are dot products of per-head projections, so that
+    # `keras.ops.dot_product_attention` can compute them.
+    _dot_product_scores = True
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        value_dim: int | None = None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape: int | Sequence[int] | None = None,
+        attention_axes: int | Sequence[int] | None = None,
+        sliding_window: int | None = None,
+        flash_attention: bool | None = None,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
+        use_gate: bool = False,
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        if "key_dim" in kwargs:
+            raise ValueError(
+                f"`key_dim={kwargs['key_dim']!r}` is not an argument of "
+                f"{type(self).__name__}: the head size is set by the layer "
+                "(StandardAttention: width // num_heads; FixedHeadAttention and "
+                "CollaborativeAttention: `head_size`)."
+            )
+        num_heads = check_positive_int("num_heads", num_heads)
+        if value_dim is not None:
+            value_dim = check_positive_int("value_dim", value_dim)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, numbers.Real)
+            or not 0 <= dropout < 1
+        ):
+            raise ValueError(f"`dropout` must be a float in [0, 1); got {dropout!r}.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=1,  # Placeholder: resolved in `build`.
+            value_dim=value_dim,
+            dropout=float(dropout),
+            use_bias=use_bias,
+            output_shape=output_shape,
+            attention_axes=attention_axes,
+            sliding_window=sliding_window,
+            flash_attention=flash_attention,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+            use_gate=use_gate,
+            seed=None if seed is None else int(seed),
+            **kwargs,
+        )
+        self._key_dim = None
+        self._value_dim = None
+        self._inverse_sqrt_key_dim = None
+        self._value_dim_arg = value_dim
+        self._flash_attention_arg = flash_attention
+        # Tests set this to compare the einsum path with dot_product_attention.
+        self._force_einsum = False
+        # `object.__setattr__`: Keras' attribute tracking must not see the gates.
+        object.__setattr__(self, "_head_gates", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _front_mismatch(self, args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+    # ------------------------------------------------------------------ API
+    @property
+    def num_heads(self) -> int:
+        return self._num_heads
+
+    @property
+    def head_size(self) -> int | None:
+        """Per-head query/key size (the softmax scale); None before build."""
+        return self._key_dim
+
+    @property
+    def value_dim(self) -> int | None:
+        """Per-head value size (`head_size` unless `value_dim` was set); None before build."""
+        return self._value_dim
+
+    @property
+    def head_gates(self) -> keras.Variable | None:
+        """Non-trainable `[num_heads]` gates xi_h (not a Keras weight); None before build."""
+        return self._head_gates
+
+    def set_head_mask(self, mask: Any) -> None:
+        """Sets the per-head gates xi_h (1 keeps a head, 0 masks it).
+
+        The mask is not saved with the model (`.keras`, `.weights.h5`).
+
+        Args:
+          mask: A `[num_heads]` array-like of floats (or bools).
+        """
+        if self._head_gates is None:
+            raise ValueError(
+                f"Layer {self.name!r} is not built yet: call it on inputs before set_head_mask."
+            )
+        values = np.asarray(mask, dtype=np.float32)
+        if values.ndim != 1 or values.shape[0] != self._num_heads:
+            raise ValueError(
+                f"Head mask for layer {self.name!r} has shape {list(values.shape)}; "
+                f"expected [{self._num_heads}] (one value per head)."
+            )
+        self._head_gates.assign(values)
+
+    @property
+    def variables(self) -> list[keras.Variable]:
+        """All layer state: `weights`, seed generator states and the head gates."""
+        variables = super().variables
+        gates = self._head_gates
+        if gates is not None and all(v is not gates for v in variables):
+            variables.append(gates)
+        return variables
+
+    # ---------------------------------------------------------------- build
+    def _resolve_head_size(self, query_shape: Shape, key_shape: Shape) -> int:
+        raise NotImplementedError
+
+    def build(self, query_shape: Shape, value_shape: Shape, key_shape: Shape | None = None) -> None:
+        query_shape = tuple(query_shape)
+        value_shape = tuple(value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        head_size = self._resolve_head_size(query_shape, key_shape)
+        self._key_dim = head_size
+        self._value_dim = self._value_dim_arg or head_size
+        self._inverse_sqrt_key_dim = 1.0 / math.sqrt(float(head_size))
+        self._build_projections(query_shape, value_shape, key_shape)
+        self._create_head_gates()
+
+    def _build_projections(self, query_shape: Shape, value_shape: Shape, key_shape: Shape) -> None:
+        """Builds Q/K/V/output projections; default: Keras' MHA ones."""
+        super().build(query_shape, value_shape, key_shape)
+
+    def _create_head_gates(self) -> None:
+        """Creates the gates xi_h as a variable outside the Keras weight list.
+
+        `object.__setattr__` keeps the variable out of Keras' tracker, so
+        `weights`, `get_weights()`, `set_weights()`, `count_params()` and the
+        saved files are exactly stock `MultiHeadAttention`'s; `variables`
+        (overridden) lists it, so stateless (JAX) training and prediction
+        pass its current value.
+        """
+        gates = keras.Variable(
+            np.ones([self._num_heads], np.float32),
+            dtype="float32",
+            trainable=False,
+            autocast=False,
+            name="head_gates",
+        )
+        object.__setattr__(self, "_head_gates", gates)
+
+    # ----------------------------------------------------------------- call
+    def _check_attention_mask(self, query: Any, key: Any, attention_mask: Any) -> None:
+        if attention_mask is None:
+            return
+        mask_shape = _shape(attention_mask)
+        query_shape = _shape(query)
+        key_shape = _shape(key)
+        if mask_shape is None or query_shape is None or key_shape is None:
+            return
+        attn_axes = tuple(self._attention_axes or ())
+        if len(query_shape) != 3 or attn_axes != (1,):
+            # High-dimensional attention: masks broadcast as in stock MHA.
+            return
+        expected = [query_shape[0], query_shape[1], key_shape[1]]
+        ok = 2 <= len(mask_shape) <= len(expected)
+        if ok:
+            for got, want in zip(reversed(mask_shape), reversed(expected), strict=False):
+                if got is not None and want is not None and got not in (1, want):
+                    ok = False
+        if not ok:
+            raise ValueError(
+                f"`attention_mask` of layer {self.name!r} has shape {list(mask_shape)}; "
+                f"expected [batch, query_length, key_length] = {expected} (or a shape "
+                "broadcastable to it)."
+            )
+
+    # Key-side projections are split from the scores so a decoding cache can
+    # store them: every tensor of the dict has time on axis 1.
+    def _project_key(self, key: Any) -> dict[str, Any]:
+        """Key-side tensors the logits need: {"key": [B, S, N, H]}."""
+        return {"key": self._key_dense(key)}
+
+    def _project_key_value(self, key: Any, value: Any) -> dict[str, Any]:
+        projected = self._project_key(key)
+        projected["value"] = self._value_dense(value)
+        return projected
+
+    def _logits_from_projected(self, query: Any, projected: dict[str, Any]) -> Any:
+        """Scaled logits [B, N, T, S] from the query and projected key tensors."""
+        projected_query = self._query_dense(query)
+        projected_query = ops.multiply(
+            projected_query, ops.cast(self._inverse_sqrt_key_dim, projected_query.dtype)
+        )
+        return ops.einsum(self._dot_product_equation, projected["key"], projected_query)
+
+    def _uses_dot_product_attention(
+        self, query: Any, training: Any, return_attention_scores: bool
+    ) -> bool:
+        """Whether `keras.ops.dot_product_attention` computes this call's attention."""
+        dropout_active = self._dropout > 0 and training is not None and training is not False
+        return (
+            self._dot_product_scores
+            and not self._force_einsum
+            and not return_attention_scores
+            and not dropout_active
+            and len(query.shape) == 3
+            and tuple(self._attention_axes) == (1,)
+            and self._value_dim == self._key_dim
+        )
+
+    def _attend_projected(
+        self,
+        query: Any,
+        projected: dict[str, Any],
+        attention_mask: Any,
+        training: Any,
+        return_attention_scores: bool = False,
+        use_causal_mask: bool = False,
+    ) -> tuple[Any, Any]:
+        """Context [B, T, N, H] and probabilities [B, N, T, S] (or None) from projected keys/values.
+
+        `use_causal_mask=True` means the causal mask is the only mask and is
+        not in `attention_mask` (None).
+        """
+        if self._flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores."
+            )
+        if self._uses_dot_product_attention(query, training, return_attention_scores):
+            mask = attention_mask
+            if mask is not None:
+                for _ in range(4 - len(mask.shape)):
+                    mask = ops.expand_dims(mask, axis=-3)  # The heads axis.
+                mask = ops.cast(mask, "bool")
+            context = ops.dot_product_attention(
+                self._query_dense(query),
+                projected["key"],
+                projected["value"],
+                mask=mask,
+                scale=self._inverse_sqrt_key_dim,
+                is_causal=use_causal_mask,
+                flash_attention=self._flash_attention,
+            )
+            return context, None
+        if use_causal_mask:
+            attention_mask = self._compute_causal_mask(query, projected["value"])
+        scores = self._masked_softmax(self._logits_from_projected(query, projected), attention_mask)
+        dropped = self._dropout_layer(scores, training=training) if self._dropout > 0 else scores
+        context = ops.einsum(self._combine_equation, dropped, projected["value"])
+        return context, scores
+
+    def _fold_gates_into_kernel(self) -> bool:
+        dense = self._output_dense
+        return dense.quantization_mode is None and dense.activity_regularizer is None
+
+    def _project_output(self, context: Any) -> Any:
+        """Output projection with the head gates folded into the kernel."""
+        dense = self._output_dense
+        gates = ops.convert_to_tensor(self._head_gates)
+        if not self._fold_gates_into_kernel():
+            # Quantized or regularized projections: gate the context instead.
+            gates = ops.reshape(ops.cast(gates, context.dtype), (self._num_heads, 1))  # [N, Hv]
+            return dense(ops.multiply(context, gates))
+        kernel = ops.convert_to_tensor(dense.kernel)
+        kernel = ops.cast(kernel, context.dtype)
+        gates = ops.reshape(
+            ops.cast(gates, kernel.dtype), (self._num_heads,) + (1,) * (len(kernel.shape) - 1)
+        )
+        output = ops.einsum(dense.equation, context, ops.multiply(kernel, gates))
+        if dense.bias is not None:
+            output = ops.add(output, ops.cast(dense.bias, output.dtype))
+        return output
+
+    def call(
+        self,
+        query: Any,
+        value: Any,
+        key: Any = None,
+        query_mask: Any = None,
+        value_mask: Any = None,
+        key_mask: Any = None,
+        attention_mask: Any = None,
+        return_attention_scores: bool = False,
+        training: Any = None,
+        use_causal_mask: bool = False,
+    ) -> Any:
+        if key is None:
+            key = value
+        if query_mask is not None or value_mask is not None or key_mask is not None:
+            # Keras masks are handled here (merged into the attention mask): copy
+            # the inputs so the projections do not see (and warn about) them.
+            query, value, key = ops.copy(query), ops.copy(value), ops.copy(key)
+        self._check_attention_mask(query, key, attention_mask)
+        causal_only = (
+            use_causal_mask
+            and query_mask is None
+            and value_mask is None
+            and key_mask is None
+            and attention_mask is None
+            and self._sliding_window is None
+        )
+        if not causal_only:
+            attention_mask = self._compute_attention_mask(
+                query,
+                value,
+                query_mask=query_mask,
+                value_mask=value_mask,
+                key_mask=key_mask,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+            )
+        context, attention_scores = self._attend_projected(
+            query,
+            self._project_key_value(key, value),
+            attention_mask,
+            training,
+            return_attention_scores=return_attention_scores,
+            use_causal_mask=causal_only,
+        )
+        if self._use_gate:
+            context = ops.multiply(context, self._gate_dense(query))
+        attention_output = self._project_output(context)
+        if return_attention_scores:
+            return attention_output, attention_scores
+        return attention_output
+
+    def compute_output_spec(
+        self,
+        query: Any,
+        value: Any,
+        key: Any = None,
+        query_mask: Any = None,
+        value_mask: Any = None,
+        key_mask: Any = None,
+        attention_mask: Any = None,
+        return_attention_scores: bool = False,
+        training: Any = None,
+        use_causal_mask: bool = False,
+    ) -> Any:
+        key = value if key is None else key
+        output_shape = self.compute_output_shape(query.shape, value.shape, key.shape)
+        output = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        rank = len(query.shape)
+        axes = self._attention_axes
+        if axes is None:
+            axes = tuple(range(1, rank - 1))
+        axes = tuple(a if a >= 0 else rank + a for a in axes)
+        batch = [query.shape[i] for i in range(rank - 1) if i not in axes]
+        scores_shape = (
+            batch
+            + [self._num_heads]
+            + [query.shape[a] for a in axes]
+            + [key.shape[a] for a in axes]
+        )
+        return output, keras.KerasTensor(tuple(scores_shape), dtype=self.compute_dtype)
+
+    # --------------------------------------------------------------- decoding
+    def cache_shapes(self, batch_size: int, length: int) -> dict[str, list[int]]:
+        """Shapes of the decoding cache of self-attention over `length` steps."""
+        return {name: [batch_size, length] + dims for name, dims in self._cache_dims().items()}
+
+    def _cache_dims(self) -> dict[str, list[int]]:
+        return {
+            "key": [self._num_heads, self._key_dim],
+            "value": [self._num_heads, self._value_dim],
+        }
+
+    def init_cache(self, batch_size: int, length: int = 0, dtype: Any = None) -> dict[str, Any]:
+        """An empty (length 0) or zero-filled fixed-length decoding cache."""
+        if not self.built:
+            raise ValueError(f"Layer {self.name!r} is not built yet: call it before init_cache.")
+        dtype = dtype or self.compute_dtype
+        return {
+            name: ops.zeros(shape, dtype)
+            for name, shape in self.cache_shapes(batch_size, length).items()
+        }
+
+    def call_cached(
+        self,
+        query: Any,
+        cache: dict[str, Any] | None = None,
+        attention_mask: Any = None,
+        decode_loop_step: Any = None,
+        training: Any = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Incremental causal self-attention for decoding.
+
+        Projects only the new positions `query` [B, T_new, width], appends them
+        to `cache` (or, with `decode_loop_step`, writes them at that index of a
+        fixed-length cache, for static shapes under `jit`) and attends over the
+        cache. The cache holds the layer's own projections, so it has the right
+        size for any head size.
+
+        Args:
+          query: New positions [B, T_new, width] (self-attention input).
+          cache: Dict from `init_cache` or a previous call; None starts one.
+          attention_mask: [B, T_new, S] mask over the (updated) cache.
+          decode_loop_step: Index to write a single new position at, or None.
+          training: Dropout mode.
+
+        Returns:
+          (output [B, T_new, width], updated cache).
+        """
+        query = ops.convert_to_tensor(query)
+        if not self.built:
+            shape = tuple(query.shape)
+            if self._build_shapes_dict is None:
+                self._build_shapes_dict = {"query_shape": shape, "value_shape": shape}
+            self.build(shape, shape)
+        new = self._project_key_value(query, query)
+        if cache is None:
+            cache = new
+        elif decode_loop_step is None:
+            cache = {name: ops.concatenate([cache[name], new[name]], axis=1) for name in new}
+        else:
+            updated = {}
+            for name, tensor in cache.items():
+                length = tensor.shape[1]
+                where = ops.one_hot(decode_loop_step, length, dtype=tensor.dtype)
+                where = ops.reshape(where, (1, length) + (1,) * (len(tensor.shape) - 2))
+                updated[name] = tensor * (1 - where) + ops.cast(new[name], tensor.dtype) * where
+            cache = updated
+        if attention_mask is not None:
+            self._check_attention_mask(query, cache["value"], attention_mask)
+            attention_mask = ops.convert_to_tensor(attention_mask)
+        context, _ = self._attend_projected(query, cache, attention_mask, training)
+        if self._use_gate:
+            context = ops.multiply(context, self._gate_dense(query))
+        return self._project_output(context), cache
+
+    # --------------------------------------------------------------- config
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.pop("key_dim", None)
+        config["value_dim"] = self._value_dim_arg
+        config["flash_attention"] = self._flash_attention_arg
+        return config

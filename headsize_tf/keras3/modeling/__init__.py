@@ -1,0 +1,15 @@
+"""Keras 3 models whose attention is any `AttentionSpec` (backend-agnostic).
+
+* `TransformerEncoder`: keras-hub's encoder block with `attention` (a spec)
+  in place of `num_heads`; post-LN by default.
+* `BertBackbone`: keras-hub's BERT backbone (same inputs and outputs) built
+  from such blocks, with per-layer head counts and sizes.
+* `PositionEmbedding`: learned absolute positions.
+"""
+
+from headsize_tf.keras3.modeling.activations import gelu_approximate
+from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
+from headsize_tf.keras3.modeling.position_embedding import PositionEmbedding
+from headsize_tf.keras3.modeling.transformer_encoder import TransformerEncoder
+
+__all__ = ["BertBackbone", "PositionEmbedding", "TransformerEncoder", "gelu_approximate"]

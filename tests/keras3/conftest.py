@@ -1,0 +1,38 @@
+"""Fixtures of the Keras 3 front's tests (any Keras 3 backend)."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import pytest
+
+from headsize_tf.core.io import cache_root
+
+if keras.backend.backend() == "jax":
+    # Eager JAX compiles every op for every new shape: most of a run's time.
+    # Unoptimised LLVM code halves a compilation (these tensors are tiny), and a
+    # persistent compilation cache makes later runs several times faster. Set
+    # before the first JAX computation creates the CPU client.
+    if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+        ).strip()
+    import jax
+
+    jax.config.update(
+        "jax_compilation_cache_dir",
+        os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(cache_root() / "jax_compilation_cache"),
+    )
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+@pytest.fixture
+def global_policy():
+    """Restores Keras' global dtype policy after a test that sets it."""
+    policy = keras.config.dtype_policy()
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(policy)

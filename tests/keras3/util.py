@@ -1,0 +1,45 @@
+"""Inputs, masks and layer makers shared by the Keras 3 tests (numpy only)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from headsize_tf.keras3.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
+
+WIDTH = 16
+
+# kind -> (factory, head size at width 16)
+KINDS = {
+    "standard": (lambda **kw: StandardAttention(num_heads=4, **kw), 4),
+    "fixed_head": (lambda **kw: FixedHeadAttention(num_heads=4, head_size=6, **kw), 6),
+    "collaborative": (lambda **kw: CollaborativeAttention(num_heads=4, shared_key_dim=12, **kw), 4),
+}
+
+
+def make(kind: str, **kwargs):
+    return KINDS[kind][0](**kwargs)
+
+
+def data(t=5, s=7, d=WIDTH, d_kv=None, batch=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, t, d)).astype(np.float32)
+    if t == s and d_kv is None:
+        return x, x
+    y = rng.normal(size=(batch, s, d_kv or d)).astype(np.float32)
+    return x, y
+
+
+def padding_mask(batch, t, s):
+    mask = np.ones((batch, t, s), bool)
+    mask[0, :, s - 2 :] = False
+    mask[1, :, 0] = False
+    return mask
+
+
+def causal_mask(batch, t, s):
+    return np.broadcast_to(np.tril(np.ones((t, s), bool)), (batch, t, s)).copy()
+
+
+def np_(x) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype=np.float64)
