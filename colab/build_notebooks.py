@@ -65,7 +65,9 @@ def lm_config_file(steps):
 '''
 
 
-def notebook(name: str, title: str, purpose: str, cells: list[tuple[str, str]]) -> None:
+def notebook(
+    name: str, title: str, purpose: str, cells: list[tuple[str, str]], setup: str = SETUP
+) -> None:
     nb = nbformat.v4.new_notebook()
     badge = (
         f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
@@ -77,7 +79,7 @@ def notebook(name: str, title: str, purpose: str, cells: list[tuple[str, str]]) 
     )
     params.metadata["tags"] = ["parameters"]
     nb.cells.append(params)
-    nb.cells.append(nbformat.v4.new_code_cell(SETUP))
+    nb.cells.append(nbformat.v4.new_code_cell(setup))
     for kind, source in cells:
         cell = (nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell)(
             source.strip()
@@ -247,7 +249,7 @@ from IPython.display import Image; Image("spectrum.png")
 sentences = ["The movie was a delight.", "A tedious, overlong mess.", "I would watch it again.",
              "The plot makes no sense at all.", "Great acting, weak script."]
 for dim in ([192] if SMOKE else [384, 256, 192, 128, 64]):
-    encoder, reports = compress_encoder(minilm.encoder, dim, max_iter=20 if SMOKE else 100)
+    encoder, reports = compress_encoder(minilm.encoder, dim, max_iter=5 if SMOKE else 100)
     small = SentenceEncoder(encoder, minilm.vocab_file, max_seq_length=256)
     cos = mean_cosine(minilm.embed(sentences), small.embed(sentences))
     err = np.mean([r.relative_error for r in reports])
@@ -361,4 +363,101 @@ print(list(loaded.signatures))
 """,
         ),
     ],
+)
+
+JAX_SETUP = """import os, sys
+os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras 3 on JAX: set before keras is imported
+if "google.colab" in sys.modules:  # Colab: install the library (Keras 3, JAX, tensorflow-text, ...)
+    !pip install -q "headsize-tf @ git+https://github.com/{repo}" jax
+import jax, keras, numpy as np
+
+# A Colab TPU runtime shows TPU devices, a GPU runtime a GPU, anything else the CPU fallback.
+devices = jax.devices()
+print("Keras", keras.__version__, "on", keras.backend.backend(), "| devices:", devices)
+keras.utils.set_random_seed(0)""".replace("{repo}", REPO)
+
+notebook(
+    "07_keras3_jax",
+    "Keras 3 on JAX: fixed-head and collaborative MiniLM, compressed and pruned",
+    "The Keras 3 front (`headsize_tf.keras3`) on the JAX backend, the maintained path to "
+    "Colab's free TPUs (and to cuDNN flash attention on GPUs): import all-MiniLM-L6-v2 into a "
+    "Keras 3 `BertBackbone`, rewrite its attention as collaborative heads (CP, exact at full "
+    "rank) and as fixed-size heads, fine-tune each on Rotten Tomatoes sentiment with "
+    "`model.fit`, then score heads by E|dL/dxi_h| and remove the least important ones "
+    "physically. Runs on TPU, GPU or CPU as `jax.devices()` finds them.",
+    [
+        (
+            "code",
+            """
+from headsize_tf.keras3.pretrained import load_sentence_encoder
+from headsize_tf.keras3.reparam import compress_backbone
+from headsize_tf.training.finetune import rotten_tomatoes_splits  # data only (numpy)
+
+minilm = load_sentence_encoder("minilm-l6")
+splits = rotten_tomatoes_splits()
+n_train, n_dev = (64, 64) if SMOKE else (len(splits["train"][0]), len(splits["dev"][0]))
+def inputs_of(split, n):
+    texts, labels = splits[split]
+    return minilm.tokenize(texts[:n], max_seq_length=32 if SMOKE else 64), labels[:n]
+(x_train, y_train), (x_dev, y_dev) = inputs_of("train", n_train), inputs_of("dev", n_dev)
+print(f"MiniLM: {minilm.backbone.count_params():,} params; {n_train} train / {n_dev} dev reviews")
+""",
+        ),
+        (
+            "code",
+            """
+import dataclasses
+from headsize_tf.keras3.modeling.surgery import with_attention
+
+# Collaborative heads: exact at D = 12 x 32 = 384, compressed at D = 192 (Cordonnier et al.).
+collaborative, reports = compress_backbone(minilm.backbone, shared_key_dim=192, max_iter=5 if SMOKE else 100)
+print("CP relative error per layer:", [round(r.relative_error, 3) for r in reports])
+# Fixed-size heads (Bhojanapalli et al.): same pretrained FFNs, 12 heads of 64 trained from scratch.
+spec = dataclasses.replace(minilm.backbone.attention_spec, kind="fixed_head", head_size=64)
+fixed = with_attention(minilm.backbone, spec)
+
+def classifier(backbone):
+    pooled = backbone.output["pooled_output"]
+    logits = keras.layers.Dense(2, name="logits")(keras.layers.Dropout(0.1)(pooled))
+    model = keras.Model(backbone.input, logits)
+    model.compile(keras.optimizers.AdamW(5e-5 if backbone is not fixed else 2e-4),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return model
+
+models = {"standard (pretrained)": classifier(minilm.backbone),
+          "collaborative D=192": classifier(collaborative), "fixed head 64": classifier(fixed)}
+results = {}
+for name, model in models.items():
+    model.fit(x_train, y_train, batch_size=32, epochs=1 if SMOKE else 2, verbose=0)
+    results[name] = (model.count_params(), model.evaluate(x_dev, y_dev, verbose=0)[1])
+    print(f"{name:<24} {results[name][0]:>12,} params   dev accuracy {results[name][1]:.3f}")
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.pruning import head_importance, remove_heads, set_head_mask
+from headsize_tf.core.pruning_plan import select_heads_to_prune
+
+# Michel et al.: score heads by E|dL/dxi_h| on dev batches, mask the 30% least important.
+model = models["standard (pretrained)"]  # Its layers are MiniLM's backbone layers.
+loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+batches = [({k: v[i:i + 32] for k, v in x_dev.items()}, y_dev[i:i + 32]) for i in range(0, n_dev, 32)]
+importance = head_importance(model, batches, loss, layers=minilm.backbone.attention_layers)
+mask = np.ones(importance.shape, np.float32)
+for layer, head in select_heads_to_prune(importance, mask, count=int(0.3 * mask.size), min_heads_per_layer=1):
+    mask[layer, head] = 0.0
+set_head_mask(minilm.backbone, mask)
+masked = model.evaluate(x_dev, y_dev, verbose=0)[1]
+# Remove them physically: a smaller backbone (per-layer head counts), same classifier head.
+smaller = remove_heads(minilm.backbone)
+pruned = keras.Model(smaller.input, model.get_layer("logits")(smaller.output["pooled_output"]))
+pruned.compile(loss=loss, metrics=["accuracy"])
+print("heads kept per layer:", smaller.attention_spec.num_heads)
+print(f"backbone params {minilm.backbone.count_params():,} -> {smaller.count_params():,}; dev accuracy "
+      f"masked {masked:.3f}, removed {pruned.evaluate(x_dev, y_dev, verbose=0)[1]:.3f}")
+""",
+        ),
+    ],
+    setup=JAX_SETUP,
 )

@@ -94,3 +94,17 @@ def read_lines(path: str) -> list[str]:
     if not lines:
         raise ValueError(f"Input file {path!r} is empty; expected one sentence per line.")
     return [line.rstrip("\r") for line in lines]
+
+
+FRAMEWORKS = ("tf_keras", "keras3")
+
+
+def add_framework(p: argparse.ArgumentParser) -> None:
+    """`--framework tf_keras|keras3`: which front loads and runs the model."""
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="tf_keras",
+        help="tf_keras (Model Garden, default) or keras3 (`import keras`; the backend is "
+        "$KERAS_BACKEND: tensorflow or jax)",
+    )

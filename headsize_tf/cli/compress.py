@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int, add_model_source, read_lines
+from headsize_tf.cli._args import _positive_int, add_framework, add_model_source, read_lines
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--checkpoint` and, via its encoder.yaml, `train`) with report.json.",
     )
     add_model_source(p)
+    add_framework(p)
     p.add_argument("--shared-key-dim", type=_positive_int, required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
@@ -36,14 +37,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from headsize_tf.pretrained import load_sentence_encoder
-    from headsize_tf.reparam import compress
+    from headsize_tf.reparam.compress import held_out_sentences
 
-    source = load_sentence_encoder(args.model, args.checkpoint)
+    if args.framework == "keras3":
+        from headsize_tf.keras3 import reparam as compress
+        from headsize_tf.keras3.pretrained import load_sentence_encoder
+    else:
+        from headsize_tf.pretrained import load_sentence_encoder
+        from headsize_tf.reparam import compress
+
     if args.eval_file:
         sentences = read_lines(args.eval_file)[: args.eval_limit]
-    else:
-        sentences = compress.held_out_sentences(args.eval_limit)
+    source = load_sentence_encoder(args.model, args.checkpoint)
+    if not args.eval_file:
+        sentences = held_out_sentences(args.eval_limit)
     report = compress.compress(
         source,
         args.shared_key_dim,

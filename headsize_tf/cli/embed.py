@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int, add_model_source, read_lines
+from headsize_tf.cli._args import _positive_int, add_framework, add_model_source, read_lines
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -15,6 +15,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "normalisation for sentence-transformers models), one per input line, in input order.",
     )
     add_model_source(p)
+    add_framework(p)
     p.add_argument("--input", required=True, help="text file, one sentence per line")
     p.add_argument("--output", required=True, help="output .npy file")
     p.add_argument("--max-seq-length", type=_positive_int, default=None)
@@ -27,7 +28,11 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from headsize_tf.core.io import atomic_path
-    from headsize_tf.pretrained import load_sentence_encoder
+
+    if args.framework == "keras3":
+        from headsize_tf.keras3.pretrained import load_sentence_encoder
+    else:
+        from headsize_tf.pretrained import load_sentence_encoder
 
     sentences = read_lines(args.input)
     encoder = load_sentence_encoder(args.model, args.checkpoint)

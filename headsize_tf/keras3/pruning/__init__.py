@@ -1,0 +1,19 @@
+"""Head importance and physical head removal for Keras 3 models (Michel et al., 2019).
+
+The schedules (`iterative_pruning`) and the slicing plans are the shared
+`headsize_tf.core.pruning_plan`; this package supplies the Keras 3 gradients
+and weight surgery.
+"""
+
+from headsize_tf.core.pruning_plan import iterative_pruning
+from headsize_tf.keras3.pruning.importance import attention_layers_of, head_importance
+from headsize_tf.keras3.pruning.remove import head_mask, remove_heads, set_head_mask
+
+__all__ = [
+    "attention_layers_of",
+    "head_importance",
+    "head_mask",
+    "iterative_pruning",
+    "remove_heads",
+    "set_head_mask",
+]

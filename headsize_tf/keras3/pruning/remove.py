@@ -1,0 +1,110 @@
+"""Physical removal of pruned heads from a Keras 3 `BertBackbone`.
+
+Masking a head (gate 0) keeps its cost; removing it slices the per-head
+weights with the core's plan (`headsize_tf.core.pruning_plan.slice_heads`:
+rows of Q/K/V and of the output kernel; for collaborative heads, rows of the
+mixing matrix and columns of the content bias). The result is an ordinary
+backbone whose spec has per-layer head counts, so it saves, loads and
+exports as any other. The gate value of every kept head is folded into its
+rows of the output kernel, so the pruned backbone needs no gates (Keras 3
+files do not store them); a layer with no head left keeps one head whose
+output rows are zero, which is what the masked layer computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+
+from headsize_tf.core.pruning_plan import slice_heads
+from headsize_tf.keras3.layers.roles import assign_weights, kind_of, numpy_weights
+from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
+from headsize_tf.keras3.modeling.surgery import with_attention
+
+
+def head_mask(backbone: BertBackbone) -> np.ndarray:
+    """`[layers, max heads]` current gates (NaN beyond a layer's head count)."""
+    layers = backbone.attention_layers
+    width = max(layer.num_heads for layer in layers)
+    mask = np.full([len(layers), width], np.nan, np.float32)
+    for i, layer in enumerate(layers):
+        mask[i, : layer.num_heads] = keras.ops.convert_to_numpy(layer.head_gates)
+    return mask
+
+
+def set_head_mask(backbone: BertBackbone, mask: np.ndarray | Sequence) -> None:
+    """Sets every layer's gates from a `[layers, max heads]` mask."""
+    layers = backbone.attention_layers
+    mask = np.asarray(mask, np.float32)
+    width = max(layer.num_heads for layer in layers)
+    if mask.shape != (len(layers), width):
+        raise ValueError(
+            f"Head mask has shape {mask.shape}; expected {(len(layers), width)} (layers x heads)."
+        )
+    for i, layer in enumerate(layers):
+        layer.set_head_mask(mask[i, : layer.num_heads])
+
+
+def _kept_weights(layer, row: np.ndarray) -> tuple[dict, int]:
+    keep = [int(h) for h in np.flatnonzero(row[: layer.num_heads] != 0)]
+    weights = numpy_weights(layer)
+    gates = weights.pop("head_gates")
+    sliced = slice_heads(kind_of(layer), weights, keep)
+    # Fold the kept gates (all zero when no head is left) into the output rows.
+    folded = np.take(gates, keep) if keep else np.zeros([1], np.float32)
+    sliced["output_kernel"] = sliced["output_kernel"] * folded[:, None, None]
+    return sliced, max(len(keep), 1)
+
+
+def remove_heads(backbone: BertBackbone, mask: np.ndarray | None = None) -> BertBackbone:
+    """A new backbone without the heads whose mask entry is 0.
+
+    Args:
+      backbone: A Keras 3 `BertBackbone` (possibly already pruned).
+      mask: `[layers, max heads]`, 0 = remove (entries beyond a layer's head
+        count are ignored); default: the backbone's current gates.
+
+    Returns:
+      The pruned backbone: its `attention.num_heads` is the per-layer list of
+      kept heads (at least 1), its outputs equal the masked `backbone`'s, and
+      its gates are all ones. `backbone` is left unchanged.
+
+    Example:
+
+    >>> mask = np.ones([2, 4]); mask[0, :2] = 0
+    >>> smaller = remove_heads(backbone, mask)
+    >>> smaller.attention_spec.num_heads
+    (2, 4)
+    """
+    current = head_mask(backbone)
+    mask = current if mask is None else np.asarray(mask, np.float32)
+    if mask.shape != current.shape:
+        raise ValueError(
+            f"Head mask has shape {mask.shape}; expected {current.shape} (layers x heads)."
+        )
+    layers = backbone.attention_layers
+    kept = [_kept_weights(layer, row) for layer, row in zip(layers, mask, strict=True)]
+    spec = backbone.attention_spec
+    head_sizes = [layer.head_size for layer in layers]
+    new_spec = spec.__class__(
+        spec.kind,
+        num_heads=tuple(count for _, count in kept),
+        head_size=None if spec.kind == "standard" else tuple(head_sizes),
+        value_dim=spec.value_dim,
+        shared_key_dim=spec.shared_key_dim,
+        mixing_initializer=spec.mixing_initializer,
+    )
+    if spec.kind == "standard":
+        # Fewer heads of the same size: the head size no longer is width // heads.
+        new_spec = spec.__class__(
+            "fixed_head",
+            num_heads=new_spec.num_heads,
+            head_size=tuple(head_sizes),
+            value_dim=spec.value_dim,
+        )
+    new = with_attention(backbone, new_spec)
+    for target, (weights, _) in zip(new.attention_layers, kept, strict=True):
+        assign_weights(target, weights)
+    return new
