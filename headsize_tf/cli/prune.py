@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _fraction, _positive_int, add_model_source
+from headsize_tf.cli._args import _fraction, _positive_int, add_framework, add_model_source
 from headsize_tf.data.text_tasks import FORMATS, GLUE_TASKS
 
 
@@ -20,6 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "JSONL file (--data-file) or a TFDS GLUE task (--tfds).",
     )
     add_model_source(p)
+    add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
     exclusive = source.add_mutually_exclusive_group()
     source.add_argument("--task", choices=["sentiment"], default=None,
@@ -58,9 +59,43 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+def _run_keras3(args: argparse.Namespace) -> dict:
+    import pathlib
+
+    from headsize_tf.keras3.pretrained import load_sentence_encoder
+    from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
+    from headsize_tf.pruning.prune import load_task
+
+    if pathlib.Path(args.output).exists() and not args.overwrite:
+        raise FileExistsError(f"Output directory {args.output} exists; pass --overwrite.")
+    task = load_task(task=args.task, data=args.data, data_dir=args.data_dir,
+                     data_file=args.data_file, data_format=args.data_format,
+                     text_column=args.text_column, text_pair_column=args.text_pair_column,
+                     label_column=args.label_column, split_column=args.split_column,
+                     tfds=args.tfds)  # fmt: skip
+    encoder = load_sentence_encoder(args.model, args.checkpoint)
+    settings = PruneSettings(
+        target_fraction=args.target_fraction,
+        step=args.step,
+        recompute=not args.no_recompute,
+        min_heads_per_layer=args.min_heads_per_layer,
+        finetune_epochs=args.finetune_epochs,
+        importance_examples=args.importance_examples,
+    )
+    report = prune_classifier(encoder, task, args.output, settings, overwrite=args.overwrite)
+    data = report["data"]
+    report["data_info"] = {"source": data["source"], "train_examples": len(task.train_labels),
+                           "dev_examples": len(task.dev_labels)}  # fmt: skip
+    return report
+
+
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.pruning import prune
 
+    if args.framework == "keras3":
+        report = _run_keras3(args)
+        _print_report(args, report)
+        return 0
     report = prune.prune_task(
         args.output,
         model=args.model,
@@ -83,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
         importance_examples=args.importance_examples,
         overwrite=args.overwrite,
     )
+    _print_report(args, report)
+    return 0
+
+
+def _print_report(args: argparse.Namespace, report: dict) -> None:
     info = report["data_info"]
     print(f"data: {info['source']}: {info['train_examples']} train / {info['dev_examples']} dev "
           f"examples, labels {report['label_map']}")  # fmt: skip
@@ -93,4 +133,3 @@ def run(args: argparse.Namespace) -> int:
           f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
           f"{100 * report['masked_accuracy']:.2f}%)")  # fmt: skip
     print(f"output: {args.output}")
-    return 0

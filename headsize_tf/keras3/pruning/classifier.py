@@ -1,0 +1,227 @@
+"""Prune a Keras 3 sentence classifier on a labelled text task (`prune --framework keras3`).
+
+The Keras 3 counterpart of `headsize_tf.pruning.prune`: a `SentenceEncoder`'s
+backbone gets a linear head on its pooled output and is fine-tuned with
+`model.fit`; heads are scored by E|dL/dxi_h| (`head_importance`, the backend's
+own gradients), pruned `step` of all heads at a time with the shared schedule
+(`headsize_tf.core.pruning_plan.iterative_pruning`), and the final mask is
+removed physically (`remove_heads`: per-layer head counts). The output
+directory holds the pruned `SentenceEncoder` checkpoint, the classifier head,
+`report.json` and `label_map.json`, written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import keras
+import numpy as np
+
+from headsize_tf.core.pruning_plan import iterative_pruning
+from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
+from headsize_tf.keras3.pretrained import SentenceEncoder
+from headsize_tf.keras3.pruning.importance import head_importance
+from headsize_tf.keras3.pruning.remove import head_mask, remove_heads, set_head_mask
+
+REPORT_FILE = "report.json"
+HEAD_FILE = "classifier_head.npz"
+LABEL_MAP_FILE = "label_map.json"
+
+
+def classifier(backbone: BertBackbone, num_classes: int, dropout: float = 0.1) -> keras.Model:
+    """A functional classifier: `backbone`'s pooled output -> dropout -> logits ("logits")."""
+    pooled = backbone.output["pooled_output"]
+    pooled = keras.layers.Dropout(dropout, name="head_dropout")(pooled)
+    logits = keras.layers.Dense(num_classes, name="logits")(pooled)
+    return keras.Model(backbone.input, logits, name="classifier")
+
+
+def with_backbone(model: keras.Model, backbone: BertBackbone) -> keras.Model:
+    """The same classifier head (shared weights) on another backbone."""
+    logits = model.get_layer("logits")(backbone.output["pooled_output"])
+    return keras.Model(backbone.input, logits, name="classifier")
+
+
+def batches(
+    inputs: Mapping[str, np.ndarray], labels: np.ndarray, batch_size: int = 32
+) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
+    """Deterministic `(inputs, labels)` batches."""
+    for start in range(0, len(labels), batch_size):
+        yield (
+            {k: v[start : start + batch_size] for k, v in inputs.items()},
+            labels[start : start + batch_size],
+        )
+
+
+def accuracy(model: keras.Model, inputs: Mapping[str, np.ndarray], labels: np.ndarray) -> float:
+    """Accuracy of `model`'s argmax over `inputs`."""
+    logits = model.predict(dict(inputs), batch_size=64, verbose=0)
+    return float(np.mean(np.argmax(logits, axis=-1) == labels))
+
+
+@dataclasses.dataclass
+class PruneSettings:
+    """Settings of `prune_classifier` (the CLI's flags)."""
+
+    target_fraction: float = 0.5
+    step: float = 0.1
+    recompute: bool = True
+    min_heads_per_layer: int = 1
+    finetune_epochs: float = 2.0
+    learning_rate: float = 5e-5
+    batch_size: int = 32
+    importance_examples: int = 1024
+    max_seq_length: int = 64
+    seed: int = 0
+
+
+def prune_classifier(
+    encoder: SentenceEncoder,
+    task: Any,
+    output: str | os.PathLike,
+    settings: PruneSettings | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fine-tunes, scores, prunes and removes heads; writes `output`; returns the report.
+
+    Args:
+      encoder: A Keras 3 `SentenceEncoder` (pretrained, compressed or pruned).
+      task: A `headsize_tf.data.text_tasks.TextTask` (single texts).
+      output: Output directory (see the module doc).
+      settings: `PruneSettings`.
+      overwrite: Replace an existing `output`.
+      progress: Show the pruning progress bar.
+    """
+    settings = settings or PruneSettings()
+    output = pathlib.Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    if task.is_pair:
+        raise ValueError(
+            f"{task.source}: sentence pairs ({', '.join(task.text_columns)}) are not supported "
+            "with --framework keras3 yet; use the tf_keras front."
+        )
+    if settings.importance_examples <= 0:
+        raise ValueError(
+            f"importance_examples must be positive; got {settings.importance_examples}."
+        )
+    keras.utils.set_random_seed(settings.seed)
+    length = settings.max_seq_length
+    x_train = encoder.tokenize(task.train_texts, max_seq_length=length)
+    x_dev = encoder.tokenize(task.dev_texts, max_seq_length=length)
+    y_train, y_dev = np.asarray(task.train_labels), np.asarray(task.dev_labels)
+    n_importance = min(settings.importance_examples, len(y_train))
+    x_importance = {k: v[:n_importance] for k, v in x_train.items()}
+    y_importance = y_train[:n_importance]
+
+    backbone = encoder.backbone
+    model = classifier(backbone, task.num_classes)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(settings.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    start = time.perf_counter()
+    if settings.finetune_epochs > 0:
+        steps = max(1, math.ceil(settings.finetune_epochs * len(y_train) / settings.batch_size))
+        per_epoch = math.ceil(len(y_train) / settings.batch_size)
+        epochs = math.ceil(steps / per_epoch)
+        limit = min(len(y_train), steps * settings.batch_size) if epochs == 1 else len(y_train)
+        model.fit({k: v[:limit] for k, v in x_train.items()}, y_train[:limit],
+                  batch_size=settings.batch_size, epochs=epochs, verbose=0, shuffle=True)  # fmt: skip
+    finetune_seconds = time.perf_counter() - start
+
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    layers = backbone.attention_layers
+    original = head_mask(backbone)
+    width = original.shape[1]
+
+    def scores(mask: np.ndarray) -> np.ndarray:
+        set_head_mask(backbone, mask)
+        out = head_importance(model, batches(x_importance, y_importance), loss, layers=layers)
+        return np.where(np.isnan(out), np.inf, out)  # Padding entries are never chosen.
+
+    def metric(mask: np.ndarray) -> float:
+        set_head_mask(backbone, mask)
+        return accuracy(model, x_dev, y_dev)
+
+    initial = np.where(np.isnan(original), 0.0, 1.0).astype(np.float32)
+    try:
+        importance = scores(initial)
+        curve = iterative_pruning(
+            (len(layers), width),
+            scores,
+            metric,
+            target_fraction=settings.target_fraction,
+            step=settings.step,
+            recompute=settings.recompute,
+            min_heads_per_layer=settings.min_heads_per_layer,
+            initial_mask=initial,
+            progress=progress,
+        )
+    finally:
+        set_head_mask(backbone, np.nan_to_num(original, nan=0.0))
+    final = np.asarray(curve[-1].mask, np.float32)
+    pruned_backbone = remove_heads(backbone, final)
+    pruned = with_backbone(model, pruned_backbone)
+    report = {
+        "framework": "keras3",
+        "backend": keras.backend.backend(),
+        "source": encoder.source,
+        "data": task.describe() if hasattr(task, "describe") else task.source,
+        "settings": dataclasses.asdict(settings),
+        "finetune_seconds": finetune_seconds,
+        "importance": [
+            [None if not np.isfinite(v) else float(v) for v in row] for row in importance
+        ],  # fmt: skip
+        "curve": [dataclasses.asdict(s) for s in curve],
+        "heads_per_layer": list(pruned_backbone.attention_spec.num_heads),
+        "params_before": int(backbone.count_params()),
+        "params_after": int(pruned_backbone.count_params()),
+        "unpruned_accuracy": curve[0].metric,
+        "masked_accuracy": curve[-1].metric,
+        "pruned_accuracy": accuracy(pruned, x_dev, y_dev),
+        "label_map": task.label_map,
+    }
+    _save(encoder.with_backbone(pruned_backbone), model, report, output, overwrite)
+    return report
+
+
+def _save(encoder, model, report, output: pathlib.Path, overwrite: bool) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
+    try:
+        written = encoder.save(staging / "checkpoint")
+        kernel, bias = (keras.ops.convert_to_numpy(w) for w in model.get_layer("logits").weights)
+        np.savez(written / HEAD_FILE, kernel=kernel, bias=bias)
+        (written / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        (written / LABEL_MAP_FILE).write_text(
+            json.dumps(report["label_map"], indent=2, ensure_ascii=False) + "\n"
+        )
+        if output.exists() and overwrite:
+            shutil.rmtree(output)
+        os.replace(written, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_classifier(directory: str | os.PathLike) -> keras.Model:
+    """The pruned classifier written by `prune_classifier` (backbone + saved head)."""
+    from headsize_tf.keras3.pretrained import load_sentence_encoder
+
+    directory = pathlib.Path(directory)
+    encoder = load_sentence_encoder(checkpoint=directory)
+    head = np.load(directory / HEAD_FILE)
+    model = classifier(encoder.backbone, head["kernel"].shape[1])
+    model.get_layer("logits").set_weights([head["kernel"], head["bias"]])
+    return model
