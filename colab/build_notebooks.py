@@ -188,7 +188,7 @@ from headsize_tf.data import corpora
 from headsize_tf.training import train
 
 corpora.prepare("austen")  # Debian r-cran-janeaustenr -> ~/.cache/headsize_tf/data/austen
-steps = 20 if SMOKE else 2000
+steps = 5 if SMOKE else 2000
 base = dict(vocab_size=4096, width=64, num_layers=2, intermediate_size=256, max_sequence_length=128)
 baseline = params.EncoderSpec(attention=params.AttentionSpec("standard", num_heads=8), **base)
 fixed = params.EncoderSpec(attention=params.AttentionSpec("fixed_head", 1, head_size=32), **base)
@@ -290,7 +290,7 @@ from IPython.display import Image; Image("importance.png")
         (
             "code",
             """
-curve = prune.pruning_curve(model, data, target_fraction=0.2 if SMOKE else 0.9, step=0.1,
+curve = prune.pruning_curve(model, data, target_fraction=0.1 if SMOKE else 0.9, step=0.1,
                             recompute=True)
 for point in curve:
     print(f"{100 * point['fraction']:3.0f}% pruned: dev accuracy {100 * point['metric']:.2f}%")

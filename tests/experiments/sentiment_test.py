@@ -1,5 +1,6 @@
 """Sentence classification on real Rotten Tomatoes snippets through `headsize-tf train`."""
 
+import functools
 import pathlib
 
 import pytest
@@ -25,7 +26,8 @@ class SentimentTest(tf.test.TestCase):
         self.assertBetween(total, 12_600, 12_810)  # ~7.4k fresh + 5.4k rotten, deduplicated
         dev = splits["dev"]
         majority = max(dev["fresh"], dev["examples"] - dev["fresh"]) / dev["examples"]
-        result = train.run(
+        run = functools.partial(
+            train.run,
             "headsize_bert/sentence_prediction",
             str(self.tmp / "model"),
             [TINY],
@@ -33,5 +35,11 @@ class SentimentTest(tf.test.TestCase):
             "task.validation_data.global_batch_size=1307,trainer.validation_steps=1",
             data_dir=self.data_dir,
         )
+        # Train (no evaluation on the way), then evaluate the final checkpoint once on
+        # the whole dev set: "train_and_eval" would also evaluate at step 300 and twice
+        # at the end (the interval's evaluation and the post-training one).
+        run(mode="train")
+        result = run(mode="eval")
+        self.assertTrue(tf.train.latest_checkpoint(str(self.tmp / "model")).endswith("ckpt-600"))
         accuracy = result.metrics["cls_accuracy"]
         self.assertGreater(accuracy, majority + 0.04, f"majority class is {majority:.3f}")

@@ -12,6 +12,8 @@ from headsize_tf.training import train
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LM_TINY = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 SHORT = """
+task:
+  train_data: {global_batch_size: 8}
 trainer:
   train_steps: 12
   validation_steps: 2
