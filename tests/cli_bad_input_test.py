@@ -420,8 +420,11 @@ CASES = [
     ),  # fmt: skip
     ("demo_bad_steps", ["demo", "--steps", "0", "--output", "{out}"], "got '0'"),
     ("demo_bad_finetune_steps", ["demo", "--finetune-steps", "x", "--output", "{out}"], "'x'"),
-    ("demo_prune_fraction_zero", ["demo", "--prune-fraction", "0", "--output", "{out}"],
-     "expected a fraction in (0, 1), got '0'"),  # fmt: skip
+    (
+        "demo_prune_fraction_zero",
+        ["demo", "--prune-fraction", "0", "--output", "{out}"],
+        "expected a fraction in (0, 1), got '0'",
+    ),  # fmt: skip
 ]
 
 

@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
     if args.finetune_steps is not None:
         given["finetune_steps"] = args.finetune_steps
     settings = demo.DemoSettings.quick(**given) if args.quick else demo.DemoSettings(**given)
-    demo.run_demo(args.output, args.data_dir, settings)
+    demo.run_demo(args.output, args.data_dir, settings, quiet=not args.verbose)
     return 0

@@ -58,3 +58,34 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> pathlib.Path:
         fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return pathlib.Path(path)
+
+
+@contextlib.contextmanager
+def native_logs_to(path: str | os.PathLike | None) -> Iterator[None]:
+    """Sends what native code writes to the process' stderr (file descriptor 2) to `path`.
+
+    TensorFlow's C++ runtime logs some lines (e.g. grappler's "Number of
+    eligible GPUs") through absl before its log level applies; they go to a
+    file instead of the screen. Python's `sys.stderr` is flushed first and
+    descriptor 2 is restored on exit, also on an error, so an error message
+    printed after the block reaches the screen. `None` changes nothing.
+    """
+    if path is None:
+        yield
+        return
+    import sys
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)

@@ -27,6 +27,7 @@ its checkpoints).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core.io import save_figure, write_atomic, write_json
+from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
 
 STEPS = 800
 FINETUNE_STEPS = 160
@@ -189,13 +190,23 @@ def run_demo(
     output: str | os.PathLike = "headsize_demo",
     data_dir: str | None = None,
     settings: DemoSettings | None = None,
+    quiet: bool = True,
 ) -> dict[str, Any]:
-    """Runs (or resumes) the demo; returns the summary written to `summary.json`."""
+    """Runs (or resumes) the demo; returns the summary written to `summary.json`.
+
+    With `quiet`, what TensorFlow's native runtime writes to stderr goes to
+    `output/logs/native.log` (and the trainer's step logs to `output/logs/`),
+    so the screen shows the demo's own progress and results.
+    """
+    output = pathlib.Path(output)
+    with native_logs_to(output / "logs" / "native.log" if quiet else None):
+        return _run_demo(output, data_dir, settings or DemoSettings())
+
+
+def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings) -> dict:
     from headsize_tf import params as counts
     from headsize_tf.data import corpora
 
-    settings = settings or DemoSettings()
-    output = pathlib.Path(output)
     start = time.perf_counter()
     stages = _Stages(output)
     stages.index += 1
@@ -279,9 +290,13 @@ def _train_small(model: DemoModel, slug: str, output: pathlib.Path, data_dir, se
     from headsize_tf import params as counts
     from headsize_tf.training import train
 
-    result = train.run("headsize_bert/sentence_prediction", str(output / "models" / slug),
-                       params_override=_override(model, settings.steps), data_dir=data_dir,
-                       seed=settings.seed)  # fmt: skip
+    # Model Garden's trainer prints its own step logs: they go to a file, not the screen.
+    log = output / "logs" / f"{slug}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
+        result = train.run("headsize_bert/sentence_prediction", str(output / "models" / slug),
+                           params_override=_override(model, settings.steps), data_dir=data_dir,
+                           seed=settings.seed)  # fmt: skip
     return {"idea": "fixed head size", "name": model.name, **dataclasses.asdict(model),
             "encoder_params": counts.encoder_params(model.spec()).trainable,
             "dev_accuracy": result.metrics["cls_accuracy"], "model_dir": result.model_dir,
@@ -402,14 +417,15 @@ def plot(rows: list[dict], path: str | os.PathLike) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"fixed head size": "#2a7", "collaborative heads": "#27c", "head pruning": "#c52"}
+    colors = {"standard": "#888", "fixed_head": "#2a7", "minilm": "#aaa",
+              "collaborative": "#27c", "pruned": "#c52"}  # fmt: skip
     names = [r["name"].replace(" (", "\n(").replace(", ", ",\n", 1) for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, key, label, scale in ((axes[0], "dev_accuracy", "dev accuracy (%)", 100),
                                   (axes[1], "examples_per_second", "dev examples / s", 1)):  # fmt: skip
         values = [scale * r[key] for r in rows]
         bars = ax.bar(range(len(rows)), values,
-                      color=[colors.get(r["idea"], "#888") for r in rows])  # fmt: skip
+                      color=[colors.get(r["slug"], "#888") for r in rows])  # fmt: skip
         for bar, r, v in zip(bars, rows, values, strict=True):
             text = f"{v:.1f}" if key == "dev_accuracy" else f"{v:,.0f}"
             if key == "dev_accuracy":

@@ -19,12 +19,12 @@ TINY = demo.DemoSettings(
 
 class DemoTest(tf.test.TestCase):
     @pytest.fixture(autouse=True)
-    def _env(self, sentiment_data_dir, minilm_dir, tmp_path, capsys, monkeypatch):
+    def _env(self, sentiment_data_dir, minilm_dir, tmp_path, capfd, monkeypatch):
         self.data_dir = str(sentiment_data_dir)
         # The demo fetches MiniLM into the cache: the run's shared copy is that cache.
         monkeypatch.setenv("HEADSIZE_TF_CACHE_DIR", str(minilm_dir.parent))
         self.tmp = tmp_path
-        self.capsys = capsys
+        self.capsys = capfd  # File descriptors: native (C++) log lines are seen too.
 
     def test_models_have_equal_parameter_counts(self):
         baseline, candidate = demo.demo_models()
@@ -48,7 +48,13 @@ class DemoTest(tf.test.TestCase):
     def test_three_ideas_one_table_export_and_reuse(self):
         out = self.tmp / "demo"
         summary = demo.run_demo(out, self.data_dir, TINY)
-        printed = self.capsys.readouterr().out
+        printed, errors = self.capsys.readouterr()
+        # Only the demo's own progress and results: TensorFlow's and the trainer's logs
+        # go to files under logs/.
+        self.assertEqual(errors, "")
+        for line in printed.splitlines():
+            self.assertRegex(line, r"^(\[\d/\d\] |      done in |\||$|plot: |exported |total )")
+        self.assertTrue((out / "logs" / "standard.log").read_text().count("train | step:"))
         rows = {r["slug"]: r for r in summary["models"]}
         self.assertEqual(
             list(rows), ["standard", "fixed_head", "minilm", "collaborative", "pruned"]

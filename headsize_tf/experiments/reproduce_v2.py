@@ -1,0 +1,580 @@
+"""Bhojanapalli et al. (2020) R1 and R2 at a budget chosen from learning curves.
+
+The successor of `reproduce` (2 layers, sequence 128, one learning rate, a
+guessed budget). Here every model gets its own learning rate from a sweep,
+the budget is checked against learning curves, and sequences are long
+enough that every head is smaller than the sequence (Theorem 1's regime).
+
+* R1 (their Fig. 1): standard baselines of width w, 1.5w and 2w (4 heads,
+  head size = width / 4) vs width w with fixed head size 32 and the head
+  count that matches each wider baseline's parameters.
+* R2 (their Fig. 3a): width w, heads {2, 4, 8, 16}: baseline (head size =
+  w / heads) vs fixed head size 32.
+
+Protocol (the same for every model of a preset):
+
+1. Sweep: seed 0 at the full budget for each learning rate of the grid; the
+   learning rate with the lowest final *validation* perplexity (Austen's
+   held-out Northanger Abbey) is the model's.
+2. Seeds: seeds 1 and 2 at that learning rate (seed 0 is the sweep's run).
+3. Every run evaluates validation perplexity at `curve_points` checkpoints
+   (the learning curve) and test perplexity (Persuasion) at the end; claims
+   are judged on test perplexity, mean ± std over 3 seeds, with
+   `reproduce`'s rule (a difference counts when the 1-std bars do not
+   overlap). A compared pair's ordering is "settled" when its sign (on the
+   seed-mean validation curves) holds from the middle checkpoint to the last;
+   the report says which pairs are not, i.e. where the budget is still too
+   short.
+
+AdamW with linear warm-up (10% of steps) and linear decay to zero (the
+T2T-style schedule of the paper's setting, with a linear in place of an
+inverse-square-root decay so that every budget ends annealed), dropout 0.1,
+pre-LN blocks, WordPiece vocabulary 4096. Each run writes its own file
+(with the device it ran on), so runs from CPU and GPU sessions combine and a
+rerun skips finished runs; the summary is rebuilt from the files.
+
+    python -m headsize_tf.experiments.reproduce_v2 --preset cpu --output results/reproduction_v2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import redirect_stdout
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+from headsize_tf.experiments.reproduce import compare, verdicts
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """The shared shape and budget of every run."""
+
+    layers: int
+    sequence_length: int
+    batch_size: int
+    width: int
+    steps: int
+    learning_rates: tuple[float, ...]
+    curve_points: int = 8
+    head_size: int = 32
+    dropout: float = 0.1
+    vocab_size: int = 4096
+    r2_heads: tuple[int, ...] = (2, 4, 8, 16)
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_size * self.sequence_length
+
+
+PRESETS = {
+    # 2 CPU cores: ~10 minutes a run. 4 layers, sequence 256 (heads of 16 and 32 < n).
+    "cpu": Preset(
+        layers=4,
+        sequence_length=256,
+        batch_size=16,
+        width=64,
+        steps=1600,
+        learning_rates=(1e-3, 2e-3, 4e-3),
+    ),  # fmt: skip
+    # One GPU: the paper's depth and sequence length at width 128 vs 256.
+    "gpu": Preset(
+        layers=6,
+        sequence_length=256,
+        batch_size=32,
+        width=128,
+        steps=4000,
+        learning_rates=(5e-4, 1e-3, 2e-3),
+    ),  # fmt: skip
+    # The test suite: seconds.
+    "test": Preset(
+        layers=1,
+        sequence_length=128,
+        batch_size=4,
+        width=16,
+        steps=4,
+        learning_rates=(1e-3, 3e-3),
+        curve_points=2,
+        head_size=8,
+        r2_heads=(2, 4),
+    ),  # fmt: skip
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    width: int
+    heads: int
+    kind: str  # "standard" or "fixed_head"
+    head_size: int
+
+    @property
+    def key(self) -> str:
+        standard = self.kind == "standard" or self.head_size * self.heads == self.width
+        return f"{'std' if standard else 'fixed'}_w{self.width}_h{self.heads}_p{self.head_size}"
+
+    def attention(self) -> dict[str, Any]:
+        if self.kind == "standard":
+            return {"kind": "standard", "num_heads": self.heads}
+        return {"kind": "fixed_head", "num_heads": self.heads, "head_size": self.head_size}
+
+    def params(self, preset: Preset) -> int:
+        from headsize_tf import params
+
+        spec = params.EncoderSpec(vocab_size=preset.vocab_size, width=self.width,
+                                  num_layers=preset.layers, attention=self.attention(),
+                                  intermediate_size=4 * self.width,
+                                  max_sequence_length=preset.sequence_length)  # fmt: skip
+        return params.causal_lm_params(spec).trainable
+
+    def row(self, preset: Preset) -> dict[str, Any]:
+        """The fields `reproduce.verdicts` reads."""
+        return {"key": self.key, "width": self.width, "heads": self.heads,
+                "attention_type": self.kind,
+                "head_size": self.head_size, "params": self.params(preset)}  # fmt: skip
+
+
+def standard(width: int, heads: int) -> Model:
+    return Model(width, heads, "standard", width // heads)
+
+
+def plan(preset: Preset) -> dict[str, list[Model]]:
+    """R1 as (baseline, fixed) pairs in order, R2 as both series."""
+    from headsize_tf import params
+
+    w, p = preset.width, preset.head_size
+    r1 = []
+    for width in (w, w * 3 // 2, 2 * w):
+        baseline = standard(width, 4)
+        heads = params.match_num_heads(
+            baseline.params(preset),
+            lambda h: Model(w, h, "fixed_head", p).params(preset),
+            range(1, 129),
+        )
+        r1 += [baseline, Model(w, heads, "fixed_head", p)]
+    r2 = []
+    for heads in preset.r2_heads:
+        r2 += [standard(w, heads), Model(w, heads, "fixed_head", p)]
+    return {"R1": r1, "R2": r2}
+
+
+def unique_models(experiments: dict[str, list[Model]]) -> dict[str, Model]:
+    out: dict[str, Model] = {}
+    for models in experiments.values():
+        for model in models:
+            out.setdefault(model.key, model)
+    return out
+
+
+def run_name(key: str, learning_rate: float, seed: int) -> str:
+    return f"{key}_lr{learning_rate:g}_seed{seed}"
+
+
+def device_description() -> str:
+    """The accelerator (or CPU) a run used, for its record."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        return f"GPU: {details.get('device_name', gpus[0].name)}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return f"CPU: {cpu} ({os.cpu_count()} cores)"
+
+
+def _override(model: Model, preset: Preset, learning_rate: float, split: str,
+              eval_batches: int) -> dict:  # fmt: skip
+    """Training evaluates on "valid" (the curve); the final evaluation on "test" writes
+    its summaries to `test/`, apart from the curve's `validation/`."""
+    n = preset.sequence_length
+    steps = preset.steps
+    interval = max(1, steps // preset.curve_points)
+    return {
+        "task": {
+            "model": {"vocab_size": preset.vocab_size, "hidden_size": model.width,
+                      "num_layers": preset.layers, "attention": model.attention(),
+                      "intermediate_size": 4 * model.width, "max_sequence_length": n,
+                      "dropout_rate": preset.dropout},
+            "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
+                           "global_batch_size": preset.batch_size, "seq_length": n},
+            "validation_data": {"input_path": f"${{DATA_DIR}}/austen/lm_{split}.tfrecord",
+                                "global_batch_size": 32, "seq_length": n,
+                                "is_training": False, "drop_remainder": False},
+        },
+        "trainer": {
+            "train_steps": steps, "validation_steps": eval_batches, "steps_per_loop": interval,
+            "validation_summary_subdir": "validation" if split == "valid" else split,
+            "summary_interval": interval, "checkpoint_interval": interval,
+            "validation_interval": interval,
+            "optimizer_config": {
+                "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
+                "learning_rate": {"polynomial": {"initial_learning_rate": learning_rate,
+                                                 "decay_steps": steps}},
+                "warmup": {"polynomial": {"warmup_steps": max(1, steps // 10)}},
+            },
+        },
+    }  # fmt: skip
+
+
+def read_curve(model_dir: str | pathlib.Path) -> list[dict[str, float]]:
+    """[{step, perplexity, loss}] from the trainer's validation summaries, by step."""
+    import tensorflow as tf
+
+    points: dict[int, dict[str, float]] = {}
+    for path in sorted(pathlib.Path(model_dir, "validation").glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag not in ("perplexity", "validation_loss"):
+                    continue
+                number = (tf.make_ndarray(value.tensor).item() if value.HasField("tensor")
+                          else value.simple_value)  # fmt: skip
+                name = "perplexity" if value.tag == "perplexity" else "loss"
+                points.setdefault(int(event.step), {"step": int(event.step)})[name] = float(number)
+    return [points[s] for s in sorted(points) if "perplexity" in points[s]]
+
+
+def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
+    """Batches of 32 that cover a split's LM windows once."""
+    from headsize_tf.data import corpora
+
+    manifest = corpora.load_manifest("austen", data_dir)
+    return int(np.ceil(manifest["stats"]["splits"][split]["lm_examples"] / 32))
+
+
+def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, data_dir: str,
+              work_dir: pathlib.Path) -> dict[str, Any]:  # fmt: skip
+    """Trains (or resumes) one run; returns its record (curve, test perplexity, device)."""
+    from headsize_tf.training import train
+
+    name = run_name(model.key, learning_rate, seed)
+    model_dir = work_dir / f"{name}_steps{preset.steps}_l{preset.layers}_n{preset.sequence_length}"
+    start = time.perf_counter()
+    # Model Garden's trainer prints its step logs: they go to the run's log file.
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with open(f"{model_dir}.log", "a", encoding="utf-8") as log, redirect_stdout(log):
+        train.run("headsize_lm/language_modeling", str(model_dir),
+                  params_override=_override(model, preset, learning_rate, "valid",
+                                            eval_batches(data_dir, "valid")),
+                  data_dir=data_dir, seed=seed)  # fmt: skip
+        seconds = time.perf_counter() - start
+        test = train.run("headsize_lm/language_modeling", str(model_dir),
+                         params_override=_override(model, preset, learning_rate, "test",
+                                                   eval_batches(data_dir, "test")),
+                         mode="eval", data_dir=data_dir, seed=seed)  # fmt: skip
+    return {**model.row(preset), "kind": model.kind, "learning_rate": learning_rate,
+            "seed": seed, "steps": preset.steps, "tokens": preset.tokens,
+            "preset": dataclasses.asdict(preset), "curve": read_curve(model_dir),
+            "test_perplexity": test.metrics["perplexity"],
+            "test_loss": test.metrics["validation_loss"], "train_seconds": seconds,
+            "device": device_description()}  # fmt: skip
+
+
+def load_runs(out: pathlib.Path, preset: Preset) -> dict[tuple[str, float, int], dict]:
+    """Finished runs of this preset: {(key, learning rate, seed): record}."""
+    runs = {}
+    shape = json.loads(json.dumps(dataclasses.asdict(preset)))  # As stored: lists, not tuples.
+    for path in sorted((out / "runs").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("preset") == shape:
+            runs[record["key"], record["learning_rate"], record["seed"]] = record
+    return runs
+
+
+def best_learning_rate(key: str, preset: Preset, runs: dict) -> float | None:
+    """The grid's learning rate with the lowest final validation perplexity at seed 0.
+
+    None until every learning rate of the grid has finished for `key`.
+    """
+    finals = {}
+    for lr in preset.learning_rates:
+        record = runs.get((key, lr, 0))
+        if record is None:
+            return None
+        finals[lr] = record["curve"][-1]["perplexity"] if record["curve"] else np.inf
+    return min(finals, key=lambda lr: (finals[lr], lr))
+
+
+def pending(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
+            seeds: Sequence[int] = (0, 1, 2)) -> list[tuple[Model, float, int]]:  # fmt: skip
+    """Runs still to do, sweep first (seed 0 at every learning rate), then the seeds."""
+    models = unique_models(experiments)
+    todo = [(m, lr, 0) for m in models.values() for lr in preset.learning_rates
+            if (m.key, lr, 0) not in runs]  # fmt: skip
+    for model in models.values():
+        lr = best_learning_rate(model.key, preset, runs)
+        if lr is not None:
+            todo += [(model, lr, s) for s in seeds if s != 0 and (model.key, lr, s) not in runs]
+    return todo
+
+
+def settled_from(difference: Sequence[float]) -> int | None:
+    """Index from which the sign of a pair's difference never changes (None if empty)."""
+    signs = np.sign(np.asarray(difference, dtype=float))
+    if not len(signs):
+        return None
+    start = len(signs) - 1
+    while start > 0 and signs[start - 1] == signs[-1]:
+        start -= 1
+    return start
+
+
+def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
+              seeds: Sequence[int] = (0, 1, 2)) -> dict[str, Any]:  # fmt: skip
+    """Per experiment rows at each model's chosen learning rate, with mean curves."""
+    summary: dict[str, Any] = {"sweep": {}, "curves": {}}
+    for key in unique_models(experiments):
+        summary["sweep"][key] = {
+            f"{lr:g}": (runs[key, lr, 0]["curve"][-1]["perplexity"]
+                        if (key, lr, 0) in runs and runs[key, lr, 0]["curve"] else None)
+            for lr in preset.learning_rates
+        }  # fmt: skip
+    for name, models in experiments.items():
+        rows = []
+        for model in models:
+            lr = best_learning_rate(model.key, preset, runs)
+            got = [runs[model.key, lr, s] for s in seeds if lr is not None and
+                   (model.key, lr, s) in runs]  # fmt: skip
+            test = [r["test_perplexity"] for r in got]
+            curves = [r["curve"] for r in got if r["curve"]]
+            if curves and all(len(c) == len(curves[0]) for c in curves):
+                summary["curves"][model.key] = {
+                    "steps": [p["step"] for p in curves[0]],
+                    "perplexity": np.mean([[p["perplexity"] for p in c] for c in curves],
+                                          axis=0).tolist(),
+                }  # fmt: skip
+            rows.append({**model.row(preset), "learning_rate": lr,
+                         "seeds": sorted(r["seed"] for r in got),
+                         "devices": sorted({r["device"] for r in got}),
+                         "mean": float(np.mean(test)) if test else None,
+                         "std": float(np.std(test)) if test else None})  # fmt: skip
+        summary[name] = rows
+    return summary
+
+
+def pairs(summary: dict) -> list[tuple[str, str, str]]:
+    """The compared pairs (experiment, fixed key, baseline key)."""
+    out = []
+    r1 = summary.get("R1", [])
+    for base, fixed in zip(r1[0::2], r1[1::2], strict=True):
+        if base["key"] != fixed["key"]:
+            out.append(("R1", fixed["key"], base["key"]))
+    r2 = summary.get("R2", [])
+    for base, fixed in zip(r2[0::2], r2[1::2], strict=True):
+        if base["key"] != fixed["key"]:
+            out.append(("R2", fixed["key"], base["key"]))
+    return out
+
+
+def orderings(summary: dict) -> list[dict[str, Any]]:
+    """For each compared pair: which is ahead at each checkpoint, and since when."""
+    out = []
+    for name, a, b in pairs(summary):
+        ca, cb = summary["curves"].get(a), summary["curves"].get(b)
+        if not ca or not cb or ca["steps"] != cb["steps"]:
+            continue
+        diff = np.subtract(ca["perplexity"], cb["perplexity"])
+        start = settled_from(diff)
+        out.append({"experiment": name, "fixed": a, "baseline": b, "steps": ca["steps"],
+                    "difference": diff.tolist(), "settled_from_step": ca["steps"][start],
+                    "settled": start <= (len(diff) - 1) // 2})  # fmt: skip
+    return out
+
+
+def markdown(summary: dict, preset_name: str, preset: Preset, command: str, status: str,
+             judged: Sequence[dict], ordered: Sequence[dict]) -> str:  # fmt: skip
+    p = preset
+    lines = ["# Bhojanapalli et al. (2020) R1 and R2: per-model learning rates, learning curves",
+             "", f"Command: `{command}`", "",
+             f"Preset `{preset_name}`: {p.layers} pre-LN layers, FFN 4 x width, vocab "
+             f"{p.vocab_size}, sequence {p.sequence_length}, batch {p.batch_size}, {p.steps} "
+             f"steps ({p.tokens:,} training tokens per run), dropout {p.dropout}, AdamW with 10% "
+             f"warm-up and linear decay; learning rate per model from the grid "
+             f"{', '.join(f'{lr:g}' for lr in p.learning_rates)} (seed 0, lowest final "
+             "validation perplexity); test perplexity (Persuasion), mean ± std over seeds.", "",
+             status, ""]  # fmt: skip
+    titles = {"R1": "R1 (Fig. 1): width w with fixed head size vs wider baselines at equal "
+                    "parameters",
+              "R2": f"R2 (Fig. 3a): width {p.width}, more heads: baseline (head = width / "
+                    f"heads) vs fixed head {p.head_size}"}  # fmt: skip
+    for name in ("R1", "R2"):
+        lines += [f"## {titles[name]}", "", "| model | width | heads | head size | params | "
+                  "learning rate | test perplexity | seeds |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+        for r in summary[name]:
+            ppl = "not run" if r["mean"] is None else f"{r['mean']:.2f} ± {r['std']:.2f}"
+            lr = "sweep pending" if r["learning_rate"] is None else f"{r['learning_rate']:g}"
+            lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {r['head_size']} | "
+                         f"{r['params']:,} | {lr} | {ppl} | "
+                         f"{','.join(map(str, r['seeds']))} |")  # fmt: skip
+        lines.append("")
+    lines += ["## Learning-rate sweep (seed 0, final validation perplexity)", "",
+              "| model | " + " | ".join(f"lr {lr:g}" for lr in p.learning_rates) + " |",
+              "|---|" + "---:|" * len(p.learning_rates)]  # fmt: skip
+    for key, finals in summary["sweep"].items():
+        cells = ["—" if v is None else f"{v:.2f}" for v in finals.values()]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if ordered:
+        lines += ["## Is the budget long enough? The ordering of each pair along training", "",
+                  "Validation perplexity, fixed minus baseline (seed means); a pair is settled "
+                  "when the sign holds from the middle checkpoint to the last.", "",
+                  "| experiment | fixed | baseline | difference at each checkpoint | "
+                  "same sign since step | settled |", "|---|---|---|---|---:|---|"]  # fmt: skip
+        for o in ordered:
+            diffs = ", ".join(f"{d:+.1f}" for d in o["difference"])
+            lines.append(f"| {o['experiment']} | {o['fixed']} | {o['baseline']} | {diffs} | "
+                         f"{o['settled_from_step']} | {'yes' if o['settled'] else 'no'} |")  # fmt: skip
+        lines.append("")
+    if judged:
+        lines += ["## Verdicts", "",
+                  "A difference counts only when the mean ± std bars do not overlap.", "",
+                  "| claim | here (test perplexity) | verdict |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| {v['claim']} | {v['evidence']} | **{v['verdict']}** |" for v in judged]
+        lines.append("")
+    lines += ["![perplexity vs parameters and heads](reproduction.png)", "",
+              "![learning curves](curves.png)", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(summary: dict, out: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, name in zip(axes, ("R1", "R2"), strict=True):
+        rows = summary[name]
+        for kind, label in (("standard", "baseline (head = width / heads)"),
+                            ("fixed_head", "fixed head size")):  # fmt: skip
+            pts = sorted((r for r in rows if r["attention_type"] == kind and r["mean"] is not None),
+                         key=lambda r: r["params"] if name == "R1" else r["heads"])  # fmt: skip
+            x = [r["params"] if name == "R1" else r["heads"] for r in pts]
+            ax.errorbar(x, [r["mean"] for r in pts], yerr=[r["std"] for r in pts], fmt="o-",
+                        capsize=3, label=label)  # fmt: skip
+        ax.set(title={"R1": "R1 (Fig. 1 style)", "R2": "R2 (Fig. 3a style)"}[name],
+               xlabel="parameters" if name == "R1" else "heads", ylabel="test perplexity")  # fmt: skip
+        if name == "R2":
+            ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    save_figure(fig, out / "reproduction.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for key, curve in sorted(summary["curves"].items()):
+        ax.plot(curve["steps"], curve["perplexity"], "--" if key.startswith("std") else "-",
+                marker="o", markersize=3, label=key)  # fmt: skip
+    ax.set(xlabel="step", ylabel="validation perplexity (seed mean)", yscale="log",
+           title="Learning curves at each model's learning rate")  # fmt: skip
+    if summary["curves"]:
+        ax.legend(fontsize=6, ncol=2)
+    save_figure(fig, out / "curves.png")
+
+
+def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: pathlib.Path,
+                data_dir: pathlib.Path) -> None:  # fmt: skip
+    """Trains pending runs in order (sweep first) until none is left or `--max-runs`."""
+    done = 0
+    while args.max_runs is None or done < args.max_runs:
+        todo = [t for t in pending(preset, experiments, load_runs(out, preset))
+                if not args.keys or t[0].key in args.keys]  # fmt: skip
+        if not todo:
+            break
+        model, lr, seed = todo[0]
+        name = run_name(model.key, lr, seed)
+        print(f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} "
+              "params)", flush=True)  # fmt: skip
+        record = train_one(model, preset, lr, seed, str(data_dir), pathlib.Path(args.work_dir))
+        write_json(out / "runs" / f"{name}.json", record)
+        print(f"[done] {name}: test perplexity {record['test_perplexity']:.2f} in "
+              f"{record['train_seconds']:.0f} s", flush=True)  # fmt: skip
+        done += 1
+
+
+def quiet_tensorflow() -> None:
+    """TensorFlow's and absl's Python logs to errors only (e.g. the eval-only restore's
+    "Value in checkpoint could not be found" for the optimizer slots)."""
+    import logging
+
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--output", default="results/reproduction_v2")
+    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--max-runs", type=int, default=None,
+                        help="stop after this many new runs (the rest resumes later)")  # fmt: skip
+    parser.add_argument("--keys", nargs="*", default=None, help="train only these models")
+    parser.add_argument("--summarize-only", action="store_true")
+    args = parser.parse_args(argv)
+    from headsize_tf.data import corpora
+
+    quiet_tensorflow()
+    preset = PRESETS[args.preset]
+    experiments = plan(preset)
+    out = pathlib.Path(args.output)
+    data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
+    if preset.sequence_length != corpora.PrepareOptions().seq_length:
+        data_dir = data_dir / f"seq{preset.sequence_length}"
+    if not args.summarize_only:
+        corpora.prepare("austen", data_dir,
+                        corpora.PrepareOptions(seq_length=preset.sequence_length))  # fmt: skip
+        with native_logs_to(pathlib.Path(args.work_dir) / "native.log"):
+            run_pending(args, preset, experiments, out, data_dir)
+    runs = load_runs(out, preset)
+    summary = summarize(preset, experiments, runs)
+    left = pending(preset, experiments, runs)
+    complete = not left
+    status = (f"Status: {len(runs)} runs finished on "
+              f"{', '.join(sorted({r['device'] for r in runs.values()})) or 'no device yet'}; "
+              + ("all planned runs are in." if complete else
+                 f"at least {len(left)} to go (more follow once each sweep is complete): rerun "
+                 "the command to continue; no claim is judged before every run is in."))  # fmt: skip
+    judged = verdicts({k: summary[k] for k in ("R1", "R2")}) if complete else []
+    ordered = orderings(summary)
+    given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--summarize-only"]
+    given = [a for i, a in enumerate(given)
+             if a != "--max-runs" and (i == 0 or given[i - 1] != "--max-runs")]  # fmt: skip
+    command = "python -m headsize_tf.experiments.reproduce_v2 " + " ".join(given)
+    write_json(out / "reproduction.json", {"command": command, "preset": args.preset,
+                                           **summary, "orderings": ordered,
+                                           "verdicts": judged, "complete": complete})  # fmt: skip
+    write_atomic(out / "README.md",
+                 markdown(summary, args.preset, preset, command, status, judged, ordered))  # fmt: skip
+    plot(summary, out)
+    print(status)
+    return 0
+
+
+__all__ = ["PRESETS", "Preset", "compare", "main", "plan"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

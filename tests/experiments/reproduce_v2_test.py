@@ -1,0 +1,149 @@
+"""The R1/R2 reproduction runner: plan, per-model learning rate, curves, resume, verdicts."""
+
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from headsize_tf.experiments import reproduce_v2 as rv2
+
+TEST = rv2.PRESETS["test"]
+
+
+class PlanTest(tf.test.TestCase):
+    def test_pairs_have_equal_parameters_and_heads_below_the_sequence(self):
+        for name in ("cpu", "gpu"):
+            preset = rv2.PRESETS[name]
+            experiments = rv2.plan(preset)
+            r1 = experiments["R1"]
+            for base, fixed in zip(r1[0::2], r1[1::2], strict=True):
+                self.assertEqual(base.kind, "standard")
+                self.assertEqual((fixed.width, fixed.head_size), (preset.width, 32))
+                self.assertLess(abs(fixed.params(preset) / base.params(preset) - 1), 0.05)
+            self.assertEqual([m.width for m in r1[0::2]],
+                             [preset.width, preset.width * 3 // 2, 2 * preset.width])  # fmt: skip
+            for model in rv2.unique_models(experiments).values():
+                # Theorem 1's regime: every head is smaller than the sequence.
+                self.assertLess(model.head_size, preset.sequence_length)
+            r2 = experiments["R2"]
+            self.assertEqual([m.heads for m in r2[0::2]], list(preset.r2_heads))
+            self.assertEqual({m.head_size for m in r2[1::2]}, {32})
+            self.assertEqual([m.head_size for m in r2[0::2]],
+                             [preset.width // h for h in preset.r2_heads])  # fmt: skip
+
+    def test_settled_from(self):
+        self.assertEqual(rv2.settled_from([3.0, -1.0, -2.0, -0.5]), 1)
+        self.assertEqual(rv2.settled_from([-1.0, 2.0, -1.0]), 2)
+        self.assertEqual(rv2.settled_from([1.0, 1.0]), 0)
+        self.assertIsNone(rv2.settled_from([]))
+
+
+def _fake_runs(out: pathlib.Path, preset: rv2.Preset, test_ppl, valid_ppl) -> None:
+    """Every run of the plan as a file, with perplexities from the given functions."""
+    experiments = rv2.plan(preset)
+    runs: dict = {}
+    while todo := rv2.pending(preset, experiments, runs):
+        for model, lr, seed in todo:
+            curve = [{"step": s, "perplexity": valid_ppl(model, lr, seed, s), "loss": 0.0}
+                     for s in (2, 4)]  # fmt: skip
+            record = {**model.row(preset), "kind": model.kind, "learning_rate": lr,
+                      "seed": seed, "preset": dataclasses.asdict(preset), "curve": curve,
+                      "test_perplexity": test_ppl(model, seed), "device": "CPU: test"}  # fmt: skip
+            runs[model.key, lr, seed] = record
+            path = out / "runs" / f"{rv2.run_name(model.key, lr, seed)}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record))
+
+
+class SummaryTest(tf.test.TestCase):
+    def test_learning_rate_choice_orderings_and_verdicts_from_files(self):
+        out = pathlib.Path(self.get_temp_dir()) / "rv2"
+        lrs = TEST.learning_rates
+
+        def valid(model, lr, seed, step):
+            # Fixed heads prefer the larger rate, baselines the smaller one; fixed is
+            # behind at the first checkpoint and ahead at the last.
+            best = lrs[-1] if model.kind == "fixed_head" else lrs[0]
+            order = (10.0 if step == 2 else -10.0) if model.kind == "fixed_head" else 0.0
+            return 100.0 + (0.0 if lr == best else 20.0) + order
+
+        def test(model, seed):
+            return (90.0 if model.kind == "fixed_head" else 100.0) + seed * 0.1
+
+        _fake_runs(out, TEST, test, valid)
+        self.assertEqual(rv2.main(["--preset", "test", "--output", str(out),
+                                   "--summarize-only"]), 0)  # fmt: skip
+        summary = json.loads((out / "reproduction.json").read_text())
+        self.assertTrue(summary["complete"])
+        # A model in two places of the plan (e.g. 2 heads of 8 at width 16 is both the
+        # R2 baseline and the fixed-head model) is one model: one learning rate, one set of runs.
+        models = rv2.unique_models(rv2.plan(TEST))
+        for row in summary["R1"] + summary["R2"]:
+            model = models[row["key"]]
+            self.assertEqual(row["learning_rate"],
+                             lrs[-1] if model.kind == "fixed_head" else lrs[0])  # fmt: skip
+            self.assertEqual(row["seeds"], [0, 1, 2])
+            want = [test(model, s) for s in (0, 1, 2)]
+            self.assertAllClose([row["mean"], row["std"]], [np.mean(want), np.std(want)])
+        verdicts = {v["claim"][:3]: v["verdict"] for v in summary["verdicts"]}
+        self.assertEqual(verdicts["R1:"], "reproduced")
+        for order in summary["orderings"]:
+            self.assertEqual(order["steps"], [2, 4])
+            self.assertEqual(order["settled_from_step"], 4)
+            self.assertFalse(order["settled"])  # The sign changed at the last checkpoint.
+        readme = (out / "README.md").read_text()
+        self.assertIn("all planned runs are in", readme)
+        self.assertIn("| R1 |", readme)
+        self.assertGreater((out / "reproduction.png").stat().st_size, 10_000)
+        self.assertGreater((out / "curves.png").stat().st_size, 10_000)
+
+    def test_no_verdict_before_every_run_is_in(self):
+        out = pathlib.Path(self.get_temp_dir()) / "partial"
+        _fake_runs(out, TEST, lambda m, s: 100.0, lambda m, lr, s, st: 100.0 + lr)
+        next((out / "runs").glob("*seed2.json")).unlink()
+        rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"])
+        summary = json.loads((out / "reproduction.json").read_text())
+        self.assertFalse(summary["complete"])
+        self.assertEqual(summary["verdicts"], [])
+        self.assertIn("no claim is judged", (out / "README.md").read_text())
+
+
+class TrainingTest(tf.test.TestCase):
+    @pytest.fixture(autouse=True)
+    def _env(self, austen_data_dir, tmp_path, capsys):
+        self.data_dir = str(austen_data_dir)
+        self.tmp = tmp_path
+        self.capsys = capsys
+
+    def test_runs_record_curves_and_a_rerun_resumes(self):
+        out = self.tmp / "out"
+        argv = ["--preset", "test", "--output", str(out), "--work-dir", str(self.tmp / "work"),
+                "--data-dir", self.data_dir]  # fmt: skip
+        self.assertEqual(rv2.main([*argv, "--max-runs", "1"]), 0)
+        files = sorted((out / "runs").glob("*.json"))
+        self.assertLen(files, 1)
+        for path in files:
+            record = json.loads(path.read_text())
+            self.assertEqual(record["seed"], 0)  # The sweep comes first.
+            self.assertEqual([p["step"] for p in record["curve"]], [2, 4])
+            self.assertTrue(np.isfinite(record["test_perplexity"]))
+            # The test split is not the validation split of the curve.
+            self.assertNotAlmostEqual(record["test_perplexity"], record["curve"][-1]["perplexity"])
+            self.assertTrue(record["device"].startswith("CPU: "))
+        first = {p.name: p.stat().st_mtime_ns for p in files}
+        self.capsys.readouterr()
+        self.assertEqual(rv2.main([*argv, "--max-runs", "1"]), 0)
+        printed = self.capsys.readouterr().out
+        self.assertEqual(printed.count("[done]"), 1)
+        now = sorted((out / "runs").glob("*.json"))
+        self.assertLen(now, 2)
+        self.assertEqual({p.name: p.stat().st_mtime_ns for p in now if p.name in first}, first)
+        readme = (out / "README.md").read_text()
+        self.assertIn("2 runs finished", readme)
+        self.assertTrue(list((self.tmp / "work").glob("*.log")))  # The trainer's own log.
+        self.assertNotIn(
+            "--max-runs", json.loads((out / "reproduction.json").read_text())["command"]
+        )
