@@ -77,7 +77,8 @@ class Preset:
 
 
 PRESETS = {
-    # 2 CPU cores: ~10 minutes a run. 4 layers, sequence 256 (heads of 16 and 32 < n).
+    # 2 CPU cores: ~9 minutes a run (0.3 s a step). 4 layers, sequence 256 (every head
+    # size < n); 1600 steps of 16 x 256 tokens = 8.9 epochs of Austen's 742k training tokens.
     "cpu": Preset(
         layers=4,
         sequence_length=256,
@@ -315,11 +316,11 @@ def best_learning_rate(key: str, preset: Preset, runs: dict) -> float | None:
 
 def pending(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
             seeds: Sequence[int] = (0, 1, 2)) -> list[tuple[Model, float, int]]:  # fmt: skip
-    """Runs still to do, sweep first (seed 0 at every learning rate), then the seeds."""
-    models = unique_models(experiments)
-    todo = [(m, lr, 0) for m in models.values() for lr in preset.learning_rates
-            if (m.key, lr, 0) not in runs]  # fmt: skip
-    for model in models.values():
+    """Runs still to do, model by model: its sweep (seed 0 at every learning rate), then
+    its other seeds at the chosen rate; so compared pairs complete early."""
+    todo = []
+    for model in unique_models(experiments).values():
+        todo += [(model, lr, 0) for lr in preset.learning_rates if (model.key, lr, 0) not in runs]
         lr = best_learning_rate(model.key, preset, runs)
         if lr is not None:
             todo += [(model, lr, s) for s in seeds if s != 0 and (model.key, lr, s) not in runs]
