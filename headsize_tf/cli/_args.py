@@ -72,9 +72,11 @@ class _PretrainedNames(Sequence):
         return name in self._names()
 
 
-def add_model_source(p: argparse.ArgumentParser) -> None:
-    """`--model NAME` or `--checkpoint DIR` (exactly one)."""
+def add_model_source(p: argparse.ArgumentParser, model_dir_help: str | None = None) -> None:
+    """`--model NAME` or `--checkpoint DIR` (or, given its help, `--model_dir DIR`): one."""
     source = p.add_mutually_exclusive_group(required=True)
+    if model_dir_help:
+        source.add_argument("--model_dir", "--model-dir", dest="model_dir", help=model_dir_help)
     source.add_argument(
         "--model", choices=_PretrainedNames(), help="a registered pretrained encoder"
     )

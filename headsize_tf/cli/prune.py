@@ -19,7 +19,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "curve.png. The data are the built-in sentiment task (default), a labelled CSV / TSV / "
         "JSONL file (--data-file) or a TFDS GLUE task (--tfds).",
     )
-    add_model_source(p)
+    add_model_source(
+        p,
+        model_dir_help="a `headsize-tf train` model_dir of a causal LM "
+        "(headsize_lm/language_modeling): importance from its LM loss on its own training "
+        "data, perplexity on its validation data; writes a pruned model_dir",
+    )
     add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
     exclusive = source.add_mutually_exclusive_group()
@@ -92,6 +97,8 @@ def _run_keras3(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.pruning import prune
 
+    if getattr(args, "model_dir", None):
+        return _run_language_model(args)
     if args.framework == "keras3":
         report = _run_keras3(args)
         _print_report(args, report)
@@ -119,6 +126,43 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     _print_report(args, report)
+    return 0
+
+
+def _run_language_model(args: argparse.Namespace) -> int:
+    import json
+    import pathlib
+
+    from headsize_tf.pruning.language_model import prune_language_model
+    from headsize_tf.training.train import EXPERIMENT_FILE
+
+    marker = pathlib.Path(args.model_dir) / EXPERIMENT_FILE
+    if not marker.exists():
+        raise ValueError(f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
+                         f"(no {EXPERIMENT_FILE}).")  # fmt: skip
+    experiment = json.loads(marker.read_text())["experiment"]
+    if experiment != "headsize_lm/language_modeling":
+        raise ValueError(f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
+                         "takes headsize_lm/language_modeling runs (classifiers: --checkpoint "
+                         "or --model with --data...).")  # fmt: skip
+    if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
+        raise ValueError("--model_dir prunes the LM on its own data: drop --framework keras3 "
+                         "and the data options.")  # fmt: skip
+    report = prune_language_model(args.model_dir, args.output,
+                                  target_fraction=args.target_fraction, step=args.step,
+                                  recompute=not args.no_recompute,
+                                  min_heads_per_layer=args.min_heads_per_layer,
+                                  overwrite=args.overwrite)  # fmt: skip
+    print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
+    for point in report["curve"]:
+        print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
+              f"{point['heads_per_layer']}")  # fmt: skip
+    ppl, speed = report["perplexity"], report["decoding_tokens_per_second"]
+    print(f"params: {report['params']['original']} -> {report['params']['pruned']}; perplexity "
+          f"after removal {ppl['pruned']:.2f} (masked {ppl['masked']:.2f}); cached decoding "
+          f"{speed['original']:.0f} -> {speed['pruned']:.0f} tokens/s "
+          f"({report['decoding_speedup']:.2f}x)")  # fmt: skip
+    print(f"output (a model_dir): {args.output}")
     return 0
 
 
