@@ -22,8 +22,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_model_source(
         p,
         model_dir_help="a `headsize-tf train` model_dir of a causal LM "
-        "(headsize_lm/language_modeling): importance from its LM loss on its own training "
-        "data, perplexity on its validation data; writes a pruned model_dir",
+        "(headsize_lm/language_modeling) or a translation model (headsize_seq2seq/translation): "
+        "importance from its own loss on its own training data, perplexity on its validation "
+        "data; writes a pruned model_dir",
     )
     add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
@@ -56,6 +57,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--no-recompute", action="store_true",
                    help="score heads once on the unpruned model")  # fmt: skip
     p.add_argument("--min-heads-per-layer", type=int, default=1)
+    p.add_argument("--attention-kinds", nargs="+", default=None,
+                   choices=["encoder_self", "decoder_self", "encoder_decoder"],
+                   help="--model_dir of a translation model: the kinds of attention pruned "
+                   "(default: all three)")  # fmt: skip
     p.add_argument("--finetune-epochs", type=float, default=2.0)
     p.add_argument("--importance-examples", type=_positive_int, default=1024)
     p.add_argument("--output", required=True)
@@ -141,29 +146,46 @@ def _run_language_model(args: argparse.Namespace) -> int:
         raise ValueError(f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
                          f"(no {EXPERIMENT_FILE}).")  # fmt: skip
     experiment = json.loads(marker.read_text())["experiment"]
-    if experiment != "headsize_lm/language_modeling":
+    if experiment not in ("headsize_lm/language_modeling", "headsize_seq2seq/translation"):
         raise ValueError(f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
-                         "takes headsize_lm/language_modeling runs (classifiers: --checkpoint "
-                         "or --model with --data...).")  # fmt: skip
+                         "takes headsize_lm/language_modeling and headsize_seq2seq/translation "
+                         "runs (classifiers: --checkpoint or --model with --data...).")  # fmt: skip
     if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
-        raise ValueError("--model_dir prunes the LM on its own data: drop --framework keras3 "
+        raise ValueError("--model_dir prunes the model on its own data: drop --framework keras3 "
                          "and the data options.")  # fmt: skip
-    report = prune_language_model(args.model_dir, args.output,
-                                  target_fraction=args.target_fraction, step=args.step,
-                                  recompute=not args.no_recompute,
-                                  min_heads_per_layer=args.min_heads_per_layer,
-                                  overwrite=args.overwrite)  # fmt: skip
+    schedule = dict(target_fraction=args.target_fraction, step=args.step,
+                    recompute=not args.no_recompute, min_heads_per_layer=args.min_heads_per_layer,
+                    overwrite=args.overwrite)  # fmt: skip
+    if experiment == "headsize_seq2seq/translation":
+        from headsize_tf.pruning.translation import KINDS, prune_translation_model
+
+        report = prune_translation_model(args.model_dir, args.output,
+                                          kinds=args.attention_kinds or KINDS, **schedule)  # fmt: skip
+        print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
+        for point in report["curve"]:
+            print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
+                  + ", ".join(f"{k} {v}" for k, v in point["heads"].items()))  # fmt: skip
+        _print_totals(args, report)
+        return 0
+    if args.attention_kinds:
+        raise ValueError("--attention-kinds is for translation model_dirs; a causal LM has "
+                         "decoder self-attention only.")  # fmt: skip
+    report = prune_language_model(args.model_dir, args.output, **schedule)
     print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
     for point in report["curve"]:
         print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
               f"{point['heads_per_layer']}")  # fmt: skip
+    _print_totals(args, report)
+    return 0
+
+
+def _print_totals(args: argparse.Namespace, report: dict) -> None:
     ppl, speed = report["perplexity"], report["decoding_tokens_per_second"]
     print(f"params: {report['params']['original']} -> {report['params']['pruned']}; perplexity "
           f"after removal {ppl['pruned']:.2f} (masked {ppl['masked']:.2f}); cached decoding "
           f"{speed['original']:.0f} -> {speed['pruned']:.0f} tokens/s "
           f"({report['decoding_speedup']:.2f}x)")  # fmt: skip
     print(f"output (a model_dir): {args.output}")
-    return 0
 
 
 def _print_report(args: argparse.Namespace, report: dict) -> None:

@@ -6,6 +6,7 @@ The task (pipeline, loss, metrics) is `headsize_tf.tasks.translation`.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from official.core import config_definitions as cfg
 from official.modeling import hyperparams
@@ -33,6 +34,10 @@ class Seq2SeqConfig(hyperparams.Config):
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
     initializer_range: float = 0.02
+    # Heads removed by `headsize-tf prune --model_dir` (JSON of HeadsizeSeq2Seq's
+    # `pruned_heads`: {"encoder": [{"self_attention": [...]}, ...], "decoder":
+    # [{"self_attention": [...], "cross_attention": [...]}, ...]}); "" = none.
+    pruned_heads: str = ""
 
 
 @dataclasses.dataclass
@@ -67,7 +72,14 @@ def validate(config: Seq2SeqConfig) -> None:
 
 def build_seq2seq(config: Seq2SeqConfig) -> HeadsizeSeq2Seq:
     validate(config)
-    return HeadsizeSeq2Seq(**config.as_dict())
+    fields = config.as_dict()
+    pruned = fields.pop("pruned_heads", "")
+    if pruned:
+        try:
+            fields["pruned_heads"] = json.loads(pruned)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"task.model.pruned_heads is not JSON ({err}): {pruned!r}") from None
+    return HeadsizeSeq2Seq(**fields)
 
 
 def to_spec(config: Seq2SeqConfig) -> params.EncoderSpec:

@@ -154,27 +154,27 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
     config.pop("name", None)
     new = HeadsizeCausalLM.from_config(config)
     new(tf.zeros([1, 2], tf.int32))
-    attention_ids = {id(v) for layer in layers for v in layer.weights}
-    old_rest = [v for v in lm.weights if id(v) not in attention_ids]
-    new_attention_ids = {id(v) for layer in new.attention_layers for v in layer.weights}
-    new_rest = [v for v in new.weights if id(v) not in new_attention_ids]
-    for old, fresh in zip(old_rest, new_rest, strict=True):
-        if tuple(old.shape) != tuple(fresh.shape):
-            raise ValueError(f"{old.name} and {fresh.name} differ in shape.")
-        fresh.assign(old)
+    copy_other_weights(lm, new)
     for i, (old_layer, new_layer) in enumerate(zip(layers, new.attention_layers, strict=True)):
         copy_kept_heads(old_layer, new_layer, keep[i])
     return new
 
 
-def decoding_speed(lm: HeadsizeCausalLM, prompts: np.ndarray, new_tokens: int = 32,
-                   repeats: int = 3) -> float:  # fmt: skip
-    """Generated tokens/s of cached greedy decoding (best of `repeats` after a warm-up)."""
-    step = tf.function(lm.decode_step, reduce_retracing=True)
+def decoding_speed(model, prompts: np.ndarray, new_tokens: int = 32, repeats: int = 3,
+                   source_ids: np.ndarray | None = None) -> float:  # fmt: skip
+    """Generated tokens/s of cached greedy decoding (best of `repeats` after a warm-up).
+
+    `model` is a `HeadsizeCausalLM`, or a `HeadsizeSeq2Seq` with `source_ids`
+    (the cache then starts with the encoded source).
+    """
+    step = tf.function(model.decode_step, reduce_retracing=True)
 
     def run():
         ids = tf.convert_to_tensor(prompts, tf.int32)
-        cache = lm.init_cache(tf.shape(ids)[0])
+        if source_ids is None:
+            cache = model.init_cache(tf.shape(ids)[0])
+        else:
+            cache = model.init_cache(tf.convert_to_tensor(source_ids, tf.int32))
         logits, cache = step(ids, cache, tf.constant(0))
         for t in range(new_tokens):
             next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)[:, tf.newaxis]
@@ -190,10 +190,27 @@ def decoding_speed(lm: HeadsizeCausalLM, prompts: np.ndarray, new_tokens: int = 
     return float(prompts.shape[0] * new_tokens / best)
 
 
-def save_model_dir(params, lm: HeadsizeCausalLM, output: str | os.PathLike,
-                   extra_files: dict[str, str] | None = None, overwrite: bool = False) -> pathlib.Path:  # fmt: skip
-    """Writes `lm` as a `headsize-tf train` model_dir (params.yaml with its attention,
-    experiment name, checkpoint) atomically."""
+def copy_other_weights(source: tf_keras.Model, target: tf_keras.Model) -> None:
+    """Copies every weight outside the attention layers, in creation order (same structure)."""
+
+    def rest(model):
+        ids = {id(v) for layer in model.attention_layers for v in layer.weights}
+        return [v for v in model.weights if id(v) not in ids]
+
+    for old, fresh in zip(rest(source), rest(target), strict=True):
+        if tuple(old.shape) != tuple(fresh.shape):
+            raise ValueError(f"{old.name} and {fresh.name} differ in shape.")
+        fresh.assign(old)
+
+
+def save_model_dir(params, model: tf_keras.Model, output: str | os.PathLike,
+                   experiment: str = "headsize_lm/language_modeling",
+                   model_override: dict[str, Any] | None = None,
+                   extra_files: dict[str, str] | None = None,
+                   overwrite: bool = False) -> pathlib.Path:  # fmt: skip
+    """Writes `model` as a `headsize-tf train` model_dir atomically: `params.yaml` with
+    `model_override` applied to task.model (default: the LM's attention spec), the
+    experiment name, a checkpoint and `extra_files`."""
     from official.core import train_utils
 
     from headsize_tf.training.train import EXPERIMENT_FILE
@@ -201,15 +218,15 @@ def save_model_dir(params, lm: HeadsizeCausalLM, output: str | os.PathLike,
     output = pathlib.Path(output)
     if output.exists() and not overwrite:
         raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    if model_override is None:
+        model_override = {"attention": model.attention_spec.to_dict()}
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
     try:
-        params = params.replace(task={"model": {"attention": lm.attention_spec.to_dict()}})
+        params = params.replace(task={"model": model_override})
         train_utils.serialize_config(params, str(tmp))
-        (tmp / EXPERIMENT_FILE).write_text(
-            json.dumps({"experiment": "headsize_lm/language_modeling"})
-        )
-        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=lm), str(tmp), 1)
+        (tmp / EXPERIMENT_FILE).write_text(json.dumps({"experiment": experiment}))
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp), 1)
         manager.save(checkpoint_number=0)
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
@@ -318,7 +335,8 @@ def prune_language_model(
         "decoding_tokens_per_second": speed,
         "decoding_speedup": speed["pruned"] / speed["original"],
     }
-    path = save_model_dir(params, pruned, output, {REPORT_FILE: json.dumps(report, indent=2)},
+    path = save_model_dir(params, pruned, output,
+                          extra_files={REPORT_FILE: json.dumps(report, indent=2)},
                           overwrite=overwrite)  # fmt: skip
     plot_report(report, path)
     return report
@@ -345,6 +363,7 @@ def plot_report(report: dict[str, Any], directory: str | os.PathLike) -> None:
 
 
 __all__ = [
+    "copy_other_weights",
     "decoding_speed",
     "lm_importance",
     "perplexity",

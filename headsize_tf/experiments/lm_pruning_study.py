@@ -1,0 +1,276 @@
+"""Michel et al. (2019) on a language model trained here: which heads does an LM need?
+
+A causal LM (4 pre-LN layers, width 128, 8 heads of 16, sequence 128) is
+trained on Jane Austen's novels (`headsize-tf train`), then:
+
+1. *Importance-ordered pruning* (`headsize-tf prune --model_dir`): heads
+   scored by E|dL/dxi_h| of the LM loss, normalised per layer, 10% of all
+   heads pruned at a time with the scores recomputed, down to 80% (every
+   layer keeps one head); validation perplexity at each step; the pruned
+   heads removed and cached greedy decoding timed before and after.
+2. *Random order* (3 seeds): the same schedule with uniformly random heads,
+   the paper's control.
+3. *One head per layer* (their Table 2): each layer alone reduced to its most
+   important head, the rest intact.
+4. *Decoding speed at 50% of heads removed*, side by side with the unpruned
+   model.
+
+Each step writes its own file under `runs/`, so a rerun skips finished steps;
+the summary is rebuilt from the files.
+
+    python -m headsize_tf.experiments.lm_pruning_study --output results/lm_pruning
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+
+LAYERS, WIDTH, HEADS = 4, 128, 8
+TARGET, STEP = 0.8, 0.1
+
+
+def _override(steps: int) -> dict[str, Any]:
+    return {
+        "task": {
+            "model": {"vocab_size": 4096, "hidden_size": WIDTH, "num_layers": LAYERS,
+                      "attention": {"kind": "standard", "num_heads": HEADS},
+                      "intermediate_size": 4 * WIDTH, "max_sequence_length": 128,
+                      "dropout_rate": 0.1},
+            "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
+                           "global_batch_size": 16, "seq_length": 128},
+            "validation_data": {"input_path": "${DATA_DIR}/austen/lm_valid.tfrecord",
+                                "global_batch_size": 32, "seq_length": 128,
+                                "is_training": False, "drop_remainder": False},
+        },
+        "trainer": {
+            "train_steps": steps, "validation_steps": 10, "steps_per_loop": 200,
+            "summary_interval": 200, "checkpoint_interval": 400, "validation_interval": steps,
+            "optimizer_config": {
+                "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
+                "learning_rate": {"polynomial": {"initial_learning_rate": 2e-3,
+                                                 "decay_steps": steps}},
+                "warmup": {"polynomial": {"warmup_steps": steps // 10}},
+            },
+        },
+    }  # fmt: skip
+
+
+def _step(out: pathlib.Path, name: str, title: str, work: Callable[[], dict]) -> dict:
+    path = out / "runs" / f"{name}.json"
+    if path.exists():
+        print(f"[{name}] reusing {path}", flush=True)
+        return json.loads(path.read_text())
+    print(f"[{name}] {title} ...", flush=True)
+    start = time.perf_counter()
+    record = {**work(), "seconds": time.perf_counter() - start}
+    write_json(path, record)
+    print(f"[{name}] done in {record['seconds']:.0f} s", flush=True)
+    return record
+
+
+def _load(model_dir: str, windows: int):
+    from headsize_tf.pruning import language_model as plm
+    from headsize_tf.training import train
+
+    params, lm = train.load_trained_model(model_dir)
+    return lm, plm.lm_data(params, windows, windows)
+
+
+def random_curve(model_dir: str, seed: int, windows: int) -> dict:
+    """Perplexity along the same schedule with uniformly random heads (seeded)."""
+    from headsize_tf.core.pruning_plan import iterative_pruning
+    from headsize_tf.pruning import language_model as plm
+
+    lm, data = _load(model_dir, windows)
+    scores = np.random.default_rng(seed).random([LAYERS, HEADS])
+
+    def metric(mask):
+        plm.set_lm_head_mask(lm, mask)
+        return plm.perplexity(lm, data.evaluation)
+
+    steps = iterative_pruning((LAYERS, HEADS), lambda mask: scores, metric,
+                              target_fraction=TARGET, step=STEP, recompute=False,
+                              min_heads_per_layer=1, progress=False)  # fmt: skip
+    return {"seed": seed, "curve": [{"fraction": s.fraction, "perplexity": s.metric}
+                                    for s in steps]}  # fmt: skip
+
+
+def one_head_per_layer(model_dir: str, importance: np.ndarray, windows: int) -> dict:
+    """Perplexity with one layer reduced to its most important head (Michel et al. Table 2)."""
+    from headsize_tf.pruning import language_model as plm
+
+    lm, data = _load(model_dir, windows)
+    rows = []
+    for layer in range(LAYERS):
+        mask = np.ones([LAYERS, HEADS], np.float32)
+        mask[layer] = 0
+        mask[layer, int(np.nanargmax(importance[layer]))] = 1
+        plm.set_lm_head_mask(lm, mask)
+        rows.append({"layer": layer, "kept_head": int(np.nanargmax(importance[layer])),
+                     "perplexity": plm.perplexity(lm, data.evaluation)})  # fmt: skip
+    plm.set_lm_head_mask(lm, np.ones([LAYERS, HEADS], np.float32))
+    return {"unpruned": plm.perplexity(lm, data.evaluation), "layers": rows}
+
+
+def half_removed_speed(model_dir: str, importance: np.ndarray, windows: int) -> dict:
+    """Cached greedy decoding tokens/s, unpruned vs the 50% least important heads removed."""
+    from headsize_tf.pruning import language_model as plm
+
+    lm, data = _load(model_dir, windows)
+    mask = np.ones([LAYERS, HEADS], np.float32)
+    for layer in range(LAYERS):
+        mask[layer, np.argsort(importance[layer])[: HEADS // 2]] = 0
+    pruned = plm.remove_lm_heads(lm, mask)
+    prompts = data.evaluation[0][0][:16, :16]
+    # Interleaved: each model timed in turn, best of 3 rounds each.
+    speeds: dict[str, list[float]] = {"unpruned": [], "half_removed": []}
+    for _ in range(3):
+        speeds["unpruned"].append(plm.decoding_speed(lm, prompts, 64, repeats=1))
+        speeds["half_removed"].append(plm.decoding_speed(pruned, prompts, 64, repeats=1))
+    best = {k: max(v) for k, v in speeds.items()}
+    return {"tokens_per_second": best, "speedup": best["half_removed"] / best["unpruned"],
+            "params": {"unpruned": int(lm.count_params()),
+                       "half_removed": int(pruned.count_params())},
+            "batch": 16, "prompt": 16, "new_tokens": 64}  # fmt: skip
+
+
+def summarize(out: pathlib.Path, command: str) -> dict:
+    runs = {p.stem: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))}
+    prune = runs["importance_pruning"]
+    randoms = [runs[k] for k in sorted(runs) if k.startswith("random_seed")]
+    layers = runs["one_head_per_layer"]
+    speed = runs["half_removed_speed"]
+    fractions = [c["fraction"] for c in prune["curve"]]
+    random_ppl = np.array([[c["perplexity"] for c in r["curve"]] for r in randoms])
+    lines = ["# Michel et al. (2019) on an Austen LM: importance-ordered vs random pruning", "",
+             f"Command: `{command}`", "",
+             f"Model: {LAYERS} pre-LN layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS} "
+             f"({LAYERS * HEADS} heads), sequence 128, trained {runs['train']['steps']} steps of "
+             f"16 x 128 tokens on Austen (validation perplexity "
+             f"{prune['perplexity']['original']:.2f} on 256 windows of Northanger Abbey). "
+             f"Importance: E|dL/dxi_h| on 256 training windows, normalised per layer, recomputed "
+             f"after each step of {100 * STEP:.0f}% of the heads; every layer keeps a head.", "",
+             "## Validation perplexity vs heads pruned", "",
+             "| heads pruned | importance order | random order (mean ± std, 3 seeds) | heads per layer (importance) |",
+             "|---:|---:|---:|---|"]  # fmt: skip
+    for i, c in enumerate(prune["curve"]):
+        rnd = (f"{random_ppl[:, i].mean():.2f} ± {random_ppl[:, i].std():.2f}"
+               if random_ppl.size else "—")  # fmt: skip
+        lines.append(f"| {100 * c['fraction']:.0f}% | {c['perplexity']:.2f} | {rnd} | "
+                     f"{c['heads_per_layer']} |")  # fmt: skip
+    within = [c["fraction"] for c in prune["curve"]
+              if c["perplexity"] <= 1.05 * prune["perplexity"]["original"]]  # fmt: skip
+    lines += ["", f"Up to {100 * max(within):.0f}% of the heads go with at most 5% higher "
+              "perplexity when removed in importance order.", "",
+              "## One head per layer (Michel et al. Table 2)", "",
+              f"Unpruned: {layers['unpruned']:.2f}.", "",
+              "| layer reduced to its best head | perplexity | change |", "|---:|---:|---:|"]  # fmt: skip
+    for row in layers["layers"]:
+        lines.append(f"| {row['layer']} (head {row['kept_head']}) | {row['perplexity']:.2f} | "
+                     f"{100 * (row['perplexity'] / layers['unpruned'] - 1):+.1f}% |")  # fmt: skip
+    ps = prune["decoding_tokens_per_second"]
+    hs = speed["tokens_per_second"]
+    lines += ["", "## Decoding speed (cached greedy decoding, CPU, side by side)", "",
+              f"- {100 * TARGET:.0f}% of heads removed (the importance-pruned model): "
+              f"{ps['original']:.0f} -> {ps['pruned']:.0f} tokens/s ({prune['decoding_speedup']:.2f}x; "
+              "batch 4, prompt 16, 32 new tokens).",
+              f"- 50% removed (the 4 least important heads of each layer): {hs['unpruned']:.0f} -> "
+              f"{hs['half_removed']:.0f} tokens/s ({speed['speedup']:.2f}x; batch 16, prompt 16, "
+              f"64 new tokens); parameters {speed['params']['unpruned']:,} -> "
+              f"{speed['params']['half_removed']:,}.", "",
+              "![curve](curve.png)", "", "![importance](importance.png)", ""]  # fmt: skip
+    write_atomic(out / "README.md", "\n".join(lines))
+    _plot(fractions, prune, random_ppl, out / "curve.png")
+    summary = {"command": command, "runs": runs}
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _plot(fractions, prune, random_ppl, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = [100 * f for f in fractions]
+    ax.plot(x, [c["perplexity"] for c in prune["curve"]], "o-", label="importance order")
+    if random_ppl.size:
+        ax.errorbar(x, random_ppl.mean(0), yerr=random_ppl.std(0), fmt="s--", capsize=3,
+                    label="random order (3 seeds)")  # fmt: skip
+    ax.set(xlabel="heads pruned (%)", ylabel="validation perplexity", yscale="log",
+           title="Austen LM, 32 heads")  # fmt: skip
+    ax.legend()
+    save_figure(fig, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output", default="results/lm_pruning")
+    parser.add_argument("--work-dir", default="/tmp/headsize_lm_pruning")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--windows", type=int, default=256,
+                        help="training windows for importance, validation windows for perplexity")  # fmt: skip
+    args = parser.parse_args(argv)
+    from headsize_tf.data import corpora
+    from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
+
+    quiet_tensorflow()
+    out = pathlib.Path(args.output)
+    work = pathlib.Path(args.work_dir)
+    model_dir = str(work / f"lm_steps{args.steps}")
+    data_dir = str(corpora.prepare("austen", args.data_dir).parent)
+    with native_logs_to(work / "native.log"):
+        _run(args, out, work, model_dir, data_dir)
+    command = "python -m headsize_tf.experiments.lm_pruning_study " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    summarize(out, command)
+    print((out / "README.md").read_text())
+    return 0
+
+
+def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: str) -> None:
+    from headsize_tf.pruning import language_model as plm
+    from headsize_tf.training import train
+
+    def train_lm():
+        work.mkdir(parents=True, exist_ok=True)
+        with open(f"{model_dir}.log", "a") as log, contextlib.redirect_stdout(log):
+            result = train.run("headsize_lm/language_modeling", model_dir,
+                               params_override=_override(args.steps), data_dir=data_dir)  # fmt: skip
+        return {"steps": args.steps, "validation_perplexity": result.metrics["perplexity"]}
+
+    _step(out, "train", f"training the LM, {args.steps} steps", train_lm)
+    pruned_dir = work / f"pruned_steps{args.steps}"
+    prune = _step(out, "importance_pruning", "importance-ordered pruning, removal, speed",
+                  lambda: plm.prune_language_model(
+                      model_dir, pruned_dir, target_fraction=TARGET, step=STEP,
+                      importance_windows=args.windows, eval_windows=args.windows,
+                      overwrite=True, progress=False))  # fmt: skip
+    plm.plot_report(prune, out)  # importance.png (and curve.png, redrawn by summarize)
+    importance = np.array([[np.nan if v is None else v for v in row]
+                           for row in prune["importance"]])  # fmt: skip
+    for seed in (0, 1, 2):
+        _step(out, f"random_seed{seed}", "random-order pruning",
+              lambda seed=seed: random_curve(model_dir, seed, args.windows))  # fmt: skip
+    _step(out, "one_head_per_layer", "each layer reduced to its best head",
+          lambda: one_head_per_layer(model_dir, importance, args.windows))  # fmt: skip
+    _step(out, "half_removed_speed", "decoding speed at 50% of heads removed",
+          lambda: half_removed_speed(model_dir, importance, args.windows))  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""Pruning the heads of a translation model trained by `headsize-tf train` (issue 14, item 3).
+
+The model trains on tfds' mock wmt14 data (no download works here) through the
+code users run on Colab; pruning then reads the same data from the model_dir's
+config.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from headsize_tf import cli
+from headsize_tf.modeling.decoding import greedy_decode
+from headsize_tf.pruning import language_model as plm
+from headsize_tf.pruning import translation as ptr
+from headsize_tf.training import train
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY_WMT = str(ROOT / "official_configs" / "cordonnier_nmt" / "tiny.yaml")
+LETTERS = list("abcdefghij")
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for c in LETTERS]
+SHORT = (
+    "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.summary_interval=10,"
+    "trainer.checkpoint_interval=20,trainer.validation_interval=20,trainer.validation_steps=1,"
+    "task.model.vocab_size=25,task.train_data.global_batch_size=8,"
+    "task.validation_data.global_batch_size=8"
+)
+
+
+def mock():
+    return tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(model_dir, data_dir): a tiny standard seq2seq (2 + 2 layers of 4 heads), 20 steps."""
+    data_dir = tmp_path_factory.mktemp("data")
+    (data_dir / "wmt14").mkdir()
+    (data_dir / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))
+    model_dir = str(data_dir / "model")
+    with mock():
+        train.run("headsize_seq2seq/translation", model_dir, [TINY_WMT], SHORT,
+                  data_dir=str(data_dir))  # fmt: skip
+    return model_dir
+
+
+def test_removal_equals_masking_per_kind_and_cached_decoding_agrees(trained):
+    _, model = train.load_trained_model(trained)
+    rows = ptr.attention_rows(model)
+    assert [r.kind for r in rows] == ["encoder_self"] * 2 + ["decoder_self", "encoder_decoder"] * 2
+    mask = np.ones([6, 4], np.float32)
+    mask[0, 1] = mask[2, [0, 3]] = mask[5, 2] = 0  # One of each kind.
+    pruned = ptr.remove_seq2seq_heads(model, mask)
+    assert [r.attention.num_heads for r in ptr.attention_rows(pruned)] == [3, 4, 2, 4, 4, 3]
+    assert pruned.get_config()["pruned_heads"] == {
+        "encoder": [{"self_attention": [1]}, {"self_attention": []}],
+        "decoder": [{"self_attention": [0, 3], "cross_attention": []},
+                    {"self_attention": [], "cross_attention": [2]}],
+    }  # fmt: skip
+    rng = np.random.default_rng(0)
+    features = {"inputs": rng.integers(5, 25, (3, 9)).astype(np.int32),
+                "targets": rng.integers(5, 25, (3, 7)).astype(np.int32)}  # fmt: skip
+    ptr.set_seq2seq_head_mask(model, mask)
+    np.testing.assert_allclose(pruned(features).numpy(), model(features).numpy(), atol=1e-5)
+    # Each removed head held 4 * 64 * 16 kernel weights and 3 * 16 biases.
+    assert model.count_params() - pruned.count_params() == 4 * (4 * 64 * 16 + 3 * 16)
+    start = np.full([3, 1], 2, np.int32)
+    cached = greedy_decode(pruned, start, 6, source_ids=features["inputs"]).numpy()
+    uncached = greedy_decode(pruned, start, 6, use_cache=False, source_ids=features["inputs"])
+    np.testing.assert_array_equal(cached, uncached.numpy())
+    # Pruning again works in the original head numbering.
+    again = np.ones([6, 4], np.float32)
+    again[0, 0] = 0  # Position 0 of layer 0 is original head 0 (head 1 is gone).
+    twice = ptr.remove_seq2seq_heads(pruned, again)
+    assert twice.get_config()["pruned_heads"]["encoder"][0] == {"self_attention": [0, 1]}
+
+
+def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
+    out = tmp_path / "pruned"
+    argv = ["prune", "--model_dir", trained, "--attention-kinds", "encoder_decoder",
+            "--target-fraction", "0.25", "--step", "0.125", "--output", str(out)]  # fmt: skip
+    with mock():
+        assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / plm.REPORT_FILE).read_text())
+    assert [c["fraction"] for c in report["curve"]] == [0.0, 0.125, 0.25]
+    heads = report["heads"]["pruned"]
+    assert heads["encoder_self"] == [4, 4] and heads["decoder_self"] == [4, 4]
+    assert sum(heads["encoder_decoder"]) == 6  # 25% of the 8 encoder-decoder heads went.
+    assert report["perplexity"]["pruned"] == pytest.approx(report["perplexity"]["masked"], 1e-4)
+    assert f"{report['decoding_speedup']:.2f}x" in printed
+    params, model = train.load_trained_model(str(out))
+    assert json.loads(params.task.model.pruned_heads) == report["pruned_heads"]
+    assert model.count_params() == report["params"]["pruned"]
+    assert [
+        r.attention.num_heads for r in ptr.attention_rows(model) if r.kind == "encoder_decoder"
+    ] == heads["encoder_decoder"]
+    export = ["export", "--model_dir", str(out), "--task", "translation",
+              "--output", str(tmp_path / "export")]  # fmt: skip
+    assert cli.main(export) == 0
+    loaded = tf.saved_model.load(str(tmp_path / "export" / "1"))
+    assert loaded.signatures["serving_default"](text=tf.constant(["abc de"]))
+
+
+def test_bad_kinds_are_one_line_errors(trained, tmp_path, capsys):
+    lm_args = ["prune", "--model_dir", trained, "--attention-kinds", "cross", "--output",
+               str(tmp_path / "o")]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(lm_args)
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'cross'" in capsys.readouterr().err
