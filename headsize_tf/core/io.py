@@ -39,6 +39,29 @@ def atomic_path(path: str | os.PathLike) -> Iterator[pathlib.Path]:
             tmp.unlink()
 
 
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[pathlib.Path]:
+    """Yields an empty temporary directory beside `path` that replaces `path` on success.
+
+    The directory counterpart of `atomic_path`: readers see the old directory
+    or the whole new one; a failure leaves any previous `path` untouched and
+    removes the temporary one.
+    """
+    import shutil
+    import tempfile
+
+    final = pathlib.Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
     """Writes `text` to `path` through a temporary file renamed into place."""
     with atomic_path(path) as tmp:

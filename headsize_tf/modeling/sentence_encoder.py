@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 import shutil
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.io import atomic_directory
 from headsize_tf.data.wordpiece import WordPieceTokenizer
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder, plain_config
 
@@ -197,9 +197,7 @@ class SentenceEncoder(tf.Module):
         final = pathlib.Path(directory)
         if final.exists() and not overwrite:
             raise FileExistsError(f"Output directory {final} exists; pass overwrite=True.")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-        try:
+        with atomic_directory(final) as tmp:
             self.encoder.build_weights()
             shutil.copyfile(self.vocab_file, tmp / "vocab.txt")
             checkpoint = tf.train.Checkpoint(encoder=self.encoder)
@@ -211,11 +209,6 @@ class SentenceEncoder(tf.Module):
                     (tmp / name).write_bytes(content)
                 else:
                     (tmp / name).write_text(content)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return final
 
     @classmethod

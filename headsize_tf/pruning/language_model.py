@@ -22,8 +22,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.io import save_figure
+from headsize_tf.core.io import atomic_directory, save_figure
 from headsize_tf.core.pruning_plan import iterative_pruning
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.pruning.importance import head_importance
@@ -220,9 +218,7 @@ def save_model_dir(params, model: tf_keras.Model, output: str | os.PathLike,
         raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
     if model_override is None:
         model_override = {"attention": model.attention_spec.to_dict()}
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
-    try:
+    with atomic_directory(output) as tmp:
         params = params.replace(task={"model": model_override})
         train_utils.serialize_config(params, str(tmp))
         (tmp / EXPERIMENT_FILE).write_text(json.dumps({"experiment": experiment}))
@@ -230,11 +226,6 @@ def save_model_dir(params, model: tf_keras.Model, output: str | os.PathLike,
         manager.save(checkpoint_number=0)
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return output
 
 
