@@ -132,6 +132,12 @@ def decoding(args) -> dict:
         f"FLOP-model ideal speedup: {ideal:.3f}x (FFN and logits untouched). Removed: "
         f"{speedup:.3f}x = {speedup / ideal:.2f} of the ideal (target ≥ 0.9: {verdict}).",
     ]
+    if speedup > 1.1 * ideal:
+        lines.append(
+            "Above the FLOP ideal: each cached step also copies every head's keys and values "
+            "(the cache grows by concatenation), memory traffic that scales with the heads and "
+            "that a FLOP model does not count."
+        )
     write_json(pathlib.Path(args.output) / "pruning_decoding.json", data)
     write_atomic(pathlib.Path(args.output) / "pruning_decoding.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
