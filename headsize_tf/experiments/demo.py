@@ -119,6 +119,9 @@ class DemoSettings:
       prune_fraction: Fraction of MiniLM's 72 heads pruned and removed.
       importance_examples: Train examples the head importance is averaged over.
       speed_repeats: Timed passes over the dev set per model (the best counts).
+      dev_examples: Dev snippets the MiniLM rows and the speeds use (None: all
+        1,307; fewer only for quick checks such as the tests).
+      cp_max_iter: Iterations of the CP (None: its default).
       seed: Seeds training, fine-tuning and the CP.
     """
 
@@ -128,6 +131,8 @@ class DemoSettings:
     prune_fraction: float = PRUNE_FRACTION
     importance_examples: int = 512
     speed_repeats: int = 3
+    dev_examples: int | None = None
+    cp_max_iter: int | None = None
     seed: int = 0
 
     @classmethod
@@ -226,7 +231,7 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
         rows.append(record)
 
     finetune = {"pretrained": PRETRAINED, "finetune_steps": settings.finetune_steps,
-                "seed": settings.seed}  # fmt: skip
+                "seed": settings.seed, "dev_examples": settings.dev_examples}  # fmt: skip
     original = stages.run(
         "minilm",
         f"ideas 2-3: fine-tuning pretrained all-MiniLM-L6-v2, {settings.finetune_steps} steps",
@@ -237,7 +242,11 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
         "collaborative",
         f"idea 2: MiniLM -> collaborative heads (CP, D={settings.shared_key_dim}), "
         f"then the same fine-tuning",
-        {**finetune, "shared_key_dim": settings.shared_key_dim},
+        {
+            **finetune,
+            "shared_key_dim": settings.shared_key_dim,
+            "cp_max_iter": settings.cp_max_iter,
+        },  # fmt: skip
         lambda: _finetune_minilm(
             output / "models" / "collaborative", settings.shared_key_dim, data_dir, settings
         ),
@@ -260,7 +269,7 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
         "speed",
         "speed: dev examples/s of the five models, side by side",
         {"models": {r["slug"]: r["settings"] for r in rows}},
-        lambda: _measure_speed(rows, data_dir),
+        lambda: _measure_speed(rows, data_dir, settings.speed_repeats, settings.dev_examples),
     )
     for row in rows:
         row.update(speed["models"][row["slug"]])
@@ -303,10 +312,14 @@ def _train_small(model: DemoModel, slug: str, output: pathlib.Path, data_dir, se
             "kind": "experiment"}  # fmt: skip
 
 
-def _dev_split(data_dir):
+def _dev_split(data_dir, dev_examples: int | None = None):
+    """The Rotten Tomatoes splits, dev cut to its first `dev_examples` (None: all)."""
     from headsize_tf.training import finetune as ft
 
-    return ft.rotten_tomatoes_splits(data_dir)
+    splits = ft.rotten_tomatoes_splits(data_dir)
+    texts, labels = splits["dev"]
+    splits["dev"] = (texts[:dev_examples], labels[:dev_examples])
+    return splits
 
 
 def _finetune_minilm(directory: pathlib.Path, shared_key_dim: int | None, data_dir, settings):
@@ -315,7 +328,7 @@ def _finetune_minilm(directory: pathlib.Path, shared_key_dim: int | None, data_d
     from headsize_tf.pruning import prune
     from headsize_tf.training import finetune as ft
 
-    splits = _dev_split(data_dir)
+    splits = _dev_split(data_dir, settings.dev_examples)
     encoder = load_sentence_encoder(PRETRAINED)
     record: dict[str, Any] = {"kind": "classifier", "directory": str(directory)}
     if shared_key_dim is None:
@@ -323,8 +336,9 @@ def _finetune_minilm(directory: pathlib.Path, shared_key_dim: int | None, data_d
     else:
         from headsize_tf.reparam import compress_encoder
 
+        cp = {"max_iter": settings.cp_max_iter} if settings.cp_max_iter else {}
         converted, reports = compress_encoder(
-            encoder.encoder, shared_key_dim, progress=False, seed=settings.seed
+            encoder.encoder, shared_key_dim, progress=False, seed=settings.seed, **cp
         )
         encoder = encoder.with_encoder(converted, f"{PRETRAINED} D={shared_key_dim}")
         record.update(idea="collaborative heads",
@@ -345,7 +359,7 @@ def _prune_minilm(output: pathlib.Path, data_dir, settings) -> dict:
     from headsize_tf.pruning import prune
 
     classifier = prune.load_classifier(output / "models" / "minilm")
-    data = prune.task_data(classifier.sentence_encoder, _dev_split(data_dir),
+    data = prune.task_data(classifier.sentence_encoder, _dev_split(data_dir, settings.dev_examples),
                            settings.importance_examples, num_classes=2)  # fmt: skip
     directory = output / "models" / "pruned"
     report = prune.prune_model(classifier, data, directory,
@@ -365,13 +379,14 @@ def _prune_minilm(output: pathlib.Path, data_dir, settings) -> dict:
                       for p in report["curve"]]}  # fmt: skip
 
 
-def _measure_speed(rows: list[dict], data_dir, repeats: int = 3) -> dict:
+def _measure_speed(rows: list[dict], data_dir, repeats: int = 3,
+                   dev_examples: int | None = None) -> dict:  # fmt: skip
     """Dev examples/s of each model (best of `repeats` passes after a warm-up)."""
     from headsize_tf.pruning import prune
     from headsize_tf.serving import experiment_classifier
     from headsize_tf.training import finetune as ft
 
-    texts = _dev_split(data_dir)["dev"][0]
+    texts = _dev_split(data_dir, dev_examples)["dev"][0]
     out = {}
     for row in rows:
         if row["kind"] == "experiment":

@@ -13,7 +13,13 @@ from headsize_tf import cli, params
 from headsize_tf.experiments import demo
 
 TINY = demo.DemoSettings(
-    steps=2, finetune_steps=2, prune_fraction=0.1, importance_examples=64, speed_repeats=1
+    steps=2,
+    finetune_steps=2,
+    prune_fraction=0.1,
+    importance_examples=64,
+    speed_repeats=1,
+    dev_examples=128,
+    cp_max_iter=3,
 )
 
 
