@@ -16,7 +16,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "(exact when D >= heads * head_size). Writes a checkpoint directory (for `embed "
         "--checkpoint` and, via its encoder.yaml, `train`) with report.json.",
     )
-    add_model_source(p)
+    add_model_source(
+        p,
+        model_dir_help="a `headsize-tf train` model_dir of a sentence classifier "
+        "(headsize_bert/sentence_prediction): its encoder is converted, its trained "
+        "classification head kept; writes a model_dir and reports dev accuracy before and after",
+    )
     add_framework(p)
     p.add_argument("--shared-key-dim", type=_positive_int, required=True)
     p.add_argument("--output", required=True)
@@ -38,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.reparam.compress import held_out_sentences
+
+    if getattr(args, "model_dir", None):
+        return _run_model_dir(args)
 
     if args.framework == "keras3":
         from headsize_tf.keras3 import reparam as compress
@@ -69,4 +77,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"embedding cosine vs original ({report['eval_sentences']} sentences): "
               f"{report['embedding_cosine']:.4f}")  # fmt: skip
     print(f"output: {args.output}")
+    return 0
+
+
+def _run_model_dir(args: argparse.Namespace) -> int:
+    from headsize_tf.pruning.classifier_dir import compress_classifier_dir
+
+    if args.framework != "tf_keras" or args.eval_file:
+        raise ValueError("--model_dir is evaluated on its own dev data: drop --framework keras3 "
+                         "and --eval-file.")  # fmt: skip
+    report = compress_classifier_dir(args.model_dir, args.shared_key_dim, args.output,
+                                     overwrite=args.overwrite, method=args.method,
+                                     max_iter=args.max_iter, tolerance=args.tolerance)  # fmt: skip
+    print(f"{'layer':<10}{'rel. error':>12}{'seconds':>10}")
+    for layer in report["layers"]:
+        print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
+    print(f"params: {report['params_before']} -> {report['params_after']}; dev accuracy "
+          f"{100 * report['accuracy_before']:.2f}% -> {100 * report['accuracy_after']:.2f}%")  # fmt: skip
+    print(f"output (a model_dir): {args.output}")
     return 0

@@ -21,10 +21,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     add_model_source(
         p,
-        model_dir_help="a `headsize-tf train` model_dir of a causal LM "
-        "(headsize_lm/language_modeling) or a translation model (headsize_seq2seq/translation): "
-        "importance from its own loss on its own training data, perplexity on its validation "
-        "data; writes a pruned model_dir",
+        model_dir_help="a `headsize-tf train` model_dir of a sentence classifier "
+        "(headsize_bert/sentence_prediction), a causal LM (headsize_lm/language_modeling) or a "
+        "translation model (headsize_seq2seq/translation): importance from its own loss on its "
+        "own training data, dev accuracy or perplexity on its validation data; writes a pruned "
+        "model_dir",
     )
     add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from headsize_tf.pruning import prune
 
     if getattr(args, "model_dir", None):
-        return _run_language_model(args)
+        return _run_model_dir(args)
     if args.framework == "keras3":
         report = _run_keras3(args)
         _print_report(args, report)
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_language_model(args: argparse.Namespace) -> int:
+def _run_model_dir(args: argparse.Namespace) -> int:
     import json
     import pathlib
 
@@ -146,16 +147,33 @@ def _run_language_model(args: argparse.Namespace) -> int:
         raise ValueError(f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
                          f"(no {EXPERIMENT_FILE}).")  # fmt: skip
     experiment = json.loads(marker.read_text())["experiment"]
-    if experiment not in ("headsize_lm/language_modeling", "headsize_seq2seq/translation"):
+    known = ("headsize_bert/sentence_prediction", "headsize_lm/language_modeling",
+             "headsize_seq2seq/translation")  # fmt: skip
+    if experiment not in known:
         raise ValueError(f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
-                         "takes headsize_lm/language_modeling and headsize_seq2seq/translation "
-                         "runs (classifiers: --checkpoint or --model with --data...).")  # fmt: skip
+                         f"takes {', '.join(known)} runs.")  # fmt: skip
     if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
         raise ValueError("--model_dir prunes the model on its own data: drop --framework keras3 "
                          "and the data options.")  # fmt: skip
     schedule = dict(target_fraction=args.target_fraction, step=args.step,
                     recompute=not args.no_recompute, min_heads_per_layer=args.min_heads_per_layer,
                     overwrite=args.overwrite)  # fmt: skip
+    if args.attention_kinds and experiment != "headsize_seq2seq/translation":
+        raise ValueError("--attention-kinds is for translation model_dirs; this model has "
+                         "self-attention only.")  # fmt: skip
+    if experiment == "headsize_bert/sentence_prediction":
+        from headsize_tf.pruning.classifier_dir import prune_classifier_dir
+
+        report = prune_classifier_dir(args.model_dir, args.output, **schedule)
+        print(f"{'pruned':>8}{'dev accuracy':>14}  heads per layer")
+        for point in report["curve"]:
+            print(f"{100 * point['fraction']:>7.0f}%{100 * point['metric']:>13.2f}%  "
+                  f"{point['heads_per_layer']}")  # fmt: skip
+        print(f"params: {report['params_before']} -> {report['params_after']}; accuracy after "
+              f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
+              f"{100 * report['masked_accuracy']:.2f}%)")  # fmt: skip
+        print(f"output (a model_dir): {args.output}")
+        return 0
     if experiment == "headsize_seq2seq/translation":
         from headsize_tf.pruning.translation import KINDS, prune_translation_model
 
@@ -167,9 +185,6 @@ def _run_language_model(args: argparse.Namespace) -> int:
                   + ", ".join(f"{k} {v}" for k, v in point["heads"].items()))  # fmt: skip
         _print_totals(args, report)
         return 0
-    if args.attention_kinds:
-        raise ValueError("--attention-kinds is for translation model_dirs; a causal LM has "
-                         "decoder self-attention only.")  # fmt: skip
     report = prune_language_model(args.model_dir, args.output, **schedule)
     print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
     for point in report["curve"]:

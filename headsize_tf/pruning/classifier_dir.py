@@ -1,0 +1,218 @@
+"""Pruning and compressing a sentence classifier trained by `headsize-tf train`.
+
+A `headsize_bert/sentence_prediction` model_dir holds Model Garden's
+`BertClassifier` (a `HeadsizeBertEncoder` and its trained classification
+head) and the config of its data. Here its heads are pruned on that data
+(importance from the classification loss on training batches, dev accuracy
+along the schedule, removal) or its attention is converted into collaborative
+heads (CP), and the result is written as an ordinary model_dir: the encoder's
+config lists the kept heads per layer (or the collaborative spec) and the
+trained classification head is kept, so `train --mode eval`, `export
+--model_dir` and a further `prune` read it like any other run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from headsize_tf.core.io import write_json
+from headsize_tf.core.pruning_plan import iterative_pruning
+from headsize_tf.pruning.importance import head_importance
+from headsize_tf.pruning.language_model import REPORT_FILE, save_model_dir
+from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
+
+EXPERIMENT = "headsize_bert/sentence_prediction"
+
+
+def load(model_dir: str | os.PathLike):
+    """(params, BertClassifier, its HeadsizeBertEncoder) of a sentence_prediction run."""
+    from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
+    from headsize_tf.training import train
+
+    marker = pathlib.Path(model_dir) / train.EXPERIMENT_FILE
+    if marker.exists() and json.loads(marker.read_text())["experiment"] != EXPERIMENT:
+        raise ValueError(f"{model_dir} is not a {EXPERIMENT} model_dir.")
+    params, model = train.load_trained_model(str(model_dir))
+    encoder = getattr(model, "checkpoint_items", {}).get("encoder")
+    if not isinstance(encoder, HeadsizeBertEncoder):
+        raise ValueError(f"{model_dir} has no HeadsizeBertEncoder (experiment {EXPERIMENT}).")
+    return params, model, encoder
+
+
+def classifier_batches(params, split: str, batches: int) -> list[tuple[dict, np.ndarray]]:
+    from official.core import task_factory
+
+    task = task_factory.get_task(params.task)
+    config = params.task.train_data if split == "train" else params.task.validation_data
+    out = []
+    for element in task.build_inputs(config).take(batches):
+        # Model Garden's sentence data yields one dict, the labels under "label_ids".
+        features, labels = element if isinstance(element, tuple) else (element, None)
+        labels = features["label_ids"] if labels is None else labels
+        features = {k: v.numpy() for k, v in features.items() if k != "label_ids"}
+        out.append((features, np.asarray(labels).reshape(-1)))
+    return out
+
+
+def accuracy(model: tf_keras.Model, data) -> float:
+    @tf.function(reduce_retracing=True)
+    def predict(features):
+        return tf.argmax(model(features, training=False), axis=-1, output_type=tf.int32)
+
+    right = sum(int(np.sum(predict(f).numpy() == y)) for f, y in data)
+    return right / max(sum(len(y) for _, y in data), 1)
+
+
+def importance(model, encoder, data, normalize: bool = True) -> np.ndarray:
+    """`[layers, heads]` importance in the original head numbering (removed heads NaN)."""
+    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    scores = head_importance(model, data, loss, layers=encoder.attention_layers,
+                             normalize=normalize)  # fmt: skip
+    full = np.full(head_mask(encoder).shape, np.nan)
+    for i, block in enumerate(encoder._transformer_layers):
+        kept = list(block.kept_heads)
+        full[i, kept] = scores[i, : len(kept)]
+    return full
+
+
+def save_classifier_dir(params, model, new_encoder, output, report: dict[str, Any],
+                        overwrite: bool = False) -> pathlib.Path:  # fmt: skip
+    """Writes `model`'s classification head on `new_encoder` as a model_dir."""
+    from official.core import task_factory
+
+    from headsize_tf.configs.encoders import fields_from_encoder_config
+
+    fields = fields_from_encoder_config(new_encoder.get_config())
+    params = params.replace(task={"model": {"encoder": {"any": fields}}})
+    rebuilt = task_factory.get_task(params.task).build_model()
+    target = rebuilt.checkpoint_items["encoder"]
+    target.set_weights(new_encoder.get_weights())
+
+    def head(m, encoder):
+        ids = {id(v) for v in encoder.weights}
+        return [v for v in m.weights if id(v) not in ids]
+
+    old_encoder = model.checkpoint_items["encoder"]
+    for old, fresh in zip(head(model, old_encoder), head(rebuilt, target), strict=True):
+        fresh.assign(old)
+    return save_model_dir(params, rebuilt, output, EXPERIMENT, {"encoder": {"any": fields}},
+                          {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
+
+
+def prune_classifier_dir(
+    model_dir: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    target_fraction: float = 0.5,
+    step: float = 0.1,
+    recompute: bool = True,
+    min_heads_per_layer: int = 1,
+    importance_batches: int = 16,
+    eval_batches: int = 32,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Importance, dev-accuracy curve and removal for a sentence_prediction model_dir."""
+    if pathlib.Path(output).exists() and not overwrite:
+        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    params, model, encoder = load(model_dir)
+    train_data = classifier_batches(params, "train", importance_batches)
+    dev_data = classifier_batches(params, "validation", eval_batches)
+    original = head_mask(encoder)
+
+    def importance_fn(mask):
+        set_head_mask(encoder, mask)
+        return importance(model, encoder, train_data)
+
+    def metric_fn(mask):
+        set_head_mask(encoder, mask)
+        return accuracy(model, dev_data)
+
+    try:
+        scores = importance_fn(original)
+        steps = iterative_pruning(original.shape, importance_fn, metric_fn,
+                                  target_fraction=target_fraction, step=step, recompute=recompute,
+                                  min_heads_per_layer=min_heads_per_layer,
+                                  initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
+                                  progress=progress)  # fmt: skip
+    finally:
+        set_head_mask(encoder, original)
+    final = np.asarray(steps[-1].mask, np.float32)
+    pruned = remove_heads(encoder, final)
+    set_head_mask(encoder, final)
+    masked = accuracy(model, dev_data)
+    set_head_mask(encoder, original)
+    report = {
+        "source": str(model_dir),
+        "target_fraction": target_fraction,
+        "step": step,
+        "recompute": recompute,
+        "importance": [[None if np.isnan(v) else float(v) for v in row] for row in scores],
+        "curve": [
+            {
+                "fraction": s.fraction,
+                "metric": s.metric,
+                "heads_per_layer": np.count_nonzero(s.mask, axis=1).tolist(),
+            }
+            for s in steps
+        ],  # fmt: skip
+        "pruned_heads": pruned.get_config()["pruned_heads"],
+        "params_before": int(encoder.count_params()),
+        "params_after": int(pruned.count_params()),
+        "unpruned_accuracy": steps[0].metric,
+        "masked_accuracy": masked,
+    }
+    path = save_classifier_dir(params, model, pruned, output, report, overwrite)
+    _, reloaded, _ = load(path)
+    report["pruned_accuracy"] = accuracy(reloaded, dev_data)
+    write_json(path / REPORT_FILE, report)
+    return report
+
+
+def compress_classifier_dir(
+    model_dir: str | os.PathLike,
+    shared_key_dim: int,
+    output: str | os.PathLike,
+    *,
+    eval_batches: int = 32,
+    overwrite: bool = False,
+    progress: bool = True,
+    **cp_kwargs: Any,
+) -> dict[str, Any]:
+    """The model_dir's encoder as collaborative heads (CP), its trained head kept."""
+    from headsize_tf.reparam import compress_encoder
+
+    if pathlib.Path(output).exists() and not overwrite:
+        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    params, model, encoder = load(model_dir)
+    if encoder.get_config().get("pruned_heads"):
+        raise ValueError(f"{model_dir} has pruned heads; compress the model before pruning it.")
+    compressed, reports = compress_encoder(encoder, shared_key_dim, progress=progress,
+                                           **cp_kwargs)  # fmt: skip
+    dev_data = classifier_batches(params, "validation", eval_batches)
+    report = {
+        "source": str(model_dir),
+        "shared_key_dim": int(shared_key_dim),
+        "layers": [
+            {"name": r.name, "relative_error": float(r.relative_error), "seconds": float(r.seconds)}
+            for r in reports
+        ],  # fmt: skip
+        "params_before": int(encoder.count_params()),
+        "params_after": int(compressed.count_params()),
+        "accuracy_before": accuracy(model, dev_data),
+    }
+    path = save_classifier_dir(params, model, compressed, output, report, overwrite)
+    _, reloaded, _ = load(path)
+    report["accuracy_after"] = accuracy(reloaded, dev_data)
+    write_json(path / REPORT_FILE, report)
+    return report
+
+
+__all__ = ["compress_classifier_dir", "prune_classifier_dir"]

@@ -1,0 +1,85 @@
+"""A sentence classifier trained by `headsize-tf train` prunes and compresses from its
+model_dir, keeping its trained head (issue 14, item 2)."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from headsize_tf import cli
+from headsize_tf.pruning import classifier_dir as cdir
+from headsize_tf.pruning.language_model import REPORT_FILE
+from headsize_tf.pruning.remove import set_head_mask
+from headsize_tf.training import train
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "official_configs" / "headsize_bert_sentiment_tiny.yaml")
+SHORT = (
+    "trainer.train_steps=40,trainer.validation_steps=2,trainer.steps_per_loop=20,"
+    "trainer.summary_interval=20,trainer.checkpoint_interval=40,trainer.validation_interval=40,"
+    "task.train_data.global_batch_size=16"
+)
+
+
+@pytest.fixture(scope="module")
+def trained(sentiment_data_dir, tmp_path_factory):
+    """A tiny standard classifier (2 layers of 4 heads), 40 steps on Rotten Tomatoes."""
+    model_dir = str(tmp_path_factory.mktemp("clf") / "model")
+    train.run("headsize_bert/sentence_prediction", model_dir, [TINY], SHORT,
+              data_dir=str(sentiment_data_dir))  # fmt: skip
+    return model_dir
+
+
+def test_prune_keeps_the_head_and_equals_the_masked_model(trained, tmp_path, capsys):
+    out = tmp_path / "pruned"
+    argv = ["prune", "--model_dir", trained, "--target-fraction", "0.25", "--step", "0.125",
+            "--output", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "(a model_dir)" in capsys.readouterr().out
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert [p["fraction"] for p in report["curve"]] == [0.0, 0.125, 0.25]
+    assert sum(report["curve"][-1]["heads_per_layer"]) == 6
+    # The written model_dir equals the source with the pruned heads masked.
+    params, model, encoder = cdir.load(out)
+    heads = list(params.task.model.encoder.any.attention.num_heads)
+    assert heads == report["curve"][-1]["heads_per_layer"]
+    _, source, source_encoder = cdir.load(trained)
+    mask = np.ones([2, 4], np.float32)
+    for layer, gone in enumerate(report["pruned_heads"]):
+        mask[layer, gone] = 0
+    set_head_mask(source_encoder, mask)
+    data = cdir.classifier_batches(params, "validation", 2)
+    for features, _ in data:
+        np.testing.assert_allclose(model(features).numpy(), source(features).numpy(), atol=1e-5)
+    assert report["pruned_accuracy"] == pytest.approx(report["masked_accuracy"], abs=1e-6)
+    assert report["params_before"] - report["params_after"] == 2 * (4 * 64 * 16 + 3 * 16)
+    # An ordinary model_dir: `train --mode eval --config_file DIR/params.yaml` reads it.
+    result = train.run("headsize_bert/sentence_prediction", str(out), [str(out / "params.yaml")],
+                       mode="eval")  # fmt: skip
+    assert np.isfinite(result.metrics["validation_loss"])
+
+
+def test_compress_keeps_the_head_and_is_exact_at_full_rank(trained, tmp_path, capsys):
+    out = tmp_path / "collab"
+    argv = ["compress", "--model_dir", trained, "--shared-key-dim", "64", "--output", str(out)]
+    assert cli.main(argv) == 0
+    assert "dev accuracy" in capsys.readouterr().out
+    report = json.loads((out / REPORT_FILE).read_text())
+    # D = 64 = heads x head size: the CP is exact, so the trained classifier is unchanged.
+    assert max(layer["relative_error"] for layer in report["layers"]) < 1e-3
+    assert report["accuracy_after"] == pytest.approx(report["accuracy_before"], abs=1e-6)
+    params, model, _ = cdir.load(out)
+    assert params.task.model.encoder.any.attention.kind == "collaborative"
+    _, source, _ = cdir.load(trained)
+    features, _ = cdir.classifier_batches(params, "validation", 1)[0]
+    np.testing.assert_allclose(model(features).numpy(), source(features).numpy(), atol=1e-4)
+
+
+def test_wrong_kind_of_model_dir_is_one_line(trained, tmp_path, capsys):
+    argv = ["compress", "--model_dir", str(tmp_path), "--shared-key-dim", "8", "--output",
+            str(tmp_path / "o")]  # fmt: skip
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a `headsize-tf train` model_dir" in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
