@@ -18,7 +18,10 @@ from typing import Any
 import yaml
 
 HYPERPARAMETERS = ("attention_type", "num_heads", "head_size", "shared_key_dim", "width",
-                   "num_layers")  # fmt: skip
+                   "num_layers", "num_heads_per_layer", "head_size_per_layer")  # fmt: skip
+# Searched layer by layer (one hyperparameter per layer, `num_heads_layer_0`, ...): the
+# trial's `num_heads` / `head_size` is then a per-layer list (the spec's per-layer form).
+PER_LAYER = {"num_heads_per_layer": "num_heads", "head_size_per_layer": "head_size"}
 TUNERS = ("random", "bayesian", "hyperband")
 # Config field of each hyperparameter (under task.model or task.model.encoder.any);
 # the attention ones set the model's attention spec.
@@ -64,6 +67,14 @@ class SearchSpace:
                 f"{source}: unknown hyperparameter(s) {unknown}; expected some of "
                 f"{list(HYPERPARAMETERS)}."
             )
+        for name, uniform in PER_LAYER.items():
+            if name in data and uniform in data:
+                raise SearchSpaceError(f"{source}: give {name} or {uniform}, not both.")
+            if name in data and "num_layers" in data:
+                raise SearchSpaceError(
+                    f"{source}: {name} needs a fixed number of layers; drop num_layers from the "
+                    "search space."
+                )
         for name, spec in data.items():
             if isinstance(spec, list):
                 if not spec:
@@ -89,13 +100,22 @@ class SearchSpace:
             return list(spec)
         return list(range(spec["min"], spec["max"] + 1, spec.get("step", 1)))
 
-    def _value(self, hp: Any, name: str, defaults: Mapping[str, Any]) -> Any:
-        if name not in self.values:
-            return defaults.get(name)
-        spec = self.values[name]
+    def _declare(self, hp: Any, name: str, spec: Any) -> Any:
         if isinstance(spec, list):
             return hp.Choice(name, spec)
         return hp.Int(name, spec["min"], spec["max"], step=spec.get("step", 1))
+
+    def _value(self, hp: Any, name: str, defaults: Mapping[str, Any]) -> Any:
+        per_layer = next((k for k, v in PER_LAYER.items() if v == name), None)
+        if per_layer in self.values:
+            layers = int(defaults.get("num_layers") or 0)
+            if layers <= 0:
+                raise SearchSpaceError(f"{per_layer} needs the model's num_layers.")
+            return [self._declare(hp, f"{name}_layer_{i}", self.values[per_layer])
+                    for i in range(layers)]  # fmt: skip
+        if name not in self.values:
+            return defaults.get(name)
+        return self._declare(hp, name, self.values[name])
 
     def declare(self, hp: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """A trial's settings `{hyperparameter: value}`, declaring them on `hp`.
@@ -111,7 +131,7 @@ class SearchSpace:
         config["head_size"] = None
         config["shared_key_dim"] = None
         if "attention_type" in self.values:
-            if "head_size" in self.values:
+            if "head_size" in self.values or "head_size_per_layer" in self.values:
                 with hp.conditional_scope("attention_type", ["fixed_head"]):
                     if attention_type == "fixed_head":
                         config["head_size"] = self._value(hp, "head_size", defaults)

@@ -28,6 +28,7 @@ import yaml
 from headsize_tf.core.io import write_atomic, write_json
 from headsize_tf.core.search_space import (
     FIELDS,
+    PER_LAYER,
     TUNERS,
     SearchSpace,
     SearchSpaceError,
@@ -145,7 +146,7 @@ class TrialRunner:
         from headsize_tf import params as counts
 
         config = self.hypermodel.build(hp)
-        if self.match_params and self.budget_params:
+        if self.match_params and self.budget_params and not isinstance(config["num_heads"], list):
 
             def count(heads: int) -> int:
                 return count_params(self.base_params, {**config, "num_heads": heads})
@@ -231,7 +232,11 @@ def _smallest_params(space: SearchSpace, params, hypermodel: HeadsizeHyperModel)
     best = None
     for combo in itertools.islice(itertools.product(*grids), 5000):
         trial = {k: hypermodel.defaults.get(k) for k in _FIELDS}
-        trial.update(dict(zip(names, combo, strict=True)))
+        for name, value in zip(names, combo, strict=True):
+            if name in PER_LAYER:  # The same value in every layer: parameters grow with it.
+                trial[PER_LAYER[name]] = [value] * int(trial["num_layers"])
+            else:
+                trial[name] = value
         if trial["attention_type"] != "fixed_head":
             trial["head_size"] = None
         if trial["attention_type"] == "collaborative" and not trial.get("shared_key_dim"):

@@ -1,10 +1,12 @@
 """`headsize-tf tune`: Keras Tuner trials of a tiny experiment on real Austen text."""
 
 import csv
+import json
 import pathlib
 
 import pytest
 import tensorflow as tf
+import yaml
 
 from headsize_tf import cli, tuning
 from headsize_tf.training import train
@@ -76,6 +78,32 @@ class TuneTest(tf.test.TestCase):
         self.capsys.readouterr()
         self.assertEqual(self._tune("--max-trials", "4", "--budget-params", "380000"), 0)
         self.assertNotIn("training", self.capsys.readouterr().out)
+
+    def test_per_layer_heads_under_a_budget(self):
+        from headsize_tf import params
+
+        def lm_params(heads):
+            spec = params.EncoderSpec(
+                vocab_size=4096, width=64, num_layers=2, intermediate_size=256,
+                max_sequence_length=128,
+                attention=params.AttentionSpec("fixed_head", num_heads=heads, head_size=[16, 16]),
+            )  # fmt: skip
+            return params.causal_lm_params(spec).trainable
+
+        (self.tmp / "space.yaml").write_text(
+            "attention_type: [fixed_head]\nnum_heads_per_layer: [1, 4]\nhead_size_per_layer: [16]\n"
+        )
+        budget = lm_params([1, 4]) + 1  # [4, 4] is over it; [1, 1], [1, 4], [4, 1] fit.
+        self.assertEqual(self._tune("--max-trials", "4", "--budget-params", str(budget)), 0)
+        rows = list(csv.DictReader(open(self.tmp / "tune" / "results.csv")))
+        heads = {r["num_heads"]: r for r in rows}
+        self.assertEqual(set(heads), {"[1, 1]", "[1, 4]", "[4, 1]", "[4, 4]"})
+        self.assertEqual(heads["[4, 4]"]["status"], "skipped")
+        for key in ("[1, 1]", "[1, 4]", "[4, 1]"):
+            self.assertEqual(heads[key]["status"], "ok")
+            self.assertEqual(int(heads[key]["params"]), lm_params(json.loads(key)))
+        best = yaml.safe_load((self.tmp / "tune" / "best.yaml").read_text())
+        self.assertIsInstance(best["task"]["model"]["attention"]["num_heads"], list)
 
     def test_bayesian_with_matched_params(self):
         code = self._tune("--tuner", "bayesian", "--max-trials", "2", "--budget-params",
