@@ -23,10 +23,10 @@ import tensorflow as tf
 import tf_keras
 
 from headsize_tf.core.io import write_json
-from headsize_tf.core.pruning_plan import iterative_pruning
 from headsize_tf.pruning.importance import head_importance
 from headsize_tf.pruning.language_model import REPORT_FILE, save_model_dir
 from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
+from headsize_tf.pruning.schedule import masked_schedule
 
 EXPERIMENT = "headsize_bert/sentence_prediction"
 
@@ -127,23 +127,14 @@ def prune_classifier_dir(
     dev_data = classifier_batches(params, "validation", eval_batches)
     original = head_mask(encoder)
 
-    def importance_fn(mask):
-        set_head_mask(encoder, mask)
-        return importance(model, encoder, train_data)
-
-    def metric_fn(mask):
-        set_head_mask(encoder, mask)
-        return accuracy(model, dev_data)
-
-    try:
-        scores = importance_fn(original)
-        steps = iterative_pruning(original.shape, importance_fn, metric_fn,
-                                  target_fraction=target_fraction, step=step, recompute=recompute,
-                                  min_heads_per_layer=min_heads_per_layer,
-                                  initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
-                                  progress=progress)  # fmt: skip
-    finally:
-        set_head_mask(encoder, original)
+    scores = importance(model, encoder, train_data)
+    steps = masked_schedule(
+        original, lambda mask: set_head_mask(encoder, mask),
+        lambda: importance(model, encoder, train_data), lambda: accuracy(model, dev_data),
+        target_fraction=target_fraction, step=step, recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer, progress=progress,
+        initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
+    )  # fmt: skip
     final = np.asarray(steps[-1].mask, np.float32)
     pruned = remove_heads(encoder, final)
     set_head_mask(encoder, final)

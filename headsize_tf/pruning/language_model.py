@@ -31,10 +31,10 @@ import tensorflow as tf
 import tf_keras
 
 from headsize_tf.core.io import atomic_directory, save_figure
-from headsize_tf.core.pruning_plan import iterative_pruning
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.pruning.importance import head_importance
 from headsize_tf.pruning.remove import copy_kept_heads
+from headsize_tf.pruning.schedule import masked_schedule
 
 REPORT_FILE = "pruning_report.json"
 
@@ -277,22 +277,13 @@ def prune_language_model(
     data = lm_data(params, importance_windows, eval_windows)
     original = lm_head_mask(lm)
 
-    def importance_fn(mask):
-        set_lm_head_mask(lm, mask)
-        return lm_importance(lm, data.importance)
-
-    def metric_fn(mask):
-        set_lm_head_mask(lm, mask)
-        return perplexity(lm, data.evaluation)
-
-    importance = importance_fn(original)
-    try:
-        steps = iterative_pruning(original.shape, importance_fn, metric_fn,
-                                  target_fraction=target_fraction, step=step,
-                                  recompute=recompute, min_heads_per_layer=min_heads_per_layer,
-                                  initial_mask=original.copy(), progress=progress)  # fmt: skip
-    finally:
-        set_lm_head_mask(lm, original)
+    importance = lm_importance(lm, data.importance)
+    steps = masked_schedule(
+        original, lambda mask: set_lm_head_mask(lm, mask),
+        lambda: lm_importance(lm, data.importance), lambda: perplexity(lm, data.evaluation),
+        target_fraction=target_fraction, step=step, recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer, progress=progress,
+    )  # fmt: skip
     curve = [dataclasses.asdict(s) for s in steps]
     final = np.asarray(curve[-1]["mask"], np.float32)
     pruned = remove_lm_heads(lm, final)

@@ -25,7 +25,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.pruning_plan import iterative_pruning
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
 from headsize_tf.pruning.importance import head_importance
@@ -36,6 +35,7 @@ from headsize_tf.pruning.language_model import (
     save_model_dir,
 )
 from headsize_tf.pruning.remove import copy_kept_heads
+from headsize_tf.pruning.schedule import masked_schedule
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 EXPERIMENT = "headsize_seq2seq/translation"
@@ -240,22 +240,14 @@ def prune_translation_model(
         mask[chosen] = sub
         return mask
 
-    def importance_fn(sub):
-        set_seq2seq_head_mask(model, full(sub))
-        return seq2seq_importance(model, importance_data)[chosen]
-
-    def metric_fn(sub):
-        set_seq2seq_head_mask(model, full(sub))
-        return perplexity(model, eval_data)
-
-    try:
-        full_importance = seq2seq_importance(model, importance_data)
-        steps = iterative_pruning(original[chosen].shape, importance_fn, metric_fn,
-                                  target_fraction=target_fraction, step=step, recompute=recompute,
-                                  min_heads_per_layer=min_heads_per_layer,
-                                  initial_mask=original[chosen].copy(), progress=progress)  # fmt: skip
-    finally:
-        set_seq2seq_head_mask(model, original)
+    full_importance = seq2seq_importance(model, importance_data)
+    steps = masked_schedule(
+        original[chosen], lambda sub: set_seq2seq_head_mask(model, full(sub)),
+        lambda: seq2seq_importance(model, importance_data)[chosen],
+        lambda: perplexity(model, eval_data),
+        target_fraction=target_fraction, step=step, recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer, progress=progress,
+    )  # fmt: skip
     final = full(np.asarray(steps[-1].mask, np.float32))
     pruned = remove_seq2seq_heads(model, final)
     set_seq2seq_head_mask(model, final)
