@@ -99,3 +99,26 @@ def test_bad_model_dir_input_is_one_line(argv, fragment, trained_lm, tmp_path, c
     err = capsys.readouterr().err.strip()
     assert fragment in err and "\n" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "attention",
+    [
+        {"kind": "fixed_head", "num_heads": 4, "head_size": 8},
+        {"kind": "collaborative", "num_heads": 4, "shared_key_dim": 16},
+    ],
+)
+def test_fixed_and_collaborative_heads_remove_too(attention):
+    from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
+
+    lm = HeadsizeCausalLM(vocab_size=50, hidden_size=32, num_layers=2, attention=attention,
+                          max_sequence_length=16)  # fmt: skip
+    ids = np.arange(20).reshape(2, 10) % 50
+    lm(ids)
+    mask = np.ones([2, 4], np.float32)
+    mask[0, 1] = mask[1, 0] = mask[1, 2] = 0
+    pruned = plm.remove_lm_heads(lm, mask)
+    assert pruned.get_config()["attention"]["kind"] == attention["kind"]
+    assert pruned.get_config()["attention"]["num_heads"] == [3, 2]
+    plm.set_lm_head_mask(lm, mask)
+    np.testing.assert_allclose(pruned(ids).numpy(), lm(ids).numpy(), atol=1e-5)
