@@ -113,3 +113,27 @@ def test_bad_kinds_are_one_line_errors(trained, tmp_path, capsys):
         cli.main(lm_args)
     assert exit_info.value.code == 2
     assert "invalid choice: 'cross'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "attention, kind",
+    [
+        ({"kind": "standard", "num_heads": 4}, "fixed_head"),
+        ({"kind": "fixed_head", "num_heads": 4, "head_size": 8}, "fixed_head"),
+        ({"kind": "collaborative", "num_heads": 4, "shared_key_dim": 16}, "collaborative"),
+    ],
+)
+def test_every_attention_kind_removes_heads(attention, kind):
+    from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
+
+    model = HeadsizeSeq2Seq(vocab_size=30, hidden_size=32, num_encoder_layers=1,
+                            num_decoder_layers=1, attention=attention, max_sequence_length=16)  # fmt: skip
+    features = {"inputs": (np.arange(12).reshape(2, 6) % 29 + 1).astype(np.int32),
+                "targets": (np.arange(10).reshape(2, 5) % 29 + 1).astype(np.int32)}  # fmt: skip
+    model(features)
+    mask = np.ones([3, 4], np.float32)
+    mask[0, 1] = mask[1, 0] = mask[1, 2] = mask[2, 3] = 0
+    pruned = ptr.remove_seq2seq_heads(model, mask)
+    assert pruned.get_config()["attention"]["kind"] == kind  # Standard heads keep their size.
+    ptr.set_seq2seq_head_mask(model, mask)
+    np.testing.assert_allclose(pruned(features).numpy(), model(features).numpy(), atol=1e-5)
