@@ -42,7 +42,8 @@ class Seq2SeqConfig(hyperparams.Config):
 
 @dataclasses.dataclass
 class TranslationDataConfig(cfg.DataConfig):
-    """Sentence pairs: TFDS `tfds_name` with `src_lang` / `tgt_lang` text features."""
+    """Sentence pairs: TFDS `tfds_name` with `src_lang` / `tgt_lang` text features, or
+    (`tfds_name: ""`) the `input_path` text files of source<TAB>target lines."""
 
     tfds_name: str = "wmt14_translate/de-en"
     src_lang: str = "en"

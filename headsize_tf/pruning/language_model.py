@@ -160,11 +160,17 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
 
 def decoding_speed(model, prompts: np.ndarray, new_tokens: int = 32, repeats: int = 3,
                    source_ids: np.ndarray | None = None) -> float:  # fmt: skip
-    """Generated tokens/s of cached greedy decoding (best of `repeats` after a warm-up).
+    """Generated tokens/s of cached greedy decoding (best of `repeats` after a warm-up);
+    at most as many tokens as the model has positions left after the prompt.
 
     `model` is a `HeadsizeCausalLM`, or a `HeadsizeSeq2Seq` with `source_ids`
     (the cache then starts with the encoded source).
     """
+    limit = model.get_config().get("max_sequence_length")
+    if limit:  # Positions past the model's last one do not exist.
+        new_tokens = min(new_tokens, int(limit) - prompts.shape[1])
+    if new_tokens < 1:
+        raise ValueError(f"A prompt of {prompts.shape[1]} tokens leaves no position to decode.")
     step = tf.function(model.decode_step, reduce_retracing=True)
 
     def run():

@@ -1,7 +1,8 @@
 """Translation task for Model Garden (`headsize_seq2seq/translation`).
 
 Data: sentence pairs from TFDS (default `wmt14_translate/de-en`, on networked
-machines) tokenised with tensorflow-text's `BertTokenizer` from one shared
+machines), or from text files of source<TAB>target lines (`tfds_name: ""`,
+`input_path: pairs/train*.tsv`; your own parallel data), tokenised with tensorflow-text's `BertTokenizer` from one shared
 WordPiece `vocab_file` (`headsize-tf data vocab` builds one from the same
 TFDS text). Source = pieces + [SEP]; decoder input = [CLS] + pieces; labels =
 pieces + [SEP]; padded with [PAD] (id 0) to `max_seq_length` so every batch
@@ -79,6 +80,33 @@ def pad_pairs(features, labels, length: int):
     return out, tf.ensure_shape(pad(labels), [length])
 
 
+def tsv_pairs(params: TranslationDataConfig, input_context=None) -> tf.data.Dataset:
+    """{src_lang: text, tgt_lang: text} from the `input_path` files (source<TAB>target lines).
+
+    Training shuffles (seeded by `params.seed`) and each input pipeline reads
+    its shard of the files' lines. A line without exactly one tab stops the
+    pipeline with an error naming the expected layout.
+    """
+    files = sorted(tf.io.gfile.glob(params.input_path))
+    if not files:
+        raise ValueError(f"No translation data matches input_path={params.input_path!r}.")
+    lines = tf.data.TextLineDataset(files)
+    if input_context and input_context.num_input_pipelines > 1:
+        lines = lines.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if params.is_training:
+        lines = lines.shuffle(params.shuffle_buffer_size, seed=params.seed)
+
+    def split(line):
+        parts = tf.strings.split(line, "\t")
+        check = tf.debugging.assert_equal(
+            tf.size(parts), 2, message=f"{params.input_path}: expected source<TAB>target lines"
+        )
+        with tf.control_dependencies([check]):
+            return {params.src_lang: parts[0], params.tgt_lang: parts[1]}
+
+    return lines.map(split, num_parallel_calls=tf.data.AUTOTUNE)
+
+
 @task_factory.register_task_cls(TranslationConfig)
 class TranslationTask(base_task.Task):
     """Sequence-to-sequence training of a `HeadsizeSeq2Seq`."""
@@ -90,11 +118,15 @@ class TranslationTask(base_task.Task):
         return model
 
     def build_inputs(self, params: TranslationDataConfig, input_context=None):
-        if not params.tfds_name:
-            raise ValueError("Translation data needs `tfds_name` (e.g. 'wmt14_translate/de-en').")
-        if not params.vocab_file:
+        if not params.tfds_name and not params.input_path:
             raise ValueError(
-                f"tfds_name={params.tfds_name!r} needs `vocab_file` (a WordPiece vocab.txt; "
+                "Translation data needs `tfds_name` (e.g. 'wmt14_translate/de-en') or "
+                "`input_path` (UTF-8 text files of source<TAB>target lines)."
+            )
+        if not params.vocab_file:
+            source = params.tfds_name or params.input_path
+            raise ValueError(
+                f"Translation data {source!r} needs `vocab_file` (a WordPiece vocab.txt; "
                 "`headsize-tf data vocab` builds one)."
             )
         length = params.max_seq_length
@@ -125,6 +157,8 @@ class TranslationTask(base_task.Task):
                 dataset = dataset.repeat()
             return dataset.batch(batch_size, drop_remainder=params.drop_remainder)
 
+        if not params.tfds_name:
+            return transform_and_batch(tsv_pairs(params, input_context), None)
         reader = input_reader.InputReader(
             params=params,
             dataset_fn=tf.data.TFRecordDataset,
