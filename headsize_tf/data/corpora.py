@@ -415,8 +415,21 @@ _CORPORA = {
         fetch_rotten_tomatoes,
         prepare_rotten_tomatoes_from_rows,
     ),
+    "gettext_de": _Corpus(
+        "Debian packages' German gettext catalogues (headsize_tf.data.gettext_pairs."
+        "GETTEXT_PACKAGES): English messages and their human translations; split by SHA-1 "
+        "of the English text",
+        lambda workdir: _gettext().fetch_gettext_pairs(workdir),
+        lambda pairs, out, options: _gettext().prepare_gettext_from_pairs(pairs, out, options),
+    ),
 }
 CORPORA = tuple(_CORPORA)
+
+
+def _gettext():
+    from headsize_tf.data import gettext_pairs
+
+    return gettext_pairs
 
 
 def prepare(
@@ -429,11 +442,11 @@ def prepare(
     """Prepares corpus `name` under `data_dir` atomically; returns its directory.
 
     Args:
-      name: Corpus name (`CORPORA`: "austen", "rotten_tomatoes").
+      name: Corpus name (`CORPORA`: "austen", "rotten_tomatoes", "gettext_de").
       data_dir: Cache directory (default: `default_data_dir()`).
       options: Vocabulary and example options.
       raw: Pre-read source data (tests): austen {book: lines}, rotten_tomatoes
-        [(label, text)]; downloaded when None.
+        [(label, text)], gettext_de [(english, german)]; downloaded when None.
       overwrite: Re-prepare even if a valid copy exists.
     """
     if name not in CORPORA:
