@@ -13,8 +13,9 @@ enough that every head is smaller than the sequence (Theorem 1's regime).
 
 Protocol (the same for every model of a preset):
 
-1. Sweep: seed 0 at the full budget for each learning rate of the grid; the
-   learning rate with the lowest final *validation* perplexity (Austen's
+1. Sweep: seed 0 at the full budget for each learning rate of the grid
+   (extended by doubling or halving while the best rate sits at its edge);
+   the learning rate with the lowest final *validation* perplexity (Austen's
    held-out Northanger Abbey) is the model's.
 2. Seeds: seeds 1 and 2 at that learning rate (seed 0 is the sweep's run).
 3. Every run evaluates validation perplexity at `curve_points` checkpoints
@@ -300,17 +301,43 @@ def load_runs(out: pathlib.Path, preset: Preset) -> dict[tuple[str, float, int],
     return runs
 
 
-def best_learning_rate(key: str, preset: Preset, runs: dict) -> float | None:
-    """The grid's learning rate with the lowest final validation perplexity at seed 0.
+EDGE_EXTENSIONS = 2  # Doublings (or halvings) added when the best rate is at the grid's edge.
 
-    None until every learning rate of the grid has finished for `key`.
+
+def _final(runs: dict, key: str, lr: float) -> float | None:
+    record = runs.get((key, lr, 0))
+    if record is None:
+        return None
+    return record["curve"][-1]["perplexity"] if record["curve"] else np.inf
+
+
+def model_grid(key: str, preset: Preset, runs: dict) -> list[float]:
+    """The learning rates swept for `key`: the preset's grid, extended by a doubling
+    (halving) while the best finished rate is its largest (smallest), at most
+    `EDGE_EXTENSIONS` times, so the chosen rate is an interior optimum when it can be."""
+    grid = sorted(preset.learning_rates)
+    for _ in range(EDGE_EXTENSIONS):
+        finals = {lr: _final(runs, key, lr) for lr in grid}
+        if any(v is None for v in finals.values()):
+            break
+        best = min(finals, key=lambda lr: (finals[lr], lr))
+        if best == grid[-1]:
+            grid.append(grid[-1] * 2)
+        elif best == grid[0]:
+            grid.insert(0, grid[0] / 2)
+        else:
+            break
+    return grid
+
+
+def best_learning_rate(key: str, preset: Preset, runs: dict) -> float | None:
+    """The swept rate (`model_grid`) with the lowest final validation perplexity at seed 0.
+
+    None until every rate of the model's grid has finished.
     """
-    finals = {}
-    for lr in preset.learning_rates:
-        record = runs.get((key, lr, 0))
-        if record is None:
-            return None
-        finals[lr] = record["curve"][-1]["perplexity"] if record["curve"] else np.inf
+    finals = {lr: _final(runs, key, lr) for lr in model_grid(key, preset, runs)}
+    if any(v is None for v in finals.values()):
+        return None
     return min(finals, key=lambda lr: (finals[lr], lr))
 
 
@@ -320,7 +347,8 @@ def pending(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
     its other seeds at the chosen rate; so compared pairs complete early."""
     todo = []
     for model in unique_models(experiments).values():
-        todo += [(model, lr, 0) for lr in preset.learning_rates if (model.key, lr, 0) not in runs]
+        grid = model_grid(model.key, preset, runs)
+        todo += [(model, lr, 0) for lr in grid if (model.key, lr, 0) not in runs]
         lr = best_learning_rate(model.key, preset, runs)
         if lr is not None:
             todo += [(model, lr, s) for s in seeds if s != 0 and (model.key, lr, s) not in runs]
@@ -343,11 +371,8 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
     """Per experiment rows at each model's chosen learning rate, with mean curves."""
     summary: dict[str, Any] = {"sweep": {}, "curves": {}}
     for key in unique_models(experiments):
-        summary["sweep"][key] = {
-            f"{lr:g}": (runs[key, lr, 0]["curve"][-1]["perplexity"]
-                        if (key, lr, 0) in runs and runs[key, lr, 0]["curve"] else None)
-            for lr in preset.learning_rates
-        }  # fmt: skip
+        summary["sweep"][key] = {f"{lr:g}": _final(runs, key, lr)
+                                 for lr in model_grid(key, preset, runs)}  # fmt: skip
     for name, models in experiments.items():
         rows = []
         for model in models:
@@ -427,11 +452,17 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
                          f"{r['params']:,} | {lr} | {ppl} | "
                          f"{','.join(map(str, r['seeds']))} |")  # fmt: skip
         lines.append("")
+    rates = sorted({float(lr) for finals in summary["sweep"].values() for lr in finals})
     lines += ["## Learning-rate sweep (seed 0, final validation perplexity)", "",
-              "| model | " + " | ".join(f"lr {lr:g}" for lr in p.learning_rates) + " |",
-              "|---|" + "---:|" * len(p.learning_rates)]  # fmt: skip
+              f"The grid {', '.join(f'{lr:g}' for lr in p.learning_rates)} gains a doubling "
+              f"(halving) while a model's best rate is its largest (smallest), up to "
+              f"{EDGE_EXTENSIONS} times; empty cells were not needed.", "",
+              "| model | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |",
+              "|---|" + "---:|" * len(rates)]  # fmt: skip
     for key, finals in summary["sweep"].items():
-        cells = ["—" if v is None else f"{v:.2f}" for v in finals.values()]
+        values = {float(lr): v for lr, v in finals.items()}
+        cells = ["" if lr not in values else "—" if values[lr] is None else f"{values[lr]:.2f}"
+                 for lr in rates]  # fmt: skip
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     lines.append("")
     if ordered:

@@ -34,6 +34,23 @@ class PlanTest(tf.test.TestCase):
             self.assertEqual([m.head_size for m in r2[0::2]],
                              [preset.width // h for h in preset.r2_heads])  # fmt: skip
 
+    def test_the_grid_grows_while_the_best_rate_is_at_its_edge(self):
+        preset = rv2.PRESETS["cpu"]
+        key = "std_w64_h4_p16"
+
+        def runs(finals):
+            return {(key, lr, 0): {"curve": [{"perplexity": p}]} for lr, p in finals.items()}
+
+        done = runs({1e-3: 140.0, 2e-3: 130.0, 4e-3: 120.0})
+        self.assertEqual(rv2.model_grid(key, preset, done), [1e-3, 2e-3, 4e-3, 8e-3])
+        self.assertIsNone(rv2.best_learning_rate(key, preset, done))  # 8e-3 is pending.
+        done.update(runs({8e-3: 125.0}))
+        self.assertEqual(rv2.best_learning_rate(key, preset, done), 4e-3)
+        low = runs({1e-3: 100.0, 2e-3: 110.0, 4e-3: 120.0, 5e-4: 90.0, 2.5e-4: 80.0})
+        # Two halvings at most: the best may stay at the edge after them.
+        self.assertEqual(rv2.model_grid(key, preset, low), [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3])
+        self.assertEqual(rv2.best_learning_rate(key, preset, low), 2.5e-4)
+
     def test_settled_from(self):
         self.assertEqual(rv2.settled_from([3.0, -1.0, -2.0, -0.5]), 1)
         self.assertEqual(rv2.settled_from([-1.0, 2.0, -1.0]), 2)
