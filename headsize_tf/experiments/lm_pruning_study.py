@@ -28,13 +28,13 @@ import contextlib
 import json
 import pathlib
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+from headsize_tf.experiments._steps import run_step
 
 LAYERS, WIDTH, HEADS = 4, 128, 8
 TARGET, STEP = 0.8, 0.1
@@ -64,19 +64,6 @@ def _override(steps: int) -> dict[str, Any]:
             },
         },
     }  # fmt: skip
-
-
-def _step(out: pathlib.Path, name: str, title: str, work: Callable[[], dict]) -> dict:
-    path = out / "runs" / f"{name}.json"
-    if path.exists():
-        print(f"[{name}] reusing {path}", flush=True)
-        return json.loads(path.read_text())
-    print(f"[{name}] {title} ...", flush=True)
-    start = time.perf_counter()
-    record = {**work(), "seconds": time.perf_counter() - start}
-    write_json(path, record)
-    print(f"[{name}] done in {record['seconds']:.0f} s", flush=True)
-    return record
 
 
 def _load(model_dir: str, windows: int):
@@ -264,9 +251,9 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
                                params_override=_override(args.steps), data_dir=data_dir)  # fmt: skip
         return {"steps": args.steps, "validation_perplexity": result.metrics["perplexity"]}
 
-    _step(out, "train", f"training the LM, {args.steps} steps", train_lm)
+    run_step(out, "train", f"training the LM, {args.steps} steps", train_lm)
     pruned_dir = work / f"pruned_steps{args.steps}"
-    prune = _step(out, "importance_pruning", "importance-ordered pruning, removal, speed",
+    prune = run_step(out, "importance_pruning", "importance-ordered pruning, removal, speed",
                   lambda: plm.prune_language_model(
                       model_dir, pruned_dir, target_fraction=TARGET, step=STEP,
                       importance_windows=args.windows, eval_windows=args.windows,
@@ -275,11 +262,11 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
     importance = np.array([[np.nan if v is None else v for v in row]
                            for row in prune["importance"]])  # fmt: skip
     for seed in (0, 1, 2):
-        _step(out, f"random_seed{seed}", "random-order pruning",
+        run_step(out, f"random_seed{seed}", "random-order pruning",
               lambda seed=seed: random_curve(model_dir, seed, args.windows))  # fmt: skip
-    _step(out, "one_head_per_layer", "each layer reduced to its best head",
+    run_step(out, "one_head_per_layer", "each layer reduced to its best head",
           lambda: one_head_per_layer(model_dir, importance, args.windows))  # fmt: skip
-    _step(out, "half_removed_speed", "decoding speed at 50% of heads removed",
+    run_step(out, "half_removed_speed", "decoding speed at 50% of heads removed",
           lambda: half_removed_speed(model_dir, importance, args.windows))  # fmt: skip
 
 
