@@ -35,7 +35,7 @@ class PlanTest(tf.test.TestCase):
                              [preset.width // h for h in preset.r2_heads])  # fmt: skip
 
     def test_the_grid_grows_while_the_best_rate_is_at_its_edge(self):
-        preset = rv2.PRESETS["cpu"]
+        preset = dataclasses.replace(rv2.PRESETS["cpu"], learning_rates=(1e-3, 2e-3, 4e-3))
         key = "std_w64_h4_p16"
 
         def runs(finals):
@@ -50,6 +50,31 @@ class PlanTest(tf.test.TestCase):
         # Two halvings at most: the best may stay at the edge after them.
         self.assertEqual(rv2.model_grid(key, preset, low), [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3])
         self.assertEqual(rv2.best_learning_rate(key, preset, low), 2.5e-4)
+
+    def test_a_moved_grid_keeps_finished_runs_and_shows_their_rates(self):
+        out = pathlib.Path(self.get_temp_dir()) / "moved"
+        old = dataclasses.replace(TEST, learning_rates=(1e-4, 1e-3, 3e-3, 9e-3))
+        new = dataclasses.replace(TEST, learning_rates=(1e-3, 3e-3, 9e-3))
+        key = rv2.unique_models(rv2.plan(TEST))["std_w16_h4_p4"].key
+        for lr, ppl in ((1e-4, 150.0), (1e-3, 120.0), (3e-3, 110.0), (9e-3, 130.0)):
+            record = {"key": key, "learning_rate": lr, "seed": 0,
+                      "preset": dataclasses.asdict(old), "curve": [{"step": 1, "perplexity": ppl}],
+                      "test_perplexity": ppl, "device": "CPU: test"}  # fmt: skip
+            rv2.write_json(out / "runs" / f"{rv2.run_name(key, lr, 0)}.json", record)
+        other_shape = dataclasses.replace(new, steps=TEST.steps + 1)
+        self.assertEqual(rv2.load_runs(out, other_shape), {})
+        runs = rv2.load_runs(out, new)  # The old grid's runs still count.
+        self.assertEqual(sorted(lr for _, lr, _ in runs), [1e-4, 1e-3, 3e-3, 9e-3])
+        self.assertEqual(rv2.model_grid(key, new, runs), [1e-3, 3e-3, 9e-3])
+        self.assertEqual(rv2.best_learning_rate(key, new, runs), 3e-3)
+        sweep = rv2.summarize(new, rv2.plan(new), runs)["sweep"][key]
+        self.assertEqual(sweep, {"0.0001": 150.0, "0.001": 120.0, "0.003": 110.0,
+                                 "0.009": 130.0})  # fmt: skip
+
+    def test_the_command_leaves_out_scheduling_options(self):
+        argv = ["--preset", "cpu", "--keys", "a", "b", "--threads", "1", "--output", "x",
+                "--max-runs=3", "--summarize-only"]  # fmt: skip
+        self.assertEqual(rv2.result_arguments(argv), ["--preset", "cpu", "--output", "x"])
 
     def test_settled_from(self):
         self.assertEqual(rv2.settled_from([3.0, -1.0, -2.0, -0.5]), 1)
