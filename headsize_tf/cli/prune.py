@@ -179,10 +179,14 @@ def _run_model_dir(args: argparse.Namespace) -> int:
 
         report = prune_translation_model(args.model_dir, args.output,
                                           kinds=args.attention_kinds or KINDS, **schedule)  # fmt: skip
-        print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
+        print(f"{'pruned':>8}{'valid perplexity':>18}{'BLEU':>7}  heads per layer")
         for point in report["curve"]:
-            print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
+            print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}"
+                  f"{point['bleu']:>7.2f}  "
                   + ", ".join(f"{k} {v}" for k, v in point["heads"].items()))  # fmt: skip
+        bleu = report["bleu"]
+        print(f"BLEU (greedy, {bleu['sentences']} validation sentences): {bleu['original']:.2f} "
+              f"-> {bleu['pruned']:.2f} after removal (masked {bleu['masked']:.2f})")  # fmt: skip
         _print_totals(args, report)
         return 0
     report = prune_language_model(args.model_dir, args.output, **schedule)

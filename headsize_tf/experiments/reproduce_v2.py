@@ -44,6 +44,7 @@ import dataclasses
 import json
 import pathlib
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -276,10 +277,14 @@ def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, dat
 
     name = run_name(model.key, learning_rate, seed)
     model_dir = work_dir / f"{name}_steps{preset.steps}_l{preset.layers}_n{preset.sequence_length}"
+    # A run without a result file was cut off: it starts again from step 0, because
+    # resuming from its checkpoint would restart the input pipeline (the data order of an
+    # uninterrupted run is lost), so every recorded run is one uninterrupted pass.
+    shutil.rmtree(model_dir, ignore_errors=True)
     start = time.perf_counter()
     # Model Garden's trainer prints its step logs: they go to the run's log file.
     work_dir.mkdir(parents=True, exist_ok=True)
-    with open(f"{model_dir}.log", "a", encoding="utf-8") as log, redirect_stdout(log):
+    with open(f"{model_dir}.log", "w", encoding="utf-8") as log, redirect_stdout(log):
         train.run("headsize_lm/language_modeling", str(model_dir),
                   params_override=_override(model, preset, learning_rate, "valid",
                                             eval_batches(data_dir, "valid")),

@@ -5,8 +5,8 @@ A `HeadsizeSeq2Seq` has three kinds of attention: encoder self-attention
 attention ("encoder_decoder"). Importance is E|dL/dxi_h| of the translation
 loss (token cross entropy on training pairs), normalised per layer; heads of
 the chosen kinds are pruned `step` of those heads at a time (importance
-recomputed after each step by default) while the validation perplexity is
-recorded; the pruned heads are then removed. The model config records the
+recomputed after each step by default) while the validation perplexity and the
+BLEU of greedy translations are recorded; the pruned heads are then removed. The model config records the
 removed heads (`task.model.pruned_heads`, original numbering), so the output
 is an ordinary `headsize-tf train` model_dir: it reloads, decodes with the
 cache, exports and prunes again.
@@ -121,6 +121,68 @@ def perplexity(model: HeadsizeSeq2Seq, data: Sequence[tuple[dict, np.ndarray]]) 
     return float(np.exp(loss / max(tokens, 1.0)))
 
 
+def corpus_bleu(references: Sequence[Sequence[str]], hypotheses: Sequence[Sequence[str]]) -> float:
+    """Corpus BLEU x 100 of tokenised sentences (one reference each): Papineni et al.'s
+    4-gram geometric mean with the brevity penalty, as Model Garden's `compute_bleu`
+    (T2T's, which smooths an n-gram order without matches)."""
+    from official.nlp.metrics.bleu import compute_bleu
+
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references for {len(hypotheses)} hypotheses.")
+    return 100.0 * float(compute_bleu([list(r) for r in references], [list(h) for h in hypotheses]))
+
+
+class TranslationBleu:
+    """Greedy translations of a batch list's sources scored against its labels.
+
+    Hypothesis and reference are both the task's WordPiece ids turned into words
+    (so BLEU is case-insensitive with the pipeline's lower-casing and punctuation
+    splitting, and references are as truncated as in training); decoding stops
+    at [SEP] or at the labels' length.
+
+    Args:
+      data: `translation_batches` output.
+      vocab_file, lower_case: The task's vocabulary.
+    """
+
+    def __init__(self, data: Sequence[tuple[dict, np.ndarray]], vocab_file: str,
+                 lower_case: bool = True):  # fmt: skip
+        import tensorflow_text as tf_text
+
+        from headsize_tf.tasks.translation import BOS, EOS, special_ids
+
+        ids = special_ids(vocab_file)
+        self._bos, self._eos = ids[BOS], ids[EOS]
+        self._tokenizer = tf_text.BertTokenizer(vocab_file, lower_case=lower_case)
+        self._sources = [features["inputs"] for features, _ in data]
+        self._length = max(labels.shape[1] for _, labels in data)
+        self.references = [w for _, labels in data for w in self.words(labels)]
+
+    def words(self, ids: np.ndarray) -> list[list[str]]:
+        """Each row's words up to its first [SEP] (padding dropped)."""
+        rows = []
+        for row in np.asarray(ids):
+            ends = np.flatnonzero(row == self._eos)
+            row = row[: ends[0]] if len(ends) else row
+            rows.append(row[row != 0])
+        words = self._tokenizer.detokenize(tf.ragged.constant(rows, dtype=tf.int64, ragged_rank=1))
+        return [[w.decode() for w in sentence] for sentence in words.to_list()]
+
+    def translations(self, model: HeadsizeSeq2Seq) -> list[list[str]]:
+        from headsize_tf.modeling.decoding import greedy_decode_loop
+
+        @tf.function(reduce_retracing=True)
+        def decode(source):
+            start = tf.fill([tf.shape(source)[0], 1], self._bos)
+            return greedy_decode_loop(model, start, self._length, self._eos, source)
+
+        return [w for source in self._sources for w in self.words(decode(source).numpy())]
+
+    def __call__(self, model: HeadsizeSeq2Seq) -> float:
+        """BLEU x 100 of `model`'s greedy translations."""
+        return corpus_bleu(self.references, self.translations(model))
+
+
 def seq2seq_importance(model: HeadsizeSeq2Seq, data, normalize: bool = True) -> np.ndarray:
     """`[attention layers, max heads]` importance (NaN where a layer has fewer heads)."""
     rows = attention_rows(model)
@@ -208,8 +270,9 @@ def prune_translation_model(
       overwrite: Replace an existing `output`.
 
     Returns:
-      The report: importance per kind, curve, heads per layer and kind,
-      parameters, perplexity before / masked / after removal, cached greedy
+      The report: importance per kind, curve (validation perplexity and greedy
+      BLEU on the `eval_batches`), heads per layer and kind, parameters,
+      perplexity and BLEU before / masked / after removal, cached greedy
       decoding tokens/s before and after (side by side).
     """
     from headsize_tf.training import train
@@ -240,11 +303,18 @@ def prune_translation_model(
         mask[chosen] = sub
         return mask
 
+    data = params.task.validation_data
+    bleu = TranslationBleu(eval_data, data.vocab_file, data.lower_case)
+    bleus: list[float] = []  # One per schedule step, with its perplexity.
+
+    def evaluate() -> float:
+        bleus.append(bleu(model))
+        return perplexity(model, eval_data)
+
     full_importance = seq2seq_importance(model, importance_data)
     steps = masked_schedule(
         original[chosen], lambda sub: set_seq2seq_head_mask(model, full(sub)),
-        lambda: seq2seq_importance(model, importance_data)[chosen],
-        lambda: perplexity(model, eval_data),
+        lambda: seq2seq_importance(model, importance_data)[chosen], evaluate,
         target_fraction=target_fraction, step=step, recompute=recompute,
         min_heads_per_layer=min_heads_per_layer, progress=progress,
     )  # fmt: skip
@@ -252,6 +322,7 @@ def prune_translation_model(
     pruned = remove_seq2seq_heads(model, final)
     set_seq2seq_head_mask(model, final)
     masked = perplexity(model, eval_data)
+    masked_bleu = bleu(model)
     set_seq2seq_head_mask(model, original)
     source = eval_data[0][0]["inputs"][:8]
     start = np.full([len(source), 1], 2, np.int32)  # [CLS] starts every target.
@@ -282,9 +353,10 @@ def prune_translation_model(
             {
                 "fraction": s.fraction,
                 "perplexity": s.metric,
+                "bleu": b,
                 "heads": by_kind(full(np.asarray(s.mask))),
             }
-            for s in steps
+            for s, b in zip(steps, bleus, strict=True)
         ],  # fmt: skip
         "heads": {"original": by_kind(original), "pruned": by_kind(final)},
         "pruned_heads": pruned.get_config()["pruned_heads"],
@@ -293,6 +365,12 @@ def prune_translation_model(
             "original": steps[0].metric,
             "masked": masked,
             "pruned": perplexity(pruned, eval_data),
+        },  # fmt: skip
+        "bleu": {
+            "original": bleus[0],
+            "masked": masked_bleu,
+            "pruned": bleu(pruned),
+            "sentences": len(bleu.references),
         },  # fmt: skip
         "decoding_tokens_per_second": speed,
         "decoding_speedup": speed["pruned"] / speed["original"],
@@ -306,6 +384,8 @@ def prune_translation_model(
 
 __all__ = [
     "KINDS",
+    "TranslationBleu",
+    "corpus_bleu",
     "attention_rows",
     "prune_translation_model",
     "remove_seq2seq_heads",

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -176,6 +177,13 @@ class TrainingTest(tf.test.TestCase):
             self.assertNotAlmostEqual(record["test_perplexity"], record["curve"][-1]["perplexity"])
             self.assertTrue(record["device"].startswith("CPU: "))
         first = {p.name: p.stat().st_mtime_ns for p in files}
+        # The next run was cut off at its last checkpoint in an earlier session: it
+        # starts again from step 0 (a resumed input pipeline would change its data).
+        model, lr, seed = rv2.pending(TEST, rv2.plan(TEST), rv2.load_runs(out, TEST))[0]
+        suffix = f"_steps{TEST.steps}_l{TEST.layers}_n{TEST.sequence_length}"
+        done_dir = next(p for p in (self.tmp / "work").iterdir() if p.is_dir())
+        cut_off = self.tmp / "work" / f"{rv2.run_name(model.key, lr, seed)}{suffix}"
+        shutil.copytree(done_dir, cut_off)
         self.capsys.readouterr()
         self.assertEqual(rv2.main([*argv, "--max-runs", "1"]), 0)
         printed = self.capsys.readouterr().out
@@ -186,6 +194,10 @@ class TrainingTest(tf.test.TestCase):
         readme = (out / "README.md").read_text()
         self.assertIn("2 runs finished", readme)
         self.assertTrue(list((self.tmp / "work").glob("*.log")))  # The trainer's own log.
+        log = pathlib.Path(f"{cut_off}.log").read_text()
+        # Trained from step 0; only the test evaluation restores its last checkpoint.
+        self.assertIn("train | step:      0 | training until step", log)
+        self.assertEqual(log.count("restored model from"), 1)
         self.assertNotIn(
             "--max-runs", json.loads((out / "reproduction.json").read_text())["command"]
         )

@@ -92,6 +92,12 @@ def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     assert heads["encoder_self"] == [4, 4] and heads["decoder_self"] == [4, 4]
     assert sum(heads["encoder_decoder"]) == 6  # 25% of the 8 encoder-decoder heads went.
     assert report["perplexity"]["pruned"] == pytest.approx(report["perplexity"]["masked"], 1e-4)
+    # Removal changes no translation: the same greedy outputs, the same BLEU (8 batches of 8).
+    bleu = report["bleu"]
+    assert bleu["pruned"] == pytest.approx(bleu["masked"], abs=1e-6)
+    assert bleu["original"] == report["curve"][0]["bleu"]
+    assert bleu["sentences"] == 64 and all(0 <= c["bleu"] <= 100 for c in report["curve"])
+    assert f"{bleu['original']:.2f} -> {bleu['pruned']:.2f}" in printed
     assert f"{report['decoding_speedup']:.2f}x" in printed
     params, model = train.load_trained_model(str(out))
     assert json.loads(params.task.model.pruned_heads) == report["pruned_heads"]
@@ -104,6 +110,57 @@ def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     assert cli.main(export) == 0
     loaded = tf.saved_model.load(str(tmp_path / "export" / "1"))
     assert loaded.signatures["serving_default"](text=tf.constant(["abc de"]))
+
+
+def _bleu_oracle(references, hypotheses, max_order=4):
+    """Papineni et al.'s corpus BLEU (clipped n-gram precisions, brevity penalty), with
+    T2T's smoothing of an order without matches (1 / (2^k * possible)) and its skipping
+    of an order no hypothesis is long enough for."""
+    from collections import Counter
+
+    matches, possible = [0] * max_order, [0] * max_order
+    for ref, hyp in zip(references, hypotheses, strict=True):
+        for n in range(1, max_order + 1):
+            r = Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1))
+            h = Counter(tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1))
+            matches[n - 1] += sum(min(c, r[g]) for g, c in h.items())
+            possible[n - 1] += max(len(hyp) - n + 1, 0)
+    smooth, logs = 1.0, []
+    for m, p in zip(matches, possible, strict=True):
+        if not p:
+            logs.append(0.0)  # T2T: an order longer than every hypothesis adds log 1.
+        elif m:
+            logs.append(np.log(m / p))
+        else:
+            smooth *= 2
+            logs.append(np.log(1 / (smooth * p)))
+    ratio = sum(map(len, hypotheses)) / sum(map(len, references))
+    penalty = 1.0 if ratio >= 1 else np.exp(1 - 1 / ratio)
+    return 100 * penalty * np.exp(np.mean(logs))
+
+
+def test_corpus_bleu_matches_the_papineni_oracle():
+    refs = [["the", "cat", "sat", "on", "the", "mat"], ["a", "b", "c", "d", "e"]]
+    hyps = [["the", "cat", "sat", "on", "a", "mat"], ["a", "b", "c", "d"]]
+    assert ptr.corpus_bleu(refs, hyps) == pytest.approx(_bleu_oracle(refs, hyps), rel=1e-5)
+    assert ptr.corpus_bleu(refs, refs) == pytest.approx(100.0)
+    short = [["the", "cat"], ["a"]]  # A brevity penalty and smoothed orders.
+    assert ptr.corpus_bleu(refs, short) == pytest.approx(_bleu_oracle(refs, short), rel=1e-5)
+    with pytest.raises(ValueError, match="2 references for 1 hypotheses"):
+        ptr.corpus_bleu(refs, hyps[:1])
+
+
+def test_bleu_reads_references_up_to_the_end_token(trained, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB))
+    labels = np.array([[5, 15, 6, 3, 0, 0], [7, 3, 9, 0, 0, 0]], np.int32)  # 3 = [SEP]
+    data = [({"inputs": np.array([[5, 3], [6, 3]], np.int32)}, labels)]
+    bleu = ptr.TranslationBleu(data, str(vocab))
+    assert bleu.references == [["aa", "b"], ["c"]]  # "##a" joins "a"; after [SEP] is ignored.
+    _, model = train.load_trained_model(trained)
+    translations = bleu.translations(model)
+    assert len(translations) == 2 and all(len(t) <= 6 for t in translations)
+    assert bleu(model) == pytest.approx(ptr.corpus_bleu(bleu.references, translations))
 
 
 def test_bad_kinds_are_one_line_errors(trained, tmp_path, capsys):
