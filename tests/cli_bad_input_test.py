@@ -50,6 +50,12 @@ def files(tmp_path_factory) -> dict[str, str]:
     not_a_model = root / "not_a_model_dir"
     not_a_model.mkdir()
     out["not_a_model"] = str(not_a_model)
+    lm_dir = root / "lm_model_dir"  # As `train` marks a causal LM's model_dir.
+    lm_dir.mkdir()
+    (lm_dir / "headsize_experiment.json").write_text(
+        '{"experiment": "headsize_lm/language_modeling"}'
+    )
+    out["lm_dir"] = str(lm_dir)
     out["root"] = str(root)
     return out
 
@@ -57,6 +63,51 @@ def files(tmp_path_factory) -> dict[str, str]:
 LM = "headsize_lm/language_modeling"
 # (name, argv with {placeholders}, a fragment the one-line message must hold)
 CASES = [
+    (
+        "embed_model_dir_not_a_model_dir",
+        ["embed", "--model_dir", "{not_a_model}", "--input", "{sentences}", "--output", "{out}"],
+        "not a `headsize-tf train` model_dir",
+    ),
+    (
+        "embed_model_dir_of_a_language_model",
+        ["embed", "--model_dir", "{lm_dir}", "--input", "{sentences}", "--output", "{out}"],
+        "headsize_lm/language_modeling model_dir; sentence embeddings come from an encoder",
+    ),
+    (
+        "embed_model_dir_keras3",
+        [
+            "embed",
+            "--model_dir",
+            "{lm_dir}",
+            "--framework",
+            "keras3",
+            "--input",
+            "{sentences}",
+            "--output",
+            "{out}",
+        ],
+        "drop --framework keras3",
+    ),
+    (
+        "embed_vocab_file_without_model_dir",
+        [
+            "embed",
+            "--model",
+            "minilm-l6",
+            "--vocab-file",
+            "{sentences}",
+            "--input",
+            "{sentences}",
+            "--output",
+            "{out}",
+        ],
+        "--vocab-file is for a --model_dir",
+    ),
+    (
+        "export_embedding_of_a_language_model_dir",
+        ["export", "--model_dir", "{lm_dir}", "--task", "embedding", "--output", "{out}"],
+        "sentence embeddings come from an encoder experiment",
+    ),
     ("params_head_size_word", ["params", "--head-size", "abc"], "'abc'"),
     ("params_zero_width", ["params", "--width", "0"], "got '0'"),
     ("params_bad_kind", ["params", "--attention-type", "talking"], "'talking'"),

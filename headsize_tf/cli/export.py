@@ -13,7 +13,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="SavedModel (TF Serving layout) with raw-text and token-id signatures",
         description="Writes EXPORT_DIR/VERSION/ atomically: serving_default takes raw strings "
         "(tensorflow-text tokenisation in the graph), serve_ids takes int32 ids and masks. "
-        "embedding: sentence vectors; sentence_prediction: logits and probabilities of a "
+        "embedding: sentence vectors (also of the encoder of a pretraining, classifier or "
+        "span-labeling `train` model_dir); sentence_prediction: logits and probabilities of a "
         "classifier (a `prune` checkpoint or a `train` model_dir); lm: log-likelihood and "
         "next-token probabilities of a causal LM `train` model_dir; translation: beam-search "
         "translations of a headsize_seq2seq/translation `train` model_dir.",
@@ -22,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source.add_argument("--model", help="a registered pretrained encoder (embedding)")
     source.add_argument("--checkpoint", help="checkpoint dir (compress/prune output, HF layout)")
     source.add_argument("--model_dir", help="a `headsize-tf train` model_dir "
-                        "(headsize_bert/sentence_prediction, headsize_lm/language_modeling or "
+                        "(headsize_bert/*, headsize_lm/language_modeling or "
                         "headsize_seq2seq/translation)")  # fmt: skip
     p.add_argument("--vocab-file", default=None,
                    help="vocabulary of a --model_dir (default: vocab.txt next to its data)")  # fmt: skip

@@ -5,6 +5,7 @@ from headsize_tf.serving.export import (
     ServingModule,
     experiment_classifier,
     experiment_language_model,
+    experiment_sentence_encoder,
     export,
 )
 from headsize_tf.serving.translation import TranslationServingModule, experiment_translator
@@ -15,6 +16,7 @@ __all__ = [
     "TranslationServingModule",
     "experiment_classifier",
     "experiment_language_model",
+    "experiment_sentence_encoder",
     "experiment_translator",
     "export",
 ]

@@ -124,6 +124,66 @@ def export(
     return final
 
 
+ENCODER_EXPERIMENTS = (
+    "headsize_bert/pretraining",
+    "headsize_bert/sentence_prediction",
+    "headsize_bert/sentence_prediction_text",
+    "headsize_bert/span_labeling",
+)
+
+
+def experiment_sentence_encoder(
+    model_dir: str,
+    vocab_file: str | None = None,
+    *,
+    pooling: str = "mean",
+    normalize: bool = True,
+) -> SentenceEncoder:
+    """The encoder of an encoder experiment's model_dir as a `SentenceEncoder`.
+
+    Args:
+      model_dir: A `headsize-tf train` model_dir of masked-LM pretraining,
+        sentence classification or span labeling (any of
+        `ENCODER_EXPERIMENTS`): its trained `HeadsizeBertEncoder` embeds.
+      vocab_file: Its vocabulary (default: `vocab.txt` next to the training
+        data, the layout `headsize-tf data prepare` writes).
+      pooling, normalize: As `SentenceEncoder` (default: mean pooling, L2
+        normalised, as sentence-transformers).
+
+    Raises:
+      ValueError: a model_dir of another experiment (a causal LM, a
+        translation model), or a missing vocabulary.
+    """
+    from headsize_tf.training import train
+
+    experiment = train.experiment_of(model_dir)
+    if experiment not in ENCODER_EXPERIMENTS:
+        raise ValueError(
+            f"{model_dir} is a {experiment} model_dir; sentence embeddings come from an encoder "
+            f"experiment ({', '.join(ENCODER_EXPERIMENTS)})."
+        )
+    params, model = train.load_trained_model(model_dir)
+    return _sentence_encoder(params, model, model_dir, vocab_file, pooling, normalize)
+
+
+def _sentence_encoder(params, model, model_dir: str, vocab_file: str | None, pooling: str,
+                      normalize: bool) -> SentenceEncoder:  # fmt: skip
+    from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
+    from headsize_tf.training import train
+
+    encoder = getattr(model, "checkpoint_items", {}).get("encoder")
+    if not isinstance(encoder, HeadsizeBertEncoder):
+        raise ValueError(
+            f"{model_dir} is a {train.experiment_of(model_dir)} model_dir; sentence embeddings "
+            f"come from an encoder experiment ({', '.join(ENCODER_EXPERIMENTS)})."
+        )
+    length = getattr(params.task.train_data, "seq_length", 0) or encoder.get_config().get(
+        "max_sequence_length", 512
+    )
+    return SentenceEncoder(encoder, _vocab_of(params, vocab_file), max_seq_length=length,
+                           pooling=pooling, normalize=normalize, source=model_dir)  # fmt: skip
+
+
 def experiment_classifier(model_dir: str, vocab_file: str | None = None):
     """(SentenceEncoder for tokenising, BertClassifier) of a sentence_prediction model_dir.
 
@@ -135,11 +195,7 @@ def experiment_classifier(model_dir: str, vocab_file: str | None = None):
     params, model = train.load_trained_model(model_dir)
     if not hasattr(params.task, "metric_type"):
         raise ValueError(f"{model_dir} is not a sentence_prediction model_dir.")
-    encoder = model.checkpoint_items["encoder"]
-    tokenizer = SentenceEncoder(encoder, _vocab_of(params, vocab_file),
-                                max_seq_length=params.task.train_data.seq_length,
-                                pooling="cls", normalize=False, source=model_dir)  # fmt: skip
-    return tokenizer, model
+    return _sentence_encoder(params, model, model_dir, vocab_file, "cls", False), model
 
 
 def _vocab_of(params, vocab_file: str | None) -> str:

@@ -2,7 +2,8 @@
 
 Sources: a registry `model` or a `checkpoint` directory (`embedding`; a
 `prune` checkpoint with a classifier head for `sentence_prediction`), or a
-`headsize-tf train` `model_dir` (`sentence_prediction`, `lm`, `translation`).
+`headsize-tf train` `model_dir` (`embedding`, `sentence_prediction`, `lm`,
+`translation`).
 `serving_module` checks the pair and builds the module; `export_source`
 writes it as `export_dir/version/`.
 """
@@ -18,6 +19,7 @@ from headsize_tf.serving.export import (
     ServingModule,
     experiment_classifier,
     experiment_language_model,
+    experiment_sentence_encoder,
     export,
 )
 from headsize_tf.serving.translation import experiment_translator
@@ -39,8 +41,8 @@ def serving_module(
       task: "embedding", "sentence_prediction", "lm" or "translation".
       model, checkpoint: A registered pretrained encoder or a checkpoint
         directory (for "sentence_prediction": one written by `prune`).
-      model_dir: A `headsize-tf train` model_dir ("sentence_prediction",
-        "lm" or "translation").
+      model_dir: A `headsize-tf train` model_dir ("embedding" from an encoder
+        experiment's encoder, "sentence_prediction", "lm" or "translation").
       vocab_file: Vocabulary of a `model_dir` (default: next to its data).
       beam_size, max_decode_length: "translation" only (default length: the
         data's max_seq_length).
@@ -62,9 +64,9 @@ def serving_module(
         if not model_dir:
             raise ValueError("--task lm needs --model_dir of a headsize_lm/language_modeling run.")
         encoder, classifier = experiment_language_model(model_dir, vocab_file)
+    elif model_dir and task == "embedding":
+        encoder = experiment_sentence_encoder(model_dir, vocab_file)
     elif model_dir:
-        if task != "sentence_prediction":
-            raise ValueError("--model_dir exports --task sentence_prediction or lm.")
         encoder, classifier = experiment_classifier(model_dir, vocab_file)
     elif task == "sentence_prediction":
         from headsize_tf.pruning import prune

@@ -324,14 +324,25 @@ def _is_scalar(value: Any) -> bool:
         return False
 
 
+def experiment_of(model_dir: str | os.PathLike) -> str:
+    """The registered experiment a `run` model_dir was trained with."""
+    import json
+
+    path = os.path.join(model_dir, EXPERIMENT_FILE)
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"{model_dir} is not a `headsize-tf train` model_dir: it has no {EXPERIMENT_FILE}."
+        )
+    with open(path) as f:
+        return json.load(f)["experiment"]
+
+
 def load_trained_model(model_dir: str):
     """(params, model) of a finished `run`: config from the model_dir, latest weights.
 
     The model_dir must hold `params.yaml`, `headsize_experiment.json` (both
     written by `run`) and a checkpoint.
     """
-    import json
-
     from official.core import exp_factory, task_factory
     from official.modeling import hyperparams
 
@@ -343,9 +354,7 @@ def load_trained_model(model_dir: str):
         raise ConfigError(
             f"{model_dir} is not a `headsize-tf train` model_dir: it has no {missing}."
         )
-    with open(names[EXPERIMENT_FILE]) as f:
-        experiment = json.load(f)["experiment"]
-    params = exp_factory.get_exp_config(experiment)
+    params = exp_factory.get_exp_config(experiment_of(model_dir))
     params = hyperparams.override_params_dict(params, names["params.yaml"], is_strict=True)
     latest = tf.train.latest_checkpoint(model_dir)
     if latest is None:
