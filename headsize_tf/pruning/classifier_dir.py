@@ -25,8 +25,13 @@ import tf_keras
 from headsize_tf.core.io import write_json
 from headsize_tf.pruning.importance import head_importance
 from headsize_tf.pruning.language_model import REPORT_FILE, save_model_dir
-from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
-from headsize_tf.pruning.schedule import masked_schedule
+from headsize_tf.pruning.remove import (
+    copy_weights_outside,
+    head_mask,
+    remove_heads,
+    set_head_mask,
+)
+from headsize_tf.pruning.schedule import check_output, masked_schedule
 
 EXPERIMENT = "headsize_bert/sentence_prediction"
 
@@ -95,13 +100,7 @@ def save_classifier_dir(params, model, new_encoder, output, report: dict[str, An
     target = rebuilt.checkpoint_items["encoder"]
     target.set_weights(new_encoder.get_weights())
 
-    def head(m, encoder):
-        ids = {id(v) for v in encoder.weights}
-        return [v for v in m.weights if id(v) not in ids]
-
-    old_encoder = model.checkpoint_items["encoder"]
-    for old, fresh in zip(head(model, old_encoder), head(rebuilt, target), strict=True):
-        fresh.assign(old)
+    copy_weights_outside(model, rebuilt, [model.checkpoint_items["encoder"]], [target])
     return save_model_dir(params, rebuilt, output, EXPERIMENT, {"encoder": {"any": fields}},
                           {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
 
@@ -120,8 +119,7 @@ def prune_classifier_dir(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Importance, dev-accuracy curve and removal for a sentence_prediction model_dir."""
-    if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    check_output(output, overwrite)
     params, model, encoder = load(model_dir)
     train_data = classifier_batches(params, "train", importance_batches)
     dev_data = classifier_batches(params, "validation", eval_batches)
@@ -180,8 +178,7 @@ def compress_classifier_dir(
     """The model_dir's encoder as collaborative heads (CP), its trained head kept."""
     from headsize_tf.reparam import compress_encoder
 
-    if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    check_output(output, overwrite)
     params, model, encoder = load(model_dir)
     if encoder.get_config().get("pruned_heads"):
         raise ValueError(f"{model_dir} has pruned heads; compress the model before pruning it.")

@@ -33,8 +33,8 @@ import tf_keras
 from headsize_tf.core.io import atomic_directory, save_figure
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.pruning.importance import head_importance
-from headsize_tf.pruning.remove import copy_kept_heads
-from headsize_tf.pruning.schedule import masked_schedule
+from headsize_tf.pruning.remove import copy_kept_heads, copy_weights_outside
+from headsize_tf.pruning.schedule import check_min_heads, check_output, masked_schedule
 
 REPORT_FILE = "pruning_report.json"
 
@@ -196,15 +196,7 @@ def decoding_speed(model, prompts: np.ndarray, new_tokens: int = 32, repeats: in
 
 def copy_other_weights(source: tf_keras.Model, target: tf_keras.Model) -> None:
     """Copies every weight outside the attention layers, in creation order (same structure)."""
-
-    def rest(model):
-        ids = {id(v) for layer in model.attention_layers for v in layer.weights}
-        return [v for v in model.weights if id(v) not in ids]
-
-    for old, fresh in zip(rest(source), rest(target), strict=True):
-        if tuple(old.shape) != tuple(fresh.shape):
-            raise ValueError(f"{old.name} and {fresh.name} differ in shape.")
-        fresh.assign(old)
+    copy_weights_outside(source, target, source.attention_layers, target.attention_layers)
 
 
 def save_model_dir(params, model: tf_keras.Model, output: str | os.PathLike,
@@ -220,8 +212,7 @@ def save_model_dir(params, model: tf_keras.Model, output: str | os.PathLike,
     from headsize_tf.training.train import EXPERIMENT_FILE
 
     output = pathlib.Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    check_output(output, overwrite)
     if model_override is None:
         model_override = {"attention": model.attention_spec.to_dict()}
     with atomic_directory(output) as tmp:
@@ -271,12 +262,8 @@ def prune_language_model(
     """
     from headsize_tf.training import train
 
-    if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
-    if min_heads_per_layer < 1:
-        raise ValueError(
-            f"min_heads_per_layer must be at least 1 for an LM; got {min_heads_per_layer}."
-        )
+    check_output(output, overwrite)
+    check_min_heads(min_heads_per_layer, "an LM")
     params, lm = train.load_trained_model(str(model_dir))
     if not isinstance(lm, HeadsizeCausalLM) or lm.get_config().get("cross_attention"):
         raise ValueError(f"{model_dir} is not a headsize_lm/language_modeling model_dir.")

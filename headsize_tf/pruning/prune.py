@@ -26,6 +26,7 @@ from headsize_tf.data.text_tasks import TextTask, TextTaskError
 from headsize_tf.pretrained import SentenceEncoder
 from headsize_tf.pruning.importance import head_importance
 from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
+from headsize_tf.pruning.schedule import check_output
 from headsize_tf.training import finetune as ft
 
 HEAD_FILE = "classifier_head.npz"
@@ -280,8 +281,7 @@ def prune_model(
     `progress` shows a bar over the pruning steps.
     """
     output = pathlib.Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+    check_output(output, overwrite)
     importance = classifier_importance(model, data)
     curve = pruning_curve(model, data, target_fraction=target_fraction, step=step,
                           recompute=recompute, min_heads_per_layer=min_heads_per_layer,
@@ -459,8 +459,7 @@ def prune_task(
     """
     from headsize_tf.pretrained import load_sentence_encoder
 
-    if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite.")
+    check_output(output, overwrite)
     if step == 0:
         raise ValueError("--step must be a fraction in (0, 1); got 0.")
     text_task = load_task(task=task, data=data, data_dir=data_dir, data_file=data_file,

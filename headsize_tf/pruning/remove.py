@@ -138,3 +138,25 @@ def remove_heads(
         if new_block.kept_heads:
             new_block.attention_layer.set_head_mask(row[new_block.kept_heads])
     return new
+
+
+def copy_weights_outside(source, target, source_layers, target_layers) -> None:
+    """Copies every weight of `source` outside `source_layers` to the weight of `target` outside
+    `target_layers` at the same place in creation order (the same structure around the
+    excluded layers, e.g. everything but the attention layers, or a classifier's head).
+
+    Raises:
+      ValueError: the two sides differ in their number of weights or in a shape.
+    """
+
+    def outside(model, layers):
+        ids = {id(v) for layer in layers for v in layer.weights}
+        return [v for v in model.weights if id(v) not in ids]
+
+    old, fresh = outside(source, source_layers), outside(target, target_layers)
+    if len(old) != len(fresh):
+        raise ValueError(f"{len(old)} weights to copy into {len(fresh)}.")
+    for a, b in zip(old, fresh, strict=True):
+        if tuple(a.shape) != tuple(b.shape):
+            raise ValueError(f"{a.name} and {b.name} differ in shape.")
+        b.assign(a)

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 from collections.abc import Callable
 
 import numpy as np
 
 from headsize_tf.core.pruning_plan import PruningStep, iterative_pruning
+
+
+def check_output(output: str | os.PathLike, overwrite: bool) -> None:
+    """Raises FileExistsError before any work when `output` exists and may not be replaced."""
+    if pathlib.Path(output).exists() and not overwrite:
+        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+
+
+def check_min_heads(min_heads_per_layer: int, model: str) -> None:
+    """Physical removal keeps at least one head per attention layer of an LM or seq2seq."""
+    if min_heads_per_layer < 1:
+        raise ValueError(
+            f"min_heads_per_layer must be at least 1 for {model}; got {min_heads_per_layer}."
+        )
 
 
 def masked_schedule(

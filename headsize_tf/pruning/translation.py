@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +34,7 @@ from headsize_tf.pruning.language_model import (
     save_model_dir,
 )
 from headsize_tf.pruning.remove import copy_kept_heads
-from headsize_tf.pruning.schedule import masked_schedule
+from headsize_tf.pruning.schedule import check_min_heads, check_output, masked_schedule
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 EXPERIMENT = "headsize_seq2seq/translation"
@@ -282,13 +281,8 @@ def prune_translation_model(
         raise ValueError(
             f"Attention kinds {unknown or list(kinds)}; expected some of {list(KINDS)}."
         )
-    if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
-    if min_heads_per_layer < 1:
-        raise ValueError(
-            f"min_heads_per_layer must be at least 1 for a translation model; got "
-            f"{min_heads_per_layer}."
-        )
+    check_output(output, overwrite)
+    check_min_heads(min_heads_per_layer, "a translation model")
     params, model = train.load_trained_model(str(model_dir))
     if not isinstance(model, HeadsizeSeq2Seq):
         raise ValueError(f"{model_dir} is not a {EXPERIMENT} model_dir.")
