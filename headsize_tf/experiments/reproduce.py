@@ -297,23 +297,25 @@ def markdown(
     return "\n".join(lines)
 
 
-def plot(summary: dict, path: pathlib.Path) -> None:
+def plot(summary: dict, path: pathlib.Path, titles: dict[str, str] | None = None) -> None:
+    """Test perplexity (mean ± std) per experiment: vs parameters (R1), heads (R2) or head
+    size (R3), baselines and fixed heads as two series; `titles` per experiment."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    field = {"R1": "params", "R2": "heads", "R3": "head_size"}
     fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.8))
     axes = np.atleast_1d(axes)
     for ax, (name, rows) in zip(axes, summary.items(), strict=True):
         for kind, label in (("standard", "baseline (head = width / heads)"),
                             ("fixed_head", "fixed head size")):  # fmt: skip
-            pts = [r for r in rows if r["attention_type"] == kind and r["mean"] is not None]
-            x = [r["params"] if name == "R1" else (r["heads"] if name == "R2" else r["head_size"])
-                 for r in pts]  # fmt: skip
-            ax.errorbar(x, [r["mean"] for r in pts], yerr=[r["std"] for r in pts], fmt="o-",
-                        label=label)  # fmt: skip
-        ax.set(title=name, ylabel="test perplexity",
+            pts = sorted((r for r in rows if r["attention_type"] == kind and r["mean"] is not None),
+                         key=lambda r: r[field[name]])  # fmt: skip
+            ax.errorbar([r[field[name]] for r in pts], [r["mean"] for r in pts],
+                        yerr=[r["std"] for r in pts], fmt="o-", capsize=3, label=label)  # fmt: skip
+        ax.set(title=(titles or {}).get(name, name), ylabel="test perplexity",
                xlabel={"R1": "parameters", "R2": "heads", "R3": "head size"}[name])  # fmt: skip
         if name != "R1":
             ax.set_xscale("log", base=2)

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+from headsize_tf.experiments import reproduce
 from headsize_tf.experiments.reproduce import compare, verdicts
 
 
@@ -521,22 +522,8 @@ def plot(summary: dict, out: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, name in zip(axes, ("R1", "R2"), strict=True):
-        rows = summary[name]
-        for kind, label in (("standard", "baseline (head = width / heads)"),
-                            ("fixed_head", "fixed head size")):  # fmt: skip
-            pts = sorted((r for r in rows if r["attention_type"] == kind and r["mean"] is not None),
-                         key=lambda r: r["params"] if name == "R1" else r["heads"])  # fmt: skip
-            x = [r["params"] if name == "R1" else r["heads"] for r in pts]
-            ax.errorbar(x, [r["mean"] for r in pts], yerr=[r["std"] for r in pts], fmt="o-",
-                        capsize=3, label=label)  # fmt: skip
-        ax.set(title={"R1": "R1 (Fig. 1 style)", "R2": "R2 (Fig. 3a style)"}[name],
-               xlabel="parameters" if name == "R1" else "heads", ylabel="test perplexity")  # fmt: skip
-        if name == "R2":
-            ax.set_xscale("log", base=2)
-        ax.legend(fontsize=7)
-    save_figure(fig, out / "reproduction.png")
+    reproduce.plot({name: summary[name] for name in ("R1", "R2")}, out / "reproduction.png",
+                   titles={"R1": "R1 (Fig. 1 style)", "R2": "R2 (Fig. 3a style)"})  # fmt: skip
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for key, curve in sorted(summary["curves"].items()):
