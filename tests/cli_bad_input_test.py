@@ -56,6 +56,12 @@ def files(tmp_path_factory) -> dict[str, str]:
         '{"experiment": "headsize_lm/language_modeling"}'
     )
     out["lm_dir"] = str(lm_dir)
+    span_dir = root / "span_model_dir"
+    span_dir.mkdir()
+    (span_dir / "headsize_experiment.json").write_text(
+        '{"experiment": "headsize_bert/span_labeling"}'
+    )
+    out["span_dir"] = str(span_dir)
     out["root"] = str(root)
     return out
 
@@ -63,6 +69,11 @@ def files(tmp_path_factory) -> dict[str, str]:
 LM = "headsize_lm/language_modeling"
 # (name, argv with {placeholders}, a fragment the one-line message must hold)
 CASES = [
+    (
+        "compress_model_dir_of_span_labeling",
+        ["compress", "--model_dir", "{span_dir}", "--shared-key-dim", "8", "--output", "{out}"],
+        "headsize_bert/span_labeling model_dir; compress --model_dir takes",
+    ),
     (
         "embed_model_dir_not_a_model_dir",
         ["embed", "--model_dir", "{not_a_model}", "--input", "{sentences}", "--output", "{out}"],

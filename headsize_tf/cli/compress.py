@@ -18,9 +18,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     add_model_source(
         p,
-        model_dir_help="a `headsize-tf train` model_dir of a sentence classifier "
-        "(headsize_bert/sentence_prediction): its encoder is converted, its trained "
-        "classification head kept; writes a model_dir and reports dev accuracy before and after",
+        model_dir_help="a `headsize-tf train` model_dir (headsize_bert/sentence_prediction or "
+        "pretraining, headsize_lm/language_modeling, headsize_seq2seq/translation): its "
+        "attention is converted, everything else (the trained head) kept; writes a model_dir "
+        "and reports the validation metrics (a classifier: dev accuracy) before and after",
     )
     add_framework(p)
     p.add_argument("--shared-key-dim", type=_positive_int, required=True)
@@ -81,18 +82,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_model_dir(args: argparse.Namespace) -> int:
-    from headsize_tf.pruning.classifier_dir import compress_classifier_dir
+    from headsize_tf.training.train import experiment_of
 
     if args.framework != "tf_keras" or args.eval_file:
         raise ValueError("--model_dir is evaluated on its own dev data: drop --framework keras3 "
                          "and --eval-file.")  # fmt: skip
-    report = compress_classifier_dir(args.model_dir, args.shared_key_dim, args.output,
-                                     overwrite=args.overwrite, method=args.method,
-                                     max_iter=args.max_iter, tolerance=args.tolerance)  # fmt: skip
+    cp = dict(overwrite=args.overwrite, method=args.method, max_iter=args.max_iter,
+              tolerance=args.tolerance)  # fmt: skip
+    if experiment_of(args.model_dir) == "headsize_bert/sentence_prediction":
+        from headsize_tf.pruning.classifier_dir import compress_classifier_dir
+
+        report = compress_classifier_dir(args.model_dir, args.shared_key_dim, args.output, **cp)
+        change = (f"dev accuracy {100 * report['accuracy_before']:.2f}% -> "
+                  f"{100 * report['accuracy_after']:.2f}%")  # fmt: skip
+    else:
+        from headsize_tf.reparam.model_dir import compress_model_dir
+
+        report = compress_model_dir(args.model_dir, args.shared_key_dim, args.output, **cp)
+        change = "; ".join(f"{k} {v:.4g} -> {report['after'][k]:.4g}"
+                           for k, v in report["before"].items())  # fmt: skip
     print(f"{'layer':<10}{'rel. error':>12}{'seconds':>10}")
     for layer in report["layers"]:
         print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
-    print(f"params: {report['params_before']} -> {report['params_after']}; dev accuracy "
-          f"{100 * report['accuracy_before']:.2f}% -> {100 * report['accuracy_after']:.2f}%")  # fmt: skip
+    print(f"params: {report['params_before']} -> {report['params_after']}; {change}")
     print(f"output (a model_dir): {args.output}")
     return 0

@@ -87,21 +87,31 @@ def importance(model, encoder, data, normalize: bool = True) -> np.ndarray:
     return full
 
 
-def save_classifier_dir(params, model, new_encoder, output, report: dict[str, Any],
-                        overwrite: bool = False) -> pathlib.Path:  # fmt: skip
-    """Writes `model`'s classification head on `new_encoder` as a model_dir."""
+def rebuild_with_encoder(params, model, new_encoder):
+    """(params, model, task.model override) of `model` (a Model Garden model with a
+    `HeadsizeBertEncoder` under `checkpoint_items["encoder"]`: a classifier, a masked-LM
+    pretrainer) rebuilt around `new_encoder` (pruned, collaborative), every weight outside
+    the encoder (the task's head) copied."""
     from official.core import task_factory
 
     from headsize_tf.configs.encoders import fields_from_encoder_config
+    from headsize_tf.training import train
 
-    fields = fields_from_encoder_config(new_encoder.get_config())
-    params = params.replace(task={"model": {"encoder": {"any": fields}}})
+    override = {"encoder": {"any": fields_from_encoder_config(new_encoder.get_config())}}
+    params = params.replace(task={"model": override})
     rebuilt = task_factory.get_task(params.task).build_model()
+    train.build_heads(rebuilt)
     target = rebuilt.checkpoint_items["encoder"]
     target.set_weights(new_encoder.get_weights())
-
     copy_weights_outside(model, rebuilt, [model.checkpoint_items["encoder"]], [target])
-    return save_model_dir(params, rebuilt, output, EXPERIMENT, {"encoder": {"any": fields}},
+    return params, rebuilt, override
+
+
+def save_classifier_dir(params, model, new_encoder, output, report: dict[str, Any],
+                        overwrite: bool = False) -> pathlib.Path:  # fmt: skip
+    """Writes `model`'s classification head on `new_encoder` as a model_dir."""
+    params, rebuilt, override = rebuild_with_encoder(params, model, new_encoder)
+    return save_model_dir(params, rebuilt, output, EXPERIMENT, override,
                           {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
 
 

@@ -337,6 +337,15 @@ def experiment_of(model_dir: str | os.PathLike) -> str:
         return json.load(f)["experiment"]
 
 
+def build_heads(model) -> None:
+    """Creates the variables a Model Garden model builds lazily (BertPretrainerV2's
+    masked-LM head) by calling it on its own symbolic inputs, so that every weight exists
+    before a checkpoint is read or weights are copied."""
+    inputs = getattr(model, "inputs", None)
+    if inputs is not None:
+        model(inputs)
+
+
 def load_trained_model(model_dir: str):
     """(params, model) of a finished `run`: config from the model_dir, latest weights.
 
@@ -361,6 +370,7 @@ def load_trained_model(model_dir: str):
         raise ConfigError(f"{model_dir} holds no checkpoint.")
     task = task_factory.get_task(params.task)
     model = task.build_model()
+    build_heads(model)
     status = tf.train.Checkpoint(model=model).read(latest)
     status.expect_partial().assert_existing_objects_matched()
     return params, model
