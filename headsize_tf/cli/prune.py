@@ -22,7 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_model_source(
         p,
         model_dir_help="a `headsize-tf train` model_dir of a sentence classifier "
-        "(headsize_bert/sentence_prediction), a causal LM (headsize_lm/language_modeling) or a "
+        "(headsize_bert/sentence_prediction), a masked-LM encoder (headsize_bert/pretraining), "
+        "a causal LM (headsize_lm/language_modeling) or a "
         "translation model (headsize_seq2seq/translation): importance from its own loss on its "
         "own training data, dev accuracy or perplexity on its validation data; writes a pruned "
         "model_dir",
@@ -147,8 +148,8 @@ def _run_model_dir(args: argparse.Namespace) -> int:
         raise ValueError(f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
                          f"(no {EXPERIMENT_FILE}).")  # fmt: skip
     experiment = json.loads(marker.read_text())["experiment"]
-    known = ("headsize_bert/sentence_prediction", "headsize_lm/language_modeling",
-             "headsize_seq2seq/translation")  # fmt: skip
+    known = ("headsize_bert/sentence_prediction", "headsize_bert/pretraining",
+             "headsize_lm/language_modeling", "headsize_seq2seq/translation")  # fmt: skip
     if experiment not in known:
         raise ValueError(f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
                          f"takes {', '.join(known)} runs.")  # fmt: skip
@@ -161,17 +162,22 @@ def _run_model_dir(args: argparse.Namespace) -> int:
     if args.attention_kinds and experiment != "headsize_seq2seq/translation":
         raise ValueError("--attention-kinds is for translation model_dirs; this model has "
                          "self-attention only.")  # fmt: skip
-    if experiment == "headsize_bert/sentence_prediction":
+    if experiment.startswith("headsize_bert/"):
         from headsize_tf.pruning.classifier_dir import prune_classifier_dir
 
         report = prune_classifier_dir(args.model_dir, args.output, **schedule)
-        print(f"{'pruned':>8}{'dev accuracy':>14}  heads per layer")
+        name = report["metric"]
+        if name == "accuracy":
+            title, scale, unit = "dev accuracy", 100, "%"
+        else:
+            title, scale, unit = "valid MLM perplexity", 1, ""
+        print(f"{'pruned':>8}{title:>{len(title) + 2}}  heads per layer")
         for point in report["curve"]:
-            print(f"{100 * point['fraction']:>7.0f}%{100 * point['metric']:>13.2f}%  "
-                  f"{point['heads_per_layer']}")  # fmt: skip
-        print(f"params: {report['params_before']} -> {report['params_after']}; accuracy after "
-              f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
-              f"{100 * report['masked_accuracy']:.2f}%)")  # fmt: skip
+            print(f"{100 * point['fraction']:>7.0f}%{scale * point['metric']:>{len(title) + 1}.2f}"
+                  f"{unit or ' '}  {point['heads_per_layer']}")  # fmt: skip
+        print(f"params: {report['params_before']} -> {report['params_after']}; {name} after "
+              f"removal {scale * report[f'pruned_{name}']:.2f}{unit} (masked "
+              f"{scale * report[f'masked_{name}']:.2f}{unit})")  # fmt: skip
         print(f"output (a model_dir): {args.output}")
         return 0
     if experiment == "headsize_seq2seq/translation":

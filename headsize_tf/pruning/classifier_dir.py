@@ -13,6 +13,7 @@ trained classification head is kept, so `train --mode eval`, `export
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -34,21 +35,88 @@ from headsize_tf.pruning.remove import (
 from headsize_tf.pruning.schedule import check_output, masked_schedule
 
 EXPERIMENT = "headsize_bert/sentence_prediction"
+MASKED_LM = "headsize_bert/pretraining"
 
 
-def load(model_dir: str | os.PathLike):
-    """(params, BertClassifier, its HeadsizeBertEncoder) of a sentence_prediction run."""
+def load(model_dir: str | os.PathLike, experiments: tuple[str, ...] = (EXPERIMENT,)):
+    """(params, model, its HeadsizeBertEncoder) of a run of one of `experiments` (a
+    sentence_prediction run's BertClassifier, a pretraining run's BertPretrainerV2)."""
     from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
     from headsize_tf.training import train
 
     marker = pathlib.Path(model_dir) / train.EXPERIMENT_FILE
-    if marker.exists() and json.loads(marker.read_text())["experiment"] != EXPERIMENT:
-        raise ValueError(f"{model_dir} is not a {EXPERIMENT} model_dir.")
+    if marker.exists() and json.loads(marker.read_text())["experiment"] not in experiments:
+        raise ValueError(f"{model_dir} is not a {' or '.join(experiments)} model_dir.")
     params, model = train.load_trained_model(str(model_dir))
     encoder = getattr(model, "checkpoint_items", {}).get("encoder")
     if not isinstance(encoder, HeadsizeBertEncoder):
-        raise ValueError(f"{model_dir} has no HeadsizeBertEncoder (experiment {EXPERIMENT}).")
+        raise ValueError(f"{model_dir} has no HeadsizeBertEncoder.")
     return params, model, encoder
+
+
+def masked_lm_batches(params, split: str, batches: int) -> list[tuple[dict, dict]]:
+    """(features, features) batches of a pretraining run's data: the masked positions,
+    ids and weights are both inputs and targets."""
+    from official.core import task_factory
+
+    task = task_factory.get_task(params.task)
+    config = params.task.train_data if split == "train" else params.task.validation_data
+    out = []
+    for features in task.build_inputs(config).take(batches):
+        features = {k: v.numpy() for k, v in features.items()}
+        out.append((features, features))
+    return out
+
+
+def masked_lm_loss(targets: dict, outputs: dict) -> tf.Tensor:
+    """Mean cross entropy over the masked positions (weights 0 are padding)."""
+    loss = tf_keras.losses.sparse_categorical_crossentropy(
+        targets["masked_lm_ids"], tf.cast(outputs["mlm_logits"], tf.float32), from_logits=True
+    )
+    weights = tf.cast(targets["masked_lm_weights"], tf.float32)
+    return tf.reduce_sum(loss * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+
+def masked_lm_perplexity(model: tf_keras.Model, data) -> float:
+    """exp of the mean cross entropy over every masked position of `data`."""
+
+    @tf.function(reduce_retracing=True)
+    def totals(features):
+        loss = tf_keras.losses.sparse_categorical_crossentropy(
+            features["masked_lm_ids"],
+            tf.cast(model(features, training=False)["mlm_logits"], tf.float32),
+            from_logits=True,
+        )
+        weights = tf.cast(features["masked_lm_weights"], tf.float32)
+        return tf.reduce_sum(loss * weights), tf.reduce_sum(weights)
+
+    loss, count = 0.0, 0.0
+    for features, _ in data:
+        a, b = totals(features)
+        loss, count = loss + float(a), count + float(b)
+    return float(np.exp(loss / max(count, 1.0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Objective:
+    """What an encoder run is pruned on: its batches, its loss and its dev metric."""
+
+    batches: Any
+    loss: Any
+    metric: Any
+    metric_name: str
+
+
+OBJECTIVES = {
+    EXPERIMENT: _Objective(
+        lambda *a: classifier_batches(*a),
+        tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        lambda *a: accuracy(*a), "accuracy",
+    ),
+    MASKED_LM: _Objective(
+        masked_lm_batches, masked_lm_loss, masked_lm_perplexity, "perplexity"
+    ),
+}  # fmt: skip
 
 
 def classifier_batches(params, split: str, batches: int) -> list[tuple[dict, np.ndarray]]:
@@ -75,9 +143,10 @@ def accuracy(model: tf_keras.Model, data) -> float:
     return right / max(sum(len(y) for _, y in data), 1)
 
 
-def importance(model, encoder, data, normalize: bool = True) -> np.ndarray:
-    """`[layers, heads]` importance in the original head numbering (removed heads NaN)."""
-    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+def importance(model, encoder, data, normalize: bool = True, loss=None) -> np.ndarray:
+    """`[layers, heads]` importance in the original head numbering (removed heads NaN),
+    from `loss` (default: the classification loss)."""
+    loss = loss or OBJECTIVES[EXPERIMENT].loss
     scores = head_importance(model, data, loss, layers=encoder.attention_layers,
                              normalize=normalize)  # fmt: skip
     full = np.full(head_mask(encoder).shape, np.nan)
@@ -108,10 +177,11 @@ def rebuild_with_encoder(params, model, new_encoder):
 
 
 def save_classifier_dir(params, model, new_encoder, output, report: dict[str, Any],
-                        overwrite: bool = False) -> pathlib.Path:  # fmt: skip
-    """Writes `model`'s classification head on `new_encoder` as a model_dir."""
+                        overwrite: bool = False,
+                        experiment: str = EXPERIMENT) -> pathlib.Path:  # fmt: skip
+    """Writes `model`'s head (classification, masked LM) on `new_encoder` as a model_dir."""
     params, rebuilt, override = rebuild_with_encoder(params, model, new_encoder)
-    return save_model_dir(params, rebuilt, output, EXPERIMENT, override,
+    return save_model_dir(params, rebuilt, output, experiment, override,
                           {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
 
 
@@ -128,17 +198,31 @@ def prune_classifier_dir(
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Importance, dev-accuracy curve and removal for a sentence_prediction model_dir."""
+    """Importance, dev-metric curve and removal for an encoder run's model_dir.
+
+    A sentence_prediction run is pruned on its classification loss with dev
+    accuracy along the schedule (report keys `*_accuracy`); a masked-LM
+    pretraining run on its masked-LM loss with validation masked-LM
+    perplexity (`*_perplexity`). The task's head is kept.
+    """
+    from headsize_tf.training import train
+
     check_output(output, overwrite)
-    params, model, encoder = load(model_dir)
-    train_data = classifier_batches(params, "train", importance_batches)
-    dev_data = classifier_batches(params, "validation", eval_batches)
+    params, model, encoder = load(model_dir, tuple(OBJECTIVES))
+    experiment = train.experiment_of(model_dir)
+    objective = OBJECTIVES[experiment]
+    name = objective.metric_name
+    train_data = objective.batches(params, "train", importance_batches)
+    dev_data = objective.batches(params, "validation", eval_batches)
     original = head_mask(encoder)
 
-    scores = importance(model, encoder, train_data)
+    def scores_now():
+        return importance(model, encoder, train_data, loss=objective.loss)
+
+    scores = scores_now()
     steps = masked_schedule(
         original, lambda mask: set_head_mask(encoder, mask),
-        lambda: importance(model, encoder, train_data), lambda: accuracy(model, dev_data),
+        scores_now, lambda: objective.metric(model, dev_data),
         target_fraction=target_fraction, step=step, recompute=recompute,
         min_heads_per_layer=min_heads_per_layer, progress=progress,
         initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
@@ -146,10 +230,12 @@ def prune_classifier_dir(
     final = np.asarray(steps[-1].mask, np.float32)
     pruned = remove_heads(encoder, final)
     set_head_mask(encoder, final)
-    masked = accuracy(model, dev_data)
+    masked = objective.metric(model, dev_data)
     set_head_mask(encoder, original)
     report = {
         "source": str(model_dir),
+        "experiment": experiment,
+        "metric": name,
         "target_fraction": target_fraction,
         "step": step,
         "recompute": recompute,
@@ -165,12 +251,12 @@ def prune_classifier_dir(
         "pruned_heads": pruned.get_config()["pruned_heads"],
         "params_before": int(encoder.count_params()),
         "params_after": int(pruned.count_params()),
-        "unpruned_accuracy": steps[0].metric,
-        "masked_accuracy": masked,
+        f"unpruned_{name}": steps[0].metric,
+        f"masked_{name}": masked,
     }
-    path = save_classifier_dir(params, model, pruned, output, report, overwrite)
-    _, reloaded, _ = load(path)
-    report["pruned_accuracy"] = accuracy(reloaded, dev_data)
+    path = save_classifier_dir(params, model, pruned, output, report, overwrite, experiment)
+    _, reloaded, _ = load(path, (experiment,))
+    report[f"pruned_{name}"] = objective.metric(reloaded, dev_data)
     write_json(path / REPORT_FILE, report)
     return report
 

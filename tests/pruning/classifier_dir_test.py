@@ -83,3 +83,44 @@ def test_wrong_kind_of_model_dir_is_one_line(trained, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "is not a `headsize-tf train` model_dir" in err and "\n" not in err
     assert not (tmp_path / "o").exists()
+
+
+MLM_TINY = str(ROOT / "official_configs" / "headsize_bert_pretraining_tiny.yaml")
+MLM_SHORT = (
+    "trainer.train_steps=8,trainer.validation_steps=1,trainer.steps_per_loop=8,"
+    "trainer.summary_interval=8,trainer.checkpoint_interval=8,trainer.validation_interval=8,"
+    "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=8"
+)
+
+
+def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
+    austen_data_dir, tmp_path, capsys
+):
+    source_dir = str(tmp_path / "mlm")
+    train.run("headsize_bert/pretraining", source_dir, [MLM_TINY], MLM_SHORT,
+              data_dir=str(austen_data_dir))  # fmt: skip
+    out = tmp_path / "pruned"
+    argv = ["prune", "--model_dir", source_dir, "--target-fraction", "0.25", "--step", "0.125",
+            "--output", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "valid MLM perplexity" in capsys.readouterr().out
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert report["experiment"] == "headsize_bert/pretraining"
+    assert report["metric"] == "perplexity"
+    assert [p["fraction"] for p in report["curve"]] == [0.0, 0.125, 0.25]
+    assert report["pruned_perplexity"] == pytest.approx(report["masked_perplexity"], rel=1e-4)
+    # The written model_dir is the source with the pruned heads masked, MLM head included.
+    params, model, _ = cdir.load(out, (cdir.MASKED_LM,))
+    assert sum(params.task.model.encoder.any.attention.num_heads) == 6
+    _, source, source_encoder = cdir.load(source_dir, (cdir.MASKED_LM,))
+    mask = np.ones([2, 4], np.float32)
+    for layer, gone in enumerate(report["pruned_heads"]):
+        mask[layer, gone] = 0
+    set_head_mask(source_encoder, mask)
+    for features, _ in cdir.masked_lm_batches(params, "validation", 1):
+        np.testing.assert_allclose(model(features)["mlm_logits"].numpy(),
+                                   source(features)["mlm_logits"].numpy(), atol=1e-5)  # fmt: skip
+    assert report["pruned_perplexity"] == pytest.approx(
+        cdir.masked_lm_perplexity(source, cdir.masked_lm_batches(params, "validation", 32)),
+        rel=1e-4,
+    )
