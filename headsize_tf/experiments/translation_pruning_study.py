@@ -26,6 +26,8 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+import numpy as np
+
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
 from headsize_tf.experiments._steps import run_step
 
@@ -56,15 +58,27 @@ def summarize(out: pathlib.Path, command: str) -> None:
     for i, point in enumerate(fractions):
         cells = [f"{curves[k][i]['perplexity']:.2f}" if k in curves else "—" for k in KINDS]
         lines.append(f"| {100 * point['fraction']:.1f}% | " + " | ".join(cells) + " |")
-    lines += ["", "| kind | perplexity after removal (75%) | increase | decoding tokens/s "
-              "before -> after | speedup |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    with_bleu = {k: c for k, c in curves.items() if "bleu" in c[0]}
+    if with_bleu:
+        lines += ["", "BLEU of greedy translations of the same dev sentences (case-insensitive, "
+                  "on the WordPiece vocabulary's words; Michel et al.'s Fig. 4 plots BLEU):", "",
+                  "| heads of the kind pruned | " + " | ".join(KINDS) + " |",
+                  "|---:|" + "---:|" * len(KINDS)]  # fmt: skip
+        for i, point in enumerate(fractions):
+            cells = [f"{with_bleu[k][i]['bleu']:.2f}" if k in with_bleu else "—" for k in KINDS]
+            lines.append(f"| {100 * point['fraction']:.1f}% | " + " | ".join(cells) + " |")
+    lines += ["", "| kind | perplexity after removal (75%) | increase | BLEU before -> after | "
+              "decoding tokens/s before -> after | speedup |",
+              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for kind in KINDS:
         if kind not in curves:
             continue
         r = runs[f"prune_{kind}"]
         ppl, speed = r["perplexity"], r["decoding_tokens_per_second"]
+        bleu = (f"{r['bleu']['original']:.2f} -> {r['bleu']['pruned']:.2f}" if "bleu" in r
+                else "—")  # fmt: skip
         lines.append(f"| {kind} | {ppl['pruned']:.2f} | "
-                     f"{100 * (ppl['pruned'] / ppl['original'] - 1):+.1f}% | "
+                     f"{100 * (ppl['pruned'] / ppl['original'] - 1):+.1f}% | {bleu} | "
                      f"{speed['original']:.0f} -> {speed['pruned']:.0f} | "
                      f"{r['decoding_speedup']:.2f}x |")  # fmt: skip
     worst = max(curves, key=lambda k: curves[k][-1]["perplexity"])
@@ -79,7 +93,7 @@ def summarize(out: pathlib.Path, command: str) -> None:
               "Perplexity first exceeds 1.5x the unpruned at: "
               + ", ".join(f"{k} {breaks(c)}" for k, c in curves.items()) + ".", "",
               "Read with care: one model, one seed, short program messages rather than news "
-              "sentences, perplexity on 512 dev pairs; the decoding speeds are timed on 8 "
+              "sentences, perplexity and BLEU on 512 dev pairs; the decoding speeds are timed on 8 "
               "sentences of 16 tokens, so differences of a few percent are noise.", "",
               "![curves](curves.png)", ""]  # fmt: skip
     write_atomic(out / "README.md", "\n".join(lines))
@@ -88,13 +102,21 @@ def summarize(out: pathlib.Path, command: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, axes = plt.subplots(1, 2 if with_bleu else 1, figsize=(11 if with_bleu else 6, 4))
+    axes = list(np.atleast_1d(axes))
     for kind, curve in curves.items():
-        ax.plot([100 * c["fraction"] for c in curve], [c["perplexity"] for c in curve], "o-",
-                label=kind)  # fmt: skip
-    ax.set(xlabel="heads of that kind pruned (%)", ylabel="dev perplexity", yscale="log",
-           title="English-German (gettext_de), one kind pruned at a time")  # fmt: skip
-    ax.legend()
+        axes[0].plot([100 * c["fraction"] for c in curve], [c["perplexity"] for c in curve],
+                     "o-", label=kind)  # fmt: skip
+    axes[0].set(xlabel="heads of that kind pruned (%)", ylabel="dev perplexity", yscale="log",
+                title="English-German (gettext_de), one kind pruned at a time")  # fmt: skip
+    axes[0].legend()
+    for kind, curve in with_bleu.items():
+        axes[1].plot([100 * c["fraction"] for c in curve], [c["bleu"] for c in curve], "o-",
+                     label=kind)  # fmt: skip
+    if with_bleu:
+        axes[1].set(xlabel="heads of that kind pruned (%)", ylabel="dev BLEU (greedy)",
+                    title="BLEU (Michel et al. Fig. 4 style)")  # fmt: skip
+        axes[1].legend()
     save_figure(fig, out / "curves.png")
     write_json(out / "summary.json", {"command": command, "runs": runs})
 

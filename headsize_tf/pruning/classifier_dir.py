@@ -25,7 +25,7 @@ import tf_keras
 
 from headsize_tf.core.io import write_json
 from headsize_tf.pruning.importance import head_importance
-from headsize_tf.pruning.language_model import REPORT_FILE, save_model_dir
+from headsize_tf.pruning.language_model import REPORT_FILE, plot_report, save_model_dir
 from headsize_tf.pruning.remove import (
     copy_weights_outside,
     head_mask,
@@ -258,6 +258,10 @@ def prune_classifier_dir(
     _, reloaded, _ = load(path, (experiment,))
     report[f"pruned_{name}"] = objective.metric(reloaded, dev_data)
     write_json(path / REPORT_FILE, report)
+    if name == "accuracy":
+        plot_report(report, path, metric="metric", label="dev accuracy (%)", scale=100)
+    else:
+        plot_report(report, path, metric="metric", label="validation masked-LM perplexity")
     return report
 
 

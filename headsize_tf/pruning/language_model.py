@@ -317,8 +317,12 @@ def prune_language_model(
     return report
 
 
-def plot_report(report: dict[str, Any], directory: str | os.PathLike) -> None:
-    """`importance.png` (heatmap, layers x heads) and `curve.png` (perplexity vs pruned)."""
+def plot_report(report: dict[str, Any], directory: str | os.PathLike, *,
+                metric: str = "perplexity", label: str = "validation perplexity",
+                scale: float = 1.0) -> None:  # fmt: skip
+    """`importance.png` (heatmap, layers x heads; a translation model's kinds stacked) and
+    `curve.png` (`scale * metric` vs heads pruned, and BLEU beside it when the curve has it)
+    in `directory`, the output of a model_dir prune."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,13 +331,29 @@ def plot_report(report: dict[str, Any], directory: str | os.PathLike) -> None:
     from headsize_tf.pruning.prune import plot_importance
 
     directory = pathlib.Path(directory)
-    scores = np.array([[np.nan if v is None else v for v in row] for row in report["importance"]])
-    plot_importance(scores, directory / "importance.png", "LM head importance |dL/dxi_h|")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([100 * c["fraction"] for c in report["curve"]],
-            [c["perplexity"] for c in report["curve"]], "o-", ms=3)  # fmt: skip
-    ax.set(xlabel="heads pruned (%)", ylabel="validation perplexity",
-           title=f"decoding {report['decoding_speedup']:.2f}x faster after removal")  # fmt: skip
+    importance = report["importance"]
+    if isinstance(importance, dict):  # {kind: rows}: one heatmap, a row per layer and kind.
+        rows = [row for kind in importance for row in importance[kind]]
+        labels = [f"{kind} {i}" for kind in importance for i in range(len(importance[kind]))]
+    else:
+        rows, labels = importance, None
+    width = max(len(r) for r in rows)
+    scores = np.array([[np.nan if v is None else v for v in r] + [np.nan] * (width - len(r))
+                       for r in rows])  # fmt: skip
+    plot_importance(scores, directory / "importance.png", "head importance |dL/dxi_h|", labels)
+    curve = report["curve"]
+    bleu = "bleu" in curve[0]
+    fig, axes = plt.subplots(1, 2 if bleu else 1, figsize=(11 if bleu else 6, 4))
+    axes = list(np.atleast_1d(axes))
+    fractions = [100 * c["fraction"] for c in curve]
+    axes[0].plot(fractions, [scale * c[metric] for c in curve], "o-", ms=3)
+    title = (f"decoding {report['decoding_speedup']:.2f}x faster after removal"
+             if "decoding_speedup" in report else
+             f"params {report['params_before']:,} -> {report['params_after']:,}")  # fmt: skip
+    axes[0].set(xlabel="heads pruned (%)", ylabel=label, title=title)
+    if bleu:
+        axes[1].plot(fractions, [c["bleu"] for c in curve], "o-", ms=3)
+        axes[1].set(xlabel="heads pruned (%)", ylabel="validation BLEU (greedy)")
     save_figure(fig, directory / "curve.png")
 
 

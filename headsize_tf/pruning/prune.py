@@ -217,16 +217,22 @@ def with_encoder(model: ft.SentenceClassifier, encoder) -> ft.SentenceClassifier
     return new
 
 
-def plot_importance(importance: np.ndarray, path: str | os.PathLike, title: str = "") -> None:
+def plot_importance(importance: np.ndarray, path: str | os.PathLike, title: str = "",
+                    row_labels: Sequence[str] | None = None) -> None:  # fmt: skip
+    """A layers x heads heatmap (NaN: no such head); `row_labels` name the rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1 + 0.45 * importance.shape[1], 1 + 0.45 * importance.shape[0]))
+    extra = 1.5 if row_labels else 0.0
+    fig, ax = plt.subplots(figsize=(1 + extra + 0.45 * importance.shape[1],
+                                    1 + 0.45 * importance.shape[0]))  # fmt: skip
     image = ax.imshow(importance, cmap="viridis", aspect="auto")
     ax.set(xlabel="head", ylabel="layer", title=title or "head importance (layer-normalised)",
            xticks=range(importance.shape[1]), yticks=range(importance.shape[0]))  # fmt: skip
+    if row_labels:
+        ax.set_yticklabels(row_labels, fontsize=7)
     fig.colorbar(image, ax=ax)
     save_figure(fig, path)
 

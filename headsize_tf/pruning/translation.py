@@ -31,6 +31,7 @@ from headsize_tf.pruning.language_model import (
     REPORT_FILE,
     copy_other_weights,
     decoding_speed,
+    plot_report,
     save_model_dir,
 )
 from headsize_tf.pruning.remove import copy_kept_heads
@@ -371,8 +372,9 @@ def prune_translation_model(
     }
     override = {"pruned_heads": json.dumps(report["pruned_heads"]),
                 "attention": pruned.get_config()["attention"]}  # fmt: skip
-    save_model_dir(params, pruned, output, EXPERIMENT, override,
-                   {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
+    path = save_model_dir(params, pruned, output, EXPERIMENT, override,
+                          {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
+    plot_report(report, path)
     return report
 
 

@@ -40,6 +40,8 @@ def test_prune_keeps_the_head_and_equals_the_masked_model(trained, tmp_path, cap
     report = json.loads((out / REPORT_FILE).read_text())
     assert [p["fraction"] for p in report["curve"]] == [0.0, 0.125, 0.25]
     assert sum(report["curve"][-1]["heads_per_layer"]) == 6
+    for figure in ("importance.png", "curve.png"):
+        assert (out / figure).stat().st_size > 10_000
     # The written model_dir equals the source with the pruned heads masked.
     params, model, encoder = cdir.load(out)
     heads = list(params.task.model.encoder.any.attention.num_heads)
@@ -106,6 +108,8 @@ def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
     assert "valid MLM perplexity" in capsys.readouterr().out
     report = json.loads((out / REPORT_FILE).read_text())
     assert report["experiment"] == "headsize_bert/pretraining"
+    for figure in ("importance.png", "curve.png"):
+        assert (out / figure).stat().st_size > 10_000
     assert report["metric"] == "perplexity"
     assert [p["fraction"] for p in report["curve"]] == [0.0, 0.125, 0.25]
     assert report["pruned_perplexity"] == pytest.approx(report["masked_perplexity"], rel=1e-4)

@@ -99,6 +99,8 @@ def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     assert bleu["sentences"] == 64 and all(0 <= c["bleu"] <= 100 for c in report["curve"])
     assert f"{bleu['original']:.2f} -> {bleu['pruned']:.2f}" in printed
     assert f"{report['decoding_speedup']:.2f}x" in printed
+    for figure in ("importance.png", "curve.png"):  # The report's heatmap and curves.
+        assert (out / figure).stat().st_size > 10_000
     params, model = train.load_trained_model(str(out))
     assert json.loads(params.task.model.pruned_heads) == report["pruned_heads"]
     assert model.count_params() == report["params"]["pruned"]
