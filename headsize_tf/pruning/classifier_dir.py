@@ -32,7 +32,7 @@ from headsize_tf.pruning.remove import (
     remove_heads,
     set_head_mask,
 )
-from headsize_tf.pruning.schedule import check_output, masked_schedule
+from headsize_tf.pruning.schedule import check_output, masked_schedule, split_config
 
 EXPERIMENT = "headsize_bert/sentence_prediction"
 MASKED_LM = "headsize_bert/pretraining"
@@ -60,7 +60,7 @@ def masked_lm_batches(params, split: str, batches: int) -> list[tuple[dict, dict
     from official.core import task_factory
 
     task = task_factory.get_task(params.task)
-    config = params.task.train_data if split == "train" else params.task.validation_data
+    config = split_config(params, split)
     out = []
     for features in task.build_inputs(config).take(batches):
         features = {k: v.numpy() for k, v in features.items()}
@@ -123,7 +123,7 @@ def classifier_batches(params, split: str, batches: int) -> list[tuple[dict, np.
     from official.core import task_factory
 
     task = task_factory.get_task(params.task)
-    config = params.task.train_data if split == "train" else params.task.validation_data
+    config = split_config(params, split)
     out = []
     for element in task.build_inputs(config).take(batches):
         # Model Garden's sentence data yields one dict, the labels under "label_ids".

@@ -25,6 +25,16 @@ def check_min_heads(min_heads_per_layer: int, model: str) -> None:
         )
 
 
+def split_config(params, split: str):
+    """The task's data config for `split` ("train" or "validation"). Training data gets a
+    fixed shuffle seed (0 unless the run set one), so importance is computed on the same
+    batches at every call and in every rerun (Model Garden otherwise draws a new seed)."""
+    if split != "train":
+        return params.task.validation_data
+    config = params.task.train_data
+    return config.replace(seed=0) if getattr(config, "seed", None) is None else config
+
+
 def masked_schedule(
     original: np.ndarray,
     set_mask: Callable[[np.ndarray], None],

@@ -35,7 +35,12 @@ from headsize_tf.pruning.language_model import (
     save_model_dir,
 )
 from headsize_tf.pruning.remove import copy_kept_heads
-from headsize_tf.pruning.schedule import check_min_heads, check_output, masked_schedule
+from headsize_tf.pruning.schedule import (
+    check_min_heads,
+    check_output,
+    masked_schedule,
+    split_config,
+)
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 EXPERIMENT = "headsize_seq2seq/translation"
@@ -89,7 +94,7 @@ def translation_batches(params, split: str, batches: int) -> list[tuple[dict, np
     from official.core import task_factory
 
     task = task_factory.get_task(params.task)
-    config = params.task.train_data if split == "train" else params.task.validation_data
+    config = split_config(params, split)
     return [
         ({k: v.numpy() for k, v in features.items()}, labels.numpy())
         for features, labels in task.build_inputs(config).take(batches)

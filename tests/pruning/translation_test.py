@@ -79,6 +79,18 @@ def test_removal_equals_masking_per_kind_and_cached_decoding_agrees(trained):
     assert twice.get_config()["pruned_heads"]["encoder"][0] == {"self_attention": [0, 1]}
 
 
+def test_importance_batches_are_the_same_at_every_call(trained):
+    """Training data shuffles; the importance batches use a fixed seed, so a rerun scores
+    heads on the same pairs (with Model Garden's default, a new seed each time)."""
+    params, _ = train.load_trained_model(trained)
+    with mock():
+        first = ptr.translation_batches(params, "train", 3)
+        again = ptr.translation_batches(params, "train", 3)
+    for (f1, y1), (f2, y2) in zip(first, again, strict=True):
+        np.testing.assert_array_equal(f1["inputs"], f2["inputs"])
+        np.testing.assert_array_equal(y1, y2)
+
+
 def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     out = tmp_path / "pruned"
     argv = ["prune", "--model_dir", trained, "--attention-kinds", "encoder_decoder",
