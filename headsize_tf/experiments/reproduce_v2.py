@@ -274,6 +274,8 @@ def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
 def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, data_dir: str,
               work_dir: pathlib.Path) -> dict[str, Any]:  # fmt: skip
     """Trains (or resumes) one run; returns its record (curve, test perplexity, device)."""
+    import tensorflow as tf
+
     from headsize_tf.training import train
 
     name = run_name(model.key, learning_rate, seed)
@@ -300,7 +302,9 @@ def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, dat
             "preset": dataclasses.asdict(preset), "curve": read_curve(model_dir),
             "test_perplexity": test.metrics["perplexity"],
             "test_loss": test.metrics["validation_loss"], "train_seconds": seconds,
-            "device": device_description()}  # fmt: skip
+            "device": device_description(),
+            # 0: TensorFlow's default (every core); `--threads` sets it.
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}  # fmt: skip
 
 
 # Preset fields that do not change what a run trains: a run stays valid when they change.

@@ -176,6 +176,7 @@ class TrainingTest(tf.test.TestCase):
             # The test split is not the validation split of the curve.
             self.assertNotAlmostEqual(record["test_perplexity"], record["curve"][-1]["perplexity"])
             self.assertTrue(record["device"].startswith("CPU: "))
+            self.assertEqual(record["intra_op_threads"], 0)  # No --threads: the default.
         first = {p.name: p.stat().st_mtime_ns for p in files}
         # The next run was cut off at its last checkpoint in an earlier session: it
         # starts again from step 0 (a resumed input pipeline would change its data).
