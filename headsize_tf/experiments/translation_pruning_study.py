@@ -8,8 +8,10 @@ parallel text that installs offline (Debian's gettext catalogues, corpus
 `gettext_de`). Then, for each attention kind separately (the other two keep
 every head), heads are pruned in importance order (E|dL/dxi_h| of the
 translation loss, recomputed after each step) and removed, with dev
-perplexity at each step and cached greedy decoding timed before and after
-removal: the paper's Fig. 4 (pruning one kind at a time).
+perplexity and greedy BLEU at each step and cached greedy decoding timed
+before and after removal: the paper's Fig. 4 (pruning one kind at a time),
+repeated for several importance seeds (other training batches for the
+importance), mean ± std.
 
 Each step writes its own file under `runs/`, so a rerun skips finished
 steps; the summary is rebuilt from the files.
@@ -25,6 +27,7 @@ import json
 import pathlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,9 +40,23 @@ KINDS = ("encoder_self", "encoder_decoder", "decoder_self")
 TARGET, STEP = 0.75, 0.125
 
 
-def summarize(out: pathlib.Path, command: str) -> None:
+def _mean_std(curves: list[list[dict]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    values = np.array([[point[key] for point in curve] for curve in curves], float)
+    return values.mean(axis=0), values.std(axis=0)
+
+
+def _cell(mean: float, std: float, seeds: int) -> str:
+    return f"{mean:.2f} ± {std:.2f}" if seeds > 1 else f"{mean:.2f}"
+
+
+def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
+    """README, curves.png and summary.json from the run files (any seeds finished)."""
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))}
     trained = runs["train"]
+    by_kind = {kind: {int(name.rsplit("seed", 1)[1]): r for name, r in runs.items()
+                      if name.startswith(f"prune_{kind}_seed")} for kind in KINDS}  # fmt: skip
+    by_kind = {kind: dict(sorted(seeds.items())) for kind, seeds in by_kind.items() if seeds}
+    seeds = sorted({s for per_seed in by_kind.values() for s in per_seed})
     lines = ["# Michel et al. (2019) Sec. 5 on an English-German model: pruning one attention "
              "kind at a time", "", f"Command: `{command}`", "",
              f"Model: `{CONFIG.relative_to(ROOT)}` (width 128, 3 encoder + 3 decoder layers, 8 "
@@ -49,55 +66,56 @@ def summarize(out: pathlib.Path, command: str) -> None:
              f"dev perplexity {trained['dev_perplexity']:.2f} (label-smoothed training, plain "
              "cross entropy here). For each kind, its 24 heads are pruned "
              f"{100 * STEP:.1f}% at a time in importance order (recomputed), every layer "
-             "keeping one, while the other kinds keep all theirs; perplexity on 8 dev batches "
-             "of 64.", "",
-             "| heads of the kind pruned | " + " | ".join(KINDS) + " |",
-             "|---:|" + "---:|" * len(KINDS)]  # fmt: skip
-    curves = {k: runs[f"prune_{k}"]["curve"] for k in KINDS if f"prune_{k}" in runs}
-    fractions = next(iter(curves.values()))
-    for i, point in enumerate(fractions):
-        cells = [f"{curves[k][i]['perplexity']:.2f}" if k in curves else "—" for k in KINDS]
-        lines.append(f"| {100 * point['fraction']:.1f}% | " + " | ".join(cells) + " |")
-    with_bleu = {k: c for k, c in curves.items() if "bleu" in c[0]}
-    if with_bleu:
-        lines += ["", "BLEU of greedy translations of the same dev sentences (case-insensitive, "
-                  "on the WordPiece vocabulary's words; Michel et al.'s Fig. 4 plots BLEU):", "",
-                  "| heads of the kind pruned | " + " | ".join(KINDS) + " |",
+             "keeping one, while the other kinds keep all theirs; perplexity and the BLEU of "
+             "greedy translations on 8 dev batches of 64 (BLEU case-insensitive, on the "
+             "WordPiece vocabulary's words; Michel et al.'s Fig. 4 plots BLEU). Importance "
+             "is E|dL/dxi_h| over 8 training batches of 64; each importance seed draws "
+             f"other batches (seeds {', '.join(map(str, seeds))}: mean ± std over them).", ""]  # fmt: skip
+    stats = {}
+    for kind, per_seed in by_kind.items():
+        curves = [r["curve"] for r in per_seed.values()]
+        stats[kind] = {key: _mean_std(curves, key) for key in ("perplexity", "bleu")}
+    fractions = [c["fraction"] for c in next(iter(by_kind.values()))[seeds[0]]["curve"]]
+    for key, title in (("perplexity", "Dev perplexity"), ("bleu", "Dev BLEU (greedy)")):
+        lines += [f"{title}:", "", "| heads of the kind pruned | " + " | ".join(KINDS) + " |",
                   "|---:|" + "---:|" * len(KINDS)]  # fmt: skip
-        for i, point in enumerate(fractions):
-            cells = [f"{with_bleu[k][i]['bleu']:.2f}" if k in with_bleu else "—" for k in KINDS]
-            lines.append(f"| {100 * point['fraction']:.1f}% | " + " | ".join(cells) + " |")
-    lines += ["", "| kind | perplexity after removal (75%) | increase | BLEU before -> after | "
-              "decoding tokens/s before -> after | speedup |",
-              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for kind in KINDS:
-        if kind not in curves:
-            continue
-        r = runs[f"prune_{kind}"]
-        ppl, speed = r["perplexity"], r["decoding_tokens_per_second"]
-        bleu = (f"{r['bleu']['original']:.2f} -> {r['bleu']['pruned']:.2f}" if "bleu" in r
-                else "—")  # fmt: skip
-        lines.append(f"| {kind} | {ppl['pruned']:.2f} | "
-                     f"{100 * (ppl['pruned'] / ppl['original'] - 1):+.1f}% | {bleu} | "
-                     f"{speed['original']:.0f} -> {speed['pruned']:.0f} | "
-                     f"{r['decoding_speedup']:.2f}x |")  # fmt: skip
-    worst = max(curves, key=lambda k: curves[k][-1]["perplexity"])
+        for i, fraction in enumerate(fractions):
+            cells = [_cell(stats[k][key][0][i], stats[k][key][1][i], len(by_kind[k]))
+                     if k in stats else "—" for k in KINDS]  # fmt: skip
+            lines.append(f"| {100 * fraction:.1f}% | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["| kind | seeds | BLEU at 75% | perplexity at 75% | most sensitive at 75% (BLEU) in "
+              "seeds | decoding speedup at 75% |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    worst_by_seed = {}
+    for seed in seeds:
+        last = {k: by_kind[k][seed]["curve"][-1]["bleu"] for k in by_kind if seed in by_kind[k]}
+        if len(last) == len(KINDS):
+            worst_by_seed[seed] = min(last, key=last.get)
+    for kind in by_kind:
+        speedups = [r["decoding_speedup"] for r in by_kind[kind].values()]
+        n = len(by_kind[kind])
+        lines.append(f"| {kind} | {n} | {_cell(stats[kind]['bleu'][0][-1], stats[kind]['bleu'][1][-1], n)}"
+                     f" | {_cell(stats[kind]['perplexity'][0][-1], stats[kind]['perplexity'][1][-1], n)}"
+                     f" | {sum(w == kind for w in worst_by_seed.values())} of {len(worst_by_seed)}"
+                     f" | {np.mean(speedups):.2f}x |")  # fmt: skip
 
-    def breaks(curve) -> str:
-        base = curve[0]["perplexity"]
-        over = [c["fraction"] for c in curve if c["perplexity"] > 1.5 * base]
+    def breaks(kind) -> str:
+        mean = stats[kind]["bleu"][0]
+        over = [f for f, b in zip(fractions, mean, strict=True) if b < mean[0] / 2]
         return f"{100 * over[0]:.1f}%" if over else "never"
 
-    lines += ["", f"Most sensitive at 75%: **{worst}** (Michel et al., on WMT: encoder-decoder "
-              "attention is the most sensitive to pruning, self-attention much less). "
-              "Perplexity first exceeds 1.5x the unpruned at: "
-              + ", ".join(f"{k} {breaks(c)}" for k, c in curves.items()) + ".", "",
-              "Read with care: one model, one seed, short program messages rather than news "
-              "sentences, perplexity and BLEU on 512 dev pairs; the decoding speeds are timed on 8 "
-              "sentences of 16 tokens, so differences of a few percent are noise. The "
-              "importance order is not bit-stable: a rerun of the encoder self-attention "
-              "schedule (to add BLEU) pruned other near-tied heads from 25% on, and its "
-              "perplexity at 50% went from 80 to 148; single curves are one draw.", "",
+    worst = min(stats, key=lambda k: stats[k]["bleu"][0][-1])
+    lines += ["", f"Most sensitive at 75% (mean BLEU): **{worst}**; Michel et al., on WMT: "
+              "encoder-decoder attention is the most sensitive to pruning, self-attention "
+              "much less. Mean BLEU first falls below half the unpruned at: "
+              + ", ".join(f"{k} {breaks(k)}" for k in stats) + ".", "",
+              "Read with care: one trained model, short program messages rather than news "
+              "sentences, 512 dev pairs; the decoding speeds are timed on 8 sentences of 16 "
+              "tokens, so differences of a few percent are noise. Which heads go depends on "
+              "the importance sample: the spread over importance seeds is part of the result "
+              "(an earlier single-seed run, whose importance batches came from an unseeded "
+              "shuffle, made decoder self-attention the most sensitive kind at 75%: perplexity "
+              "x11.9).", "",
               "![curves](curves.png)", ""]  # fmt: skip
     write_atomic(out / "README.md", "\n".join(lines))
     import matplotlib
@@ -105,23 +123,26 @@ def summarize(out: pathlib.Path, command: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2 if with_bleu else 1, figsize=(11 if with_bleu else 6, 4))
-    axes = list(np.atleast_1d(axes))
-    for kind, curve in curves.items():
-        axes[0].plot([100 * c["fraction"] for c in curve], [c["perplexity"] for c in curve],
-                     "o-", label=kind)  # fmt: skip
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    x = [100 * f for f in fractions]
+    for kind in stats:
+        for ax, key in zip(axes, ("perplexity", "bleu"), strict=True):
+            mean, std = stats[kind][key]
+            ax.errorbar(x, mean, yerr=std, fmt="o-", capsize=3, ms=3, label=kind)
     axes[0].set(xlabel="heads of that kind pruned (%)", ylabel="dev perplexity", yscale="log",
                 title="English-German (gettext_de), one kind pruned at a time")  # fmt: skip
-    axes[0].legend()
-    for kind, curve in with_bleu.items():
-        axes[1].plot([100 * c["fraction"] for c in curve], [c["bleu"] for c in curve], "o-",
-                     label=kind)  # fmt: skip
-    if with_bleu:
-        axes[1].set(xlabel="heads of that kind pruned (%)", ylabel="dev BLEU (greedy)",
-                    title="BLEU (Michel et al. Fig. 4 style)")  # fmt: skip
-        axes[1].legend()
+    axes[1].set(xlabel="heads of that kind pruned (%)", ylabel="dev BLEU (greedy)",
+                title=f"BLEU, mean ± std over {len(seeds)} importance seeds")  # fmt: skip
+    for ax in axes:
+        ax.legend(fontsize=8)
     save_figure(fig, out / "curves.png")
-    write_json(out / "summary.json", {"command": command, "runs": runs})
+    summary = {"command": command, "seeds": seeds, "worst_at_75_by_seed": worst_by_seed,
+               "most_sensitive_at_75": worst,
+               "mean": {k: {key: v[0].tolist() for key, v in st.items()} for k, st in stats.items()},
+               "std": {k: {key: v[1].tolist() for key, v in st.items()} for k, st in stats.items()},
+               "runs": runs}  # fmt: skip
+    write_json(out / "summary.json", summary)
+    return summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/headsize_translation_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--importance-seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="shuffle seeds of the importance batches, one schedule each")  # fmt: skip
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
     from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
@@ -170,11 +193,13 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
                 "train_pairs": stats["splits"]["train"]["pairs"]}  # fmt: skip
 
     run_step(out, "train", f"training the translation model, {steps} steps", train_model)
-    for kind in KINDS:
-        run_step(out, f"prune_{kind}", f"pruning {kind} heads",
-              lambda kind=kind: prune_translation_model(
-                  model_dir, work / f"pruned_{kind}", kinds=[kind], target_fraction=TARGET,
-                  step=STEP, overwrite=True, progress=False))  # fmt: skip
+    for seed in args.importance_seeds:
+        for kind in KINDS:
+            run_step(out, f"prune_{kind}_seed{seed}", f"pruning {kind} heads (importance seed "
+                     f"{seed})",
+                     lambda kind=kind, seed=seed: prune_translation_model(
+                         model_dir, work / f"pruned_{kind}", kinds=[kind], target_fraction=TARGET,
+                         step=STEP, importance_seed=seed, overwrite=True, progress=False))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,13 +25,16 @@ def check_min_heads(min_heads_per_layer: int, model: str) -> None:
         )
 
 
-def split_config(params, split: str):
+def split_config(params, split: str, seed: int | None = None):
     """The task's data config for `split` ("train" or "validation"). Training data gets a
-    fixed shuffle seed (0 unless the run set one), so importance is computed on the same
-    batches at every call and in every rerun (Model Garden otherwise draws a new seed)."""
+    fixed shuffle seed (`seed`; default 0 unless the run set one), so importance is computed
+    on the same batches at every call and in every rerun (Model Garden otherwise draws a
+    new seed); another `seed` draws other training batches."""
     if split != "train":
         return params.task.validation_data
     config = params.task.train_data
+    if seed is not None:
+        return config.replace(seed=int(seed))
     return config.replace(seed=0) if getattr(config, "seed", None) is None else config
 
 

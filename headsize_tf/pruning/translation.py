@@ -89,12 +89,13 @@ def set_seq2seq_head_mask(model: HeadsizeSeq2Seq, mask: np.ndarray) -> None:
         row.attention.set_head_mask(np.asarray(mask, np.float32)[i, : row.attention.num_heads])
 
 
-def translation_batches(params, split: str, batches: int) -> list[tuple[dict, np.ndarray]]:
+def translation_batches(params, split: str, batches: int,
+                        seed: int | None = None) -> list[tuple[dict, np.ndarray]]:  # fmt: skip
     """The first `batches` (features, labels) batches of the task's `split` data."""
     from official.core import task_factory
 
     task = task_factory.get_task(params.task)
-    config = split_config(params, split)
+    config = split_config(params, split, seed)
     return [
         ({k: v.numpy() for k, v in features.items()}, labels.numpy())
         for features, labels in task.build_inputs(config).take(batches)
@@ -258,6 +259,7 @@ def prune_translation_model(
     importance_batches: int = 8,
     eval_batches: int = 8,
     decode_tokens: int = 16,
+    importance_seed: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -272,6 +274,9 @@ def prune_translation_model(
       importance_batches: Training batches the importance is averaged over.
       eval_batches: Validation batches of the perplexity.
       decode_tokens: Tokens generated per sentence for the decoding speed.
+      importance_seed: Shuffle seed of the training batches the importance
+        is averaged over (default: the run's, or 0); another seed draws
+        other batches.
       overwrite: Replace an existing `output`.
 
     Returns:
@@ -292,7 +297,7 @@ def prune_translation_model(
     params, model = train.load_trained_model(str(model_dir))
     if not isinstance(model, HeadsizeSeq2Seq):
         raise ValueError(f"{model_dir} is not a {EXPERIMENT} model_dir.")
-    importance_data = translation_batches(params, "train", importance_batches)
+    importance_data = translation_batches(params, "train", importance_batches, importance_seed)
     eval_data = translation_batches(params, "validation", eval_batches)
     rows = attention_rows(model)
     chosen = [i for i, r in enumerate(rows) if r.kind in kinds]
@@ -341,6 +346,7 @@ def prune_translation_model(
         "target_fraction": target_fraction,
         "step": step,
         "recompute": recompute,
+        "importance_seed": importance_seed,
         "importance": {
             kind: [
                 [None if np.isnan(v) else float(v) for v in full_importance[i]]

@@ -1,0 +1,45 @@
+"""The translation pruning study's summary: mean ± std over importance seeds, the most
+sensitive kind per seed and on average, computed from the run files alone."""
+
+import json
+import pathlib
+
+import numpy as np
+
+from headsize_tf.experiments import translation_pruning_study as study
+
+FRACTIONS = [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75]
+
+
+def _write(out: pathlib.Path, name: str, record: dict) -> None:
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / f"{name}.json").write_text(json.dumps(record))
+
+
+def test_summary_over_importance_seeds(tmp_path):
+    _write(tmp_path, "train", {"steps": 3000, "dev_perplexity": 26.0, "train_pairs": 100})
+    # Final BLEU per (kind, seed): encoder_decoder is the lowest in seeds 0 and 1 only.
+    final = {"encoder_self": [3.0, 4.0, 1.5], "encoder_decoder": [1.0, 2.0, 5.0],
+             "decoder_self": [6.0, 7.0, 8.0]}  # fmt: skip
+    for kind, bleus in final.items():
+        for seed, last in enumerate(bleus):
+            bleu = np.linspace(20.0, last, len(FRACTIONS))
+            curve = [{"fraction": f, "perplexity": 20.0 + 10 * i + seed, "bleu": b}
+                     for i, (f, b) in enumerate(zip(FRACTIONS, bleu, strict=True))]  # fmt: skip
+            _write(tmp_path, f"prune_{kind}_seed{seed}",
+                   {"curve": curve, "decoding_speedup": 1.0 + seed / 10})  # fmt: skip
+    summary = study.summarize(tmp_path, "cmd")
+    assert summary["seeds"] == [0, 1, 2]
+    assert summary["worst_at_75_by_seed"] == {0: "encoder_decoder", 1: "encoder_decoder",
+                                              2: "encoder_self"}  # fmt: skip
+    # Mean final BLEU: encoder_decoder 2.67 < encoder_self 2.83 < decoder_self 7.
+    means = {k: np.mean(v) for k, v in final.items()}
+    assert summary["most_sensitive_at_75"] == min(means, key=means.get) == "encoder_decoder"
+    for kind, bleus in final.items():
+        assert summary["mean"][kind]["bleu"][-1] == np.mean(bleus)
+        assert summary["std"][kind]["bleu"][-1] == np.std(bleus)
+        assert summary["mean"][kind]["perplexity"][-1] == 20.0 + 60 + 1
+    readme = (tmp_path / "README.md").read_text()
+    assert f"| encoder_decoder | 3 | {np.mean(final['encoder_decoder']):.2f} ± " in readme
+    assert "| 2 of 3 |" in readme and "| 1 of 3 |" in readme
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
