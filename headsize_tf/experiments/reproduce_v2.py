@@ -35,6 +35,12 @@ pre-LN blocks, WordPiece vocabulary 4096. Each run writes its own file
 rerun skips finished runs; the summary is rebuilt from the files.
 
     python -m headsize_tf.experiments.reproduce_v2 --preset cpu --output results/reproduction_v2
+
+Small models leave a machine idle: `--workers N` trains N runs at once (each
+process claims its run in the work dir, so none is trained twice, and waits
+when only claimed runs are left). On 2 CPU cores, 2 workers of 1 thread each
+finished ~1.2x the runs per hour of one process with both cores; on a GPU,
+several workers share it (memory grown on demand).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import platform
 import shutil
@@ -540,24 +547,95 @@ def plot(summary: dict, out: pathlib.Path) -> None:
     save_figure(fig, out / "curves.png")
 
 
+def claim(claims: pathlib.Path, name: str) -> bool:
+    """Takes the run `name` for this process (a file holding its pid, created exclusively);
+    a claim whose process is gone (a worker cut off) is taken over. False: another live
+    process of this machine trains it."""
+    claims.mkdir(parents=True, exist_ok=True)
+    path = claims / f"{name}.claim"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or "0")
+            except (FileNotFoundError, ValueError):
+                owner = 0
+            if owner and _alive(owner):
+                return False
+            path.unlink(missing_ok=True)  # Stale: its worker is gone.
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: pathlib.Path,
-                data_dir: pathlib.Path) -> None:  # fmt: skip
-    """Trains pending runs in order (sweep first) until none is left or `--max-runs`."""
+                data_dir: pathlib.Path, poll_seconds: float = 20.0) -> None:  # fmt: skip
+    """Trains pending runs in order (sweep first) until none is left or `--max-runs`.
+
+    Runs are claimed (`claim`) in the work dir, so several workers (`--workers`, or
+    processes started by hand on one machine) share the plan without training a run
+    twice; a worker whose remaining runs are all claimed waits for them, because a
+    finished sweep releases that model's seeds.
+    """
     done = 0
+    claims = pathlib.Path(args.work_dir) / "claims"
     while args.max_runs is None or done < args.max_runs:
         todo = [t for t in pending(preset, experiments, load_runs(out, preset))
                 if not args.keys or t[0].key in args.keys]  # fmt: skip
         if not todo:
             break
-        model, lr, seed = todo[0]
+        mine = next((t for t in todo if claim(claims, run_name(t[0].key, t[1], t[2]))), None)
+        if mine is None:
+            time.sleep(poll_seconds)
+            continue
+        model, lr, seed = mine
         name = run_name(model.key, lr, seed)
-        print(f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} "
-              "params)", flush=True)  # fmt: skip
-        record = train_one(model, preset, lr, seed, str(data_dir), pathlib.Path(args.work_dir))
-        write_json(out / "runs" / f"{name}.json", record)
-        print(f"[done] {name}: test perplexity {record['test_perplexity']:.2f} in "
-              f"{record['train_seconds']:.0f} s", flush=True)  # fmt: skip
-        done += 1
+        try:
+            if (out / "runs" / f"{name}.json").exists():
+                continue  # Finished by another worker since `todo` was read.
+            print(f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} "
+                  "params)", flush=True)  # fmt: skip
+            record = train_one(model, preset, lr, seed, str(data_dir),
+                               pathlib.Path(args.work_dir))  # fmt: skip
+            write_json(out / "runs" / f"{name}.json", record)
+            print(f"[done] {name}: test perplexity {record['test_perplexity']:.2f} in "
+                  f"{record['train_seconds']:.0f} s", flush=True)  # fmt: skip
+            done += 1
+        finally:
+            (claims / f"{name}.claim").unlink(missing_ok=True)
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    """Runs `args.workers` copies of this command side by side (each claims its runs), each
+    with `args.threads` TensorFlow threads (default 1) and GPU memory grown on demand, so
+    small models share one machine: 2 CPU cores, or one GPU with several runs at once."""
+    import subprocess
+
+    command = [sys.executable, "-m", "headsize_tf.experiments.reproduce_v2",
+               "--preset", args.preset, "--output", args.output, "--work-dir", args.work_dir,
+               "--threads", str(args.threads or 1)]  # fmt: skip
+    if args.data_dir:
+        command += ["--data-dir", args.data_dir]
+    if args.max_runs is not None:
+        command += ["--max-runs", str(args.max_runs)]
+    if args.keys:
+        command += ["--keys", *args.keys]
+    env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    procs = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
+    return max(p.wait() for p in procs)
 
 
 def quiet_tensorflow() -> None:
@@ -576,7 +654,7 @@ def quiet_tensorflow() -> None:
 
 
 # Options that change how runs are scheduled, not what they compute.
-SCHEDULING = ("--max-runs", "--threads", "--keys", "--summarize-only")
+SCHEDULING = ("--max-runs", "--threads", "--keys", "--workers", "--summarize-only")
 
 
 def result_arguments(argv: Sequence[str]) -> list[str]:
@@ -601,9 +679,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="stop after this many new runs (the rest resumes later)")  # fmt: skip
     parser.add_argument("--keys", nargs="*", default=None, help="train only these models")
     parser.add_argument("--threads", type=int, default=None,
-                        help="TensorFlow intra- and inter-op threads; on 2 cores, two "
-                             "processes with --threads 1 and disjoint --keys finish ~1.2x "
-                             "more runs per hour than one with the default")  # fmt: skip
+                        help="TensorFlow intra- and inter-op threads (default: all cores; "
+                             "with --workers: 1)")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=None,
+                        help="train with this many processes at once (each with --threads, "
+                             "default 1; runs are claimed, so none is trained twice)")  # fmt: skip
     parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
@@ -623,8 +703,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.summarize_only:
         corpora.prepare("austen", data_dir,
                         corpora.PrepareOptions(seq_length=preset.sequence_length))  # fmt: skip
-        with native_logs_to(pathlib.Path(args.work_dir) / "native.log"):
-            run_pending(args, preset, experiments, out, data_dir)
+        if args.workers and args.workers > 1:
+            code = run_workers(args)
+            if code:
+                return code
+        else:
+            with native_logs_to(pathlib.Path(args.work_dir) / "native.log"):
+                run_pending(args, preset, experiments, out, data_dir)
     runs = load_runs(out, preset)
     summary = summarize(preset, experiments, runs)
     left = pending(preset, experiments, runs)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import pathlib
 import shutil
 
@@ -202,3 +203,33 @@ class TrainingTest(tf.test.TestCase):
         self.assertNotIn(
             "--max-runs", json.loads((out / "reproduction.json").read_text())["command"]
         )
+
+    def test_workers_share_the_plan_without_training_a_run_twice(self):
+        out = self.tmp / "out"
+        argv = ["--preset", "test", "--output", str(out), "--work-dir", str(self.tmp / "work"),
+                "--data-dir", self.data_dir, "--workers", "2", "--max-runs", "1"]  # fmt: skip
+        self.assertEqual(rv2.main(argv), 0)
+        records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+        # Each worker trained one run, and not the same one: the first model's two rates.
+        self.assertEqual(sorted(r["learning_rate"] for r in records), list(TEST.learning_rates))
+        self.assertEqual({r["intra_op_threads"] for r in records}, {1})
+        self.assertFalse(list((self.tmp / "work" / "claims").glob("*.claim")))
+        self.assertNotIn(
+            "--workers", json.loads((out / "reproduction.json").read_text())["command"]
+        )
+
+
+class ClaimTest(tf.test.TestCase):
+    def test_a_claim_is_exclusive_until_its_process_is_gone(self):
+        import subprocess
+        import sys
+
+        claims = pathlib.Path(self.get_temp_dir()) / "claims"
+        self.assertTrue(rv2.claim(claims, "run_a"))
+        self.assertFalse(rv2.claim(claims, "run_a"))  # Held by this (live) process.
+        self.assertTrue(rv2.claim(claims, "run_b"))
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        (claims / "run_c.claim").write_text(gone.stdout.strip())  # A worker cut off.
+        self.assertTrue(rv2.claim(claims, "run_c"))
+        self.assertEqual((claims / "run_c.claim").read_text(), str(os.getpid()))
