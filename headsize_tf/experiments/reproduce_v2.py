@@ -280,7 +280,7 @@ def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
 
 def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, data_dir: str,
               work_dir: pathlib.Path) -> dict[str, Any]:  # fmt: skip
-    """Trains (or resumes) one run; returns its record (curve, test perplexity, device)."""
+    """Trains one run from step 0; returns its record (curve, test perplexity, device)."""
     import tensorflow as tf
 
     from headsize_tf.training import train
@@ -547,38 +547,23 @@ def plot(summary: dict, out: pathlib.Path) -> None:
     save_figure(fig, out / "curves.png")
 
 
-def claim(claims: pathlib.Path, name: str) -> bool:
-    """Takes the run `name` for this process (a file holding its pid, created exclusively);
-    a claim whose process is gone (a worker cut off) is taken over. False: another live
-    process of this machine trains it."""
+def claim(claims: pathlib.Path, name: str):
+    """Takes the run `name` for this process: an exclusive `flock` on its claim file, held
+    until the returned file is closed (or the process dies: the kernel then releases it, so
+    a cut-off worker leaves no stale claim). None: another process trains it."""
+    import fcntl
+
     claims.mkdir(parents=True, exist_ok=True)
-    path = claims / f"{name}.claim"
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                owner = int(path.read_text() or "0")
-            except (FileNotFoundError, ValueError):
-                owner = 0
-            if owner and _alive(owner):
-                return False
-            path.unlink(missing_ok=True)  # Stale: its worker is gone.
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        return True
-    return False
-
-
-def _alive(pid: int) -> bool:
+    handle = open(claims / f"{name}.claim", "a+")  # noqa: SIM115 (held while training)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: pathlib.Path,
@@ -590,17 +575,27 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
     twice; a worker whose remaining runs are all claimed waits for them, because a
     finished sweep releases that model's seeds.
     """
-    done = 0
+    done, waiting = 0, False
     claims = pathlib.Path(args.work_dir) / "claims"
     while args.max_runs is None or done < args.max_runs:
         todo = [t for t in pending(preset, experiments, load_runs(out, preset))
                 if not args.keys or t[0].key in args.keys]  # fmt: skip
         if not todo:
             break
-        mine = next((t for t in todo if claim(claims, run_name(t[0].key, t[1], t[2]))), None)
+        mine, held = None, None
+        for t in todo:
+            held = claim(claims, run_name(t[0].key, t[1], t[2]))
+            if held is not None:
+                mine = t
+                break
         if mine is None:
+            if not waiting:
+                print(f"[wait] {len(todo)} runs left, all being trained by other workers",
+                      flush=True)  # fmt: skip
+            waiting = True
             time.sleep(poll_seconds)
             continue
+        waiting = False
         model, lr, seed = mine
         name = run_name(model.key, lr, seed)
         try:
@@ -615,7 +610,7 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
                   f"{record['train_seconds']:.0f} s", flush=True)  # fmt: skip
             done += 1
         finally:
-            (claims / f"{name}.claim").unlink(missing_ok=True)
+            held.close()  # Releases the claim (the file stays: unlinking a locked file races).
 
 
 def run_workers(args: argparse.Namespace) -> int:
@@ -635,7 +630,8 @@ def run_workers(args: argparse.Namespace) -> int:
         command += ["--keys", *args.keys]
     env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     procs = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
-    return max(p.wait() for p in procs)
+    codes = [p.wait() for p in procs]
+    return next((abs(c) or 1 for c in codes if c), 0)  # A worker killed by a signal fails.
 
 
 def quiet_tensorflow() -> None:
@@ -676,7 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--max-runs", type=int, default=None,
-                        help="stop after this many new runs (the rest resumes later)")  # fmt: skip
+                        help="stop after this many new runs (the rest resumes later); with "
+                             "--workers, per worker")  # fmt: skip
     parser.add_argument("--keys", nargs="*", default=None, help="train only these models")
     parser.add_argument("--threads", type=int, default=None,
                         help="TensorFlow intra- and inter-op threads (default: all cores; "

@@ -1,14 +1,17 @@
-"""Pruning and compressing a sentence classifier trained by `headsize-tf train`.
+"""Pruning and compressing an encoder run trained by `headsize-tf train`.
 
 A `headsize_bert/sentence_prediction` model_dir holds Model Garden's
 `BertClassifier` (a `HeadsizeBertEncoder` and its trained classification
-head) and the config of its data. Here its heads are pruned on that data
-(importance from the classification loss on training batches, dev accuracy
-along the schedule, removal) or its attention is converted into collaborative
-heads (CP), and the result is written as an ordinary model_dir: the encoder's
-config lists the kept heads per layer (or the collaborative spec) and the
-trained classification head is kept, so `train --mode eval`, `export
---model_dir` and a further `prune` read it like any other run.
+head), a `headsize_bert/pretraining` model_dir its `BertPretrainerV2` (the
+encoder and its masked-LM head), each with the config of its data. Here the
+encoder's heads are pruned on that data (importance from the task's loss on
+training batches: classification or masked-LM cross entropy; dev accuracy or
+validation masked-LM perplexity along the schedule; removal), or a
+classifier's attention is converted into collaborative heads (CP; other runs:
+`headsize_tf.reparam.model_dir`), and the result is written as an ordinary
+model_dir: the encoder's config lists the kept heads per layer (or the
+collaborative spec) and the trained head is kept, so `train --mode eval`,
+`export --model_dir` and a further `prune` read it like any other run.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class TranslationBleu:
 
     Hypothesis and reference are both the task's WordPiece ids turned into words
     (so BLEU is case-insensitive with the pipeline's lower-casing and punctuation
-    splitting, and references are as truncated as in training); decoding stops
+    splitting, and references are truncated to the validation data's max_seq_length); decoding stops
     at [SEP] or at the labels' length.
 
     Args:
@@ -163,6 +163,7 @@ class TranslationBleu:
         self._sources = [features["inputs"] for features, _ in data]
         self._length = max(labels.shape[1] for _, labels in data)
         self.references = [w for _, labels in data for w in self.words(labels)]
+        self._decoders: dict[int, tuple[HeadsizeSeq2Seq, Any]] = {}  # Model kept: ids stay.
 
     def words(self, ids: np.ndarray) -> list[list[str]]:
         """Each row's words up to its first [SEP] (padding dropped)."""
@@ -177,11 +178,15 @@ class TranslationBleu:
     def translations(self, model: HeadsizeSeq2Seq) -> list[list[str]]:
         from headsize_tf.modeling.decoding import greedy_decode_loop
 
-        @tf.function(reduce_retracing=True)
-        def decode(source):
-            start = tf.fill([tf.shape(source)[0], 1], self._bos)
-            return greedy_decode_loop(model, start, self._length, self._eos, source)
+        if id(model) not in self._decoders:  # One trace per model, reused at every step.
 
+            @tf.function(reduce_retracing=True)
+            def decode(source):
+                start = tf.fill([tf.shape(source)[0], 1], self._bos)
+                return greedy_decode_loop(model, start, self._length, self._eos, source)
+
+            self._decoders[id(model)] = (model, decode)
+        decode = self._decoders[id(model)][1]
         return [w for source in self._sources for w in self.words(decode(source).numpy())]
 
     def __call__(self, model: HeadsizeSeq2Seq) -> float:

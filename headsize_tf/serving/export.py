@@ -180,8 +180,11 @@ def _sentence_encoder(params, model, model_dir: str, vocab_file: str | None, poo
     length = getattr(params.task.train_data, "seq_length", 0) or encoder.get_config().get(
         "max_sequence_length", 512
     )
-    return SentenceEncoder(encoder, _vocab_of(params, vocab_file), max_seq_length=length,
-                           pooling=pooling, normalize=normalize, source=model_dir)  # fmt: skip
+    # Uncased unless the data says otherwise (the tokenisation the run was trained with).
+    lower_case = getattr(params.task.train_data, "lower_case", True)
+    return SentenceEncoder(encoder, _vocab_of(params, vocab_file), lower_case=lower_case,
+                           max_seq_length=length, pooling=pooling, normalize=normalize,
+                           source=model_dir)  # fmt: skip
 
 
 def experiment_classifier(model_dir: str, vocab_file: str | None = None):

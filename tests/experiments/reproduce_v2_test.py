@@ -213,23 +213,45 @@ class TrainingTest(tf.test.TestCase):
         # Each worker trained one run, and not the same one: the first model's two rates.
         self.assertEqual(sorted(r["learning_rate"] for r in records), list(TEST.learning_rates))
         self.assertEqual({r["intra_op_threads"] for r in records}, {1})
-        self.assertFalse(list((self.tmp / "work" / "claims").glob("*.claim")))
+        for path in (self.tmp / "work" / "claims").glob("*.claim"):  # Every claim released.
+            handle = rv2.claim(path.parent, path.name[: -len(".claim")])
+            self.assertIsNotNone(handle)
+            handle.close()
         self.assertNotIn(
             "--workers", json.loads((out / "reproduction.json").read_text())["command"]
         )
 
 
 class ClaimTest(tf.test.TestCase):
-    def test_a_claim_is_exclusive_until_its_process_is_gone(self):
+    def test_a_claim_is_exclusive_until_released_or_its_process_is_gone(self):
         import subprocess
         import sys
 
         claims = pathlib.Path(self.get_temp_dir()) / "claims"
-        self.assertTrue(rv2.claim(claims, "run_a"))
-        self.assertFalse(rv2.claim(claims, "run_a"))  # Held by this (live) process.
-        self.assertTrue(rv2.claim(claims, "run_b"))
-        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, check=True)  # fmt: skip
-        (claims / "run_c.claim").write_text(gone.stdout.strip())  # A worker cut off.
-        self.assertTrue(rv2.claim(claims, "run_c"))
-        self.assertEqual((claims / "run_c.claim").read_text(), str(os.getpid()))
+        mine = rv2.claim(claims, "run_a")
+        self.assertIsNotNone(mine)
+        self.assertIsNone(rv2.claim(claims, "run_a"))  # Held, here by this same process.
+        holder = (
+            "import sys, time, pathlib\n"
+            "from headsize_tf.experiments import reproduce_v2 as rv2\n"
+            "h = rv2.claim(pathlib.Path(sys.argv[1]), 'run_b')\n"
+            "print('held' if h else 'refused', flush=True)\n"
+            "time.sleep(60)\n"
+        )  # fmt: skip
+        other = subprocess.Popen([sys.executable, "-c", holder, str(claims)],
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            self.assertEqual(other.stdout.readline().strip(), "held")
+            self.assertIsNone(rv2.claim(claims, "run_b"))  # Another live worker's.
+        finally:
+            other.kill()
+            other.wait()
+        # A worker that died (cut off) leaves no claim behind: the kernel dropped its lock.
+        taken = rv2.claim(claims, "run_b")
+        self.assertIsNotNone(taken)
+        self.assertEqual((claims / "run_b.claim").read_text().strip(), str(os.getpid()))
+        taken.close()
+        mine.close()
+        again = rv2.claim(claims, "run_a")  # Released by close.
+        self.assertIsNotNone(again)
+        again.close()
