@@ -39,6 +39,11 @@ def test_summary_over_importance_seeds(tmp_path):
         assert summary["mean"][kind]["bleu"][-1] == np.mean(bleus)
         assert summary["std"][kind]["bleu"][-1] == np.std(bleus)
         assert summary["mean"][kind]["perplexity"][-1] == 20.0 + 60 + 1
+    # Linear BLEU curves: the mean over levels is the mean of the two ends.
+    areas = {k: np.mean([(20.0 + v) / 2 for v in bleus]) for k, bleus in final.items()}
+    for kind, value in areas.items():
+        assert np.isclose(summary["mean_bleu_over_levels"][kind], value)
+    assert summary["most_sensitive_overall"] == min(areas, key=areas.get)
     readme = (tmp_path / "README.md").read_text()
     assert f"| encoder_decoder | 3 | {np.mean(final['encoder_decoder']):.2f} ± " in readme
     assert "| 2 of 3 |" in readme and "| 1 of 3 |" in readme
