@@ -4,12 +4,21 @@
   in place of `num_heads`; post-LN by default.
 * `BertBackbone`: keras-hub's BERT backbone (same inputs and outputs) built
   from such blocks, with per-layer head counts and sizes.
+* `CausalLM`: a GPT-style causal LM (pre-LN blocks, tied logits), the
+  counterpart of the tf_keras `HeadsizeCausalLM`.
 * `PositionEmbedding`: learned absolute positions.
 """
 
 from headsize_tf.keras3.modeling.activations import gelu_approximate
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
+from headsize_tf.keras3.modeling.causal_lm import CausalLM
 from headsize_tf.keras3.modeling.position_embedding import PositionEmbedding
 from headsize_tf.keras3.modeling.transformer_encoder import TransformerEncoder
 
-__all__ = ["BertBackbone", "PositionEmbedding", "TransformerEncoder", "gelu_approximate"]
+__all__ = [
+    "BertBackbone",
+    "CausalLM",
+    "PositionEmbedding",
+    "TransformerEncoder",
+    "gelu_approximate",
+]
