@@ -100,28 +100,6 @@ def masked_lm_perplexity(model: tf_keras.Model, data) -> float:
     return float(np.exp(loss / max(count, 1.0)))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Objective:
-    """What an encoder run is pruned on: its batches, its loss and its dev metric."""
-
-    batches: Any
-    loss: Any
-    metric: Any
-    metric_name: str
-
-
-OBJECTIVES = {
-    EXPERIMENT: _Objective(
-        lambda *a: classifier_batches(*a),
-        tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        lambda *a: accuracy(*a), "accuracy",
-    ),
-    MASKED_LM: _Objective(
-        masked_lm_batches, masked_lm_loss, masked_lm_perplexity, "perplexity"
-    ),
-}  # fmt: skip
-
-
 def classifier_batches(params, split: str, batches: int) -> list[tuple[dict, np.ndarray]]:
     from official.core import task_factory
 
@@ -144,6 +122,28 @@ def accuracy(model: tf_keras.Model, data) -> float:
 
     right = sum(int(np.sum(predict(f).numpy() == y)) for f, y in data)
     return right / max(sum(len(y) for _, y in data), 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Objective:
+    """What an encoder run is pruned on: its batches, its loss and its dev metric."""
+
+    batches: Any
+    loss: Any
+    metric: Any
+    metric_name: str
+
+
+OBJECTIVES = {
+    EXPERIMENT: _Objective(
+        classifier_batches,
+        tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        accuracy, "accuracy",
+    ),
+    MASKED_LM: _Objective(
+        masked_lm_batches, masked_lm_loss, masked_lm_perplexity, "perplexity"
+    ),
+}  # fmt: skip
 
 
 def importance(model, encoder, data, normalize: bool = True, loss=None) -> np.ndarray:
