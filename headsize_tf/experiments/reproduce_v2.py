@@ -683,6 +683,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "default 1; runs are claimed, so none is trained twice)")  # fmt: skip
     parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args(argv)
+    # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the
+    # console; workers inherit this, and later native logs go to work_dir/native.log.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from headsize_tf.data import corpora
 
     quiet_tensorflow()
