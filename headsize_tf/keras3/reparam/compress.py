@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from headsize_tf.core.io import atomic_directory
 from headsize_tf.keras3.pretrained import SentenceEncoder
 from headsize_tf.keras3.reparam.convert import compress_backbone
 
@@ -86,14 +85,7 @@ def compress(
         after = compressed.embed(eval_sentences, batch_size=batch_size)
         report["eval_sentences"] = len(eval_sentences)
         report["embedding_cosine"] = mean_cosine(before, after)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
-    try:
-        written = compressed.save(staging / "checkpoint")
+    with atomic_directory(output) as written:
+        compressed.write_into(written)
         (written / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(written, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return report
