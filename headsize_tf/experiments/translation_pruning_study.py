@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
-from headsize_tf.experiments._steps import run_step
+from headsize_tf.experiments._steps import Steps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "official_configs" / "headsize_nmt_gettext_de_small.yaml"
@@ -199,14 +199,15 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
         return {"steps": steps, "dev_perplexity": result.metrics["perplexity"],
                 "train_pairs": stats["splits"]["train"]["pairs"]}  # fmt: skip
 
-    run_step(out, "train", f"training the translation model, {steps} steps", train_model)
+    study = Steps(out)
+    study.run("train", f"training the translation model, {steps} steps", train_model)
     for seed in args.importance_seeds:
         for kind in KINDS:
-            run_step(out, f"prune_{kind}_seed{seed}", f"pruning {kind} heads (importance seed "
-                     f"{seed})",
-                     lambda kind=kind, seed=seed: prune_translation_model(
-                         model_dir, work / f"pruned_{kind}", kinds=[kind], target_fraction=TARGET,
-                         step=STEP, importance_seed=seed, overwrite=True, progress=False))  # fmt: skip
+            study.run(f"prune_{kind}_seed{seed}", f"pruning {kind} heads (importance seed "
+                      f"{seed})",
+                      lambda kind=kind, seed=seed: prune_translation_model(
+                          model_dir, work / f"pruned_{kind}", kinds=[kind], target_fraction=TARGET,
+                          step=STEP, importance_seed=seed, overwrite=True, progress=False))  # fmt: skip
 
 
 if __name__ == "__main__":
