@@ -112,3 +112,72 @@ def test_fit_learns_a_repeating_sequence():
     untrained = lm.evaluate(x, y, verbose=0)
     lm.fit(x, y, batch_size=16, epochs=10, verbose=0)
     assert lm.evaluate(x, y, verbose=0) < 0.3 * untrained
+
+
+def lm_loss(targets, logits):
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)(targets, logits)
+
+
+def formula_params(lm: CausalLM) -> int:
+    spec = params.EncoderSpec(vocab_size=VOCAB, width=WIDTH, num_layers=lm.num_layers,
+                              attention=lm.attention_spec, intermediate_size=4 * WIDTH,
+                              max_sequence_length=LENGTH)  # fmt: skip
+    return params.causal_lm_params(spec).trainable
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_removed_heads_compute_what_the_gates_masked(kind):
+    from headsize_tf.keras3.pruning import head_mask, remove_heads, set_head_mask
+
+    lm = make(kind)
+    tokens = ids()
+    mask = np.nan_to_num(head_mask(lm))  # Ones where a head exists.
+    mask[0, 1] = 0.0
+    mask[1, :] = 0.0  # A whole layer pruned: it keeps one zeroed head.
+    mask[0, 0] = 0.5  # A gate that is not 0 or 1 is folded into the kept head.
+    set_head_mask(lm, mask)
+    masked = numpy(lm(tokens))
+    pruned = remove_heads(lm)
+    assert isinstance(pruned, CausalLM)
+    heads = [layer.num_heads for layer in lm.attention_layers]
+    assert [layer.num_heads for layer in pruned.attention_layers] == [heads[0] - 1, 1]
+    np.testing.assert_allclose(numpy(pruned(tokens)), masked, atol=1e-5)
+    assert pruned.count_params() == formula_params(pruned) < lm.count_params()
+
+
+@pytest.mark.parametrize("kind", ["standard", "fixed_head"])
+def test_cp_conversion_is_exact_at_full_rank_and_counts_its_parameters(kind):
+    from headsize_tf.keras3.reparam import compress_backbone
+
+    lm = make(kind)
+    tokens = ids()
+    full = max(layer.num_heads * layer.head_size for layer in lm.attention_layers)
+    exact, reports = compress_backbone(lm, full, seed=0)
+    assert isinstance(exact, CausalLM) and exact.attention_spec.kind == "collaborative"
+    assert len(reports) == 2
+    np.testing.assert_allclose(numpy(exact(tokens)), numpy(lm(tokens)), atol=1e-4)
+    small, _ = compress_backbone(lm, 4, seed=0)
+    assert small.count_params() == formula_params(small) < lm.count_params()
+
+
+def test_head_importance_is_the_gates_gradient():
+    """E|dL/dxi_h| of the LM loss against central finite differences of that loss."""
+    from headsize_tf.keras3.pruning import head_importance, set_head_mask
+
+    lm = make("fixed_head")
+    tokens = ids(batch=2, length=8, seed=1)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    scores = head_importance(lm, [(x, y)], lm_loss, normalize=False)
+    heads = [layer.num_heads for layer in lm.attention_layers]
+    assert scores.shape == (2, max(heads))
+    assert np.isnan(scores[0, heads[0] :]).all()  # Layer 0 has fewer heads.
+    eps = 1e-2
+    for layer, head in [(0, 1), (1, 4)]:
+        values = []
+        for sign in (1, -1):
+            mask = np.where(np.isnan(scores), 0.0, 1.0)
+            mask[layer, head] += sign * eps
+            set_head_mask(lm, mask)
+            values.append(float(numpy(lm_loss(y, lm(x)))))
+        gradient = (values[0] - values[1]) / (2 * eps)
+        np.testing.assert_allclose(scores[layer, head], abs(gradient) / x.size, rtol=2e-2)

@@ -1,8 +1,9 @@
-"""Rebuilding a `BertBackbone` with other attention, keeping everything else.
+"""Rebuilding a `BertBackbone` or `CausalLM` with other attention, keeping everything else.
 
 Conversion to collaborative heads and physical head removal both produce a
-backbone whose attention spec differs (kind, per-layer head counts) while the
-embeddings, LayerNorms, feed-forward nets and pooler are copied unchanged.
+model whose attention spec differs (kind, per-layer head counts) while the
+embeddings, LayerNorms, feed-forward nets and the pooler (BERT) or final
+LayerNorm (LM) are copied unchanged.
 """
 
 from __future__ import annotations
@@ -14,43 +15,47 @@ import keras
 
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
+from headsize_tf.keras3.modeling.causal_lm import CausalLM
+
+# The models whose attention the Keras 3 tools rewrite (pruning, CP conversion).
+AttentionModel = BertBackbone | CausalLM
 
 
-def non_attention_layers(backbone: BertBackbone) -> list[keras.layers.Layer]:
+def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
     """The weight-carrying layers other than attention, in a fixed order.
 
-    Two backbones of the same shape but different attention have the same
-    list, which is how conversions copy everything but attention.
+    Two models of the same class and shape but different attention have the
+    same list, which is how conversions copy everything but attention.
     """
-    layers = [
-        backbone.token_embedding,
-        backbone.position_embedding,
-        backbone.segment_embedding,
-        backbone.embeddings_layer_norm,
-    ]
-    for block in backbone.transformer_layers:
+    if isinstance(model, BertBackbone):
+        layers = [model.token_embedding, model.position_embedding, model.segment_embedding,
+                  model.embeddings_layer_norm]  # fmt: skip
+        last = [model.pooled_dense]
+    elif isinstance(model, CausalLM):
+        layers, last = [model.token_embedding, model.position_embedding], [model.final_norm]
+    else:
+        raise TypeError(f"Expected a Keras 3 BertBackbone or CausalLM; got {type(model).__name__}.")
+    for block in model.transformer_layers:
         layers += [
             block._self_attention_layer_norm,
             block._feedforward_layer_norm,
             block._feedforward_intermediate_dense,
             block._feedforward_output_dense,
         ]
-    layers.append(backbone.pooled_dense)
-    return layers
+    return layers + last
 
 
-def with_attention(
-    backbone: BertBackbone, attention: AttentionSpec | Mapping[str, Any]
-) -> BertBackbone:
-    """A new backbone with `attention` and `backbone`'s non-attention weights.
+def with_attention(model: AttentionModel, attention: AttentionSpec | Mapping[str, Any]):
+    """A new model of `model`'s class with `attention` and `model`'s other weights.
 
     The attention layers of the result are freshly initialised: the caller
     writes them (see `headsize_tf.keras3.reparam`, `headsize_tf.keras3.pruning`).
     """
-    config = backbone.get_config()
+    theirs = non_attention_layers(model)  # Checks the class first.
+    config = model.get_config()
     config["attention"] = AttentionSpec.coerce(attention).to_dict()
-    new = BertBackbone.from_config(config)
-    mine, theirs = non_attention_layers(new), non_attention_layers(backbone)
+    new = type(model).from_config(config)
+    mine = non_attention_layers(new)
     for dst, src in zip(mine, theirs, strict=True):
         dst.set_weights(src.get_weights())
     return new

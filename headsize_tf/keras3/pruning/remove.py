@@ -1,11 +1,11 @@
-"""Physical removal of pruned heads from a Keras 3 `BertBackbone`.
+"""Physical removal of pruned heads from a Keras 3 `BertBackbone` or `CausalLM`.
 
 Masking a head (gate 0) keeps its cost; removing it slices the per-head
 weights with the core's plan (`headsize_tf.core.pruning_plan.slice_heads`:
 rows of Q/K/V and of the output kernel; for collaborative heads, rows of the
 mixing matrix and columns of the content bias). The result is an ordinary
 backbone whose spec has per-layer head counts, so it saves, loads and
-exports as any other. The gate value of every kept head is folded into its
+exports as any other (the same for a `CausalLM`). The gate value of every kept head is folded into its
 rows of the output kernel, so the pruned backbone needs no gates (Keras 3
 files do not store them); a layer with no head left keeps one head whose
 output rows are zero, which is what the masked layer computes.
@@ -20,11 +20,10 @@ import numpy as np
 
 from headsize_tf.core.pruning_plan import slice_heads
 from headsize_tf.keras3.layers.roles import assign_weights, kind_of, numpy_weights
-from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
-from headsize_tf.keras3.modeling.surgery import with_attention
+from headsize_tf.keras3.modeling.surgery import AttentionModel, with_attention
 
 
-def head_mask(backbone: BertBackbone) -> np.ndarray:
+def head_mask(backbone: AttentionModel) -> np.ndarray:
     """`[layers, max heads]` current gates (NaN beyond a layer's head count)."""
     layers = backbone.attention_layers
     width = max(layer.num_heads for layer in layers)
@@ -34,7 +33,7 @@ def head_mask(backbone: BertBackbone) -> np.ndarray:
     return mask
 
 
-def set_head_mask(backbone: BertBackbone, mask: np.ndarray | Sequence) -> None:
+def set_head_mask(backbone: AttentionModel, mask: np.ndarray | Sequence) -> None:
     """Sets every layer's gates from a `[layers, max heads]` mask."""
     layers = backbone.attention_layers
     mask = np.asarray(mask, np.float32)
@@ -58,16 +57,16 @@ def _kept_weights(layer, row: np.ndarray) -> tuple[dict, int]:
     return sliced, max(len(keep), 1)
 
 
-def remove_heads(backbone: BertBackbone, mask: np.ndarray | None = None) -> BertBackbone:
-    """A new backbone without the heads whose mask entry is 0.
+def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> AttentionModel:
+    """A new backbone (or LM) without the heads whose mask entry is 0.
 
     Args:
-      backbone: A Keras 3 `BertBackbone` (possibly already pruned).
+      backbone: A Keras 3 `BertBackbone` or `CausalLM` (possibly already pruned).
       mask: `[layers, max heads]`, 0 = remove (entries beyond a layer's head
         count are ignored); default: the backbone's current gates.
 
     Returns:
-      The pruned backbone: its `attention.num_heads` is the per-layer list of
+      The pruned model, of `backbone`'s class: its `attention.num_heads` is the per-layer list of
       kept heads (at least 1), its outputs equal the masked `backbone`'s, and
       its gates are all ones. `backbone` is left unchanged.
 

@@ -17,8 +17,7 @@ from headsize_tf.core.convert import ConversionReport, convert_weights
 from headsize_tf.core.spec import AttentionSpec, SpecError
 from headsize_tf.keras3.layers import CollaborativeAttention
 from headsize_tf.keras3.layers.roles import assign_weights, kind_of, numpy_weights
-from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
-from headsize_tf.keras3.modeling.surgery import with_attention
+from headsize_tf.keras3.modeling.surgery import AttentionModel, with_attention
 
 
 def _standard_weights(layer: keras.layers.Layer) -> dict[str, Any]:
@@ -80,16 +79,16 @@ def to_collaborative(
 
 
 def compress_backbone(
-    backbone: BertBackbone, shared_key_dim: int, **kwargs: Any
-) -> tuple[BertBackbone, list[ConversionReport]]:
-    """A `BertBackbone` with collaborative heads sharing a `shared_key_dim` space.
+    backbone: AttentionModel, shared_key_dim: int, **kwargs: Any
+) -> tuple[AttentionModel, list[ConversionReport]]:
+    """A `BertBackbone` (or `CausalLM`) with collaborative heads sharing a `shared_key_dim` space.
 
     Every block's attention is converted layer by layer (`to_collaborative`'s
     numerics); everything else is copied. At `shared_key_dim >= heads *
     head_size` the result computes exactly what `backbone` computes.
 
     Args:
-      backbone: A standard or fixed-head `BertBackbone` (per-layer heads
+      backbone: A standard or fixed-head `BertBackbone` or `CausalLM` (per-layer heads
         allowed).
       shared_key_dim: `D`, between 1 and the full rank heads x head size.
       **kwargs: As `to_collaborative`.
