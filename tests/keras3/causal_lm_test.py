@@ -181,3 +181,63 @@ def test_head_importance_is_the_gates_gradient():
             values.append(float(numpy(lm_loss(y, lm(x)))))
         gradient = (values[0] - values[1]) / (2 * eps)
         np.testing.assert_allclose(scores[layer, head], abs(gradient) / x.size, rtol=2e-2)
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_cached_decoding_equals_the_full_forward_pass(kind):
+    lm = make(kind)
+    tokens = ids(length=LENGTH)
+    full = numpy(lm(tokens))
+    logits, caches = lm.prefill(tokens[:, :4], LENGTH)
+    np.testing.assert_allclose(numpy(logits), full[:, :4], atol=1e-5)
+    for index in range(4, LENGTH):
+        logits, caches = lm.decode_step(tokens[:, index : index + 1], caches, index)
+        np.testing.assert_allclose(numpy(logits)[:, 0], full[:, index], atol=1e-5)
+
+
+def test_greedy_generation_equals_argmax_of_the_full_pass():
+    lm = make("fixed_head")
+    prompt = ids(length=3)
+    out = lm.generate(prompt, max_new_tokens=6)
+    assert out.shape == (2, 9) and out.dtype == np.int32
+    np.testing.assert_array_equal(out[:, :3], prompt)
+    sequence = prompt
+    for _ in range(6):  # The uncached oracle: the whole sequence through the model per token.
+        following = numpy(lm(sequence))[:, -1].argmax(-1).astype("int32")
+        sequence = np.concatenate([sequence, following[:, None]], axis=1)
+    np.testing.assert_array_equal(out, sequence)
+
+
+def test_sampling_is_seeded_top_1_is_greedy_and_end_tokens_stop_a_row():
+    lm = make("standard")
+    prompt = ids(length=2)
+    a = lm.generate(prompt, 8, temperature=1.0, seed=7)
+    np.testing.assert_array_equal(a, lm.generate(prompt, 8, temperature=1.0, seed=7))
+    assert not np.array_equal(a, lm.generate(prompt, 8, temperature=1.0, seed=8))
+    assert ((a >= 0) & (a < VOCAB)).all()
+    greedy = lm.generate(prompt, 8)
+    np.testing.assert_array_equal(lm.generate(prompt, 8, temperature=2.0, top_k=1), greedy)
+    end = int(greedy[0, 4])  # Row 0's third new token, used as the end token.
+    stopped = lm.generate(prompt, 8, end_token_id=end)
+    first = int(np.argmax(greedy[0, 2:] == end)) + 2
+    np.testing.assert_array_equal(stopped[0, : first + 1], greedy[0, : first + 1])
+    assert (stopped[0, first:] == end).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"max_new_tokens": 11},
+            "prompt length 2 \\+ max_new_tokens 11 = 13 exceeds max_sequence_length 12",
+        ),  # fmt: skip
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_new_tokens": 2, "temperature": -1.0}, "temperature must be >= 0"),
+        ({"max_new_tokens": 2, "top_k": 0}, "top_k"),
+    ],
+)
+def test_generate_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make().generate(ids(length=2), **kwargs)
+    with pytest.raises(ValueError, match="prompt_ids must be"):
+        make().generate(np.zeros((2, 0), "int32"), 2)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from headsize_tf.core.spec import AttentionSpec, check_positive_int
@@ -43,7 +44,9 @@ class CausalLM(keras.Model):
       **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Call: `model(token_ids [batch, length])` -> logits `[batch, length,
-    vocabulary_size]`; position t sees tokens 0..t only.
+    vocabulary_size]`; position t sees tokens 0..t only. `generate` continues
+    a prompt with cached keys and values (`prefill`, then one `decode_step`
+    per token).
 
     Example:
 
@@ -165,8 +168,147 @@ class CausalLM(keras.Model):
         mask = ops.broadcast_to(causal[None], (ops.shape(token_ids)[0], length, length))
         for block in self._blocks:
             x = block(x, attention_mask=mask, training=training)
+        return self._logits(x)
+
+    # --------------------------------------------------------------- decoding
+    def _embed(self, token_ids: Any, start: int) -> Any:
+        """Token plus position embeddings of `token_ids` at positions start, start + 1, ..."""
+        tokens = self.token_embedding(token_ids)
+        table = ops.convert_to_tensor(self.position_embedding.position_embeddings)
+        positions = ops.slice(table, (start, 0), (ops.shape(token_ids)[1], self.hidden_dim))
+        return tokens + ops.cast(positions, tokens.dtype)[None]
+
+    def _logits(self, x: Any) -> Any:
         x = self.final_norm(x)
         return ops.matmul(x, ops.transpose(ops.cast(self.token_embedding.embeddings, x.dtype)))
+
+    def prefill(self, token_ids: Any, length: int) -> tuple[Any, list[dict[str, Any]]]:
+        """Logits of a prompt and every block's decoding cache, padded to `length` positions.
+
+        Args:
+          token_ids: `[batch, prompt length]` prompt tokens.
+          length: Positions the caches hold (prompt plus tokens to generate).
+
+        Returns:
+          (logits `[batch, prompt length, vocabulary_size]`, one fixed-length
+          cache per block for `decode_step`).
+        """
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        batch, prompt = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
+        causal = ops.cast(ops.tril(ops.ones((prompt, prompt))), "int32")
+        mask = ops.broadcast_to(causal[None], (batch, prompt, prompt))
+        x, caches = self._embed(token_ids, 0), []
+        for block in self._blocks:
+            x, cache = block.call_cached(x, None, attention_mask=mask)
+            pad = [(0, 0), (0, length - prompt)] + [(0, 0)] * 2
+            caches.append({name: ops.pad(t, pad[: len(t.shape)]) for name, t in cache.items()})
+        return self._logits(x), caches
+
+    def decode_step(
+        self, token_ids: Any, caches: list[dict[str, Any]], index: int
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """Logits of one new token per row at position `index`, attending to the caches.
+
+        Args:
+          token_ids: `[batch, 1]` tokens at position `index`.
+          caches: The blocks' fixed-length caches (`prefill`, or a previous step).
+          index: The new tokens' position (positions before it are in the caches).
+
+        Returns:
+          (logits `[batch, 1, vocabulary_size]`, the updated caches).
+        """
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        length = caches[0]["value"].shape[1]
+        visible = ops.arange(length) <= index
+        mask = ops.broadcast_to(visible[None, None], (ops.shape(token_ids)[0], 1, length))
+        x, updated = self._embed(token_ids, index), []
+        for block, cache in zip(self._blocks, caches, strict=True):
+            x, cache = block.call_cached(x, cache, attention_mask=mask, decode_loop_step=index)
+            updated.append(cache)
+        return self._logits(x), updated
+
+    def generate(
+        self,
+        prompt_ids: Any,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        end_token_id: int | None = None,
+    ) -> np.ndarray:
+        """Continues `prompt_ids` token by token with cached keys and values.
+
+        Each new token attends to the cached projections of the earlier ones,
+        so a step costs one position per layer (the caches have every layer's
+        own head size). Greedy by default; with `temperature > 0` it samples
+        from `softmax(logits / temperature)`, restricted to the `top_k` most
+        likely tokens if given, with a numpy generator seeded by `seed`.
+
+        Args:
+          prompt_ids: `[batch, prompt length]` int tokens (one prompt length
+            for the batch, at least 1).
+          max_new_tokens: Tokens to add; prompt plus new tokens must fit in
+            `max_sequence_length`.
+          temperature: 0 for greedy decoding, else the sampling temperature.
+          top_k: Sample among this many most likely tokens (None: all).
+          seed: Seed of the sampling generator.
+          end_token_id: A row that produced it is filled with it from then
+            on; decoding stops once every row has.
+
+        Returns:
+          int32 `[batch, prompt length + max_new_tokens]`: prompt and continuation.
+
+        Example:
+
+        >>> lm.generate(np.array([[5, 9, 11]]), max_new_tokens=4).shape
+        (1, 7)
+        """
+        prompt = np.asarray(keras.ops.convert_to_numpy(prompt_ids)).astype("int32")
+        if prompt.ndim != 2 or prompt.shape[1] < 1:
+            raise ValueError(
+                f"prompt_ids must be [batch, length >= 1] token ids; got shape {prompt.shape}."
+            )
+        check_positive_int("max_new_tokens", max_new_tokens)
+        total = prompt.shape[1] + max_new_tokens
+        if total > self.max_sequence_length:
+            raise ValueError(
+                f"prompt length {prompt.shape[1]} + max_new_tokens {max_new_tokens} = {total} "
+                f"exceeds max_sequence_length {self.max_sequence_length}."
+            )
+        if isinstance(temperature, bool) or not float(temperature) >= 0.0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy); got {temperature!r}.")
+        if top_k is not None:
+            check_positive_int("top_k", top_k)
+        rng = np.random.default_rng(seed)
+
+        def pick(logits) -> np.ndarray:
+            logits = np.asarray(keras.ops.convert_to_numpy(logits), np.float64)[:, -1]
+            if temperature == 0.0:
+                return logits.argmax(-1)
+            if top_k is not None and top_k < logits.shape[-1]:
+                cut = np.sort(logits, -1)[:, -top_k][:, None]
+                logits = np.where(logits >= cut, logits, -np.inf)
+            z = logits / float(temperature)
+            p = np.exp(z - z.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            return np.array([rng.choice(len(row), p=row) for row in p])
+
+        out = np.zeros((prompt.shape[0], total), np.int32)
+        out[:, : prompt.shape[1]] = prompt
+        done = np.zeros(prompt.shape[0], bool)
+        logits, caches = self.prefill(prompt, total)
+        for index in range(prompt.shape[1], total):
+            token = pick(logits)
+            if end_token_id is not None:
+                token = np.where(done, end_token_id, token)
+                done |= token == end_token_id
+            out[:, index] = token
+            if end_token_id is not None and done.all():
+                out[:, index + 1 :] = end_token_id
+                break
+            if index + 1 < total:
+                logits, caches = self.decode_step(out[:, index : index + 1], caches, index)
+        return out
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

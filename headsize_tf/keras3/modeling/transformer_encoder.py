@@ -187,11 +187,43 @@ class TransformerEncoder(keras.layers.Layer):
             padding_mask = mask  # The Keras mask of `inputs`, if any.
         self_attention_mask = merge_padding_and_attention_mask(padding_mask, attention_mask)
 
+        def attend(x):
+            return self._self_attention_layer(
+                query=x, value=x, attention_mask=self_attention_mask, training=training
+            )
+
+        return self._block(inputs, attend, training)
+
+    def call_cached(
+        self,
+        inputs: Any,
+        cache: dict[str, Any] | None = None,
+        attention_mask: Any = None,
+        decode_loop_step: Any = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """The block over new positions with the attention's decoding cache (inference).
+
+        The block's counterpart of the attention layer's `call_cached` (same
+        arguments; no dropout): `inputs` [B, T_new, width] are the new
+        positions, `attention_mask` [B, T_new, S] masks the updated cache.
+
+        Returns:
+          (output [B, T_new, width], updated cache).
+        """
+        updated = {}
+
+        def attend(x):
+            out, updated["cache"] = self._self_attention_layer.call_cached(
+                x, cache, attention_mask=attention_mask, decode_loop_step=decode_loop_step
+            )
+            return out
+
+        return self._block(inputs, attend, False), updated["cache"]
+
+    def _block(self, inputs, attend, training):
         residual = inputs
         x = self._self_attention_layer_norm(inputs) if self.normalize_first else inputs
-        x = self._self_attention_layer(
-            query=x, value=x, attention_mask=self_attention_mask, training=training
-        )
+        x = attend(x)
         x = self._self_attention_dropout(x, training=training) + residual
         if not self.normalize_first:
             x = self._self_attention_layer_norm(x)
