@@ -36,6 +36,11 @@ rerun skips finished runs; the summary is rebuilt from the files.
 
     python -m headsize_tf.experiments.reproduce_v2 --preset cpu --output results/reproduction_v2
 
+`--framework keras3` trains with the Keras 3 runner (`lm_keras3`) on
+`KERAS_BACKEND`, so the grid also runs where only JAX is installed (a lent
+GPU's image: `benchmarks/reproduce_v2_device.sh`); its runs are a grid of
+their own (same protocol, another data order), never mixed with these.
+
 Small models leave a machine idle: `--workers N` trains N runs at once (each
 process claims its run in the work dir, so none is trained twice, and waits
 when only claimed runs are left). On 2 CPU cores, 2 workers of 1 thread each
@@ -104,14 +109,16 @@ PRESETS = {
             "0.002, 0.004, 0.008 (its extra rates stay in the table)."
         ),
     ),  # fmt: skip
-    # One GPU: the paper's depth and sequence length at width 128 vs 256.
+    # One GPU (`--framework keras3` on JAX: benchmarks/reproduce_v2_device.sh): the paper's
+    # depth and sequence length at width 128 vs 256. 2000 steps of 32 x 256 tokens = 22
+    # epochs of Austen (the CPU preset's curves still fall at 9 epochs).
     "gpu": Preset(
         layers=6,
         sequence_length=256,
         batch_size=32,
         width=128,
-        steps=4000,
-        learning_rates=(5e-4, 1e-3, 2e-3),
+        steps=2000,
+        learning_rates=(1e-3, 2e-3, 4e-3),
     ),  # fmt: skip
     # The test suite: seconds.
     "test": Preset(
@@ -197,14 +204,8 @@ def run_name(key: str, learning_rate: float, seed: int) -> str:
     return f"{key}_lr{learning_rate:g}_seed{seed}"
 
 
-def device_description() -> str:
-    """The accelerator (or CPU) a run used, for its record."""
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        details = tf.config.experimental.get_device_details(gpus[0])
-        return f"GPU: {details.get('device_name', gpus[0].name)}"
+def cpu_description() -> str:
+    """The processor's model name and core count."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -213,9 +214,18 @@ def device_description() -> str:
                 break
     except OSError:
         pass
-    import os
-
     return f"CPU: {cpu} ({os.cpu_count()} cores)"
+
+
+def device_description() -> str:
+    """The accelerator (or CPU) a tf_keras run used, for its record."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        return f"GPU: {details.get('device_name', gpus[0].name)}"
+    return cpu_description()
 
 
 def _override(model: Model, preset: Preset, learning_rate: float, split: str,
@@ -278,9 +288,30 @@ def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
     return int(np.ceil(manifest["stats"]["splits"][split]["lm_examples"] / 32))
 
 
+FRAMEWORKS = ("tf_keras", "keras3")
+
+
 def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, data_dir: str,
-              work_dir: pathlib.Path) -> dict[str, Any]:  # fmt: skip
-    """Trains one run from step 0; returns its record (curve, test perplexity, device)."""
+              work_dir: pathlib.Path, framework: str = "tf_keras") -> dict[str, Any]:  # fmt: skip
+    """Trains one run from step 0; returns its record (curve, test perplexity, device).
+
+    `framework` "tf_keras" trains with Model Garden's trainer; "keras3" with
+    `lm_keras3.train_run` on Keras 3's backend (no TensorFlow needed).
+    """
+    if framework == "keras3":
+        from headsize_tf.experiments import lm_keras3
+
+        result = lm_keras3.train_run(model.attention(), model.width, preset, learning_rate,
+                                     seed, pathlib.Path(data_dir) / "austen")  # fmt: skip
+    else:
+        result = _train_tf_keras(model, preset, learning_rate, seed, data_dir, work_dir)
+    return {**model.row(preset), "kind": model.kind, "learning_rate": learning_rate,
+            "seed": seed, "steps": preset.steps, "tokens": preset.tokens,
+            "preset": dataclasses.asdict(preset), **result}  # fmt: skip
+
+
+def _train_tf_keras(model: Model, preset: Preset, learning_rate: float, seed: int,
+                    data_dir: str, work_dir: pathlib.Path) -> dict[str, Any]:  # fmt: skip
     import tensorflow as tf
 
     from headsize_tf.training import train
@@ -304,10 +335,7 @@ def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, dat
                          params_override=_override(model, preset, learning_rate, "test",
                                                    eval_batches(data_dir, "test")),
                          mode="eval", data_dir=data_dir, seed=seed)  # fmt: skip
-    return {**model.row(preset), "kind": model.kind, "learning_rate": learning_rate,
-            "seed": seed, "steps": preset.steps, "tokens": preset.tokens,
-            "preset": dataclasses.asdict(preset), "curve": read_curve(model_dir),
-            "test_perplexity": test.metrics["perplexity"],
+    return {"curve": read_curve(model_dir), "test_perplexity": test.metrics["perplexity"],
             "test_loss": test.metrics["validation_loss"], "train_seconds": seconds,
             "device": device_description(),
             # 0: TensorFlow's default (every core); `--threads` sets it.
@@ -322,16 +350,21 @@ def _shape(preset: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in preset.items() if k not in NOT_SHAPE}
 
 
-def load_runs(out: pathlib.Path, preset: Preset) -> dict[tuple[str, float, int], dict]:
-    """Finished runs of this preset's shape: {(key, learning rate, seed): record}.
+def load_runs(out: pathlib.Path, preset: Preset,
+              framework: str = "tf_keras") -> dict[tuple[str, float, int], dict]:  # fmt: skip
+    """Finished runs of this preset's shape and `framework`: {(key, learning rate, seed):
+    record}.
 
-    The learning-rate grid is not part of the shape: a run at any rate counts.
+    The learning-rate grid is not part of the shape: a run at any rate counts. Runs
+    of the two frameworks never mix (their data order differs); records without a
+    framework are tf_keras runs.
     """
     runs = {}
     shape = _shape(json.loads(json.dumps(dataclasses.asdict(preset))))  # Lists, as stored.
     for path in sorted((out / "runs").glob("*.json")):
         record = json.loads(path.read_text())
-        if _shape(record.get("preset", {})) == shape:
+        if (_shape(record.get("preset", {})) == shape
+                and record.get("framework", "tf_keras") == framework):  # fmt: skip
             runs[record["key"], record["learning_rate"], record["seed"]] = record
     return runs
 
@@ -463,10 +496,11 @@ def orderings(summary: dict) -> list[dict[str, Any]]:
 
 
 def markdown(summary: dict, preset_name: str, preset: Preset, command: str, status: str,
-             judged: Sequence[dict], ordered: Sequence[dict]) -> str:  # fmt: skip
+             judged: Sequence[dict], ordered: Sequence[dict],
+             runner_line: str = "") -> str:  # fmt: skip
     p = preset
     lines = ["# Bhojanapalli et al. (2020) R1 and R2: per-model learning rates, learning curves",
-             "", f"Command: `{command}`", "",
+             "", f"Command: `{command}`", "", *([runner_line, ""] if runner_line else []),
              f"Preset `{preset_name}`: {p.layers} pre-LN layers, FFN 4 x width, vocab "
              f"{p.vocab_size}, sequence {p.sequence_length}, batch {p.batch_size}, {p.steps} "
              f"steps ({p.tokens:,} training tokens per run), dropout {p.dropout}, AdamW with 10% "
@@ -578,7 +612,8 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
     done, waiting = 0, False
     claims = pathlib.Path(args.work_dir) / "claims"
     while args.max_runs is None or done < args.max_runs:
-        todo = [t for t in pending(preset, experiments, load_runs(out, preset))
+        runs = load_runs(out, preset, args.framework)
+        todo = [t for t in pending(preset, experiments, runs)
                 if not args.keys or t[0].key in args.keys]  # fmt: skip
         if not todo:
             break
@@ -604,7 +639,7 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
             print(f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} "
                   "params)", flush=True)  # fmt: skip
             record = train_one(model, preset, lr, seed, str(data_dir),
-                               pathlib.Path(args.work_dir))  # fmt: skip
+                               pathlib.Path(args.work_dir), args.framework)  # fmt: skip
             write_json(out / "runs" / f"{name}.json", record)
             print(f"[done] {name}: test perplexity {record['test_perplexity']:.2f} in "
                   f"{record['train_seconds']:.0f} s", flush=True)  # fmt: skip
@@ -621,14 +656,17 @@ def run_workers(args: argparse.Namespace) -> int:
 
     command = [sys.executable, "-m", "headsize_tf.experiments.reproduce_v2",
                "--preset", args.preset, "--output", args.output, "--work-dir", args.work_dir,
-               "--threads", str(args.threads or 1)]  # fmt: skip
+               "--threads", str(args.threads or 1), "--framework", args.framework]  # fmt: skip
     if args.data_dir:
         command += ["--data-dir", args.data_dir]
     if args.max_runs is not None:
         command += ["--max-runs", str(args.max_runs)]
     if args.keys:
         command += ["--keys", *args.keys]
-    env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    # GPU memory on demand, so the workers share one GPU (TensorFlow, and JAX, which
+    # would otherwise take 75% of it per process).
+    env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # fmt: skip
     procs = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
     codes = [p.wait() for p in procs]
     return next((abs(c) or 1 for c in codes if c), 0)  # A worker killed by a signal fails.
@@ -665,6 +703,38 @@ def result_arguments(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def keras_backend() -> str:
+    """Keras 3's backend (what `KERAS_BACKEND` selects), without importing Keras."""
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def prepare_data(data_dir: pathlib.Path, preset: Preset, framework: str) -> None:
+    """The Austen corpus at the preset's sequence length; for the Keras 3 runner also its
+    `lm_*.npy` arrays. A data dir that already has the arrays needs neither TensorFlow
+    nor the network (copy it to a machine that has only JAX)."""
+    from headsize_tf.data import corpora
+    from headsize_tf.experiments import lm_keras3
+
+    corpus = data_dir / "austen"
+    if framework == "keras3" and all(
+        lm_keras3.array_path(corpus, split).exists() for split in lm_keras3.SPLITS
+    ):
+        return
+    corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=preset.sequence_length))
+    if framework == "keras3":
+        lm_keras3.export_lm_arrays(corpus)
+
+
+def runner(framework: str, runs: dict) -> str:
+    """One line naming the runner (and the backends the runs used)."""
+    if framework == "tf_keras":
+        return "Runner: Model Garden's trainer (tf_keras, `reproduce_v2.train_one`)."
+    backends = sorted({r.get("backend", "?") for r in runs.values()})
+    return ("Runner: Keras 3 (`lm_keras3.train_run`, backend "
+            f"{', '.join(backends) or keras_backend()}), the same protocol with a numpy data "
+            "order: a grid of its own, not mixed with the tf_keras runs.")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
@@ -681,6 +751,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None,
                         help="train with this many processes at once (each with --threads, "
                              "default 1; runs are claimed, so none is trained twice)")  # fmt: skip
+    parser.add_argument("--framework", choices=FRAMEWORKS, default="tf_keras",
+                        help="tf_keras: Model Garden's trainer (default); keras3: the Keras 3 "
+                             "runner on KERAS_BACKEND (e.g. jax, where TensorFlow is absent); "
+                             "its runs form a grid of their own")  # fmt: skip
     parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args(argv)
     # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the
@@ -689,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headsize_tf.data import corpora
 
     quiet_tensorflow()
-    if args.threads:
+    if args.threads and (args.framework == "tf_keras" or keras_backend() == "tensorflow"):
         import tensorflow as tf
 
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -701,8 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if preset.sequence_length != corpora.PrepareOptions().seq_length:
         data_dir = data_dir / f"seq{preset.sequence_length}"
     if not args.summarize_only:
-        corpora.prepare("austen", data_dir,
-                        corpora.PrepareOptions(seq_length=preset.sequence_length))  # fmt: skip
+        prepare_data(data_dir, preset, args.framework)
         if args.workers and args.workers > 1:
             code = run_workers(args)
             if code:
@@ -710,7 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with native_logs_to(pathlib.Path(args.work_dir) / "native.log"):
                 run_pending(args, preset, experiments, out, data_dir)
-    runs = load_runs(out, preset)
+    runs = load_runs(out, preset, args.framework)
     summary = summarize(preset, experiments, runs)
     left = pending(preset, experiments, runs)
     complete = not left
@@ -728,7 +801,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            **summary, "orderings": ordered,
                                            "verdicts": judged, "complete": complete})  # fmt: skip
     write_atomic(out / "README.md",
-                 markdown(summary, args.preset, preset, command, status, judged, ordered))  # fmt: skip
+                 markdown(summary, args.preset, preset, command, status, judged, ordered,
+                          runner(args.framework, runs)))  # fmt: skip
     plot(summary, out)
     print(status)
     return 0

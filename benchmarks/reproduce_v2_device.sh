@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The reproduction grid's `gpu` preset on a lent GPU machine (the `device` tool) whose image
+# has JAX but no TensorFlow: the Keras 3 runner (`--framework keras3`, KERAS_BACKEND=jax).
+#
+#   bash benchmarks/reproduce_v2_device.sh prepare          # here: wheels and data into .device/
+#   bash benchmarks/reproduce_v2_device.sh run WORKERS RUNS # there, with `.device` carried
+#
+# `prepare` downloads the Keras 3 wheels the image lacks (keras, namex, optree; the versions
+# of this machine's .venv) and exports Austen's LM windows at sequence 256 as .npy arrays
+# (TensorFlow reads the TFRecords here, once). `run` installs the wheels, trains up to RUNS
+# runs per worker with WORKERS workers sharing the GPU (memory grown on demand), and copies
+# results/reproduction_v2_gpu (run files, README, plots) to $OUT, from where the session
+# copies the new run files back into the repository. A run cut off by the call's time limit
+# is lost and starts again from step 0 in the next call; finished runs are never redone,
+# because the carried results directory holds their files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUTPUT=results/reproduction_v2_gpu
+
+case "${1:-}" in
+prepare)
+  py=.venv/bin/python
+  version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))"; }
+  mkdir -p .device/whl .device/data/seq256/austen
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .device/whl \
+    "keras==$(version keras)" "namex==$(version namex)" "optree==$(version optree)"
+  "$py" - <<'EOF'
+import pathlib, shutil
+from headsize_tf.data import corpora
+from headsize_tf.experiments import lm_keras3
+
+data = corpora.default_data_dir() / "seq256"
+corpora.prepare("austen", data, corpora.PrepareOptions(seq_length=256))
+target = pathlib.Path(".device/data/seq256/austen")
+for path in lm_keras3.export_lm_arrays(data / "austen") + [data / "austen" / "MANIFEST.json"]:
+    shutil.copy2(path, target / path.name)
+print("prepared", sorted(p.name for p in target.iterdir()))
+EOF
+  du -sh .device
+  ;;
+run)
+  workers=${2:?workers}
+  runs=${3:?runs per worker}
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .device/whl/*.whl
+  export PYTHONPATH="/tmp/site:$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+  status=0
+  python3 -m headsize_tf.experiments.reproduce_v2 --preset gpu --framework keras3 \
+    --output "$OUTPUT" --data-dir .device/data --work-dir /tmp/headsize_reproduction_v2_gpu \
+    --workers "$workers" --max-runs "$runs" || status=$?
+  mkdir -p "${OUT:-/tmp/out}"
+  cp -r "$OUTPUT" "${OUT:-/tmp/out}/"
+  exit "$status"
+  ;;
+*)
+  echo "usage: $0 prepare | run WORKERS RUNS_PER_WORKER" >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,211 @@
+"""One causal-LM run on Keras 3 (JAX or TensorFlow backend) with `reproduce_v2`'s protocol.
+
+The Model Garden runner (`reproduce_v2.train_one`) needs TensorFlow; this one
+needs only Keras 3 and a backend, so the reproduction grid also runs where
+only JAX is installed (a lent GPU machine's image). It mirrors that runner:
+
+* the Keras 3 `CausalLM` of the same shape (the core formula counts the same
+  parameters as the tf_keras `HeadsizeCausalLM`), dropout 0.1;
+* AdamW with decoupled weight decay 0.01 on every weight but the biases,
+  epsilon 1e-7 and the gradients' global norm clipped at 1.0 (Model Garden's
+  `adamw` as the experiment configures it: its exclusion patterns
+  "LayerNorm", "layer_norm", "bias" match only the biases of the tf_keras
+  LM, whose norms are named `*_norm`);
+* linear decay from the peak rate to 0 at the last step, with a linear
+  warm-up over the first 10% of steps up to the rate the decay has reached
+  there (Model Garden's `polynomial` rate with a `polynomial` warm-up);
+* batches of `batch_size` windows of n + 1 tokens, validation perplexity at
+  `curve_points` evenly spaced steps, test perplexity after the last step;
+  perplexity is exp of the token-mean cross-entropy over a whole split.
+
+The data order differs: each epoch is a numpy permutation of the windows
+(seeded by the run's seed) where Model Garden uses tf.data's shuffle buffer.
+So its runs are a grid of their own, recorded with `"framework": "keras3"`
+and never mixed with the tf_keras runs.
+
+Data: `lm_{split}.npy` (int32 `[windows, n + 1]`) beside the corpus's
+TFRecords. `export_lm_arrays` writes them from the TFRecords once, on a
+machine with TensorFlow; a machine without it trains from the arrays alone.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core.io import atomic_path
+
+SPLITS = ("train", "valid", "test")
+WEIGHT_DECAY, CLIP_NORM, EPSILON, END_LEARNING_RATE = 0.01, 1.0, 1e-7, 0.0
+NO_WEIGHT_DECAY = ["bias"]  # Patterns of variable names (`bias`, `content_bias`).
+EVAL_BATCH = 32
+
+
+def array_path(corpus_dir: str | pathlib.Path, split: str) -> pathlib.Path:
+    return pathlib.Path(corpus_dir) / f"lm_{split}.npy"
+
+
+def export_lm_arrays(corpus_dir: str | pathlib.Path) -> list[pathlib.Path]:
+    """Writes `lm_{split}.npy` from `lm_{split}.tfrecord` (TensorFlow needed); returns them.
+
+    Existing arrays are kept. Each file is written atomically.
+    """
+    paths = []
+    for split in SPLITS:
+        path = array_path(corpus_dir, split)
+        paths.append(path)
+        if path.exists():
+            continue
+        import tensorflow as tf
+
+        source = pathlib.Path(corpus_dir) / f"lm_{split}.tfrecord"
+        if not source.exists():
+            raise FileNotFoundError(f"{source} is missing: prepare the corpus first.")
+        feature = {"input_ids": tf.io.VarLenFeature(tf.int64)}
+        rows = [tf.sparse.to_dense(tf.io.parse_single_example(r, feature)["input_ids"]).numpy()
+                for r in tf.data.TFRecordDataset(str(source))]  # fmt: skip
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.stack(rows).astype(np.int32))
+    return paths
+
+
+def load_lm_array(corpus_dir: str | pathlib.Path, split: str) -> np.ndarray:
+    path = array_path(corpus_dir, split)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: run `export_lm_arrays` where TensorFlow is installed (the "
+            "reproduce_v2 command does it when it prepares the corpus)."
+        )
+    return np.load(path)
+
+
+def learning_rate_schedule(learning_rate: float, steps: int, warmup_steps: int) -> Any:
+    """Model Garden's warm-up + linear decay as a Keras 3 schedule (see the module doc)."""
+    import keras
+    from keras import ops
+
+    class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = ops.cast(step, "float32")
+
+            def decayed(s):
+                done = ops.minimum(s, float(steps)) / float(steps)
+                return (learning_rate - END_LEARNING_RATE) * (1.0 - done) + END_LEARNING_RATE
+
+            warm = decayed(float(warmup_steps)) * ops.maximum(step, 1.0) / float(warmup_steps)
+            return ops.where(step < float(warmup_steps), warm, decayed(step))
+
+        def get_config(self):
+            return {"learning_rate": learning_rate, "steps": steps, "warmup_steps": warmup_steps}
+
+    return WarmupLinearDecay()
+
+
+def adamw(learning_rate: Any) -> Any:
+    """Keras 3 AdamW with Model Garden's settings (see the module doc)."""
+    import keras
+
+    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=WEIGHT_DECAY,
+                                       epsilon=EPSILON, global_clipnorm=CLIP_NORM)  # fmt: skip
+    optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+    return optimizer
+
+
+def window_stream(windows: int, count: int, seed: int) -> np.ndarray:
+    """`count` window indices: epochs of seeded permutations, back to back."""
+    rng = np.random.default_rng(seed)
+    epochs = -(-count // windows)
+    return np.concatenate([rng.permutation(windows) for _ in range(epochs)])[:count]
+
+
+def device_description() -> str:
+    """The accelerator (or CPU) Keras 3's backend runs on."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        if device.platform != "cpu":
+            return f"{device.platform.upper()}: {device.device_kind}"
+    elif keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            details = tf.config.experimental.get_device_details(gpus[0])
+            return f"GPU: {details.get('device_name', gpus[0].name)}"
+    from headsize_tf.experiments.reproduce_v2 import cpu_description
+
+    return cpu_description()
+
+
+def train_run(
+    attention: dict[str, Any],
+    width: int,
+    preset: Any,
+    learning_rate: float,
+    seed: int,
+    corpus_dir: str | pathlib.Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Trains one LM from scratch; returns its curve, test perplexity and seconds.
+
+    Args:
+      attention: The model's `AttentionSpec` fields.
+      width: Hidden size (feed-forward 4 x width).
+      preset: `reproduce_v2.Preset` (layers, sequence_length, batch_size,
+        steps, curve_points, dropout, vocab_size).
+      learning_rate: Peak learning rate.
+      seed: Seed of the initialisation, dropout and data order.
+      corpus_dir: Directory with `lm_{train,valid,test}.npy`.
+      progress: Called with a line at every curve point.
+    """
+    import keras
+
+    from headsize_tf.keras3.modeling import CausalLM
+
+    train, valid, test = (load_lm_array(corpus_dir, s) for s in SPLITS)
+    n = preset.sequence_length
+    for name, array in (("train", train), ("valid", valid), ("test", test)):
+        if array.ndim != 2 or array.shape[1] != n + 1:
+            raise ValueError(f"lm_{name}.npy has shape {array.shape}; expected [windows, {n + 1}].")
+    keras.utils.set_random_seed(seed)
+    lm = CausalLM(vocabulary_size=preset.vocab_size, num_layers=preset.layers, hidden_dim=width,
+                  attention=attention, intermediate_dim=4 * width, max_sequence_length=n,
+                  dropout=preset.dropout)  # fmt: skip
+    schedule = learning_rate_schedule(learning_rate, preset.steps, max(1, preset.steps // 10))
+    optimizer = adamw(schedule)
+    cross_entropy = keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent")
+    lm.compile(optimizer=optimizer, metrics=[cross_entropy],
+               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+
+    def perplexity(array: np.ndarray) -> tuple[float, float]:
+        # The metric is the token mean over the whole split (Keras' Mean counts elements).
+        result = lm.evaluate(array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0,
+                             return_dict=True)  # fmt: skip
+        return float(np.exp(result["xent"])), float(result["xent"])
+
+    order = window_stream(len(train), preset.steps * preset.batch_size, seed)
+    interval = max(1, preset.steps // preset.curve_points)
+    checkpoints = sorted({*range(interval, preset.steps + 1, interval), preset.steps})
+    curve, done, start = [], 0, time.perf_counter()
+    for step in checkpoints:
+        chunk = train[order[done * preset.batch_size : step * preset.batch_size]]
+        lm.fit(chunk[:, :-1], chunk[:, 1:], batch_size=preset.batch_size, epochs=1,
+               shuffle=False, verbose=0)  # fmt: skip
+        done = step
+        ppl, loss = perplexity(valid)
+        curve.append({"step": step, "perplexity": ppl, "loss": loss})
+        if progress:
+            progress(f"step {step}/{preset.steps}: validation perplexity {ppl:.2f}")
+    seconds = time.perf_counter() - start
+    test_ppl, test_loss = perplexity(test)
+    return {"curve": curve, "test_perplexity": test_ppl, "test_loss": test_loss,
+            "train_seconds": seconds, "params_built": int(lm.count_params()),
+            "framework": "keras3", "backend": keras.backend.backend(),
+            "device": device_description()}  # fmt: skip

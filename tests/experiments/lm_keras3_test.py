@@ -1,0 +1,177 @@
+"""The Keras 3 LM runner of the reproduction: Model Garden's schedule, the data arrays, a grid
+of its own, and a run on JAX with TensorFlow unimportable (a JAX-only GPU image)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from headsize_tf.experiments import lm_keras3
+from headsize_tf.experiments import reproduce_v2 as rv2
+
+TEST = rv2.PRESETS["test"]
+
+
+@pytest.mark.parametrize("learning_rate, steps", [(3e-3, 40), (1e-3, 7)])
+def test_the_schedule_is_model_gardens(learning_rate, steps):
+    """Oracle: the learning rate Model Garden's optimizer factory builds from the
+    runner's own optimizer config (`reproduce_v2._override`)."""
+    from official.core import exp_factory
+    from official.modeling.optimization import optimizer_factory
+
+    from headsize_tf.configs import experiments  # noqa: F401  (registers them)
+
+    model = rv2.plan(TEST)["R1"][0]
+    preset = rv2.dataclasses.replace(TEST, steps=steps)
+    experiment = exp_factory.get_exp_config("headsize_lm/language_modeling")
+    experiment.override(rv2._override(model, preset, learning_rate, "valid", 1), is_strict=False)
+    factory = optimizer_factory.OptimizerFactory(experiment.trainer.optimizer_config)
+    garden = factory.build_learning_rate()
+    ours = lm_keras3.learning_rate_schedule(learning_rate, steps, max(1, steps // 10))
+    for step in range(steps + 3):
+        np.testing.assert_allclose(float(ours(step)), float(garden(step)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("attention", [
+    {"kind": "fixed_head", "num_heads": 2, "head_size": 8},
+    {"kind": "collaborative", "num_heads": 2, "shared_key_dim": 8},
+])  # fmt: skip
+def test_weight_decay_skips_what_model_garden_skips(attention):
+    """Oracle: the experiment's exclusion patterns on the tf_keras LM's variable names,
+    compared by decayed shapes (the two fronts name their variables differently)."""
+    import re
+
+    import tensorflow as tf
+    from official.core import exp_factory
+
+    from headsize_tf.configs import experiments  # noqa: F401  (registers them)
+    from headsize_tf.configs.language_modeling import CausalLMConfig, build_lm
+    from headsize_tf.keras3.modeling import CausalLM
+
+    trainer = exp_factory.get_exp_config("headsize_lm/language_modeling").trainer
+    trainer.override(rv2._override(rv2.plan(TEST)["R1"][0], TEST, 1e-3, "valid", 1)["trainer"],
+                   is_strict=False)  # fmt: skip
+    config = trainer.optimizer_config.optimizer.adamw
+    assert config.weight_decay_rate == lm_keras3.WEIGHT_DECAY
+    assert config.gradient_clip_norm == lm_keras3.CLIP_NORM
+    assert config.epsilon == lm_keras3.EPSILON
+    pattern = "|".join(config.exclude_from_weight_decay)
+    garden = build_lm(CausalLMConfig(vocab_size=50, hidden_size=16, num_layers=2,
+                                     attention=attention, intermediate_size=64,
+                                     max_sequence_length=8))  # fmt: skip
+    garden(tf.zeros([1, 1], tf.int32))
+    ours = CausalLM(vocabulary_size=50, num_layers=2, hidden_dim=16, attention=attention,
+                    max_sequence_length=8)  # fmt: skip
+    optimizer = lm_keras3.adamw(1e-3)
+    optimizer.build(ours.trainable_variables)
+
+    def shapes(variables, decayed):
+        return sorted(tuple(v.shape) for v in variables if decayed(v))
+
+    assert shapes(ours.trainable_variables, optimizer._use_weight_decay) == shapes(
+        garden.trainable_variables, lambda v: re.search(pattern, v.name) is None
+    )
+    assert shapes(ours.trainable_variables, lambda v: not optimizer._use_weight_decay(v)) == (
+        shapes(garden.trainable_variables, lambda v: re.search(pattern, v.name) is not None)
+    )
+
+
+def test_the_data_order_is_seeded_epochs_of_permutations():
+    order = lm_keras3.window_stream(10, 25, seed=3)
+    assert len(order) == 25
+    for epoch in (order[:10], order[10:20]):
+        assert sorted(epoch) == list(range(10))
+    np.testing.assert_array_equal(order, lm_keras3.window_stream(10, 25, seed=3))
+    assert not np.array_equal(order, lm_keras3.window_stream(10, 25, seed=4))
+
+
+@pytest.fixture()
+def data_dir(austen_data_dir, tmp_path):
+    """A private copy of the prepared corpus (the runner writes its arrays into it)."""
+    copy = tmp_path / "data"
+    shutil.copytree(austen_data_dir, copy)
+    return copy
+
+
+def test_arrays_hold_every_window_of_each_split(data_dir):
+    from headsize_tf.data import corpora
+
+    paths = lm_keras3.export_lm_arrays(data_dir / "austen")
+    splits = corpora.load_manifest("austen", data_dir)["stats"]["splits"]
+    for split, path in zip(lm_keras3.SPLITS, paths, strict=True):
+        array = lm_keras3.load_lm_array(data_dir / "austen", split)
+        assert array.dtype == np.int32
+        assert array.shape == (splits[split]["lm_examples"], TEST.sequence_length + 1)
+        assert 0 <= array.min() and array.max() < TEST.vocab_size
+        assert path == lm_keras3.array_path(data_dir / "austen", split)
+    stamps = [p.stat().st_mtime_ns for p in paths]
+    lm_keras3.export_lm_arrays(data_dir / "austen")
+    assert [p.stat().st_mtime_ns for p in paths] == stamps  # Kept, not rewritten.
+    with pytest.raises(FileNotFoundError, match="export_lm_arrays"):
+        lm_keras3.load_lm_array(data_dir, "train")
+
+
+def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--preset", "test", "--output", str(out), "--work-dir", str(tmp_path / "work"),
+            "--data-dir", str(data_dir)]  # fmt: skip
+    assert rv2.main([*argv, "--framework", "keras3", "--max-runs", "1"]) == 0
+    (path,) = (out / "runs").glob("*.json")
+    record = json.loads(path.read_text())
+    assert (record["framework"], record["backend"]) == ("keras3", "tensorflow")
+    assert record["seed"] == 0 and [p["step"] for p in record["curve"]] == [2, 4]
+    assert record["params_built"] == record["params"]  # The Model Garden model's count.
+    assert record["test_perplexity"] == pytest.approx(np.exp(record["test_loss"]), rel=1e-6)
+    assert record["device"].startswith("CPU: ")
+    assert "Runner: Keras 3" in (out / "README.md").read_text()
+    assert rv2.load_runs(out, TEST) == {}  # Not a tf_keras run.
+    assert len(rv2.load_runs(out, TEST, "keras3")) == 1
+    command = json.loads((out / "reproduction.json").read_text())["command"]
+    assert "--framework keras3" in command
+    # The same run again gives the same numbers (seeded weights, dropout and data order).
+    model = next(m for m in rv2.plan(TEST)["R1"] if m.key == record["key"])
+    again = lm_keras3.train_run(model.attention(), model.width, TEST, record["learning_rate"],
+                                0, data_dir / "austen")  # fmt: skip
+    np.testing.assert_allclose([p["perplexity"] for p in again["curve"]],
+                               [p["perplexity"] for p in record["curve"]], rtol=1e-5)  # fmt: skip
+
+
+BLOCK_TENSORFLOW = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tf_keras", "official", "tensorflow_text"):
+            raise ImportError("TensorFlow is not installed here (blocked by the test)")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_a_jax_run_needs_no_tensorflow(data_dir, tmp_path):
+    pytest.importorskip("jax")
+    lm_keras3.export_lm_arrays(data_dir / "austen")  # Done where TensorFlow is.
+    out = tmp_path / "out"
+    script = BLOCK_TENSORFLOW + textwrap.dedent(f"""
+        from headsize_tf.experiments import reproduce_v2
+        code = reproduce_v2.main(["--preset", "test", "--output", {str(out)!r},
+                                  "--work-dir", {str(tmp_path / "work")!r},
+                                  "--data-dir", {str(data_dir)!r}, "--framework", "keras3",
+                                  "--max-runs", "1", "--keys", "std_w16_h4_p4"])
+        assert "tensorflow" not in sys.modules
+        raise SystemExit(code)
+    """)  # fmt: skip
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = (out / "runs").glob("*.json")
+    record = json.loads(path.read_text())
+    assert (record["framework"], record["backend"], record["key"]) == (
+        "keras3", "jax", "std_w16_h4_p4")  # fmt: skip
+    assert np.isfinite(record["test_perplexity"])
