@@ -46,13 +46,14 @@ run)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .device/whl/*.whl
   export PYTHONPATH="/tmp/site:$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+  python3 --version  # The wheels are cp312 (the image's Python 3.12).
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
   status=0
   python3 -m headsize_tf.experiments.reproduce_v2 --preset gpu --framework keras3 \
     --output "$OUTPUT" --data-dir .device/data --work-dir /tmp/headsize_reproduction_v2_gpu \
     --workers "$workers" --max-runs "$runs" || status=$?
   mkdir -p "${OUT:-/tmp/out}"
-  cp -r "$OUTPUT" "${OUT:-/tmp/out}/"
+  if [ -d "$OUTPUT" ]; then cp -r "$OUTPUT" "${OUT:-/tmp/out}/"; fi
   exit "$status"
   ;;
 *)

@@ -40,12 +40,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[pathlib.Path]:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[pathlib.Path]:
+def atomic_directory(path: str | os.PathLike, overwrite: bool = True) -> Iterator[pathlib.Path]:
     """Yields an empty temporary directory beside `path` that replaces `path` on success.
 
     The directory counterpart of `atomic_path`: readers see the old directory
     or the whole new one; a failure leaves any previous `path` untouched and
-    removes the temporary one.
+    removes the temporary one. The new directory gets the usual permissions
+    (0777 less the umask), not the private mode of a temporary directory.
+
+    Args:
+      path: The directory to write.
+      overwrite: Replace an existing `path` (else, if one appeared meanwhile,
+        raise `FileExistsError` and keep it).
     """
     import shutil
     import tempfile
@@ -55,7 +61,12 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[pathlib.Path]:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
         if final.exists():
+            if not overwrite:
+                raise FileExistsError(f"Output directory {final} exists; pass --overwrite.")
             shutil.rmtree(final)
         os.replace(tmp, final)
     finally:

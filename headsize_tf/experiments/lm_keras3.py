@@ -52,19 +52,23 @@ def array_path(corpus_dir: str | pathlib.Path, split: str) -> pathlib.Path:
 def export_lm_arrays(corpus_dir: str | pathlib.Path) -> list[pathlib.Path]:
     """Writes `lm_{split}.npy` from `lm_{split}.tfrecord` (TensorFlow needed); returns them.
 
-    Existing arrays are kept. Each file is written atomically.
+    An array at least as new as its TFRecord is kept (a re-prepared corpus, e.g.
+    with another vocabulary, is exported again); an array without its TFRecord
+    (a copied data dir) is kept too. Each file is written atomically.
     """
     paths = []
     for split in SPLITS:
         path = array_path(corpus_dir, split)
         paths.append(path)
-        if path.exists():
-            continue
-        import tensorflow as tf
-
         source = pathlib.Path(corpus_dir) / f"lm_{split}.tfrecord"
+        if path.exists() and (
+            not source.exists() or path.stat().st_mtime_ns >= source.stat().st_mtime_ns
+        ):
+            continue
         if not source.exists():
             raise FileNotFoundError(f"{source} is missing: prepare the corpus first.")
+        import tensorflow as tf
+
         feature = {"input_ids": tf.io.VarLenFeature(tf.int64)}
         rows = [tf.sparse.to_dense(tf.io.parse_single_example(r, feature)["input_ids"]).numpy()
                 for r in tf.data.TFRecordDataset(str(source))]  # fmt: skip
@@ -185,7 +189,8 @@ def train_run(
                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
 
     def perplexity(array: np.ndarray) -> tuple[float, float]:
-        # The metric is the token mean over the whole split (Keras' Mean counts elements).
+        # The token mean over the whole split (every window has n tokens), as Model
+        # Garden's perplexity; its `validation_loss` is a mean over batches instead.
         result = lm.evaluate(array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0,
                              return_dict=True)  # fmt: skip
         return float(np.exp(result["xent"])), float(result["xent"])

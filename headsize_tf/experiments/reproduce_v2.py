@@ -619,7 +619,8 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
             break
         mine, held = None, None
         for t in todo:
-            held = claim(claims, run_name(t[0].key, t[1], t[2]))
+            prefix = "" if args.framework == "tf_keras" else f"{args.framework}-"
+            held = claim(claims, prefix + run_name(t[0].key, t[1], t[2]))
             if held is not None:
                 mine = t
                 break
@@ -634,7 +635,13 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
         model, lr, seed = mine
         name = run_name(model.key, lr, seed)
         try:
-            if (out / "runs" / f"{name}.json").exists():
+            path = out / "runs" / f"{name}.json"
+            if path.exists():
+                if (model.key, lr, seed) not in load_runs(out, preset, args.framework):
+                    raise ValueError(
+                        f"{path} is a run of another preset shape or framework: move it "
+                        "away or use another --output."
+                    )
                 continue  # Finished by another worker since `todo` was read.
             print(f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} "
                   "params)", flush=True)  # fmt: skip
@@ -703,9 +710,23 @@ def result_arguments(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def check_output(out: pathlib.Path, framework: str) -> None:
+    """Refuses an output directory that holds the other framework's runs (its README,
+    summary and plots would be rewritten from a grid that is not theirs)."""
+    for path in sorted((out / "runs").glob("*.json")):
+        other = json.loads(path.read_text()).get("framework", "tf_keras")
+        if other != framework:
+            raise ValueError(
+                f"--output {out} holds {other} runs ({path.name}); use another --output for "
+                f"--framework {framework} (e.g. {out}_{framework})."
+            )
+
+
 def keras_backend() -> str:
-    """Keras 3's backend (what `KERAS_BACKEND` selects), without importing Keras."""
-    return os.environ.get("KERAS_BACKEND", "tensorflow")
+    """Keras 3's backend (`KERAS_BACKEND`, else ~/.keras/keras.json, else tensorflow)."""
+    import keras
+
+    return keras.backend.backend()
 
 
 def prepare_data(data_dir: pathlib.Path, preset: Preset, framework: str) -> None:
@@ -717,9 +738,11 @@ def prepare_data(data_dir: pathlib.Path, preset: Preset, framework: str) -> None
 
     corpus = data_dir / "austen"
     if framework == "keras3" and all(
-        lm_keras3.array_path(corpus, split).exists() for split in lm_keras3.SPLITS
+        lm_keras3.array_path(corpus, split).exists()
+        and not (corpus / f"lm_{split}.tfrecord").exists()
+        for split in lm_keras3.SPLITS
     ):
-        return
+        return  # Arrays copied without their corpus (a machine without TensorFlow).
     corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=preset.sequence_length))
     if framework == "keras3":
         lm_keras3.export_lm_arrays(corpus)
@@ -771,6 +794,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     preset = PRESETS[args.preset]
     experiments = plan(preset)
     out = pathlib.Path(args.output)
+    try:
+        check_output(out, args.framework)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
     if preset.sequence_length != corpora.PrepareOptions().seq_length:
         data_dir = data_dir / f"seq{preset.sequence_length}"

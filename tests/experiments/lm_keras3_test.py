@@ -143,6 +143,31 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
                                [p["perplexity"] for p in record["curve"]], rtol=1e-5)  # fmt: skip
 
 
+def test_an_output_of_the_other_framework_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    rv2.write_json(out / "runs" / "std_w16_h4_p4_lr0.001_seed0.json", {"key": "std_w16_h4_p4"})
+    argv = ["--preset", "test", "--output", str(out), "--framework", "keras3"]
+    assert rv2.main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"error: --output {out} holds tf_keras runs (std_w16_h4_p4_lr0.001_seed0."
+                     f"json); use another --output for --framework keras3 (e.g. "
+                     f"{out}_keras3).")  # fmt: skip
+
+
+def test_a_run_file_of_another_shape_stops_the_worker(tmp_path):
+    """A file at a pending run's name that the grid does not count (another preset shape)
+    is an error, not a run to skip forever."""
+    model, lr, seed = rv2.pending(TEST, rv2.plan(TEST), {})[0]
+    out = tmp_path / "out"
+    other = {"key": model.key, "learning_rate": lr, "seed": seed, "framework": "keras3",
+             "preset": {**rv2.dataclasses.asdict(TEST), "steps": 999}}  # fmt: skip
+    rv2.write_json(out / "runs" / f"{rv2.run_name(model.key, lr, seed)}.json", other)
+    args = rv2.argparse.Namespace(work_dir=str(tmp_path / "work"), max_runs=None, keys=None,
+                                  framework="keras3")  # fmt: skip
+    with pytest.raises(ValueError, match="is a run of another preset shape or framework"):
+        rv2.run_pending(args, TEST, rv2.plan(TEST), out, tmp_path)
+
+
 BLOCK_TENSORFLOW = """
 import sys
 class Block:

@@ -222,6 +222,49 @@ def test_sampling_is_seeded_top_1_is_greedy_and_end_tokens_stop_a_row():
     first = int(np.argmax(greedy[0, 2:] == end)) + 2
     np.testing.assert_array_equal(stopped[0, : first + 1], greedy[0, : first + 1])
     assert (stopped[0, first:] == end).all()
+    # Row 1 decodes on greedily until its own first end token (if any), then is filled.
+    ends = np.flatnonzero(greedy[1, 2:] == end)
+    last = ends[0] + 2 if len(ends) else greedy.shape[1] - 1
+    np.testing.assert_array_equal(stopped[1, : last + 1], greedy[1, : last + 1])
+    assert (stopped[1, last + 1 :] == end).all() or not len(ends)
+    # One row: decoding stops at its end token and the rest is end tokens.
+    single = lm.generate(prompt[:1], 8, end_token_id=end)
+    np.testing.assert_array_equal(single, stopped[:1])
+
+
+def test_prefill_and_decode_step_check_their_positions():
+    lm = make()
+    with pytest.raises(ValueError, match=r"prompt length \(7\) <= length \(5\)"):
+        lm.prefill(ids(length=7), 5)
+    with pytest.raises(ValueError, match="max_sequence_length \\(12\\)"):
+        lm.prefill(ids(length=3), 13)
+    _, caches = lm.prefill(ids(length=3), 6)
+    with pytest.raises(ValueError, match=r"index in \[0, 6\).*index 6"):
+        lm.decode_step(ids(length=1), caches, 6)
+    with pytest.raises(ValueError, match=r"\[batch, 1\] tokens"):
+        lm.decode_step(ids(length=2), caches, 3)
+
+
+def test_dropout_sits_where_the_tf_keras_lm_has_it():
+    """The tf_keras LM: embedding, residual and feed-forward (after the activation and
+    after the output) dropout at `dropout_rate`; attention probabilities at
+    `attention_dropout_rate` (0 by default)."""
+    lm = make(dropout=0.1)
+    assert lm.embedding_dropout.rate == 0.1
+    for block in lm.transformer_layers:
+        assert block.attention_layer._dropout == 0.0
+        assert block._self_attention_dropout.rate == 0.1
+        assert block._feedforward_intermediate_dropout.rate == 0.1
+        assert block._feedforward_dropout.rate == 0.1
+    assert (
+        make(dropout=0.1, attention_dropout=0.2).transformer_layers[0].attention_layer._dropout
+        == 0.2
+    )
+    # In training the inner dropout acts: the FFN output changes, inference does not.
+    block = lm.transformer_layers[0]
+    x = np.random.default_rng(0).normal(size=(2, 5, WIDTH)).astype("float32")
+    np.testing.assert_allclose(numpy(block(x)), numpy(block(x)), atol=0)
+    assert np.abs(numpy(block(x, training=True)) - numpy(block(x))).max() > 1e-4
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,11 @@ class CausalLM(keras.Model):
         (per-layer lists allowed); standard attention with 8 heads by default.
       intermediate_dim: Feed-forward size (default 4 * hidden_dim).
       max_sequence_length: Number of positions (the longest input).
-      dropout: Dropout of the embeddings, attention probabilities and block
-        outputs.
+      dropout: Dropout of the embeddings, the attention and feed-forward
+        outputs and after the feed-forward activation (the tf_keras LM's
+        `dropout_rate`).
+      attention_dropout: Dropout of the attention probabilities (the tf_keras
+        LM's `attention_dropout_rate`).
       layer_norm_epsilon: Epsilon of every LayerNorm.
       initializer_range: Stddev of the truncated-normal initializers.
       dtype: dtype or `keras.DTypePolicy` of the computations and weights.
@@ -72,6 +75,7 @@ class CausalLM(keras.Model):
         intermediate_dim: int | None = None,
         max_sequence_length: int = 512,
         dropout: float = 0.0,
+        attention_dropout: float = 0.0,
         layer_norm_epsilon: float = 1e-6,
         initializer_range: float = 0.02,
         dtype: Any = None,
@@ -109,6 +113,8 @@ class CausalLM(keras.Model):
                 intermediate_dim=intermediate_dim or 4 * hidden_dim,
                 attention=layer_specs[i],
                 dropout=dropout,
+                attention_dropout=attention_dropout,
+                intermediate_dropout=dropout,
                 activation="gelu",
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=initializer(),
@@ -129,6 +135,7 @@ class CausalLM(keras.Model):
         self.intermediate_dim = intermediate_dim
         self.max_sequence_length = max_sequence_length
         self.dropout = dropout
+        self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
         # Every weight exists from construction (as in a functional model): JAX traces the
@@ -195,6 +202,11 @@ class CausalLM(keras.Model):
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         batch, prompt = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
+        if not 1 <= prompt <= length <= self.max_sequence_length:
+            raise ValueError(
+                f"prefill needs 1 <= prompt length ({prompt}) <= length ({length}) <= "
+                f"max_sequence_length ({self.max_sequence_length})."
+            )
         causal = ops.cast(ops.tril(ops.ones((prompt, prompt))), "int32")
         mask = ops.broadcast_to(causal[None], (batch, prompt, prompt))
         x, caches = self._embed(token_ids, 0), []
@@ -219,6 +231,11 @@ class CausalLM(keras.Model):
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         length = caches[0]["value"].shape[1]
+        if tuple(token_ids.shape[1:]) != (1,) or not 0 <= int(index) < length:
+            raise ValueError(
+                f"decode_step takes [batch, 1] tokens at an index in [0, {length}) (the "
+                f"caches' length); got shape {tuple(token_ids.shape)} and index {index}."
+            )
         visible = ops.arange(length) <= index
         mask = ops.broadcast_to(visible[None, None], (ops.shape(token_ids)[0], 1, length))
         x, updated = self._embed(token_ids, index), []
@@ -321,6 +338,7 @@ class CausalLM(keras.Model):
                 "intermediate_dim": self.intermediate_dim,
                 "max_sequence_length": self.max_sequence_length,
                 "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "initializer_range": self.initializer_range,
             }

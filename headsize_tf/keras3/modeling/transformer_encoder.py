@@ -62,8 +62,13 @@ class TransformerEncoder(keras.layers.Layer):
       intermediate_dim: Hidden size of the feed-forward net.
       attention: The attention layer's scalar `AttentionSpec` or a dict of
         its fields (`num_heads` lives here; no per-layer lists).
-      dropout: Dropout rate of the attention probabilities, the attention
-        output and the feed-forward output.
+      dropout: Dropout rate of the attention output and the feed-forward
+        output (and of the attention probabilities unless
+        `attention_dropout` is given).
+      attention_dropout: Dropout rate of the attention probabilities (None:
+        `dropout`, keras-hub's behaviour).
+      intermediate_dropout: Dropout rate after the feed-forward activation
+        (0 in keras-hub; the tf_keras decoder block uses its `dropout`).
       activation: Feed-forward activation (a Keras name, a callable, or
         "gelu_approximate").
       layer_norm_epsilon: Epsilon of both LayerNorms.
@@ -104,6 +109,8 @@ class TransformerEncoder(keras.layers.Layer):
         intermediate_dim: int,
         attention: AttentionSpec | Mapping[str, Any],
         dropout: float = 0.0,
+        attention_dropout: float | None = None,
+        intermediate_dropout: float = 0.0,
         activation: Any = "relu",
         layer_norm_epsilon: float = 1e-5,
         kernel_initializer: Any = "glorot_uniform",
@@ -120,9 +127,13 @@ class TransformerEncoder(keras.layers.Layer):
                 "per-layer lists."
             )
         self.attention = spec
-        if isinstance(dropout, bool) or not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1); got {dropout!r}.")
+        for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout),
+                           ("intermediate_dropout", intermediate_dropout)):  # fmt: skip
+            if rate is not None and (isinstance(rate, bool) or not 0.0 <= float(rate) < 1.0):
+                raise ValueError(f"{name} must be in [0, 1); got {rate!r}.")
         self.dropout = float(dropout)
+        self.attention_dropout = None if attention_dropout is None else float(attention_dropout)
+        self.intermediate_dropout = float(intermediate_dropout)
         self.activation = get_activation(activation)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -131,7 +142,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.supports_masking = True
         self._self_attention_layer = make_attention(
             spec,
-            dropout=self.dropout,
+            dropout=self.dropout if self.attention_dropout is None else self.attention_dropout,
             name="self_attention_layer",
             **self._dense_kwargs(),
         )
@@ -180,6 +191,10 @@ class TransformerEncoder(keras.layers.Layer):
         self._feedforward_dropout = keras.layers.Dropout(
             rate=self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
         )
+        self._feedforward_intermediate_dropout = keras.layers.Dropout(
+            rate=self.intermediate_dropout, dtype=self.dtype_policy,
+            name="feedforward_intermediate_dropout",
+        )  # fmt: skip
         self.built = True
 
     def call(self, inputs, padding_mask=None, attention_mask=None, training=None, mask=None):
@@ -231,7 +246,9 @@ class TransformerEncoder(keras.layers.Layer):
         residual = x
         if self.normalize_first:
             x = self._feedforward_layer_norm(x)
-        x = self._feedforward_output_dense(self._feedforward_intermediate_dense(x))
+        x = self._feedforward_intermediate_dense(x)
+        x = self._feedforward_intermediate_dropout(x, training=training)
+        x = self._feedforward_output_dense(x)
         x = self._feedforward_dropout(x, training=training) + residual
         if not self.normalize_first:
             x = self._feedforward_layer_norm(x)
@@ -247,6 +264,8 @@ class TransformerEncoder(keras.layers.Layer):
                 "intermediate_dim": self.intermediate_dim,
                 "attention": self.attention.to_dict(),
                 "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "intermediate_dropout": self.intermediate_dropout,
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),

@@ -192,12 +192,12 @@ def prune_classifier(
         "pruned_accuracy": accuracy(pruned, x_dev, y_dev),
         "label_map": task.label_map,
     }
-    _save(encoder.with_backbone(pruned_backbone), model, report, output)
+    _save(encoder.with_backbone(pruned_backbone), model, report, output, overwrite)
     return report
 
 
-def _save(encoder, model, report, output: pathlib.Path) -> None:
-    with atomic_directory(output) as written:  # `--overwrite` was checked first.
+def _save(encoder, model, report, output: pathlib.Path, overwrite: bool) -> None:
+    with atomic_directory(output, overwrite=overwrite) as written:
         encoder.write_into(written)
         kernel, bias = (keras.ops.convert_to_numpy(w) for w in model.get_layer("logits").weights)
         np.savez(written / HEAD_FILE, kernel=kernel, bias=bias)
