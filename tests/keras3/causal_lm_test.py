@@ -206,6 +206,18 @@ def test_greedy_generation_equals_argmax_of_the_full_pass():
         following = numpy(lm(sequence))[:, -1].argmax(-1).astype("int32")
         sequence = np.concatenate([sequence, following[:, None]], axis=1)
     np.testing.assert_array_equal(out, sequence)
+    np.testing.assert_array_equal(lm.generate(prompt, max_new_tokens=6, compile=False), out)
+
+
+def test_the_compiled_step_reads_the_current_weights():
+    lm = make("fixed_head")
+    prompt = ids(length=3)
+    before = lm.generate(prompt, 5)
+    table = numpy(lm.token_embedding.embeddings)
+    lm.token_embedding.embeddings.assign(np.roll(table, 1, axis=0))  # Other weights.
+    after = lm.generate(prompt, 5)  # The step compiled by the first call, reused.
+    np.testing.assert_array_equal(after, lm.generate(prompt, 5, compile=False))
+    assert not np.array_equal(after, before)
 
 
 def test_sampling_is_seeded_top_1_is_greedy_and_end_tokens_stop_a_row():

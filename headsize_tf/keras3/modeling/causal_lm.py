@@ -236,6 +236,11 @@ class CausalLM(keras.Model):
                 f"decode_step takes [batch, 1] tokens at an index in [0, {length}) (the "
                 f"caches' length); got shape {tuple(token_ids.shape)} and index {index}."
             )
+        return self._decode(token_ids, caches, index)
+
+    def _decode(self, token_ids, caches, index):
+        """`decode_step` without its checks: `index` may be a traced scalar."""
+        length = caches[0]["value"].shape[1]
         visible = ops.arange(length) <= index
         mask = ops.broadcast_to(visible[None, None], (ops.shape(token_ids)[0], 1, length))
         x, updated = self._embed(token_ids, index), []
@@ -243,6 +248,38 @@ class CausalLM(keras.Model):
             x, cache = block.call_cached(x, cache, attention_mask=mask, decode_loop_step=index)
             updated.append(cache)
         return self._logits(x), updated
+
+    def compiled_decode_step(self) -> Any:
+        """`decode_step` compiled by the backend (`tf.function` or `jax.jit`), same arguments.
+
+        The index is a traced scalar, so one compilation serves every step of
+        a cache length. On JAX the weights are passed in (a `StatelessScope`),
+        so the compiled step always reads the current weights. Other backends
+        get the eager `decode_step`.
+        """
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            compiled = tf.function(self._decode)  # One trace per cache length.
+            return lambda token_ids, caches, index: compiled(
+                ops.convert_to_tensor(token_ids, "int32"), caches, tf.constant(index, tf.int32)
+            )
+        if backend == "jax":
+            import jax
+
+            variables = list(self.variables)
+
+            def stateless(values, token_ids, caches, index):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+                    return self._decode(token_ids, caches, index)
+
+            compiled = jax.jit(stateless)
+            return lambda token_ids, caches, index: compiled(
+                [v.value for v in variables], ops.convert_to_tensor(token_ids, "int32"), caches,
+                jax.numpy.asarray(index, "int32"),
+            )  # fmt: skip
+        return self.decode_step
 
     def generate(
         self,
@@ -252,6 +289,7 @@ class CausalLM(keras.Model):
         top_k: int | None = None,
         seed: int | None = None,
         end_token_id: int | None = None,
+        compile: bool = True,
     ) -> np.ndarray:
         """Continues `prompt_ids` token by token with cached keys and values.
 
@@ -271,6 +309,8 @@ class CausalLM(keras.Model):
           seed: Seed of the sampling generator.
           end_token_id: A row that produced it is filled with it from then
             on; decoding stops once every row has.
+          compile: Run the steps through `compiled_decode_step` (compiled
+            once per cache length and kept for later calls; False: eager).
 
         Returns:
           int32 `[batch, prompt length + max_new_tokens]`: prompt and continuation.
@@ -314,6 +354,9 @@ class CausalLM(keras.Model):
         out[:, : prompt.shape[1]] = prompt
         done = np.zeros(prompt.shape[0], bool)
         logits, caches = self.prefill(prompt, total)
+        if compile and getattr(self, "_compiled_step", None) is None:
+            self._compiled_step = self.compiled_decode_step()  # Reused by later calls.
+        step = self._compiled_step if compile else self.decode_step
         for index in range(prompt.shape[1], total):
             token = pick(logits)
             if end_token_id is not None:
@@ -324,7 +367,7 @@ class CausalLM(keras.Model):
                 out[:, index + 1 :] = end_token_id
                 break
             if index + 1 < total:
-                logits, caches = self.decode_step(out[:, index : index + 1], caches, index)
+                logits, caches = step(out[:, index : index + 1], caches, index)
         return out
 
     def get_config(self) -> dict[str, Any]:
