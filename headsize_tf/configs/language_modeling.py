@@ -42,9 +42,14 @@ class LMDataConfig(cfg.DataConfig):
     With `tfds_name` (e.g. "lm1b", on networked machines) the `text` feature
     is tokenized with tensorflow-text's `BertTokenizer` from `vocab_file` and
     the token stream is cut into windows of `seq_length + 1`.
+
+    `shuffle_buffer_size` is 10,000 windows (Model Garden's `DataConfig` has
+    100): a prepared file holds its windows in corpus order, and a buffer of
+    100 would fill each batch from about 25k consecutive tokens of one book.
     """
 
     input_path: str = ""
+    shuffle_buffer_size: int = 10_000
     seq_length: int = 128
     global_batch_size: int = 64
     is_training: bool = True

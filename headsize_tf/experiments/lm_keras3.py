@@ -18,10 +18,11 @@ only JAX is installed (a lent GPU machine's image). It mirrors that runner:
   `curve_points` evenly spaced steps, test perplexity after the last step;
   perplexity is exp of the token-mean cross-entropy over a whole split.
 
-The data order differs: each epoch is a numpy permutation of the windows
-(seeded by the run's seed) where Model Garden uses tf.data's shuffle buffer.
-So its runs are a grid of their own, recorded with `"framework": "keras3"`
-and never mixed with the tf_keras runs.
+The data order differs: each epoch is a numpy permutation of all windows
+(seeded by the run's seed), where the Model Garden grid shuffles the file's
+corpus-ordered windows through a buffer of 100 (each batch from ~25k nearby
+tokens). So its runs are a grid of their own, recorded with
+`"framework": "keras3"` and never mixed with the tf_keras runs.
 
 Data: `lm_{split}.npy` (int32 `[windows, n + 1]`) beside the corpus's
 TFRecords. `export_lm_arrays` writes them from the TFRecords once, on a

@@ -241,8 +241,12 @@ def _override(model: Model, preset: Preset, learning_rate: float, split: str,
                       "num_layers": preset.layers, "attention": model.attention(),
                       "intermediate_size": 4 * model.width, "max_sequence_length": n,
                       "dropout_rate": preset.dropout},
+            # The grid's runs were made with Model Garden's default shuffle buffer of 100
+            # windows (batches from nearby text; the task's default is now 10,000): kept,
+            # so that every run of the grid shares one data order protocol.
             "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
-                           "global_batch_size": preset.batch_size, "seq_length": n},
+                           "global_batch_size": preset.batch_size, "seq_length": n,
+                           "shuffle_buffer_size": 100},
             "validation_data": {"input_path": f"${{DATA_DIR}}/austen/lm_{split}.tfrecord",
                                 "global_batch_size": 32, "seq_length": n,
                                 "is_training": False, "drop_remainder": False},
@@ -695,7 +699,8 @@ def quiet_tensorflow() -> None:
 
 
 # Options that change how runs are scheduled, not what they compute.
-SCHEDULING = ("--max-runs", "--threads", "--keys", "--workers", "--summarize-only")
+SCHEDULING = ("--max-runs", "--threads", "--keys", "--workers", "--summarize-only",
+              "--work-dir")  # fmt: skip
 
 
 def result_arguments(argv: Sequence[str]) -> list[str]:
