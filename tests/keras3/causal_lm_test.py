@@ -218,6 +218,13 @@ def test_the_compiled_step_reads_the_current_weights():
     after = lm.generate(prompt, 5)  # The step compiled by the first call, reused.
     np.testing.assert_array_equal(after, lm.generate(prompt, 5, compile=False))
     assert not np.array_equal(after, before)
+    # New variables (LoRA on the token embedding) make a new compiled step.
+    lm.token_embedding.enable_lora(2)
+    lora = lm.token_embedding.lora_embeddings_b
+    lora.assign(np.random.default_rng(0).normal(size=lora.shape).astype("float32"))
+    lora_out = lm.generate(prompt, 5)
+    np.testing.assert_array_equal(lora_out, lm.generate(prompt, 5, compile=False))
+    assert not np.array_equal(lora_out, after)
 
 
 def test_sampling_is_seeded_top_1_is_greedy_and_end_tokens_stop_a_row():

@@ -253,9 +253,12 @@ class CausalLM(keras.Model):
         """`decode_step` compiled by the backend (`tf.function` or `jax.jit`), same arguments.
 
         The index is a traced scalar, so one compilation serves every step of
-        a cache length. On JAX the weights are passed in (a `StatelessScope`),
-        so the compiled step always reads the current weights. Other backends
-        get the eager `decode_step`.
+        a (batch size, cache length) shape; each new shape compiles once more.
+        On JAX the weights are passed in (a `StatelessScope`), on TensorFlow
+        the variables are read, so assigned weights are seen. Other backends
+        get the eager `decode_step`. `generate` keeps the compiled step and
+        makes a new one when the model's variables or dtype policy change
+        (e.g. LoRA enabled, quantized).
         """
         backend = keras.backend.backend()
         if backend == "tensorflow":
@@ -310,7 +313,7 @@ class CausalLM(keras.Model):
           end_token_id: A row that produced it is filled with it from then
             on; decoding stops once every row has.
           compile: Run the steps through `compiled_decode_step` (compiled
-            once per cache length and kept for later calls; False: eager).
+            once per shape and kept for later calls; False: eager).
 
         Returns:
           int32 `[batch, prompt length + max_new_tokens]`: prompt and continuation.
@@ -354,9 +357,12 @@ class CausalLM(keras.Model):
         out[:, : prompt.shape[1]] = prompt
         done = np.zeros(prompt.shape[0], bool)
         logits, caches = self.prefill(prompt, total)
-        if compile and getattr(self, "_compiled_step", None) is None:
-            self._compiled_step = self.compiled_decode_step()  # Reused by later calls.
-        step = self._compiled_step if compile else self.decode_step
+        step = self.decode_step
+        if compile:
+            key = (tuple(id(v) for v in self.variables), self.dtype_policy.name)
+            if getattr(self, "_compiled_step", (None, None))[0] != key:
+                self._compiled_step = (key, self.compiled_decode_step())  # For later calls.
+            step = self._compiled_step[1]
         for index in range(prompt.shape[1], total):
             token = pick(logits)
             if end_token_id is not None:
