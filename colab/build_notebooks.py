@@ -505,5 +505,12 @@ display(Markdown((out / "README.md").read_text()))
 """,
         ),
     ],
-    setup=JAX_SETUP,
+    setup=JAX_SETUP.replace(
+        'os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras 3 on JAX: set before keras is imported',
+        'os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras 3 on JAX: set before keras is imported\n'
+        "# GPU memory on demand: this process (which exports the data with TensorFlow) and the\n"
+        "# training workers share one GPU (JAX would take 75% of it, TensorFlow the rest).\n"
+        'os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")\n'
+        'os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")',
+    ),
 )

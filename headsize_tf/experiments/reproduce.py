@@ -90,8 +90,10 @@ def _override(run: LMRun, steps: int, test_batches: int, learning_rate: float = 
             "model": {"vocab_size": 4096, "hidden_size": run.width, "num_layers": 2,
                       "attention": run.attention(), "intermediate_size": 4 * run.width,
                       "max_sequence_length": 128, "dropout_rate": 0.0},
+            # Model Garden's shuffle buffer of 100, with which the recorded runs were made.
             "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
-                           "global_batch_size": 32, "seq_length": 128},
+                           "global_batch_size": 32, "seq_length": 128,
+                           "shuffle_buffer_size": 100},
             "validation_data": {"input_path": "${DATA_DIR}/austen/lm_test.tfrecord",
                                 "global_batch_size": 32, "seq_length": 128,
                                 "is_training": False, "drop_remainder": False},

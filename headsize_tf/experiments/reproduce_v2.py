@@ -242,7 +242,7 @@ def _override(model: Model, preset: Preset, learning_rate: float, split: str,
                       "intermediate_size": 4 * model.width, "max_sequence_length": n,
                       "dropout_rate": preset.dropout},
             # The grid's runs were made with Model Garden's default shuffle buffer of 100
-            # windows (batches from nearby text; the task's default is now 10,000): kept,
+            # windows (batches from nearby text; the task's default is now 4096): kept,
             # so that every run of the grid shares one data order protocol.
             "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
                            "global_batch_size": preset.batch_size, "seq_length": n,
