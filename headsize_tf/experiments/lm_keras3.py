@@ -199,11 +199,14 @@ def train_run(
     order = window_stream(len(train), preset.steps * preset.batch_size, seed)
     interval = max(1, preset.steps // preset.curve_points)
     checkpoints = sorted({*range(interval, preset.steps + 1, interval), preset.steps})
-    curve, done, start = [], 0, time.perf_counter()
+    curve, train_curve, done, start = [], [], 0, time.perf_counter()
     for step in checkpoints:
         chunk = train[order[done * preset.batch_size : step * preset.batch_size]]
-        lm.fit(chunk[:, :-1], chunk[:, 1:], batch_size=preset.batch_size, epochs=1,
-               shuffle=False, verbose=0)  # fmt: skip
+        history = lm.fit(chunk[:, :-1], chunk[:, 1:], batch_size=preset.batch_size, epochs=1,
+                         shuffle=False, verbose=0).history  # fmt: skip
+        # The mean over the chunk's steps, dropout on (Model Garden's training_loss).
+        train_curve.append({"step": step, "loss": float(history["loss"][-1]),
+                            "perplexity": float(np.exp(history["xent"][-1]))})  # fmt: skip
         done = step
         ppl, loss = perplexity(valid)
         curve.append({"step": step, "perplexity": ppl, "loss": loss})
@@ -211,7 +214,8 @@ def train_run(
             progress(f"step {step}/{preset.steps}: validation perplexity {ppl:.2f}")
     seconds = time.perf_counter() - start
     test_ppl, test_loss = perplexity(test)
-    return {"curve": curve, "test_perplexity": test_ppl, "test_loss": test_loss,
+    return {"curve": curve, "train_curve": train_curve, "test_perplexity": test_ppl,
+            "test_loss": test_loss,
             "train_seconds": seconds, "params_built": int(lm.count_params()),
             "framework": "keras3", "backend": keras.backend.backend(),
             "device": device_description()}  # fmt: skip

@@ -266,16 +266,21 @@ def _override(model: Model, preset: Preset, learning_rate: float, split: str,
     }  # fmt: skip
 
 
-def read_curve(model_dir: str | pathlib.Path) -> list[dict[str, float]]:
-    """[{step, perplexity, loss}] from the trainer's validation summaries, by step."""
+def read_curve(model_dir: str | pathlib.Path, subdir: str = "validation",
+               loss_tag: str = "validation_loss") -> list[dict[str, float]]:  # fmt: skip
+    """[{step, perplexity, loss}] from the trainer's summaries in `subdir`, by step.
+
+    "validation" gives the learning curve; "train" with `loss_tag="training_loss"`
+    the training loss and perplexity averaged over each loop (dropout on).
+    """
     import tensorflow as tf
 
     points: dict[int, dict[str, float]] = {}
-    for path in sorted(pathlib.Path(model_dir, "validation").glob("events.out.tfevents.*")):
+    for path in sorted(pathlib.Path(model_dir, subdir).glob("events.out.tfevents.*")):
         for record in tf.data.TFRecordDataset(str(path)):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
-                if value.tag not in ("perplexity", "validation_loss"):
+                if value.tag not in ("perplexity", loss_tag):
                     continue
                 number = (tf.make_ndarray(value.tensor).item() if value.HasField("tensor")
                           else value.simple_value)  # fmt: skip
@@ -339,7 +344,9 @@ def _train_tf_keras(model: Model, preset: Preset, learning_rate: float, seed: in
                          params_override=_override(model, preset, learning_rate, "test",
                                                    eval_batches(data_dir, "test")),
                          mode="eval", data_dir=data_dir, seed=seed)  # fmt: skip
-    return {"curve": read_curve(model_dir), "test_perplexity": test.metrics["perplexity"],
+    return {"curve": read_curve(model_dir),
+            "train_curve": read_curve(model_dir, "train", "training_loss"),
+            "test_perplexity": test.metrics["perplexity"],
             "test_loss": test.metrics["validation_loss"], "train_seconds": seconds,
             "device": device_description(),
             # 0: TensorFlow's default (every core); `--threads` sets it.
@@ -454,6 +461,9 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
             got = [runs[model.key, lr, s] for s in seeds if lr is not None and
                    (model.key, lr, s) in runs]  # fmt: skip
             test = [r["test_perplexity"] for r in got]
+            # Final training perplexity (last loop, dropout on): runs recorded before the
+            # train curve existed have none.
+            trained = [r["train_curve"][-1]["perplexity"] for r in got if r.get("train_curve")]
             curves = [r["curve"] for r in got if r["curve"]]
             if curves and all(len(c) == len(curves[0]) for c in curves):
                 summary["curves"][model.key] = {
@@ -465,7 +475,9 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
                          "seeds": sorted(r["seed"] for r in got),
                          "devices": sorted({r["device"] for r in got}),
                          "mean": float(np.mean(test)) if test else None,
-                         "std": float(np.std(test)) if test else None})  # fmt: skip
+                         "std": float(np.std(test)) if test else None,
+                         "train_perplexity": float(np.mean(trained)) if trained else None,
+                         "train_seeds": len(trained)})  # fmt: skip
         summary[name] = rows
     return summary
 
@@ -510,7 +522,9 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
              f"steps ({p.tokens:,} training tokens per run), dropout {p.dropout}, AdamW with 10% "
              f"warm-up and linear decay; learning rate per model from the grid "
              f"{', '.join(f'{lr:g}' for lr in p.learning_rates)} (seed 0, lowest final "
-             "validation perplexity); test perplexity (Persuasion), mean ± std over seeds.", "",
+             "validation perplexity); test perplexity (Persuasion), mean ± std over seeds; train "
+             "perplexity: the last training loop's (dropout on), seed mean, where runs recorded "
+             "it.", "",
              status, ""]  # fmt: skip
     titles = {"R1": "R1 (Fig. 1): width w with fixed head size vs wider baselines at equal "
                     "parameters",
@@ -518,16 +532,18 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
                     f"heads) vs fixed head {p.head_size}"}  # fmt: skip
     for name in ("R1", "R2"):
         lines += [f"## {titles[name]}", "", "| model | width | heads | head size | params | "
-                  "learning rate | test perplexity | seeds |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+                  "learning rate | test perplexity | seeds | train perplexity |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
         for i, r in enumerate(summary[name]):
             if i and r["key"] == summary[name][i - 1]["key"]:
                 continue  # Baseline and fixed head coincide (width / heads = head size).
             ppl = "not run" if r["mean"] is None else f"{r['mean']:.2f} ± {r['std']:.2f}"
             lr = "sweep pending" if r["learning_rate"] is None else f"{r['learning_rate']:g}"
+            trained = ("—" if r["train_perplexity"] is None else
+                       f"{r['train_perplexity']:.2f} ({r['train_seeds']} seeds)")  # fmt: skip
             lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {r['head_size']} | "
                          f"{r['params']:,} | {lr} | {ppl} | "
-                         f"{','.join(map(str, r['seeds']))} |")  # fmt: skip
+                         f"{','.join(map(str, r['seeds']))} | {trained} |")  # fmt: skip
         lines.append("")
     rates = sorted({float(lr) for finals in summary["sweep"].values() for lr in finals})
     lines += ["## Learning-rate sweep (seed 0, final validation perplexity)", "",

@@ -127,6 +127,9 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     record = json.loads(path.read_text())
     assert (record["framework"], record["backend"]) == ("keras3", "tensorflow")
     assert record["seed"] == 0 and [p["step"] for p in record["curve"]] == [2, 4]
+    assert [p["step"] for p in record["train_curve"]] == [2, 4]
+    for point in record["train_curve"]:
+        assert point["perplexity"] == pytest.approx(np.exp(point["loss"]), rel=1e-5)
     assert record["params_built"] == record["params"]  # The Model Garden model's count.
     assert record["test_perplexity"] == pytest.approx(np.exp(record["test_loss"]), rel=1e-6)
     assert record["device"].startswith("CPU: ")

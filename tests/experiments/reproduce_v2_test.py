@@ -173,6 +173,9 @@ class TrainingTest(tf.test.TestCase):
             record = json.loads(path.read_text())
             self.assertEqual(record["seed"], 0)  # The sweep comes first.
             self.assertEqual([p["step"] for p in record["curve"]], [2, 4])
+            self.assertEqual([p["step"] for p in record["train_curve"]], [2, 4])
+            for point in record["train_curve"]:  # Full batches: exp(mean loss) = perplexity.
+                self.assertAllClose(np.exp(point["loss"]), point["perplexity"], rtol=1e-4)
             self.assertTrue(np.isfinite(record["test_perplexity"]))
             # The test split is not the validation split of the curve.
             self.assertNotAlmostEqual(record["test_perplexity"], record["curve"][-1]["perplexity"])
