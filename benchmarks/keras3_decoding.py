@@ -34,7 +34,6 @@ import pathlib
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 
@@ -106,17 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.repeats)))
         return 0
-    rows = []
-    for backend in args.backends.split(","):
-        print(f"timing the {backend} backend ...", flush=True)
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-        done = subprocess.run([sys.executable, __file__, "--child", "--repeats",
-                               str(args.repeats)], env=env, capture_output=True, text=True,
-                              check=False)  # fmt: skip
-        if done.returncode:
-            print(done.stderr[-3000:], file=sys.stderr)
-            return done.returncode
-        rows += json.loads(done.stdout.strip().splitlines()[-1])
+    from _common import rows_per_backend
+
+    rows = rows_per_backend(__file__, args.backends, ["--repeats", str(args.repeats)])
+    if isinstance(rows, int):
+        return rows
 
     from _common import write_atomic
 
