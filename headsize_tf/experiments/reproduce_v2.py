@@ -587,8 +587,14 @@ def plot(summary: dict, out: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    reproduce.plot({name: summary[name] for name in ("R1", "R2")}, out / "reproduction.png",
-                   titles={"R1": "R1 (Fig. 1 style)", "R2": "R2 (Fig. 3a style)"})  # fmt: skip
+    # Fig. 1 plots perplexity against parameters for fixed-head models of several head
+    # counts: R2's fixed-head models (width w, heads of the fixed size) join R1's there.
+    r1_keys = {r["key"] for r in summary["R1"]}
+    extra = [r for r in summary["R2"] if r["attention_type"] == "fixed_head"
+             and r["key"] not in r1_keys]  # fmt: skip
+    reproduce.plot({"R1": summary["R1"] + extra, "R2": summary["R2"]}, out / "reproduction.png",
+                   titles={"R1": "R1 (Fig. 1 style; R2's fixed heads too)",
+                           "R2": "R2 (Fig. 3a style)"})  # fmt: skip
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for key, curve in sorted(summary["curves"].items()):
