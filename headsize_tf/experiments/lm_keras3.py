@@ -131,22 +131,17 @@ def device_description() -> str:
     """The accelerator (or CPU) Keras 3's backend runs on."""
     import keras
 
+    from headsize_tf.experiments import reproduce_v2
+
+    if keras.backend.backend() == "tensorflow":
+        return reproduce_v2.device_description()  # TensorFlow's own GPU lookup.
     if keras.backend.backend() == "jax":
         import jax
 
         device = jax.devices()[0]
         if device.platform != "cpu":
             return f"{device.platform.upper()}: {device.device_kind}"
-    elif keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        if gpus:
-            details = tf.config.experimental.get_device_details(gpus[0])
-            return f"GPU: {details.get('device_name', gpus[0].name)}"
-    from headsize_tf.experiments.reproduce_v2 import cpu_description
-
-    return cpu_description()
+    return reproduce_v2.cpu_description()
 
 
 def train_run(
