@@ -842,19 +842,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(preset, experiments, runs)
     left = pending(preset, experiments, runs)
     complete = not left
-    status = (f"Status: {len(runs)} runs finished on "
+    # An experiment is judged once none of its models has a run left (a finished sweep
+    # lists its seeds, a moved grid its new rate, so nothing hides behind an empty list).
+    busy = {model.key for model, _, _ in left}
+    finished = [k for k in ("R1", "R2") if not busy & {m.key for m in experiments[k]}]
+    status = (f"Status: {len(runs)} run{'' if len(runs) == 1 else 's'} finished on "
               f"{', '.join(sorted({r['device'] for r in runs.values()})) or 'no device yet'}; "
               + ("all planned runs are in." if complete else
                  f"at least {len(left)} to go (more follow once each sweep is complete): rerun "
-                 "the command to continue; no claim is judged before every run is in."))  # fmt: skip
-    judged = verdicts({k: summary[k] for k in ("R1", "R2")}) if complete else []
+                 "the command to continue; no claim is judged before all its experiment's "
+                 "runs are in" + (f" ({', '.join(finished)}: complete, judged)." if finished
+                                  else ".")))  # fmt: skip
+    judged = verdicts({k: summary[k] for k in finished})
     ordered = orderings(summary)
     command = "python -m headsize_tf.experiments.reproduce_v2 " + " ".join(
         result_arguments(sys.argv[1:] if argv is None else argv)
     )
     write_json(out / "reproduction.json", {"command": command, "preset": args.preset,
                                            **summary, "orderings": ordered,
-                                           "verdicts": judged, "complete": complete})  # fmt: skip
+                                           "verdicts": judged, "complete": complete,
+                                           "judged": finished})  # fmt: skip
     write_atomic(out / "README.md",
                  markdown(summary, args.preset, preset, command, status, judged, ordered,
                           runner(args.framework, runs)))  # fmt: skip

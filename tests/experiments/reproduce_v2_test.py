@@ -147,12 +147,31 @@ class SummaryTest(tf.test.TestCase):
     def test_no_verdict_before_every_run_is_in(self):
         out = pathlib.Path(self.get_temp_dir()) / "partial"
         _fake_runs(out, TEST, lambda m, s: 100.0, lambda m, lr, s, st: 100.0 + lr)
-        next((out / "runs").glob("*seed2.json")).unlink()
+        # The width-w baseline with 4 heads is in R1 and in R2: neither is judged.
+        shared = rv2.plan(TEST)["R1"][0].key
+        next((out / "runs").glob(f"{shared}_*seed2.json")).unlink()
         rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"])
         summary = json.loads((out / "reproduction.json").read_text())
         self.assertFalse(summary["complete"])
+        self.assertEqual(summary["judged"], [])
         self.assertEqual(summary["verdicts"], [])
         self.assertIn("no claim is judged", (out / "README.md").read_text())
+
+    def test_an_experiment_is_judged_once_its_own_runs_are_in(self):
+        experiments = rv2.plan(TEST)
+        r1_keys = {m.key for m in experiments["R1"]}
+        r2_only = next(m.key for m in experiments["R2"] if m.key not in r1_keys)
+        for missing, judged in ((r2_only, ["R1"]), (experiments["R1"][-1].key, ["R2"])):
+            out = pathlib.Path(self.get_temp_dir()) / f"partial_{missing}"
+            _fake_runs(out, TEST, lambda m, s: 100.0 + s, lambda m, lr, s, st: 100.0 + lr)
+            next((out / "runs").glob(f"{missing}_*seed2.json")).unlink()
+            rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"])
+            summary = json.loads((out / "reproduction.json").read_text())
+            self.assertFalse(summary["complete"])
+            self.assertEqual(summary["judged"], judged)
+            claims = sorted({v["claim"][:2] for v in summary["verdicts"]})
+            self.assertEqual(claims, judged)
+            self.assertIn(f"({judged[0]}: complete, judged)", (out / "README.md").read_text())
 
 
 class TrainingTest(tf.test.TestCase):
