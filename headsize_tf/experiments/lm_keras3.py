@@ -68,7 +68,12 @@ def export_lm_arrays(corpus_dir: str | pathlib.Path) -> list[pathlib.Path]:
             continue
         if not source.exists():
             raise FileNotFoundError(f"{source} is missing: prepare the corpus first.")
-        import tensorflow as tf
+        try:
+            import tensorflow as tf
+        except ImportError:
+            if path.exists():  # Copied with new file times onto a machine without TensorFlow.
+                continue
+            raise
 
         feature = {"input_ids": tf.io.VarLenFeature(tf.int64)}
         rows = [tf.sparse.to_dense(tf.io.parse_single_example(r, feature)["input_ids"]).numpy()
@@ -174,6 +179,12 @@ def train_run(
     for name, array in (("train", train), ("valid", valid), ("test", test)):
         if array.ndim != 2 or array.shape[1] != n + 1:
             raise ValueError(f"lm_{name}.npy has shape {array.shape}; expected [windows, {n + 1}].")
+        if array.min() < 0 or array.max() >= preset.vocab_size:
+            # JAX looks an out-of-range id up as NaN instead of failing: refuse it here.
+            raise ValueError(
+                f"lm_{name}.npy holds token ids from {array.min()} to {array.max()}; expected "
+                f"ids in [0, {preset.vocab_size}) (a corpus prepared with another vocabulary?)."
+            )
     keras.utils.set_random_seed(seed)
     lm = CausalLM(vocabulary_size=preset.vocab_size, num_layers=preset.layers, hidden_dim=width,
                   attention=attention, intermediate_dim=4 * width, max_sequence_length=n,

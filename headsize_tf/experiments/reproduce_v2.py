@@ -387,7 +387,8 @@ def _final(runs: dict, key: str, lr: float) -> float | None:
     record = runs.get((key, lr, 0))
     if record is None:
         return None
-    return record["curve"][-1]["perplexity"] if record["curve"] else np.inf
+    final = record["curve"][-1]["perplexity"] if record["curve"] else np.inf
+    return final if np.isfinite(final) else np.inf  # A diverged (NaN) run is never the best.
 
 
 def model_grid(key: str, preset: Preset, runs: dict) -> list[float]:

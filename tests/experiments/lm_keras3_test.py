@@ -118,6 +118,18 @@ def test_arrays_hold_every_window_of_each_split(data_dir):
         lm_keras3.load_lm_array(data_dir, "train")
 
 
+def test_token_ids_outside_the_vocabulary_are_refused(data_dir):
+    # JAX would look them up as NaN and train a NaN model without an error.
+    paths = lm_keras3.export_lm_arrays(data_dir / "austen")
+    array = np.load(paths[1])
+    array[0, 3] = TEST.vocab_size
+    np.save(paths[1], array)
+    with pytest.raises(
+        ValueError, match=rf"lm_valid.npy holds token ids .* \[0, {TEST.vocab_size}\)"
+    ):
+        lm_keras3.train_run({"num_heads": 4}, 16, TEST, 1e-3, 0, str(data_dir / "austen"))
+
+
 def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     out = tmp_path / "out"
     argv = ["--preset", "test", "--output", str(out), "--work-dir", str(tmp_path / "work"),

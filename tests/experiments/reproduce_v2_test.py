@@ -52,6 +52,10 @@ class PlanTest(tf.test.TestCase):
         # Two halvings at most: the best may stay at the edge after them.
         self.assertEqual(rv2.model_grid(key, preset, low), [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3])
         self.assertEqual(rv2.best_learning_rate(key, preset, low), 2.5e-4)
+        # A diverged run (NaN perplexity) is never the best and never moves the grid.
+        diverged = runs({1e-3: float("nan"), 2e-3: 130.0, 4e-3: 135.0})
+        self.assertEqual(rv2.model_grid(key, preset, diverged), [1e-3, 2e-3, 4e-3])
+        self.assertEqual(rv2.best_learning_rate(key, preset, diverged), 2e-3)
 
     def test_a_moved_grid_keeps_finished_runs_and_shows_their_rates(self):
         out = pathlib.Path(self.get_temp_dir()) / "moved"

@@ -251,6 +251,39 @@ def test_sampling_is_seeded_top_1_is_greedy_and_end_tokens_stop_a_row():
     np.testing.assert_array_equal(single, stopped[:1])
 
 
+def test_top_k_keeps_exactly_k_candidates_when_logits_tie():
+    lm = make("standard")
+    table = lm.token_embedding.embeddings
+    table.assign(np.tile(numpy(table)[:1], (VOCAB, 1)))  # Every token's logit ties.
+    prompt = ids(length=2)
+    runs = [lm.generate(prompt, 6, temperature=1.0, top_k=1, seed=s) for s in range(3)]
+    for other in runs[1:]:  # One candidate per step: the seed cannot matter.
+        np.testing.assert_array_equal(other, runs[0])
+    assert not np.array_equal(runs[0], lm.generate(prompt, 6, temperature=1.0, seed=0))
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_a_quantized_model_dequantizes_its_tied_output_table(mode):
+    lm = make("fixed_head")
+    tokens = ids(length=LENGTH)
+    full = numpy(lm(tokens))
+    lm.quantize(mode)
+    assert lm.token_embedding.quantization_mode == mode
+    quantized = numpy(lm(tokens))
+    # The output table is the dequantized one the input lookup uses, so the logits stay
+    # within quantization error of the float model's (a raw integer table is ~1000x off).
+    error = np.abs(quantized - full).max() / np.abs(full).max()
+    assert error < (0.05 if mode == "int8" else 0.3)
+    logits, caches = lm.prefill(tokens[:, :4], LENGTH)
+    np.testing.assert_allclose(numpy(logits), quantized[:, :4], atol=1e-5)
+    out = lm.generate(tokens[:, :3], 5)
+    sequence = tokens[:, :3]
+    for _ in range(5):
+        following = numpy(lm(sequence))[:, -1].argmax(-1).astype("int32")
+        sequence = np.concatenate([sequence, following[:, None]], axis=1)
+    np.testing.assert_array_equal(out, sequence)
+
+
 def test_prefill_and_decode_step_check_their_positions():
     lm = make()
     with pytest.raises(ValueError, match=r"prompt length \(7\) <= length \(5\)"):

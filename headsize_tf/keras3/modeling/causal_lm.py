@@ -187,7 +187,14 @@ class CausalLM(keras.Model):
 
     def _logits(self, x: Any) -> Any:
         x = self.final_norm(x)
-        return ops.matmul(x, ops.transpose(ops.cast(self.token_embedding.embeddings, x.dtype)))
+        embedding = self.token_embedding
+        if embedding.quantization_mode:
+            # A quantized table holds integers and per-row scales: looking up every row
+            # dequantizes it the way the input side does (int8, int4, blocks, LoRA).
+            table = embedding(ops.arange(self.vocabulary_size, dtype="int32"))
+        else:
+            table = embedding.embeddings
+        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
 
     def prefill(self, token_ids: Any, length: int) -> tuple[Any, list[dict[str, Any]]]:
         """Logits of a prompt and every block's decoding cache, padded to `length` positions.
@@ -329,6 +336,11 @@ class CausalLM(keras.Model):
                 f"prompt_ids must be [batch, length >= 1] token ids; got shape {prompt.shape}."
             )
         check_positive_int("max_new_tokens", max_new_tokens)
+        if prompt.min() < 0 or prompt.max() >= self.vocabulary_size:
+            raise ValueError(
+                f"prompt_ids must be token ids in [0, {self.vocabulary_size}); got values "
+                f"from {prompt.min()} to {prompt.max()}."
+            )
         total = prompt.shape[1] + max_new_tokens
         if total > self.max_sequence_length:
             raise ValueError(
@@ -346,8 +358,11 @@ class CausalLM(keras.Model):
             if temperature == 0.0:
                 return logits.argmax(-1)
             if top_k is not None and top_k < logits.shape[-1]:
-                cut = np.sort(logits, -1)[:, -top_k][:, None]
-                logits = np.where(logits >= cut, logits, -np.inf)
+                # Exactly k candidates per row, even when logits tie at the cut.
+                keep = np.argpartition(-logits, top_k - 1, axis=-1)[:, :top_k]
+                kept = np.full_like(logits, -np.inf)
+                np.put_along_axis(kept, keep, np.take_along_axis(logits, keep, -1), -1)
+                logits = kept
             z = logits / float(temperature)
             p = np.exp(z - z.max(-1, keepdims=True))
             p /= p.sum(-1, keepdims=True)
