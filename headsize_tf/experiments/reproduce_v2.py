@@ -465,18 +465,27 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
             # Final training perplexity (last loop, dropout on): runs recorded before the
             # train curve existed have none.
             trained = [r["train_curve"][-1]["perplexity"] for r in got if r.get("train_curve")]
-            curves = [r["curve"] for r in got if r["curve"]]
-            if curves and all(len(c) == len(curves[0]) for c in curves):
+            curves = {r["seed"]: r["curve"] for r in got if r["curve"]}
+            steps = [[p["step"] for p in c] for c in curves.values()]
+            if curves and all(s == steps[0] for s in steps):
+                by_seed = {str(seed): [p["perplexity"] for p in c]
+                           for seed, c in sorted(curves.items())}  # fmt: skip
                 summary["curves"][model.key] = {
-                    "steps": [p["step"] for p in curves[0]],
-                    "perplexity": np.mean([[p["perplexity"] for p in c] for c in curves],
-                                          axis=0).tolist(),
-                }  # fmt: skip
+                    "steps": steps[0],
+                    "perplexity": np.mean(list(by_seed.values()), axis=0).tolist(),
+                    "seeds": by_seed,
+                }
+            unselected = [r["test_perplexity"] for r in got if r["seed"] != 0]
             rows.append({**model.row(preset), "learning_rate": lr,
                          "seeds": sorted(r["seed"] for r in got),
                          "devices": sorted({r["device"] for r in got}),
                          "mean": float(np.mean(test)) if test else None,
-                         "std": float(np.std(test)) if test else None,
+                         # Sample std (n - 1): the bars of the verdict rule.
+                         "std": float(np.std(test, ddof=1)) if len(test) > 1 else
+                                (0.0 if test else None),
+                         # Seed 0 also chose the rate (best of the sweep): the other seeds
+                         # alone show what that selection adds.
+                         "mean_other_seeds": float(np.mean(unselected)) if unselected else None,
                          "train_perplexity": float(np.mean(trained)) if trained else None,
                          "train_seeds": len(trained)})  # fmt: skip
         summary[name] = rows
@@ -488,7 +497,7 @@ def pairs(summary: dict) -> list[tuple[str, str, str]]:
     out = []
     r1 = summary.get("R1", [])
     for base, fixed in zip(r1[0::2], r1[1::2], strict=True):
-        if base["key"] != fixed["key"]:
+        if base["key"] != fixed["key"] and base["width"] > fixed["width"]:
             out.append(("R1", fixed["key"], base["key"]))
     r2 = summary.get("R2", [])
     for base, fixed in zip(r2[0::2], r2[1::2], strict=True):
@@ -498,17 +507,32 @@ def pairs(summary: dict) -> list[tuple[str, str, str]]:
 
 
 def orderings(summary: dict) -> list[dict[str, Any]]:
-    """For each compared pair: which is ahead at each checkpoint, and since when."""
+    """For each compared pair: which is ahead at each checkpoint, and since when.
+
+    Over the seeds both models have: the difference of the seed means, and each seed's
+    own. A pair is settled when, from the middle checkpoint to the last, the mean
+    difference and every seed's difference keep one sign (one bad seed cannot settle it).
+    """
     out = []
     for name, a, b in pairs(summary):
         ca, cb = summary["curves"].get(a), summary["curves"].get(b)
         if not ca or not cb or ca["steps"] != cb["steps"]:
             continue
-        diff = np.subtract(ca["perplexity"], cb["perplexity"])
+        seeds = sorted(set(ca["seeds"]) & set(cb["seeds"]), key=int)
+        if not seeds:
+            continue
+        per_seed = np.subtract([ca["seeds"][s] for s in seeds], [cb["seeds"][s] for s in seeds])
+        diff = per_seed.mean(axis=0)
+        middle = (len(diff) - 1) // 2
         start = settled_from(diff)
+        agree = all(
+            (np.sign(row[middle:]) == np.sign(diff[-1])).all() for row in per_seed
+        )  # fmt: skip
         out.append({"experiment": name, "fixed": a, "baseline": b, "steps": ca["steps"],
-                    "difference": diff.tolist(), "settled_from_step": ca["steps"][start],
-                    "settled": start <= (len(diff) - 1) // 2})  # fmt: skip
+                    "seeds": [int(s) for s in seeds], "difference": diff.tolist(),
+                    "final_by_seed": per_seed[:, -1].tolist(),
+                    "settled_from_step": ca["steps"][start],
+                    "settled": start <= middle and agree})  # fmt: skip
     return out
 
 
@@ -523,18 +547,27 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
              f"steps ({p.tokens:,} training tokens per run), dropout {p.dropout}, AdamW with 10% "
              f"warm-up and linear decay; learning rate per model from the grid "
              f"{', '.join(f'{lr:g}' for lr in p.learning_rates)} (seed 0, lowest final "
-             "validation perplexity); test perplexity (Persuasion), mean ± std over seeds; train "
-             "perplexity: the last training loop's (dropout on), seed mean, where runs recorded "
-             "it.", "",
+             "validation perplexity); test perplexity (Persuasion), mean ± sample std (n - 1) "
+             "over seeds; seed 0 also chose the rate, so the mean of the other seeds is shown "
+             "too; train perplexity: the last training loop's (dropout on), seed mean, where "
+             "runs recorded it.", "",
              status, ""]  # fmt: skip
     titles = {"R1": "R1 (Fig. 1): width w with fixed head size vs wider baselines at equal "
                     "parameters",
               "R2": f"R2 (Fig. 3a): width {p.width}, more heads: baseline (head = width / "
                     f"heads) vs fixed head {p.head_size}"}  # fmt: skip
+    notes = {
+        "R1": f"Pairs at equal parameters. The first pair (width {p.width}) has one width "
+        "on both sides and is not judged: it is the narrow end of the baseline "
+        "series.",
+        "R2": "The baselines keep the parameters of width "
+        f"{p.width}; the fixed-head models grow with their heads, as in the paper.",
+    }
     for name in ("R1", "R2"):
-        lines += [f"## {titles[name]}", "", "| model | width | heads | head size | params | "
-                  "learning rate | test perplexity | seeds | train perplexity |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
+        lines += [f"## {titles[name]}", "", notes[name], "",
+                  "| model | width | heads | head size | params | learning rate | "
+                  "test perplexity | seeds | other seeds' mean | train perplexity |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]  # fmt: skip
         for i, r in enumerate(summary[name]):
             if i and r["key"] == summary[name][i - 1]["key"]:
                 continue  # Baseline and fixed head coincide (width / heads = head size).
@@ -542,9 +575,10 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
             lr = "sweep pending" if r["learning_rate"] is None else f"{r['learning_rate']:g}"
             trained = ("—" if r["train_perplexity"] is None else
                        f"{r['train_perplexity']:.2f} ({r['train_seeds']} seeds)")  # fmt: skip
+            other = "—" if r["mean_other_seeds"] is None else f"{r['mean_other_seeds']:.2f}"
             lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {r['head_size']} | "
                          f"{r['params']:,} | {lr} | {ppl} | "
-                         f"{','.join(map(str, r['seeds']))} | {trained} |")  # fmt: skip
+                         f"{','.join(map(str, r['seeds']))} | {other} | {trained} |")  # fmt: skip
         lines.append("")
     rates = sorted({float(lr) for finals in summary["sweep"].values() for lr in finals})
     lines += ["## Learning-rate sweep (seed 0, final validation perplexity)", "",
@@ -562,14 +596,19 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
     lines.append("")
     if ordered:
         lines += ["## Is the budget long enough? The ordering of each pair along training", "",
-                  "Validation perplexity, fixed minus baseline (seed means); a pair is settled "
-                  "when the sign holds from the middle checkpoint to the last.", "",
-                  "| experiment | fixed | baseline | difference at each checkpoint | "
-                  "same sign since step | settled |", "|---|---|---|---|---:|---|"]  # fmt: skip
+                  "Validation perplexity, fixed minus baseline, over the seeds both have; a "
+                  "pair is settled when the seed-mean difference and every seed's own keep "
+                  "one sign from the middle checkpoint to the last.", "",
+                  "| experiment | fixed | baseline | seed-mean difference at each checkpoint | "
+                  "same sign since step | final, by seed | settled |",
+                  "|---|---|---|---|---:|---|---|"]  # fmt: skip
         for o in ordered:
             diffs = ", ".join(f"{d:+.1f}" for d in o["difference"])
+            finals = ", ".join(f"{s}: {d:+.1f}" for s, d in
+                               zip(o["seeds"], o["final_by_seed"], strict=True))  # fmt: skip
             lines.append(f"| {o['experiment']} | {o['fixed']} | {o['baseline']} | {diffs} | "
-                         f"{o['settled_from_step']} | {'yes' if o['settled'] else 'no'} |")  # fmt: skip
+                         f"{o['settled_from_step']} | {finals} | "
+                         f"{'yes' if o['settled'] else 'no'} |")  # fmt: skip
         lines.append("")
     if judged:
         lines += ["## Verdicts", "",

@@ -106,3 +106,35 @@ class ReproduceTest(tf.test.TestCase):
         with self.assertRaisesRegex(SystemExit, r"--keys \['nope'\] select no planned run"):
             reproduce.main(["--output", str(self.tmp), "--summarize-only", "--keys", "nope"])
         self.assertFalse(np.any([p.exists() for p in self.tmp.glob("*.json")]))
+
+
+def _row(key, width, heads, head_size, mean, std=0.5, kind=None):
+    kind = kind or ("standard" if width == heads * head_size else "fixed_head")
+    return {"key": key, "width": width, "heads": heads, "head_size": head_size,
+            "attention_type": kind, "mean": mean, "std": std}  # fmt: skip
+
+
+def test_r1_judges_only_pairs_with_a_wider_baseline():
+    # The narrowest baseline's equal-parameter partner has its width (2 heads of 32 at
+    # width 64): far better, yet not evidence for R1; the wider pairs tie.
+    rows = [_row("std_w64_h4_p16", 64, 4, 16, 130.0), _row("std_w64_h2_p32", 64, 2, 32, 110.0),
+            _row("std_w96_h4_p24", 96, 4, 24, 112.0), _row("fixed_w64_h14_p32", 64, 14, 32, 112.3),
+            _row("std_w128_h4_p32", 128, 4, 32, 105.0),
+            _row("fixed_w64_h28_p32", 64, 28, 32, 104.8)]  # fmt: skip
+    (r1,) = reproduce.verdicts({"R1": rows})
+    assert r1["verdict"] == "tie"
+    assert "std_w64_h2_p32" not in r1["evidence"]
+    assert r1["claim"].startswith("R1: at equal parameters, width 64 with fixed head size 32")
+
+
+def test_r2b_most_heads_best_is_reversed():
+    base = [_row(f"std_w64_h{h}_p{64 // h}", 64, h, 64 // h, m)
+            for h, m in ((2, 120.0), (4, 118.0), (8, 112.0), (16, 108.0))]  # fmt: skip
+    fixed = [_row(f"fixed_w64_h{h}_p32", 64, h, 32, 110.0, kind="fixed_head") for h in (4, 8)]
+    rows = [base[0], base[0], base[1], fixed[0], base[2], fixed[1], base[3]]
+    verdicts = {v["claim"][:3]: v["verdict"] for v in reproduce.verdicts({"R2": rows})}
+    assert verdicts["R2b"] == "not reproduced (reversed)"
+    flat = [*base[:3], _row("std_w64_h16_p4", 64, 16, 4, 119.8)]
+    rows[-1] = flat[-1]
+    verdicts = {v["claim"][:3]: v["verdict"] for v in reproduce.verdicts({"R2": rows})}
+    assert verdicts["R2b"] == "reproduced"  # 119.8 ± 0.5 vs the best, 112.0 ± 0.5.

@@ -135,7 +135,8 @@ class SummaryTest(tf.test.TestCase):
                              lrs[-1] if model.kind == "fixed_head" else lrs[0])  # fmt: skip
             self.assertEqual(row["seeds"], [0, 1, 2])
             want = [test(model, s) for s in (0, 1, 2)]
-            self.assertAllClose([row["mean"], row["std"]], [np.mean(want), np.std(want)])
+            self.assertAllClose([row["mean"], row["std"]], [np.mean(want), np.std(want, ddof=1)])
+            self.assertAllClose(row["mean_other_seeds"], np.mean(want[1:]))
         verdicts = {v["claim"][:3]: v["verdict"] for v in summary["verdicts"]}
         self.assertEqual(verdicts["R1:"], "reproduced")
         for order in summary["orderings"]:
@@ -147,6 +148,27 @@ class SummaryTest(tf.test.TestCase):
         self.assertIn("| R1 |", readme)
         self.assertGreater((out / "reproduction.png").stat().st_size, 10_000)
         self.assertGreater((out / "curves.png").stat().st_size, 10_000)
+
+    def test_one_seed_against_the_others_does_not_settle_a_pair(self):
+        def curve(*seeds):
+            return {"steps": [1, 2, 3], "seeds": {str(i): c for i, c in enumerate(seeds)},
+                    "perplexity": np.mean(seeds, axis=0).tolist()}  # fmt: skip
+
+        rows = [{"key": k, "width": w} for k, w in (("b", 96), ("f", 64))]
+        base = curve([100, 90, 80], [100, 90, 80], [100, 90, 80])
+        agree = curve([95, 88, 78], [96, 89, 79], [97, 89, 79])
+        # Seeds 0 and 1 behind at the end, seed 2 far ahead: the mean says "ahead".
+        outlier = curve([95, 91, 81], [96, 91, 81], [60, 50, 40])
+        for fixed, settled in ((agree, True), (outlier, False)):
+            (o,) = rv2.orderings({"R1": rows, "curves": {"b": base, "f": fixed}})
+            self.assertEqual(o["seeds"], [0, 1, 2])
+            self.assertLess(o["difference"][-1], 0)
+            self.assertEqual(o["settled"], settled)
+        self.assertAllClose(o["final_by_seed"], [1, 1, -40])
+        # Only the seeds both models have count.
+        partial = {**outlier, "seeds": {"0": [95, 91, 81]}}
+        (o,) = rv2.orderings({"R1": rows, "curves": {"b": base, "f": partial}})
+        self.assertEqual((o["seeds"], o["settled"]), ([0], True))
 
     def test_no_verdict_before_every_run_is_in(self):
         out = pathlib.Path(self.get_temp_dir()) / "partial"
