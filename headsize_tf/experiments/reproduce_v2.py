@@ -300,6 +300,13 @@ def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
 FRAMEWORKS = ("tf_keras", "keras3")
 
 
+def run_dir(work_dir: pathlib.Path, preset: Preset, key: str, learning_rate: float,
+            seed: int) -> pathlib.Path:  # fmt: skip
+    """The Model Garden model_dir (checkpoints, summaries) of a tf_keras run."""
+    name = run_name(key, learning_rate, seed)
+    return work_dir / f"{name}_steps{preset.steps}_l{preset.layers}_n{preset.sequence_length}"
+
+
 def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, data_dir: str,
               work_dir: pathlib.Path, framework: str = "tf_keras") -> dict[str, Any]:  # fmt: skip
     """Trains one run from step 0; returns its record (curve, test perplexity, device).
@@ -325,8 +332,7 @@ def _train_tf_keras(model: Model, preset: Preset, learning_rate: float, seed: in
 
     from headsize_tf.training import train
 
-    name = run_name(model.key, learning_rate, seed)
-    model_dir = work_dir / f"{name}_steps{preset.steps}_l{preset.layers}_n{preset.sequence_length}"
+    model_dir = run_dir(work_dir, preset, model.key, learning_rate, seed)
     # A run without a result file was cut off: it starts again from step 0, because
     # resuming from its checkpoint would restart the input pipeline (the data order of an
     # uninterrupted run is lost), so every recorded run is one uninterrupted pass.

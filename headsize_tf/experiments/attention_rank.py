@@ -1,0 +1,306 @@
+"""Do the reproduction's trained heads use the rank their head size allows?
+
+Theorem 1 of Bhojanapalli et al. (2020): a head of size p < n computes attention
+logits Q K^T of rank at most p, so it cannot express every n x n attention matrix;
+a fixed head size raises that bound independently of the width. If the bound is
+what limits a trained model, its heads should use (nearly) all p dimensions; if
+they use far fewer, a larger head has nothing to add at that budget.
+
+This study reads the final checkpoints that `reproduce_v2` left in its work dir
+(runs at each model's chosen learning rate), feeds validation windows through
+each model and measures, per head, the spectrum of the scaled logits Q K^T
+(n x n, the full bilinear form on the window, before the causal mask):
+
+- energy rank: the fewest singular values holding 90% (99%) of the squared
+  singular values (the Frobenius energy), at most p;
+- entropy rank (Roy & Vetterli, 2007): exp of the entropy of the normalised
+  singular values.
+
+It writes `runs/<run>.json` per checkpoint (a rerun skips finished ones),
+`attention_rank.json`, `README.md` and `attention_rank.png` under `--output`.
+
+    python -m headsize_tf.experiments.attention_rank \\
+        --runs results/reproduction_v2 --work-dir /tmp/headsize_reproduction_v2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+ENERGY = (0.9, 0.99)
+
+
+def energy_rank(singular_values: np.ndarray, fraction: float) -> np.ndarray:
+    """Fewest leading singular values whose squares hold `fraction` of the total
+    (over the last axis; 0 for an all-zero spectrum)."""
+    s2 = np.square(np.sort(np.asarray(singular_values, np.float64), axis=-1)[..., ::-1])
+    total = s2.sum(-1, keepdims=True)
+    cumulative = np.cumsum(s2, -1) / np.where(total > 0, total, 1.0)
+    # A small tolerance so that an exact fraction (e.g. two equal values, 50%) counts.
+    rank = (cumulative < fraction - 1e-12).sum(-1) + 1
+    return np.where(total[..., 0] > 0, rank, 0)
+
+
+def entropy_rank(singular_values: np.ndarray) -> np.ndarray:
+    """exp(entropy) of the singular values normalised to sum 1 (Roy & Vetterli, 2007)."""
+    s = np.asarray(singular_values, np.float64)
+    p = s / np.maximum(s.sum(-1, keepdims=True), 1e-300)
+    entropy = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1)
+    return np.exp(entropy)
+
+
+def attention_layers(model: Any) -> list[Any]:
+    """The model's headsize attention layers, in call order (layer 0 first)."""
+    from headsize_tf.layers.head_attention import HeadAttentionBase
+
+    found = [m for m in model.submodules if isinstance(m, HeadAttentionBase)]
+    return sorted(found, key=lambda layer: _layer_index(layer.name))
+
+
+def _layer_index(name: str) -> tuple[int, str]:
+    digits = "".join(c if c.isdigit() else " " for c in name).split()
+    return (int(digits[-1]) if digits else -1, name)
+
+
+def recorded_logits(model: Any, token_ids: np.ndarray, batch_size: int = 4) -> list[np.ndarray]:
+    """Every head's scaled logits on each window, rows centred, per attention layer: a list
+    (one per layer) of [windows, heads, n, n] float64 arrays. Softmax ignores a constant
+    added to a row (e.g. the query . key-bias term), so centring changes no attention."""
+    layers = attention_layers(model)
+    if not layers:
+        raise ValueError(f"{type(model).__name__} has no headsize attention layer.")
+    recorded: dict[int, list[np.ndarray]] = {i: [] for i in range(len(layers))}
+    for i, layer in enumerate(layers):
+
+        def record(query, projected, _original=layer._logits_from_projected, _i=i):
+            logits = _original(query, projected)
+            values = np.asarray(logits, np.float64)  # [B, N, T, S]
+            recorded[_i].append(values - values.mean(-1, keepdims=True))
+            return logits
+
+        layer._logits_from_projected = record
+    try:
+        for start in range(0, len(token_ids), batch_size):
+            model(token_ids[start : start + batch_size], training=False)
+    finally:
+        for layer in layers:
+            del layer._logits_from_projected  # The class method again.
+    return [np.concatenate(recorded[i]) for i in range(len(layers))]
+
+
+def causal_softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over keys j <= i of [..., n, n] logits (the LM's attention)."""
+    n = logits.shape[-1]
+    masked = np.where(np.tril(np.ones((n, n), bool)), logits, -np.inf)
+    z = np.exp(masked - masked.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
+
+
+def attention_rank(logits: np.ndarray, tolerance: float = 0.05) -> np.ndarray:
+    """Fewest singular directions of each [..., n, n] logits matrix whose truncation gives
+    the same causal attention up to `tolerance`: the mean over rows of the total
+    variation distance between the two attention distributions. 0: uniform attention
+    is already that close."""
+    u, s, vt = np.linalg.svd(logits)
+    target = causal_softmax(logits)
+    approx = np.zeros_like(logits)
+    rank = np.full(logits.shape[:-2], -1)
+
+    def close(k: int) -> None:
+        tv = 0.5 * np.abs(causal_softmax(approx) - target).sum(-1).mean(-1)
+        rank[(rank < 0) & (tv <= tolerance)] = k
+
+    close(0)
+    for k in range(1, s.shape[-1] + 1):
+        if (rank >= 0).all():
+            break
+        approx += s[..., k - 1, None, None] * (u[..., :, k - 1, None] * vt[..., k - 1, None, :])
+        close(k)
+    return rank
+
+
+def measure(
+    logits: Sequence[np.ndarray], head_size: int, tolerance: float = 0.05
+) -> dict[str, Any]:
+    """Per-layer and overall means of the rank measures over heads and windows."""
+    per_layer = []
+    for values in logits:
+        s = np.linalg.svd(values, compute_uv=False)
+        row = {f"energy_rank_{int(f * 100)}": float(energy_rank(s, f).mean()) for f in ENERGY}
+        row["entropy_rank"] = float(entropy_rank(s).mean())
+        row["attention_rank"] = float(attention_rank(values, tolerance).mean())
+        per_layer.append(row)
+    overall = {k: float(np.mean([row[k] for row in per_layer])) for k in per_layer[0]}
+    return {"head_size": head_size, "tolerance": tolerance, "layers": per_layer, **overall}
+
+
+def _load_windows(data_dir: pathlib.Path, count: int) -> np.ndarray:
+    from headsize_tf.experiments import lm_keras3
+
+    corpus = data_dir / "austen"
+    lm_keras3.export_lm_arrays(corpus)
+    return lm_keras3.load_lm_array(corpus, "valid")[:count, :-1]
+
+
+def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
+        data_dir: pathlib.Path, windows: int = 4) -> dict[str, Any]:  # fmt: skip
+    """Measures every checkpoint of the reproduction's chosen runs; returns the summary."""
+    from headsize_tf.core.io import write_json
+    from headsize_tf.experiments import reproduce_v2 as rv2
+    from headsize_tf.training import train
+
+    summary_path = runs_dir / "reproduction.json"
+    if not summary_path.exists():
+        raise ValueError(f"{summary_path} is missing: summarize the reproduction first.")
+    summary = json.loads(summary_path.read_text())
+    preset = rv2.PRESETS[summary["preset"]]
+    rows = {r["key"]: r for name in ("R1", "R2") for r in summary[name]}
+    tokens = _load_windows(data_dir, windows)
+    models, missing = [], []
+    for key, row in rows.items():
+        if row["learning_rate"] is None or not row["seeds"]:
+            continue
+        per_seed = []
+        for seed in row["seeds"]:
+            name = rv2.run_name(key, row["learning_rate"], seed)
+            path = out / "runs" / f"{name}.json"
+            if not path.exists():
+                model_dir = rv2.run_dir(work_dir, preset, key, row["learning_rate"], seed)
+                if not (model_dir / "checkpoint").exists():
+                    missing.append(name)
+                    continue
+                print(f"[rank] {name}", flush=True)
+                _, model = train.load_trained_model(str(model_dir))
+                result = measure(recorded_logits(model, tokens), row["head_size"])
+                write_json(path, {"run": name, "seed": seed, "windows": len(tokens), **result})
+            per_seed.append(json.loads(path.read_text()))
+        if not per_seed:
+            continue
+        keys = [k for k in per_seed[0] if k.endswith("_rank") or "_rank_" in k]
+        models.append({**{k: row[k] for k in ("key", "width", "heads", "head_size", "params",
+                                                "attention_type", "mean")},
+                       "seeds": [r["seed"] for r in per_seed],
+                       "tolerance": per_seed[0]["tolerance"],
+                       **{k: float(np.mean([r[k] for r in per_seed])) for k in keys},
+                       **{f"{k}_std": float(np.std([r[k] for r in per_seed])) for k in keys},
+                       "by_layer": np.mean([[x["attention_rank"] for x in r["layers"]]
+                                               for r in per_seed], axis=0).tolist()})  # fmt: skip
+    return {
+        "preset": summary["preset"],
+        "windows": len(tokens),
+        "models": models,
+        "missing": missing,
+    }
+
+
+def markdown(result: dict[str, Any], command: str) -> str:
+    tolerance = result["models"][0]["tolerance"] if result["models"] else 0.05
+    lines = ["# Do the trained heads use the rank their head size allows?", "",
+             f"Command: `{command}`", "",
+             f"Each head's scaled logits Q K^T (n x n, rows centred: softmax ignores row "
+             f"constants) on {result['windows']} validation windows, from the "
+             f"`{result['preset']}` preset's final checkpoints at each model's chosen learning "
+             "rate (`reproduce_v2`). A head of size p has logits of rank p at most (Theorem "
+             "1). Means over layers, heads, windows, then seeds (± std over seeds).", "",
+             f"- **attention rank**: the fewest singular directions of the logits whose "
+             f"truncation gives the same causal attention within {tolerance:g} (mean total "
+             "variation distance over rows);",
+             "- energy rank: the fewest singular values holding 90% (99%) of the squared ones;",
+             "- entropy rank: exp of the entropy of the normalised singular values "
+             "(Roy & Vetterli, 2007).", "",
+             "| model | width | heads | head size p | test perplexity | attention rank | / p | "
+             "by layer | energy rank 90% / 99% | entropy rank | seeds |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
+    for m in result["models"]:
+        layers = ", ".join(f"{v:.1f}" for v in m["by_layer"])
+        lines.append(f"| {m['key']} | {m['width']} | {m['heads']} | {m['head_size']} | "
+                     f"{m['mean']:.2f} | {m['attention_rank']:.1f} ± "
+                     f"{m['attention_rank_std']:.1f} | {m['attention_rank'] / m['head_size']:.2f}"
+                     f" | {layers} | {m['energy_rank_90']:.1f} / {m['energy_rank_99']:.1f} | "
+                     f"{m['entropy_rank']:.1f} | {','.join(map(str, m['seeds']))} |")  # fmt: skip
+    if result["missing"]:
+        lines += ["", f"No checkpoint (not measured): {', '.join(result['missing'])}."]
+    lines += ["", "![attention rank vs head size](attention_rank.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: pathlib.Path) -> None:
+    import matplotlib
+
+    from headsize_tf.core.io import save_figure
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    sizes = [m["head_size"] for m in result["models"]]
+    top = max(sizes, default=1)
+    ax.plot([0, top], [0, top], color="0.7", lw=1, label="rank = head size (the bound)")
+    for m in result["models"]:
+        fixed = m["attention_type"] == "fixed_head"
+        ax.errorbar(m["head_size"], m["attention_rank"], yerr=m["attention_rank_std"],
+                    fmt="o" if fixed else "s", color="C1" if fixed else "C0", capsize=3)  # fmt: skip
+        ax.annotate(f"w{m['width']} h{m['heads']}", (m["head_size"], m["attention_rank"]),
+                    textcoords="offset points", xytext=(5, -3), fontsize=8)  # fmt: skip
+    ax.plot([], [], "s", color="C0", label="standard (head = width / heads)")
+    ax.plot([], [], "o", color="C1", label="fixed head size")
+    ax.set_xlabel("head size p")
+    ax.set_ylabel("attention rank (mean over heads)")
+    ax.set_title("Rank the trained heads' attention needs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", default="results/reproduction_v2",
+                        help="a reproduce_v2 output (its reproduction.json)")  # fmt: skip
+    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2",
+                        help="reproduce_v2's work dir, holding the runs' checkpoints")  # fmt: skip
+    parser.add_argument("--output", default=None,
+                        help="default: <runs>/attention_rank")  # fmt: skip
+    parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    if args.windows < 1:
+        print(f"error: --windows must be >= 1; got {args.windows}.", file=sys.stderr)
+        return 2
+    from headsize_tf.core.io import write_atomic, write_json
+    from headsize_tf.data import corpora
+    from headsize_tf.experiments import reproduce_v2 as rv2
+
+    runs_dir = pathlib.Path(args.runs)
+    out = pathlib.Path(args.output) if args.output else runs_dir / "attention_rank"
+    try:
+        preset = rv2.PRESETS[json.loads((runs_dir / "reproduction.json").read_text())["preset"]]
+    except (OSError, KeyError, ValueError) as err:
+        print(f"error: --runs {runs_dir} is not a reproduce_v2 output ({err}).", file=sys.stderr)
+        return 2
+    data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
+    if preset.sequence_length != corpora.PrepareOptions().seq_length:
+        data_dir = data_dir / f"seq{preset.sequence_length}"
+    result = run(runs_dir, pathlib.Path(args.work_dir), out, data_dir, args.windows)
+    command = "python -m headsize_tf.experiments.attention_rank " + " ".join(
+        a for a in (sys.argv[1:] if argv is None else argv)
+    )
+    write_json(out / "attention_rank.json", {"command": command, **result})
+    write_atomic(out / "README.md", markdown(result, command))
+    plot(result, out / "attention_rank.png")
+    for m in result["models"]:
+        print(
+            f"{m['key']:>20}: head size {m['head_size']:>3}, energy rank 90% "
+            f"{m['energy_rank_90']:.1f}, attention rank {m['attention_rank']:.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
