@@ -239,22 +239,33 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     sizes = [m["head_size"] for m in result["models"]]
     top = max(sizes, default=1)
-    ax.plot([0, top], [0, top], color="0.7", lw=1, label="rank = head size (the bound)")
-    for m in result["models"]:
-        fixed = m["attention_type"] == "fixed_head"
-        ax.errorbar(m["head_size"], m["attention_rank"], yerr=m["attention_rank_std"],
-                    fmt="o" if fixed else "s", color="C1" if fixed else "C0", capsize=3)  # fmt: skip
-        ax.annotate(f"w{m['width']} h{m['heads']}", (m["head_size"], m["attention_rank"]),
-                    textcoords="offset points", xytext=(5, -3), fontsize=8)  # fmt: skip
-    ax.plot([], [], "s", color="C0", label="standard (head = width / heads)")
-    ax.plot([], [], "o", color="C1", label="fixed head size")
-    ax.set_xlabel("head size p")
-    ax.set_ylabel("attention rank (mean over heads)")
-    ax.set_title("Rank the trained heads' attention needs")
-    ax.legend(fontsize=8)
+    axes[0].plot([0, top], [0, top], color="0.7", lw=1, label="rank = head size (the bound)")
+    for ax, x in zip(axes, ("head_size", "width"), strict=True):
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for m in result["models"]:
+            standard = m["width"] == m["heads"] * m["head_size"]
+            ax.errorbar(m[x], m["attention_rank"], yerr=m["attention_rank_std"],
+                        fmt="s" if standard else "o", color="C0" if standard else "C1",
+                        capsize=3)  # fmt: skip
+            groups.setdefault(m[x], []).append(m)
+        for at, group in groups.items():  # Labels of one x stacked from its top point down.
+            group.sort(key=lambda m: -m["attention_rank"])
+            for i, m in enumerate(group):
+                ax.annotate(f"w{m['width']} h{m['heads']}x{m['head_size']}",
+                            (at, group[0]["attention_rank"]), textcoords="offset points",
+                            xytext=(7, 2 - 10 * i), fontsize=8)  # fmt: skip
+        ax.plot([], [], "s", color="C0", label="standard (head = width / heads)")
+        ax.plot([], [], "o", color="C1", label="fixed head size")
+        ax.set_xlabel({"head_size": "head size p", "width": "width d"}[x])
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("attention rank (mean over heads)")
+    axes[0].set_title("vs head size: far below the bound")
+    axes[1].set_title("vs width")
+    axes[0].legend(fontsize=8, loc="upper left")
+    fig.suptitle("Rank the trained heads' attention needs")
     fig.tight_layout()
     save_figure(fig, path)
 
