@@ -108,22 +108,26 @@ def attention_rank(logits: np.ndarray, tolerance: float = 0.05) -> np.ndarray:
     the same causal attention up to `tolerance`: the mean over rows of the total
     variation distance between the two attention distributions. 0: uniform attention
     is already that close."""
-    u, s, vt = np.linalg.svd(logits)
-    target = causal_softmax(logits)
-    approx = np.zeros_like(logits)
-    rank = np.full(logits.shape[:-2], -1)
-
-    def close(k: int) -> None:
-        tv = 0.5 * np.abs(causal_softmax(approx) - target).sum(-1).mean(-1)
-        rank[(rank < 0) & (tv <= tolerance)] = k
-
-    close(0)
-    for k in range(1, s.shape[-1] + 1):
-        if (rank >= 0).all():
+    shape = logits.shape[:-2]
+    n = logits.shape[-1]
+    flat = logits.reshape(-1, n, n)
+    u, s, vt = np.linalg.svd(flat)
+    target = causal_softmax(flat)
+    approx = np.zeros_like(flat)
+    rank = np.full(len(flat), -1)
+    todo = np.arange(len(flat))  # Matrices not yet within tolerance: only they are updated.
+    for k in range(s.shape[-1] + 1):
+        if k:
+            approx[todo] += s[todo, k - 1, None, None] * (
+                u[todo, :, k - 1, None] * vt[todo, k - 1, None, :]
+            )
+        diff = causal_softmax(approx[todo]) - target[todo]
+        tv = 0.5 * np.abs(diff).sum(-1).mean(-1)
+        rank[todo[tv <= tolerance]] = k
+        todo = todo[tv > tolerance]
+        if not len(todo):
             break
-        approx += s[..., k - 1, None, None] * (u[..., :, k - 1, None] * vt[..., k - 1, None, :])
-        close(k)
-    return rank
+    return rank.reshape(shape)
 
 
 def measure(
