@@ -205,6 +205,16 @@ def compare(a: dict, b: dict) -> str:
     return "tie"
 
 
+def r1_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """R1's judged (baseline, fixed) pairs from rows planned as baseline, fixed, ...
+
+    Only pairs with a wider baseline test the claim: matching the narrowest baseline's
+    parameters gives a fixed-head model of the same width (fewer heads).
+    """
+    return [(b, f) for b, f in zip(rows[0::2], rows[1::2], strict=True)
+            if b["key"] != f["key"] and b["width"] > f["width"]]  # fmt: skip
+
+
 def verdicts(summary: dict) -> list[dict]:
     """Each claim of the paper, judged from the summary's means and stds.
 
@@ -213,11 +223,7 @@ def verdicts(summary: dict) -> list[dict]:
     """
     out = []
     if "R1" in summary:
-        rows = summary["R1"]
-        # Only pairs with a wider baseline test the claim: matching the narrowest
-        # baseline's parameters gives a fixed-head model of the same width (fewer heads).
-        pairs = [(b, f) for b, f in zip(rows[0::2], rows[1::2], strict=True)
-                 if b["key"] != f["key"] and b["width"] > f["width"]]  # fmt: skip
+        pairs = r1_pairs(summary["R1"])
         results = [compare(f, b) for b, f in pairs]
         verdict = ("not reproduced" if "higher" in results
                    else "reproduced" if "lower" in results else "tie")  # fmt: skip

@@ -67,7 +67,7 @@ import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
 from headsize_tf.experiments import reproduce
-from headsize_tf.experiments.reproduce import compare, verdicts
+from headsize_tf.experiments.reproduce import compare, r1_pairs, verdicts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,11 +500,7 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
 
 def pairs(summary: dict) -> list[tuple[str, str, str]]:
     """The compared pairs (experiment, fixed key, baseline key)."""
-    out = []
-    r1 = summary.get("R1", [])
-    for base, fixed in zip(r1[0::2], r1[1::2], strict=True):
-        if base["key"] != fixed["key"] and base["width"] > fixed["width"]:
-            out.append(("R1", fixed["key"], base["key"]))
+    out = [("R1", fixed["key"], base["key"]) for base, fixed in r1_pairs(summary.get("R1", []))]
     r2 = summary.get("R2", [])
     for base, fixed in zip(r2[0::2], r2[1::2], strict=True):
         if base["key"] != fixed["key"]:
