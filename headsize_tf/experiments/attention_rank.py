@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 ENERGY = (0.9, 0.99)
+METRICS = ("attention_rank", *(f"energy_rank_{int(f * 100)}" for f in ENERGY), "entropy_rank")
 
 
 def energy_rank(singular_values: np.ndarray, fraction: float) -> np.ndarray:
@@ -187,13 +188,14 @@ def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
             per_seed.append(json.loads(path.read_text()))
         if not per_seed:
             continue
-        keys = [k for k in per_seed[0] if k.endswith("_rank") or "_rank_" in k]
         models.append({**{k: row[k] for k in ("key", "width", "heads", "head_size", "params",
                                                 "attention_type", "mean")},
                        "seeds": [r["seed"] for r in per_seed],
                        "tolerance": per_seed[0]["tolerance"],
-                       **{k: float(np.mean([r[k] for r in per_seed])) for k in keys},
-                       **{f"{k}_std": float(np.std([r[k] for r in per_seed])) for k in keys},
+                       **{k: float(np.mean([r[k] for r in per_seed])) for k in METRICS},
+                       # Sample std over seeds, as in the reproduction's tables.
+                       **{f"{k}_std": float(np.std([r[k] for r in per_seed], ddof=1))
+                          if len(per_seed) > 1 else 0.0 for k in METRICS},
                        "by_layer": np.mean([[x["attention_rank"] for x in r["layers"]]
                                                for r in per_seed], axis=0).tolist()})  # fmt: skip
     return {
@@ -212,7 +214,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
              f"constants) on {result['windows']} validation windows, from the "
              f"`{result['preset']}` preset's final checkpoints at each model's chosen learning "
              "rate (`reproduce_v2`). A head of size p has logits of rank p at most (Theorem "
-             "1). Means over layers, heads, windows, then seeds (± std over seeds).", "",
+             "1). Means over layers, heads, windows, then seeds (± sample std over seeds).", "",
              f"- **attention rank**: the fewest singular directions of the logits whose "
              f"truncation gives the same causal attention within {tolerance:g} (mean total "
              "variation distance over rows);",
