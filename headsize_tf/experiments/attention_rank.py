@@ -226,9 +226,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
     for m in result["models"]:
         layers = ", ".join(f"{v:.1f}" for v in m["by_layer"])
+        # One seed has no spread to show (not "± 0.0").
+        spread = f" ± {m['attention_rank_std']:.1f}" if len(m["seeds"]) > 1 else ""
         lines.append(f"| {m['key']} | {m['width']} | {m['heads']} | {m['head_size']} | "
-                     f"{m['mean']:.2f} | {m['attention_rank']:.1f} ± "
-                     f"{m['attention_rank_std']:.1f} | {m['attention_rank'] / m['head_size']:.2f}"
+                     f"{m['mean']:.2f} | {m['attention_rank']:.1f}{spread}"
+                     f" | {m['attention_rank'] / m['head_size']:.2f}"
                      f" | {layers} | {m['energy_rank_90']:.1f} / {m['energy_rank_99']:.1f} | "
                      f"{m['entropy_rank']:.1f} | {','.join(map(str, m['seeds']))} |")  # fmt: skip
     if result["missing"]:

@@ -108,6 +108,7 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     assert result["missing"] == [name]  # Listed, not measured.
     readme = (out / "attention_rank" / "README.md").read_text()
     assert "| std_w16_h4_p4 | 16 | 4 | 4 |" in readme
+    assert "± 0.0" not in readme  # One seed: no spread shown.
     assert (out / "attention_rank" / "attention_rank.png").stat().st_size > 10_000
     assert ar.main(command) == 0  # A rerun reuses the run's measurement.
     assert "[rank]" not in capsys.readouterr().out
