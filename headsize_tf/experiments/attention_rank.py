@@ -154,6 +154,18 @@ def _load_windows(data_dir: pathlib.Path, count: int) -> np.ndarray:
     return lm_keras3.load_lm_array(corpus, "valid")[:count, :-1]
 
 
+def final_checkpoint(model_dir: pathlib.Path, steps: int) -> bool:
+    """Whether `model_dir` holds the run's last checkpoint (`ckpt-<steps>`), so that a run
+    still training (or cut off) is not measured as if it were finished."""
+    state = model_dir / "checkpoint"
+    if not state.exists():
+        return False
+    for line in state.read_text().splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            return line.split(":", 1)[1].strip().strip('"') == f"ckpt-{steps}"
+    return False
+
+
 def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
         data_dir: pathlib.Path, windows: int = 4) -> dict[str, Any]:  # fmt: skip
     """Measures every checkpoint of the reproduction's chosen runs; returns the summary."""
@@ -178,7 +190,7 @@ def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
             path = out / "runs" / f"{name}.json"
             if not path.exists():
                 model_dir = rv2.run_dir(work_dir, preset, key, row["learning_rate"], seed)
-                if not (model_dir / "checkpoint").exists():
+                if not final_checkpoint(model_dir, preset.steps):
                     missing.append(name)
                     continue
                 print(f"[rank] {name}", flush=True)

@@ -93,6 +93,12 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     # Seed 1 at the chosen rate has a result file but no checkpoint (another machine's).
     name = rv2.run_name("std_w16_h4_p4", record["learning_rate"], 1)
     (out / "runs" / f"{name}.json").write_text(json.dumps({**record, "seed": 1}))
+    # Seed 2's run is still training: its checkpoint is not the last step's.
+    unfinished = rv2.run_name("std_w16_h4_p4", record["learning_rate"], 2)
+    (out / "runs" / f"{unfinished}.json").write_text(json.dumps({**record, "seed": 2}))
+    partial = rv2.run_dir(work, preset, "std_w16_h4_p4", record["learning_rate"], 2)
+    partial.mkdir(parents=True)
+    (partial / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{preset.steps - 1}"\n')
     assert rv2.main([*argv, "--summarize-only"]) == 0
     capsys.readouterr()
     command = ["--runs", str(out), "--work-dir", str(work), "--windows", "2",
@@ -105,7 +111,7 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     assert model["key"] == "std_w16_h4_p4" and model["seeds"] == [0]
     assert 0 <= model["attention_rank"] <= model["head_size"] == 4
     assert result["windows"] == 2 and "--windows 2" in result["command"]
-    assert result["missing"] == [name]  # Listed, not measured.
+    assert result["missing"] == [name, unfinished]  # Listed, not measured.
     readme = (out / "attention_rank" / "README.md").read_text()
     assert "| std_w16_h4_p4 | 16 | 4 | 4 |" in readme
     assert "± 0.0" not in readme  # One seed: no spread shown.
