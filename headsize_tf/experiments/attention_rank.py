@@ -157,13 +157,10 @@ def _load_windows(data_dir: pathlib.Path, count: int) -> np.ndarray:
 def final_checkpoint(model_dir: pathlib.Path, steps: int) -> bool:
     """Whether `model_dir` holds the run's last checkpoint (`ckpt-<steps>`), so that a run
     still training (or cut off) is not measured as if it were finished."""
-    state = model_dir / "checkpoint"
-    if not state.exists():
-        return False
-    for line in state.read_text().splitlines():
-        if line.startswith("model_checkpoint_path:"):
-            return line.split(":", 1)[1].strip().strip('"') == f"ckpt-{steps}"
-    return False
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    return latest is not None and pathlib.Path(latest).name == f"ckpt-{steps}"
 
 
 def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,

@@ -99,6 +99,8 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     partial = rv2.run_dir(work, preset, "std_w16_h4_p4", record["learning_rate"], 2)
     partial.mkdir(parents=True)
     (partial / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{preset.steps - 1}"\n')
+    (partial / f"ckpt-{preset.steps - 1}.index").write_bytes(b"")
+    assert not ar.final_checkpoint(partial, preset.steps)
     assert rv2.main([*argv, "--summarize-only"]) == 0
     capsys.readouterr()
     command = ["--runs", str(out), "--work-dir", str(work), "--windows", "2",
