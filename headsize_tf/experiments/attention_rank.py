@@ -268,12 +268,12 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
                         fmt="s" if standard else "o", color="C0" if standard else "C1",
                         capsize=3)  # fmt: skip
             groups.setdefault(m[x], []).append(m)
-        for at, group in groups.items():  # Labels of one x stacked from its top point down.
-            group.sort(key=lambda m: -m["attention_rank"])
+        for at, group in groups.items():  # Labels of one x stacked up from its lowest point
+            group.sort(key=lambda m: m["attention_rank"])  # (the space above is empty).
             for i, m in enumerate(group):
                 ax.annotate(f"w{m['width']} h{m['heads']}x{m['head_size']}",
                             (at, group[0]["attention_rank"]), textcoords="offset points",
-                            xytext=(7, 2 - 10 * i), fontsize=8)  # fmt: skip
+                            xytext=(7, -3 + 10 * i), fontsize=8)  # fmt: skip
         ax.plot([], [], "s", color="C0", label="standard (head = width / heads)")
         ax.plot([], [], "o", color="C1", label="fixed head size")
         ax.set_xlabel({"head_size": "head size p", "width": "width d"}[x])
