@@ -171,7 +171,7 @@ def test_head_importance_is_the_gates_gradient():
     heads = [layer.num_heads for layer in lm.attention_layers]
     assert scores.shape == (2, max(heads))
     assert np.isnan(scores[0, heads[0] :]).all()  # Layer 0 has fewer heads.
-    eps = 1e-2
+    eps = 1e-1  # float32 noise < 0.2% of the difference (at 1e-2 it neared 2%).
     for layer, head in [(0, 1), (1, 4)]:
         values = []
         for sign in (1, -1):

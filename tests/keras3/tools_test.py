@@ -135,13 +135,16 @@ def test_importance_is_the_gate_gradient(kind):
         set_head_mask(model.backbone, np.ones([2, 4]))
         return value
 
-    eps = 1e-2
+    # eps = 0.1: the loss is smooth in the gate (truncation < 0.1% here), and
+    # the float32 noise of the two losses (~3e-7) stays < 0.2% of their
+    # difference. At eps = 1e-2 that noise reached 2.6% on JAX (CI, stop 27).
+    eps = 1e-1
     for layer, head in [(0, 0), (0, 3), (1, 2)]:
         plus, minus = np.ones([2, 4]), np.ones([2, 4])
         plus[layer, head] += eps
         minus[layer, head] -= eps
         numeric = abs(loss_at(plus) - loss_at(minus)) / (2 * eps) / tokens
-        assert numeric > 1e-5  # A real signal, far above float32 noise (~3e-7 here).
+        assert numeric > 1e-5  # A real signal, far above float32 noise.
         np.testing.assert_allclose(scores[layer, head], numeric, rtol=2e-2)
     normalized = head_importance(model, [(inputs, targets)], loss)
     np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, rtol=1e-6)
