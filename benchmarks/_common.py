@@ -19,8 +19,13 @@ def rows_per_backend(script: str, backends: str, child_args: list[str]) -> list[
     for backend in backends.split(","):
         print(f"timing the {backend} backend ...", flush=True)
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-        done = subprocess.run([sys.executable, script, "--child", *child_args], env=env,
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, script, "--child", *child_args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode:
             print(done.stderr[-3000:], file=sys.stderr)
             return done.returncode

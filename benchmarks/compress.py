@@ -46,8 +46,11 @@ def layer_kernels(layer: int) -> tuple[np.ndarray, np.ndarray]:
     def kernels():
         basis = np.linalg.qr(rng.standard_normal([WIDTH, SHARED]))[0]
         basis = basis * np.exp(-np.arange(SHARED) / 128)[None]
-        heads = [basis @ rng.standard_normal([SHARED, HEAD_SIZE])
-                 + 0.1 * rng.standard_normal([WIDTH, HEAD_SIZE]) for _ in range(HEADS)]  # fmt: skip
+        heads = [
+            basis @ rng.standard_normal([SHARED, HEAD_SIZE])
+            + 0.1 * rng.standard_normal([WIDTH, HEAD_SIZE])
+            for _ in range(HEADS)
+        ]
         return (0.05 * np.stack(heads)).astype(np.float32)
 
     return kernels(), kernels()
@@ -68,20 +71,34 @@ def main() -> int:
     for layer in range(LAYERS):
         q, k = layer_kernels(layer)
         result = cp.head_products_cp(q, k, RANK, max_iter=args.max_iter)
-        ours.append({"layer": layer, "seconds": result.seconds, "iterations": result.iterations,
-                     "relative_error": result.relative_error})  # fmt: skip
-        print(f"ours     layer {layer:2d}: {result.seconds:6.2f} s  error "
-              f"{result.relative_error:.4f}  ({result.iterations} sweeps)", flush=True)  # fmt: skip
+        ours.append(
+            {
+                "layer": layer,
+                "seconds": result.seconds,
+                "iterations": result.iterations,
+                "relative_error": result.relative_error,
+            }
+        )
+        print(
+            f"ours     layer {layer:2d}: {result.seconds:6.2f} s  error "
+            f"{result.relative_error:.4f}  ({result.iterations} sweeps)",
+            flush=True,
+        )
     for layer in range(min(args.tensorly_layers, LAYERS)):
         if str(layer) in tensorly_runs:
             continue
         q, k = layer_kernels(layer)
         result = cp.tensorly_cp(q, k, RANK)  # tensorly's defaults
-        tensorly_runs[str(layer)] = {"seconds": result.seconds,
-                                     "relative_error": result.relative_error}  # fmt: skip
+        tensorly_runs[str(layer)] = {
+            "seconds": result.seconds,
+            "relative_error": result.relative_error,
+        }
         write_json(cache, tensorly_runs)
-        print(f"tensorly layer {layer:2d}: {result.seconds:6.1f} s  error "
-              f"{result.relative_error:.4f}", flush=True)  # fmt: skip
+        print(
+            f"tensorly layer {layer:2d}: {result.seconds:6.1f} s  error "
+            f"{result.relative_error:.4f}",
+            flush=True,
+        )
 
     done = sorted(int(layer) for layer in tensorly_runs)
     ours_total = sum(r["seconds"] for r in ours)
@@ -94,7 +111,7 @@ def main() -> int:
             "width": WIDTH,
             "head_size": HEAD_SIZE,
             "rank": RANK,
-        },  # fmt: skip
+        },
         "ours": ours,
         "ours_total_seconds": ours_total,
         "ours_mean_error": float(np.mean([r["relative_error"] for r in ours])),
@@ -116,15 +133,23 @@ def main() -> int:
         lines.append(
             f"| {r['layer']} | {r['seconds']:.2f} | {r['relative_error']:.4f} | {t_cells} |"
         )
-    lines += ["", f"Ours, all 12 layers: **{ours_total:.1f} s**, mean error "
-              f"{data['ours_mean_error']:.4f} (target: ≤ 60 s).", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Ours, all 12 layers: **{ours_total:.1f} s**, mean error "
+        f"{data['ours_mean_error']:.4f} (target: ≤ 60 s).",
+        "",
+    ]
     if done:
         t_total = sum(tensorly_runs[str(i)]["seconds"] for i in done)
         t_err = float(np.mean([tensorly_runs[str(i)]["relative_error"] for i in done]))
         o_err = float(np.mean([ours[i]["relative_error"] for i in done]))
         o_time = sum(ours[i]["seconds"] for i in done)
-        data.update(tensorly_layers=len(done), tensorly_total_seconds=t_total,
-                    tensorly_mean_error=t_err, speedup_on_same_layers=t_total / o_time)  # fmt: skip
+        data.update(
+            tensorly_layers=len(done),
+            tensorly_total_seconds=t_total,
+            tensorly_mean_error=t_err,
+            speedup_on_same_layers=t_total / o_time,
+        )
         lines.append(
             f"tensorly's default `parafac`, {len(done)} of 12 layers: {t_total:.0f} s "
             f"(ours on the same layers: {o_time:.1f} s, **{t_total / o_time:.0f}x faster**); mean "

@@ -81,18 +81,23 @@ def child(repeats: int, iters: int) -> list[dict]:
             cfg["ms"].append(1e3 * (time.perf_counter() - start) / iters)
     rows = []
     for cfg in configs:
-        stock = next(c for c in configs if c["name"].startswith("stock")
-                     and c["xla"] == cfg["xla"] and c["part"] == cfg["part"])  # fmt: skip
+        stock = next(
+            c
+            for c in configs
+            if c["name"].startswith("stock") and c["xla"] == cfg["xla"] and c["part"] == cfg["part"]
+        )
         median = statistics.median(cfg["ms"])
-        rows.append({
-            "backend": keras.backend.backend(),
-            "layer": cfg["name"],
-            "part": cfg["part"],
-            "jit_compile": cfg["xla"],
-            "median_ms": round(median, 3),
-            "ratio_to_stock_mha": round(median / statistics.median(stock["ms"]), 3),
-            "all_ms": [round(v, 3) for v in cfg["ms"]],
-        })  # fmt: skip
+        rows.append(
+            {
+                "backend": keras.backend.backend(),
+                "layer": cfg["name"],
+                "part": cfg["part"],
+                "jit_compile": cfg["xla"],
+                "median_ms": round(median, 3),
+                "ratio_to_stock_mha": round(median / statistics.median(stock["ms"]), 3),
+                "all_ms": [round(v, 3) for v in cfg["ms"]],
+            }
+        )
     return rows
 
 
@@ -110,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from _common import rows_per_backend
 
-    rows = rows_per_backend(__file__, args.backends,
-                            ["--repeats", str(args.repeats), "--iters", str(args.iters)])  # fmt: skip
+    rows = rows_per_backend(
+        __file__, args.backends, ["--repeats", str(args.repeats), "--iters", str(args.iters)]
+    )
     if isinstance(rows, int):
         return rows
 

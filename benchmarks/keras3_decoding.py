@@ -49,9 +49,13 @@ def child(repeats: int) -> list[dict]:
     from headsize_tf.keras3.pruning import remove_heads
 
     keras.utils.set_random_seed(0)
-    lm = CausalLM(vocabulary_size=VOCAB, num_layers=LAYERS, hidden_dim=WIDTH,
-                  attention={"kind": "standard", "num_heads": HEADS},
-                  max_sequence_length=MAX_LENGTH)  # fmt: skip
+    lm = CausalLM(
+        vocabulary_size=VOCAB,
+        num_layers=LAYERS,
+        hidden_dim=WIDTH,
+        attention={"kind": "standard", "num_heads": HEADS},
+        max_sequence_length=MAX_LENGTH,
+    )
     mask = np.ones([LAYERS, HEADS], np.float32)
     mask[:, HEADS // 2 :] = 0.0
     pruned = remove_heads(lm, mask)
@@ -87,12 +91,17 @@ def child(repeats: int) -> list[dict]:
             configs[name]()
             seconds[name].append(time.perf_counter() - start)
     base = statistics.median(seconds["compiled cache"])
-    return [{"backend": keras.backend.backend(), "config": name,
-             "tokens_per_s": round(BATCH * NEW / statistics.median(s), 1),
-             "time_ratio_to_compiled_cache": round(statistics.median(s) / base, 3),
-             "all_s": [round(v, 4) for v in s],
-             "params": int((pruned if "removed" in name else lm).count_params())}
-            for name, s in seconds.items()]  # fmt: skip
+    return [
+        {
+            "backend": keras.backend.backend(),
+            "config": name,
+            "tokens_per_s": round(BATCH * NEW / statistics.median(s), 1),
+            "time_ratio_to_compiled_cache": round(statistics.median(s) / base, 3),
+            "all_s": [round(v, 4) for v in s],
+            "params": int((pruned if "removed" in name else lm).count_params()),
+        }
+        for name, s in seconds.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,23 +125,41 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/keras3_decoding.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    meta = {"command": command.strip(), "machine": f"{platform.machine()} {os.cpu_count()} cpus",
-            "shape": {"vocab": VOCAB, "layers": LAYERS, "width": WIDTH, "heads": HEADS,
-                      "batch": BATCH, "prompt": PROMPT, "new_tokens": NEW},
-            "repeats": args.repeats}  # fmt: skip
+    meta = {
+        "command": command.strip(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "shape": {
+            "vocab": VOCAB,
+            "layers": LAYERS,
+            "width": WIDTH,
+            "heads": HEADS,
+            "batch": BATCH,
+            "prompt": PROMPT,
+            "new_tokens": NEW,
+        },
+        "repeats": args.repeats,
+    }
     out_dir = pathlib.Path(args.output)
-    write_atomic(out_dir / "keras3_decoding.json",
-                 json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")  # fmt: skip
-    lines = ["# Keras 3 CausalLM.generate: cache, compilation, heads removed (CPU)", "",
-             f"Command: `{meta['command']}`  ",
-             f"LM: {LAYERS} layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS}, vocabulary "
-             f"{VOCAB}; {BATCH} prompts of {PROMPT} tokens, {NEW} new tokens, greedy; "
-             f"{meta['machine']}; median of {args.repeats} interleaved repeats. Ratio = median "
-             "time / the full model's compiled cache (same backend).", "",
-             "| backend | decoding | params | tokens/s | time ratio |", "|---|---|---:|---:|---:|"]  # fmt: skip
+    write_atomic(
+        out_dir / "keras3_decoding.json", json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
+    )
+    lines = [
+        "# Keras 3 CausalLM.generate: cache, compilation, heads removed (CPU)",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"LM: {LAYERS} layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS}, vocabulary "
+        f"{VOCAB}; {BATCH} prompts of {PROMPT} tokens, {NEW} new tokens, greedy; "
+        f"{meta['machine']}; median of {args.repeats} interleaved repeats. Ratio = median "
+        "time / the full model's compiled cache (same backend).",
+        "",
+        "| backend | decoding | params | tokens/s | time ratio |",
+        "|---|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['backend']} | {r['config']} | {r['params']:,} | "
-                     f"{r['tokens_per_s']:.1f} | {r['time_ratio_to_compiled_cache']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['backend']} | {r['config']} | {r['params']:,} | "
+            f"{r['tokens_per_s']:.1f} | {r['time_ratio_to_compiled_cache']:.2f} |"
+        )
     write_atomic(out_dir / "keras3_decoding.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -42,8 +42,13 @@ from headsize_tf.pruning import remove_heads, set_head_mask  # noqa: E402
 
 BATCH, SEQ = 256, 128
 DECODE_BATCH, DECODE_PROMPT, DECODE_NEW = 64, 32, 96
-LM = {"vocab_size": 4096, "hidden_size": 512, "num_layers": 6, "intermediate_size": 2048,
-      "max_sequence_length": 256}  # fmt: skip
+LM = {
+    "vocab_size": 4096,
+    "hidden_size": 512,
+    "num_layers": 6,
+    "intermediate_size": 2048,
+    "max_sequence_length": 256,
+}
 
 
 def encoder_flops(layers: int, width: int, inner: int, heads_per_layer, head_size: int) -> float:
@@ -107,11 +112,16 @@ def decoding(args) -> dict:
         "command": "python benchmarks/pruning.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "model": {**LM, "num_heads": heads, "head_size": head_size},
-        "batch": DECODE_BATCH, "prompt": DECODE_PROMPT, "new_tokens": DECODE_NEW,
-        "repeats": args.repeats, "median_tokens_per_second": median, "speedup": speedup,
-        "ideal_speedup": ideal, "removed_vs_ideal_ratio": speedup / ideal,
+        "batch": DECODE_BATCH,
+        "prompt": DECODE_PROMPT,
+        "new_tokens": DECODE_NEW,
+        "repeats": args.repeats,
+        "median_tokens_per_second": median,
+        "speedup": speedup,
+        "ideal_speedup": ideal,
+        "removed_vs_ideal_ratio": speedup / ideal,
         "params": {name: int(m.count_params()) for name, m in models.items()},
-    }  # fmt: skip
+    }
     lines = [
         f"# Pruned-head decoding speed: causal LM, batch {DECODE_BATCH}, {DECODE_NEW} new tokens",
         "",
@@ -124,8 +134,10 @@ def decoding(args) -> dict:
         "|---|---:|---:|---:|",
     ]
     for name in models:
-        lines.append(f"| {name} | {data['params'][name]:,} | {median[name]:,.0f} | "
-                     f"{median[name] / median['unpruned']:.3f}x |")  # fmt: skip
+        lines.append(
+            f"| {name} | {data['params'][name]:,} | {median[name]:,.0f} | "
+            f"{median[name] / median['unpruned']:.3f}x |"
+        )
     verdict = "met" if speedup / ideal >= 0.9 else "not met"
     lines += [
         "",
@@ -166,11 +178,16 @@ def main() -> int:
     masked = load_sentence_encoder("minilm-l6").encoder
     set_head_mask(masked, mask)
     ids = rng.integers(1000, 30000, size=(BATCH, SEQ)).astype(np.int32)
-    inputs = {"input_word_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
-              "input_type_ids": tf.zeros_like(ids)}  # fmt: skip
+    inputs = {
+        "input_word_ids": tf.constant(ids),
+        "input_mask": tf.ones_like(ids),
+        "input_type_ids": tf.zeros_like(ids),
+    }
     models = {"unpruned": full, "50% masked": masked, "50% removed": removed}
-    fns = {name: tf.function(lambda x, m=m: m(x, training=False)["sequence_output"])
-           for name, m in models.items()}  # fmt: skip
+    fns = {
+        name: tf.function(lambda x, m=m: m(x, training=False)["sequence_output"])
+        for name, m in models.items()
+    }
     outputs = {name: fn(inputs).numpy() for name, fn in fns.items()}  # trace + warm up
     max_diff = float(np.abs(outputs["50% masked"] - outputs["50% removed"]).max())
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -183,22 +200,28 @@ def main() -> int:
         print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
     median = {name: statistics.median(t) for name, t in times.items()}
     head_size = config["hidden_size"] // heads
-    flops_full = encoder_flops(layers, config["hidden_size"], config["inner_dim"],
-                               [heads] * layers, head_size)  # fmt: skip
-    flops_pruned = encoder_flops(layers, config["hidden_size"], config["inner_dim"],
-                                 [heads // 2] * layers, head_size)  # fmt: skip
+    flops_full = encoder_flops(
+        layers, config["hidden_size"], config["inner_dim"], [heads] * layers, head_size
+    )
+    flops_pruned = encoder_flops(
+        layers, config["hidden_size"], config["inner_dim"], [heads // 2] * layers, head_size
+    )
     ideal = flops_full / flops_pruned
     speedup = {name: median["unpruned"] / median[name] for name in median}
     data = {
         "command": "python benchmarks/pruning.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "batch": BATCH, "sequence_length": SEQ, "repeats": args.repeats,
-        "median_seconds": median, "speedup": speedup, "ideal_speedup": ideal,
+        "batch": BATCH,
+        "sequence_length": SEQ,
+        "repeats": args.repeats,
+        "median_seconds": median,
+        "speedup": speedup,
+        "ideal_speedup": ideal,
         "fraction_of_ideal": (speedup["50% removed"] - 1) / (ideal - 1),
         "removed_vs_ideal_ratio": speedup["50% removed"] / ideal,
         "masked_vs_removed_max_abs_diff": max_diff,
         "params": {name: int(m.count_params()) for name, m in models.items()},
-    }  # fmt: skip
+    }
     lines = [
         "# Pruned-head inference speed: all-MiniLM-L6-v2, batch 256 x 128 tokens",
         "",
@@ -209,8 +232,9 @@ def main() -> int:
         "|---|---:|---:|---:|",
     ]
     for name in models:
-        lines.append(f"| {name} | {data['params'][name]:,} | {median[name]:.3f} | "
-                     f"{speedup[name]:.3f}x |")  # fmt: skip
+        lines.append(
+            f"| {name} | {data['params'][name]:,} | {median[name]:.3f} | {speedup[name]:.3f}x |"
+        )
     lines += [
         "",
         f"FLOP-model ideal speedup for 50% of heads removed: {ideal:.3f}x (the FFN is untouched).",

@@ -60,19 +60,38 @@ def _lm1b_data(seq: int, batch: int) -> dict:
     common = {"tfds_name": "lm1b", "vocab_file": "${DATA_DIR}/lm1b/vocab.txt", "seq_length": seq}
     return {
         "train_data": {**common, "tfds_split": "train", "global_batch_size": batch},
-        "validation_data": {**common, "tfds_split": "test", "global_batch_size": batch,
-                            "is_training": False, "drop_remainder": False},
-    }  # fmt: skip
+        "validation_data": {
+            **common,
+            "tfds_split": "test",
+            "global_batch_size": batch,
+            "is_training": False,
+            "drop_remainder": False,
+        },
+    }
 
 
-def _lm_model(width: int, heads: int, layers: int = 6, head_size: int | None = None,
-              vocab: int = 32000, seq: int = 256) -> dict:  # fmt: skip
-    model = {"vocab_size": vocab, "hidden_size": width, "num_layers": layers,
-             "attention": {"kind": "standard", "num_heads": heads},
-             "intermediate_size": 4 * width, "max_sequence_length": seq, "dropout_rate": 0.1}  # fmt: skip
+def _lm_model(
+    width: int,
+    heads: int,
+    layers: int = 6,
+    head_size: int | None = None,
+    vocab: int = 32000,
+    seq: int = 256,
+) -> dict:
+    model = {
+        "vocab_size": vocab,
+        "hidden_size": width,
+        "num_layers": layers,
+        "attention": {"kind": "standard", "num_heads": heads},
+        "intermediate_size": 4 * width,
+        "max_sequence_length": seq,
+        "dropout_rate": 0.1,
+    }
     if head_size is not None:
-        model.update(attention={"kind": "fixed_head", "num_heads": heads, "head_size": head_size},
-                     intermediate_size=1024)  # fmt: skip
+        model.update(
+            attention={"kind": "fixed_head", "num_heads": heads, "head_size": head_size},
+            intermediate_size=1024,
+        )
     return model
 
 
@@ -81,11 +100,13 @@ def lm1b_family() -> dict[str, tuple[str, dict]]:
 
     def count(model: dict) -> int:
         spec = params.EncoderSpec(
-            vocab_size=model["vocab_size"], width=model["hidden_size"],
-            num_layers=model["num_layers"], attention=params.AttentionSpec(**model["attention"]),
+            vocab_size=model["vocab_size"],
+            width=model["hidden_size"],
+            num_layers=model["num_layers"],
+            attention=params.AttentionSpec(**model["attention"]),
             intermediate_size=model["intermediate_size"],
             max_sequence_length=model["max_sequence_length"],
-        )  # fmt: skip
+        )
         return params.causal_lm_params(spec).trainable
 
     files = {}
@@ -100,24 +121,41 @@ def lm1b_family() -> dict[str, tuple[str, dict]]:
         if heads * 32 == width:  # 8 heads of 32 at width 256 *is* baseline_w256.
             pairs = pairs[:1]
         for name, model in pairs:
-            note = (f"{count(model):,} trainable parameters"
-                    + ("" if model is base else f" (matches baseline_w{width}: {target:,})"))  # fmt: skip
-            files[name] = (note, {"task": {"model": model, **_lm1b_data(256, 128)},
-                                  "trainer": _trainer(250000, 1e-3, 10000, 5000, 100)})  # fmt: skip
-    tiny = {"task": {"model": _lm_model(64, 4, layers=2, vocab=8000, seq=128) | {"dropout_rate": 0.0},
-                     **_lm1b_data(128, 32)},
-            "trainer": _trainer(200, 2e-3, 20, 100, 5)}  # fmt: skip
+            note = f"{count(model):,} trainable parameters" + (
+                "" if model is base else f" (matches baseline_w{width}: {target:,})"
+            )
+            files[name] = (
+                note,
+                {
+                    "task": {"model": model, **_lm1b_data(256, 128)},
+                    "trainer": _trainer(250000, 1e-3, 10000, 5000, 100),
+                },
+            )
+    tiny = {
+        "task": {
+            "model": _lm_model(64, 4, layers=2, vocab=8000, seq=128) | {"dropout_rate": 0.0},
+            **_lm1b_data(128, 32),
+        },
+        "trainer": _trainer(200, 2e-3, 20, 100, 5),
+    }
     files["tiny"] = ("width 64, 2 layers, vocab 8000: a CPU-sized check of the pipeline", tiny)
     return files
 
 
 # ------------------------------------------------------------- BERT 24
-def _bert_encoder(width: int, heads: int, head_size: int | None = None, layers: int = 24,
-                  vocab: int = 30522) -> dict:  # fmt: skip
-    enc = {"vocab_size": vocab, "hidden_size": width, "num_layers": layers,
-           "attention": {"kind": "standard", "num_heads": heads},
-           "intermediate_size": 4 * width, "max_position_embeddings": 512,
-           "dropout_rate": 0.1, "attention_dropout_rate": 0.1}  # fmt: skip
+def _bert_encoder(
+    width: int, heads: int, head_size: int | None = None, layers: int = 24, vocab: int = 30522
+) -> dict:
+    enc = {
+        "vocab_size": vocab,
+        "hidden_size": width,
+        "num_layers": layers,
+        "attention": {"kind": "standard", "num_heads": heads},
+        "intermediate_size": 4 * width,
+        "max_position_embeddings": 512,
+        "dropout_rate": 0.1,
+        "attention_dropout_rate": 0.1,
+    }
     if head_size is not None:
         enc.update(attention={"kind": "fixed_head", "num_heads": heads, "head_size": head_size})
     return {"encoder": {"type": "any", "any": enc}}
@@ -127,9 +165,12 @@ def _bert_data(batch: int, seq: int = 128, predictions: int = 20) -> dict:
     common = {"global_batch_size": batch, "seq_length": seq, "max_predictions_per_seq": predictions}
     return {
         "train_data": {"input_path": "${DATA_DIR}/bert_pretrain/train-*.tfrecord", **common},
-        "validation_data": {"input_path": "${DATA_DIR}/bert_pretrain/valid-*.tfrecord",
-                            **common, "is_training": False},
-    }  # fmt: skip
+        "validation_data": {
+            "input_path": "${DATA_DIR}/bert_pretrain/valid-*.tfrecord",
+            **common,
+            "is_training": False,
+        },
+    }
 
 
 def bert24_family() -> dict[str, tuple[str, dict]]:
@@ -138,10 +179,12 @@ def bert24_family() -> dict[str, tuple[str, dict]]:
     def count(model: dict) -> int:
         enc = model["encoder"]["any"]
         spec = params.EncoderSpec(
-            vocab_size=enc["vocab_size"], width=enc["hidden_size"], num_layers=enc["num_layers"],
+            vocab_size=enc["vocab_size"],
+            width=enc["hidden_size"],
+            num_layers=enc["num_layers"],
             attention=params.AttentionSpec(**enc["attention"]),
             intermediate_size=enc["intermediate_size"],
-        )  # fmt: skip
+        )
         return params.encoder_params(spec).trainable
 
     models = {f"baseline_w{w}_h{w // 64}": _bert_encoder(w, w // 64) for w in (512, 768, 1024)}
@@ -153,14 +196,18 @@ def bert24_family() -> dict[str, tuple[str, dict]]:
                 "task": {"model": model, **_bert_data(256)},
                 "trainer": _trainer(1000000, 1e-4, 10000, 10000, 100),
             },
-        )  # fmt: skip
+        )
         for name, model in models.items()
     }
     tiny_model = _bert_encoder(64, 4, layers=2, vocab=30522)
     tiny_model["encoder"]["any"].update(intermediate_size=256, max_position_embeddings=128)
-    files["tiny"] = ("width 64, 2 layers: a CPU-sized check of the pipeline",
-                     {"task": {"model": tiny_model, **_bert_data(32)},
-                      "trainer": _trainer(200, 2e-3, 20, 100, 5)})  # fmt: skip
+    files["tiny"] = (
+        "width 64, 2 layers: a CPU-sized check of the pipeline",
+        {
+            "task": {"model": tiny_model, **_bert_data(32)},
+            "trainer": _trainer(200, 2e-3, 20, 100, 5),
+        },
+    )
     return files
 
 
@@ -172,27 +219,48 @@ NMT_VOCAB = (
 
 
 def _nmt_data(batch: int, seq: int) -> dict:
-    common = {"tfds_name": "wmt14_translate/de-en", "src_lang": "en", "tgt_lang": "de",
-              "vocab_file": "${DATA_DIR}/wmt14/vocab.txt", "max_seq_length": seq}  # fmt: skip
+    common = {
+        "tfds_name": "wmt14_translate/de-en",
+        "src_lang": "en",
+        "tgt_lang": "de",
+        "vocab_file": "${DATA_DIR}/wmt14/vocab.txt",
+        "max_seq_length": seq,
+    }
     return {
         "train_data": {**common, "tfds_split": "train", "global_batch_size": batch},
-        "validation_data": {**common, "tfds_split": "validation", "global_batch_size": batch,
-                            "is_training": False, "drop_remainder": False},
-    }  # fmt: skip
+        "validation_data": {
+            **common,
+            "tfds_split": "validation",
+            "global_batch_size": batch,
+            "is_training": False,
+            "drop_remainder": False,
+        },
+    }
 
 
 def nmt_family() -> dict[str, tuple[str, dict]]:
-    base = {"vocab_size": 32000, "hidden_size": 512, "num_encoder_layers": 6,
-            "num_decoder_layers": 6, "attention": {"kind": "standard", "num_heads": 8},
-            "intermediate_size": 2048, "max_sequence_length": 128, "dropout_rate": 0.1,
-            "attention_dropout_rate": 0.1}  # fmt: skip
+    base = {
+        "vocab_size": 32000,
+        "hidden_size": 512,
+        "num_encoder_layers": 6,
+        "num_decoder_layers": 6,
+        "attention": {"kind": "standard", "num_heads": 8},
+        "intermediate_size": 2048,
+        "max_sequence_length": 128,
+        "dropout_rate": 0.1,
+        "attention_dropout_rate": 0.1,
+    }
     models = {"standard": base}
     for dim in (512, 256, 128, 64):
         models[f"collaborative_dk{dim}"] = dict(
             base,
-            attention={"kind": "collaborative", "num_heads": 8, "shared_key_dim": dim,
-                       "head_size": 64},
-        )  # fmt: skip
+            attention={
+                "kind": "collaborative",
+                "num_heads": 8,
+                "shared_key_dim": dim,
+                "head_size": 64,
+            },
+        )
     files = {
         name: (
             "transformer-base (Vaswani et al.) with label smoothing 0.1",
@@ -200,16 +268,28 @@ def nmt_family() -> dict[str, tuple[str, dict]]:
                 "task": {"model": model, "label_smoothing": 0.1, **_nmt_data(256, 128)},
                 "trainer": _trainer(100000, 7e-4, 4000, 5000, 100),
             },
-        )  # fmt: skip
+        )
         for name, model in models.items()
     }
-    tiny = dict(base, vocab_size=8000, hidden_size=64, num_encoder_layers=2,
-                num_decoder_layers=2, attention={"kind": "standard", "num_heads": 4},
-                intermediate_size=256,
-                max_sequence_length=64, dropout_rate=0.0, attention_dropout_rate=0.0)  # fmt: skip
-    files["tiny"] = ("width 64, 2 + 2 layers: a CPU-sized check of the pipeline",
-                     {"task": {"model": tiny, "label_smoothing": 0.1, **_nmt_data(32, 64)},
-                      "trainer": _trainer(200, 2e-3, 20, 100, 5)})  # fmt: skip
+    tiny = dict(
+        base,
+        vocab_size=8000,
+        hidden_size=64,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        attention={"kind": "standard", "num_heads": 4},
+        intermediate_size=256,
+        max_sequence_length=64,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
+    files["tiny"] = (
+        "width 64, 2 + 2 layers: a CPU-sized check of the pipeline",
+        {
+            "task": {"model": tiny, "label_smoothing": 0.1, **_nmt_data(32, 64)},
+            "trainer": _trainer(200, 2e-3, 20, 100, 5),
+        },
+    )
     return files
 
 
@@ -223,17 +303,29 @@ class Family:
 
 
 FAMILIES = (
-    Family("bhojanapalli_lm1b", "headsize_lm/language_modeling",
-           "Bhojanapalli et al. (2020), LM1B 6-layer LMs (Table 1, Fig. 1)",
-           LM1B_VOCAB, lm1b_family),
-    Family("bhojanapalli_bert24", "headsize_bert/pretraining",
-           "Bhojanapalli et al. (2020), 24-layer BERT pretraining (Table 3)",
-           "Model Garden's create_pretraining_data.py (Wikipedia + BooksCorpus) -> "
-           "${DATA_DIR}/bert_pretrain/{train,valid}-*.tfrecord", bert24_family),
-    Family("cordonnier_nmt", "headsize_seq2seq/translation",
-           "Cordonnier et al. (2020), WMT14 en-de transformer-base (Table 3)",
-           NMT_VOCAB, nmt_family),
-)  # fmt: skip
+    Family(
+        "bhojanapalli_lm1b",
+        "headsize_lm/language_modeling",
+        "Bhojanapalli et al. (2020), LM1B 6-layer LMs (Table 1, Fig. 1)",
+        LM1B_VOCAB,
+        lm1b_family,
+    ),
+    Family(
+        "bhojanapalli_bert24",
+        "headsize_bert/pretraining",
+        "Bhojanapalli et al. (2020), 24-layer BERT pretraining (Table 3)",
+        "Model Garden's create_pretraining_data.py (Wikipedia + BooksCorpus) -> "
+        "${DATA_DIR}/bert_pretrain/{train,valid}-*.tfrecord",
+        bert24_family,
+    ),
+    Family(
+        "cordonnier_nmt",
+        "headsize_seq2seq/translation",
+        "Cordonnier et al. (2020), WMT14 en-de transformer-base (Table 3)",
+        NMT_VOCAB,
+        nmt_family,
+    ),
+)
 
 
 def render() -> dict[pathlib.Path, str]:

@@ -135,24 +135,24 @@ CASES = [
             "--match-widths",
         ],
         "width (10) is not a multiple of num_heads (4)",
-    ),  # fmt: skip
+    ),
     ("params_negative_layers", ["params", "--num-layers", "-1"], "got '-1'"),
     ("no_such_command", ["fly"], "'fly'"),
     (
         "train_unknown_experiment",
         ["train", "--experiment", "nope", "--model_dir", "{out}"],
         "nope",
-    ),  # fmt: skip
+    ),
     (
         "train_yaml_syntax",
         ["train", "--experiment", LM, "--config_file", "{bad_yaml}", "--model_dir", "{out}"],
         "bad_yaml",
-    ),  # fmt: skip
+    ),
     (
         "train_old_yaml_key",
         ["train", "--experiment", LM, "--config_file", "{old_keys_yaml}", "--model_dir", "{out}"],
         "attention.kind",
-    ),  # fmt: skip
+    ),
     (
         "train_unknown_yaml_key",
         [
@@ -165,12 +165,12 @@ CASES = [
             "{out}",
         ],
         "no_such_field",
-    ),  # fmt: skip
+    ),
     (
         "train_missing_config",
         ["train", "--experiment", LM, "--config_file", NOPE + ".yaml", "--model_dir", "{out}"],
         NOPE,
-    ),  # fmt: skip
+    ),
     (
         "train_bad_override",
         [
@@ -183,37 +183,37 @@ CASES = [
             "{out}",
         ],
         "num_heads",
-    ),  # fmt: skip
+    ),
     (
         "train_bad_mode",
         ["train", "--experiment", LM, "--mode", "fly", "--model_dir", "{out}"],
         "'fly'",
-    ),  # fmt: skip
+    ),
     (
         "train_bad_seed",
         ["train", "--experiment", LM, "--seed", "x", "--model_dir", "{out}"],
         "'x'",
-    ),  # fmt: skip
+    ),
     (
         "embed_unknown_model",
         ["embed", "--model", "bert-huge", "--input", "{sentences}", "--output", "{out}.npy"],
         "bert-huge",
-    ),  # fmt: skip
+    ),
     (
         "embed_missing_checkpoint",
         ["embed", "--checkpoint", NOPE, "--input", "{sentences}", "--output", "{out}.npy"],
         NOPE,
-    ),  # fmt: skip
+    ),
     (
         "embed_missing_input",
         ["embed", "--model", "minilm-l6", "--input", NOPE + ".txt", "--output", "{out}.npy"],
         NOPE,
-    ),  # fmt: skip
+    ),
     (
         "embed_empty_input",
         ["embed", "--model", "minilm-l6", "--input", "{empty}", "--output", "{out}.npy"],
         "empty",
-    ),  # fmt: skip
+    ),
     (
         "embed_zero_batch",
         [
@@ -228,63 +228,63 @@ CASES = [
             "0",
         ],
         "got '0'",
-    ),  # fmt: skip
+    ),
     (
         "compress_zero_dim",
         ["compress", "--model", "minilm-l6", "--shared-key-dim", "0", "--output", "{out}"],
         "got '0'",
-    ),  # fmt: skip
+    ),
     (
         "compress_above_full_rank",
         ["compress", "--model", "minilm-l6", "--shared-key-dim", "99999", "--output", "{out}"],
         "shared_key_dim=99999 is outside [1, 384]",
-    ),  # fmt: skip
+    ),
     (
         "compress_existing_output",
         ["compress", "--model", "minilm-l6", "--shared-key-dim", "64", "--output", "{existing}"],
         "existing_dir",
-    ),  # fmt: skip
+    ),
     (
         "compress_not_a_model_dir",
         ["compress", "--checkpoint", "{not_a_model}", "--shared-key-dim", "8", "--output", "{out}"],
         "not_a_model_dir",
-    ),  # fmt: skip
+    ),
     (
         "spectrum_missing_checkpoint",
         ["analyze", "spectrum", "--checkpoint", NOPE, "--output", "{out}.png"],
         NOPE,
-    ),  # fmt: skip
+    ),
     ("spectrum_no_analysis", ["analyze"], "ANALYSIS"),
     (
         "prune_fraction_above_one",
         ["prune", "--model", "minilm-l6", "--target-fraction", "1.5", "--output", "{out}"],
         "'1.5'",
-    ),  # fmt: skip
+    ),
     (
         "prune_bad_step",
         ["prune", "--model", "minilm-l6", "--step", "-0.1", "--output", "{out}"],
         "'-0.1'",
-    ),  # fmt: skip
+    ),
     (
         "prune_unknown_data",
         ["prune", "--model", "minilm-l6", "--data", "imdb", "--output", "{out}"],
         "'imdb'",
-    ),  # fmt: skip
+    ),
     (
         "prune_existing_output",
         ["prune", "--model", "minilm-l6", "--output", "{existing}"],
         "existing_dir",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_missing",
         ["prune", "--model", "minilm-l6", "--data-file", NOPE + ".csv", "--output", "{out}"],
         NOPE + ".csv' does not exist",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_unknown_extension",
         ["prune", "--model", "minilm-l6", "--data-file", "{sentences}", "--output", "{out}"],
         "has an unknown extension",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_empty",
         [
@@ -299,7 +299,7 @@ CASES = [
             "{out}",
         ],
         "empty' is empty",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_missing_column",
         [
@@ -314,22 +314,22 @@ CASES = [
             "{out}",
         ],
         "labelled.csv' has no column 'sentence' (--text-column); its columns are ['text', 'label']",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_one_class",
         ["prune", "--model", "minilm-l6", "--data-file", "{one_class_csv}", "--output", "{out}"],
         "one_class.csv' has one class only ('pos' in 'label')",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_not_utf8",
         ["prune", "--model", "minilm-l6", "--data-file", "{latin1_csv}", "--output", "{out}"],
         "latin1.csv' is not UTF-8",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_missing_label",
         ["prune", "--model", "minilm-l6", "--data-file", "{no_label_csv}", "--output", "{out}"],
         "no_label.csv' line 3 has no label in 'label'",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_bad_split",
         [
@@ -344,17 +344,17 @@ CASES = [
             "{out}",
         ],
         "split 'holdout' in 'split' is not train, dev, validation or test",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_ragged_row",
         ["prune", "--model", "minilm-l6", "--data-file", "{ragged_csv}", "--output", "{out}"],
         "ragged.csv' line 2 has 3 fields; its header has 2",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_header_only",
         ["prune", "--model", "minilm-l6", "--data-file", "{header_only_csv}", "--output", "{out}"],
         "header_only.csv' has a header but no rows",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_bad_json",
         [
@@ -369,17 +369,17 @@ CASES = [
             "{out}",
         ],
         "space' line 1 is not valid JSON",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_no_dev_rows",
         ["prune", "--model", "minilm-l6", "--data-file", "{labelled_csv}", "--output", "{out}"],
         "labelled.csv' has no dev rows",
-    ),  # fmt: skip
+    ),
     (
         "prune_unknown_tfds_task",
         ["prune", "--model", "minilm-l6", "--tfds", "glue/stsb", "--output", "{out}"],
         "'glue/stsb'",
-    ),  # fmt: skip
+    ),
     (
         "prune_data_file_and_tfds",
         [
@@ -394,7 +394,7 @@ CASES = [
             "{out}",
         ],
         "not allowed with argument --data-file",
-    ),  # fmt: skip
+    ),
     (
         "prune_task_and_data_file",
         [
@@ -409,12 +409,12 @@ CASES = [
             "{out}",
         ],
         "Pass one data source; got --task and --data-file",
-    ),  # fmt: skip
+    ),
     (
         "prune_text_column_without_data_file",
         ["prune", "--model", "minilm-l6", "--text-column", "text", "--output", "{out}"],
         "--text-column only apply to --data-file",
-    ),  # fmt: skip
+    ),
     (
         "prune_bad_data_format",
         [
@@ -429,43 +429,43 @@ CASES = [
             "{out}",
         ],
         "'xml'",
-    ),  # fmt: skip
+    ),
     (
         "tune_zero_trials",
         ["tune", "--experiment", LM, "--max-trials", "0", "--output", "{out}"],
         "got '0'",
-    ),  # fmt: skip
+    ),
     (
         "tune_bad_tuner",
         ["tune", "--experiment", LM, "--tuner", "grid", "--output", "{out}"],
         "'grid'",
-    ),  # fmt: skip
+    ),
     (
         "tune_missing_search_space",
         ["tune", "--experiment", LM, "--search-space", NOPE + ".yaml", "--output", "{out}"],
         NOPE,
-    ),  # fmt: skip
+    ),
     (
         "export_missing_model_dir",
         ["export", "--model_dir", NOPE, "--task", "lm", "--output", "{out}"],
         NOPE,
-    ),  # fmt: skip
+    ),
     (
         "export_existing_output",
         ["export", "--model", "minilm-l6", "--task", "embedding", "--output", "{existing}"],
         "existing_dir",
-    ),  # fmt: skip
+    ),
     (
         "export_bad_task",
         ["export", "--model", "minilm-l6", "--task", "vision", "--output", "{out}"],
         "'vision'",
-    ),  # fmt: skip
+    ),
     ("data_prepare_bad_vocab", ["data", "prepare", "--vocab-size", "-5"], "'-5'"),
     (
         "data_vocab_missing_text",
         ["data", "vocab", "--text", NOPE + ".txt", "--output", "{out}.txt"],
         NOPE,
-    ),  # fmt: skip
+    ),
     (
         "data_squad_missing_json",
         [
@@ -479,14 +479,14 @@ CASES = [
             NOPE + ".json",
         ],
         NOPE,
-    ),  # fmt: skip
+    ),
     ("demo_bad_steps", ["demo", "--steps", "0", "--output", "{out}"], "got '0'"),
     ("demo_bad_finetune_steps", ["demo", "--finetune-steps", "x", "--output", "{out}"], "'x'"),
     (
         "demo_prune_fraction_zero",
         ["demo", "--prune-fraction", "0", "--output", "{out}"],
         "expected a fraction in (0, 1), got '0'",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -515,8 +515,18 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, fragment, files, tmp_pat
 def test_table_covers_every_command():
     assert len(CASES) >= 30
     commands = {c[1][0] for c in CASES}
-    assert {"params", "train", "embed", "compress", "analyze", "prune", "tune", "export",
-            "data", "demo"} <= commands  # fmt: skip
+    assert {
+        "params",
+        "train",
+        "embed",
+        "compress",
+        "analyze",
+        "prune",
+        "tune",
+        "export",
+        "data",
+        "demo",
+    } <= commands
 
 
 def test_quiet_commands():

@@ -40,9 +40,15 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
     for cell in nb.cells:
         if "parameters" in cell.metadata.get("tags", []):
             cell.source = "SMOKE = True"
-    client = NotebookClient(nb, timeout=900, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})  # fmt: skip
+    client = NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # Raises CellExecutionError naming the failing cell.
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]  # fmt: skip
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors

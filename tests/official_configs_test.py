@@ -47,9 +47,7 @@ class OfficialConfigsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(_build_configs().main(["--check"]), 0)
         self.assertLen(FAMILY_FILES, 10 + 7 + 6)
 
-    @parameterized.named_parameters(
-        *[(f"{p.parent.name}_{p.stem}", p) for p in FAMILY_FILES]
-    )  # fmt: skip
+    @parameterized.named_parameters(*[(f"{p.parent.name}_{p.stem}", p) for p in FAMILY_FILES])
     def test_parses_with_its_experiment(self, path):
         params = train.build_params(experiment_of(path), [str(path)], data_dir=str(self.data_dir))
         self.assertGreater(params.trainer.train_steps, 0)
@@ -64,8 +62,9 @@ class OfficialConfigsTest(tf.test.TestCase, parameterized.TestCase):
             path.stem: path for path in FAMILY_FILES if path.parent.name == "bhojanapalli_lm1b"
         }
         fixed = sorted(n for n in pairs if n.startswith("fixed32"))
-        self.assertEqual(fixed, ["fixed32_w256_h122", "fixed32_w256_h32", "fixed32_w256_h59",
-                                 "fixed32_w256_h89"])  # fmt: skip
+        self.assertEqual(
+            fixed, ["fixed32_w256_h122", "fixed32_w256_h32", "fixed32_w256_h59", "fixed32_w256_h89"]
+        )
         for width, name in zip(
             (320, 384, 448, 512),
             sorted(fixed, key=lambda n: int(n.rsplit("_h", 1)[1])),
@@ -78,8 +77,10 @@ class OfficialConfigsTest(tf.test.TestCase, parameterized.TestCase):
         path = CONFIGS / "bhojanapalli_bert24" / "fixed128_w512_h16.yaml"
         enc = train.build_params(experiment_of(path), [str(path)], data_dir=str(self.data_dir))
         enc = enc.task.model.encoder.any
-        self.assertEqual((enc.num_layers, enc.hidden_size, enc.attention.kind, enc.attention.head_size),
-                         (24, 512, "fixed_head", 128))  # fmt: skip
+        self.assertEqual(
+            (enc.num_layers, enc.hidden_size, enc.attention.kind, enc.attention.head_size),
+            (24, 512, "fixed_head", 128),
+        )
         large = CONFIGS / "bhojanapalli_bert24" / "baseline_w1024_h16.yaml"
         large = train.build_params(experiment_of(large), [str(large)], data_dir=str(self.data_dir))
         count = hs_params.encoder_params(hs_encoders.to_spec(large.task.model.encoder.any))
@@ -93,7 +94,10 @@ class OfficialConfigsTest(tf.test.TestCase, parameterized.TestCase):
                     experiment_of(path), [str(path)], data_dir=str(self.data_dir)
                 ).task.model
                 dims[path.stem] = (model.attention.kind, model.attention.shared_key_dim)
-        self.assertEqual(dims, {
-            "standard": ("standard", None),
-            **{f"collaborative_dk{d}": ("collaborative", d) for d in (512, 256, 128, 64)},
-        })  # fmt: skip
+        self.assertEqual(
+            dims,
+            {
+                "standard": ("standard", None),
+                **{f"collaborative_dk{d}": ("collaborative", d) for d in (512, 256, 128, 64)},
+            },
+        )

@@ -29,7 +29,9 @@ def _spectrum(args: argparse.Namespace) -> int:
 
     result = analyze_spectrum(args.output, model=args.model, checkpoint=args.checkpoint)
     for i, (layer, k90) in enumerate(zip(result.layers, result.dimensions_for(0.9), strict=True)):
-        print(f"layer {i}: 90% of the concatenated key variance in {k90} of "
-              f"{len(layer['concatenated_key'])} dimensions")  # fmt: skip
+        print(
+            f"layer {i}: 90% of the concatenated key variance in {k90} of "
+            f"{len(layer['concatenated_key'])} dimensions"
+        )
     print(f"plot: {result.plot}")
     return 0

@@ -75,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
     print(f"params: {report['params_before']} -> {report['params_after']}")
     if "embedding_cosine" in report:
-        print(f"embedding cosine vs original ({report['eval_sentences']} sentences): "
-              f"{report['embedding_cosine']:.4f}")  # fmt: skip
+        print(
+            f"embedding cosine vs original ({report['eval_sentences']} sentences): "
+            f"{report['embedding_cosine']:.4f}"
+        )
     print(f"output: {args.output}")
     return 0
 
@@ -85,22 +87,30 @@ def _run_model_dir(args: argparse.Namespace) -> int:
     from headsize_tf.training.train import experiment_of
 
     if args.framework != "tf_keras" or args.eval_file:
-        raise ValueError("--model_dir is evaluated on its own dev data: drop --framework keras3 "
-                         "and --eval-file.")  # fmt: skip
-    cp = dict(overwrite=args.overwrite, method=args.method, max_iter=args.max_iter,
-              tolerance=args.tolerance)  # fmt: skip
+        raise ValueError(
+            "--model_dir is evaluated on its own dev data: drop --framework keras3 and --eval-file."
+        )
+    cp = dict(
+        overwrite=args.overwrite,
+        method=args.method,
+        max_iter=args.max_iter,
+        tolerance=args.tolerance,
+    )
     if experiment_of(args.model_dir) == "headsize_bert/sentence_prediction":
         from headsize_tf.pruning.classifier_dir import compress_classifier_dir
 
         report = compress_classifier_dir(args.model_dir, args.shared_key_dim, args.output, **cp)
-        change = (f"dev accuracy {100 * report['accuracy_before']:.2f}% -> "
-                  f"{100 * report['accuracy_after']:.2f}%")  # fmt: skip
+        change = (
+            f"dev accuracy {100 * report['accuracy_before']:.2f}% -> "
+            f"{100 * report['accuracy_after']:.2f}%"
+        )
     else:
         from headsize_tf.reparam.model_dir import compress_model_dir
 
         report = compress_model_dir(args.model_dir, args.shared_key_dim, args.output, **cp)
-        change = "; ".join(f"{k} {v:.4g} -> {report['after'][k]:.4g}"
-                           for k, v in report["before"].items())  # fmt: skip
+        change = "; ".join(
+            f"{k} {v:.4g} -> {report['after'][k]:.4g}" for k, v in report["before"].items()
+        )
     print(f"{'layer':<10}{'rel. error':>12}{'seconds':>10}")
     for layer in report["layers"]:
         print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")

@@ -40,11 +40,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source = vocab.add_mutually_exclusive_group(required=True)
     source.add_argument("--tfds", help="TFDS dataset name, e.g. wmt14_translate/de-en")
     source.add_argument("--text", nargs="+", help="local UTF-8 text files, one sentence a line")
-    vocab.add_argument("--features", nargs="+", default=["text"],
-                       help="TFDS text features to read (default: text; wmt14: en de)")  # fmt: skip
+    vocab.add_argument(
+        "--features",
+        nargs="+",
+        default=["text"],
+        help="TFDS text features to read (default: text; wmt14: en de)",
+    )
     vocab.add_argument("--split", default="train")
-    vocab.add_argument("--max-examples", type=_positive_int, default=1_000_000,
-                       help="read at most this many TFDS examples (default 1,000,000)")  # fmt: skip
+    vocab.add_argument(
+        "--max-examples",
+        type=_positive_int,
+        default=1_000_000,
+        help="read at most this many TFDS examples (default 1,000,000)",
+    )
     vocab.add_argument("--vocab-size", type=_positive_int, default=32000)
     vocab.add_argument("--output", required=True, help="path of the vocab.txt to write")
     squad = sub.add_parser(
@@ -62,9 +70,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     squad.add_argument("--max-examples", type=_positive_int, default=None)
     squad.add_argument("--max-seq-length", type=_positive_int, default=384)
     squad.add_argument("--doc-stride", type=_positive_int, default=128)
-    squad.add_argument("--data-dir", default=None,
-                       help="cache directory (default: $HEADSIZE_TF_DATA_DIR or "
-                       "~/.cache/headsize_tf/data)")  # fmt: skip
+    squad.add_argument(
+        "--data-dir",
+        default=None,
+        help="cache directory (default: $HEADSIZE_TF_DATA_DIR or ~/.cache/headsize_tf/data)",
+    )
     squad.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -107,9 +117,16 @@ def _squad(args: argparse.Namespace) -> int:
 
     out = pathlib.Path(args.data_dir or corpora.default_data_dir()) / "squad"
     path = squad.prepare(
-        out, args.vocab_file, args.train_json, args.dev_json, args.tfds, args.max_examples,
-        args.max_seq_length, args.doc_stride, overwrite=args.overwrite,
-    )  # fmt: skip
+        out,
+        args.vocab_file,
+        args.train_json,
+        args.dev_json,
+        args.tfds,
+        args.max_examples,
+        args.max_seq_length,
+        args.doc_stride,
+        overwrite=args.overwrite,
+    )
     print(json.dumps(json.loads((path / "meta.json").read_text()), indent=2))
     print(f"prepared squad in {path}")
     return 0

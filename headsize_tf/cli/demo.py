@@ -26,12 +26,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         help="fewer training steps (300 and 60 instead of 800 and 160): about half the time",
     )
-    p.add_argument("--steps", type=_positive_int, default=None,
-                   help="training steps of each small model (default 800; --quick 300)")  # fmt: skip
-    p.add_argument("--finetune-steps", type=_positive_int, default=None,
-                   help="MiniLM fine-tuning steps, batch 32 (default 160; --quick 60)")  # fmt: skip
-    p.add_argument("--prune-fraction", type=_open_fraction, default=0.4,
-                   help="fraction of MiniLM's heads pruned and removed (default 0.4)")  # fmt: skip
+    p.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=None,
+        help="training steps of each small model (default 800; --quick 300)",
+    )
+    p.add_argument(
+        "--finetune-steps",
+        type=_positive_int,
+        default=None,
+        help="MiniLM fine-tuning steps, batch 32 (default 160; --quick 60)",
+    )
+    p.add_argument(
+        "--prune-fraction",
+        type=_open_fraction,
+        default=0.4,
+        help="fraction of MiniLM's heads pruned and removed (default 0.4)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
     return p

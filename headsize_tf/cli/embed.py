@@ -15,15 +15,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "normalisation for sentence-transformers models and `train` model_dirs), one per "
         "input line, in input order.",
     )
-    add_model_source(p, model_dir_help="a `headsize-tf train` model_dir of an encoder "
-                     "experiment (headsize_bert/pretraining, sentence_prediction, span_labeling): "
-                     "its trained encoder embeds")  # fmt: skip
+    add_model_source(
+        p,
+        model_dir_help="a `headsize-tf train` model_dir of an encoder "
+        "experiment (headsize_bert/pretraining, sentence_prediction, span_labeling): "
+        "its trained encoder embeds",
+    )
     add_framework(p)
-    p.add_argument("--vocab-file", default=None,
-                   help="vocabulary of a --model_dir (default: vocab.txt next to its data)")  # fmt: skip
-    p.add_argument("--pooling", choices=["mean", "cls"], default=None,
-                   help="sentence vector: mean over tokens or the [CLS] token (default: the "
-                   "model's own, mean for a --model_dir)")  # fmt: skip
+    p.add_argument(
+        "--vocab-file",
+        default=None,
+        help="vocabulary of a --model_dir (default: vocab.txt next to its data)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=["mean", "cls"],
+        default=None,
+        help="sentence vector: mean over tokens or the [CLS] token (default: the "
+        "model's own, mean for a --model_dir)",
+    )
     p.add_argument("--input", required=True, help="text file, one sentence per line")
     p.add_argument("--output", required=True, help="output .npy file")
     p.add_argument("--max-seq-length", type=_positive_int, default=None)
@@ -38,16 +48,18 @@ def run(args: argparse.Namespace) -> int:
     from headsize_tf.core.io import atomic_path
 
     if args.model_dir and args.framework != "tf_keras":
-        raise ValueError("--model_dir holds a tf_keras (Model Garden) model: drop --framework "
-                         f"{args.framework}.")  # fmt: skip
+        raise ValueError(
+            f"--model_dir holds a tf_keras (Model Garden) model: drop --framework {args.framework}."
+        )
     if args.vocab_file and not args.model_dir:
         raise ValueError("--vocab-file is for a --model_dir; a pretrained encoder brings its own.")
     sentences = read_lines(args.input)
     if args.model_dir:
         from headsize_tf.serving import experiment_sentence_encoder
 
-        encoder = experiment_sentence_encoder(args.model_dir, args.vocab_file,
-                                              pooling=args.pooling or "mean")  # fmt: skip
+        encoder = experiment_sentence_encoder(
+            args.model_dir, args.vocab_file, pooling=args.pooling or "mean"
+        )
     else:
         if args.framework == "keras3":
             from headsize_tf.keras3.pretrained import load_sentence_encoder

@@ -22,16 +22,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a registered pretrained encoder (embedding)")
     source.add_argument("--checkpoint", help="checkpoint dir (compress/prune output, HF layout)")
-    source.add_argument("--model_dir", help="a `headsize-tf train` model_dir "
-                        "(headsize_bert/*, headsize_lm/language_modeling or "
-                        "headsize_seq2seq/translation)")  # fmt: skip
-    p.add_argument("--vocab-file", default=None,
-                   help="vocabulary of a --model_dir (default: vocab.txt next to its data)")  # fmt: skip
-    p.add_argument("--task", choices=["embedding", "sentence_prediction", "lm", "translation"],
-                   required=True)  # fmt: skip
+    source.add_argument(
+        "--model_dir",
+        help="a `headsize-tf train` model_dir "
+        "(headsize_bert/*, headsize_lm/language_modeling or "
+        "headsize_seq2seq/translation)",
+    )
+    p.add_argument(
+        "--vocab-file",
+        default=None,
+        help="vocabulary of a --model_dir (default: vocab.txt next to its data)",
+    )
+    p.add_argument(
+        "--task", choices=["embedding", "sentence_prediction", "lm", "translation"], required=True
+    )
     p.add_argument("--beam-size", type=_positive_int, default=4, help="translation: beams")
-    p.add_argument("--max-decode-length", type=_positive_int, default=None,
-                   help="translation: output pieces at most (default: the data's max_seq_length)")  # fmt: skip
+    p.add_argument(
+        "--max-decode-length",
+        type=_positive_int,
+        default=None,
+        help="translation: output pieces at most (default: the data's max_seq_length)",
+    )
     p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
     p.add_argument("--version", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true")

@@ -31,38 +31,57 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
     exclusive = source.add_mutually_exclusive_group()
-    source.add_argument("--task", choices=["sentiment"], default=None,
-                        help="built-in task (default: sentiment)")  # fmt: skip
-    exclusive.add_argument("--data", choices=["rotten_tomatoes"], default=None,
-                           help="built-in data of --task (default: rotten_tomatoes)")  # fmt: skip
+    source.add_argument(
+        "--task", choices=["sentiment"], default=None, help="built-in task (default: sentiment)"
+    )
+    exclusive.add_argument(
+        "--data",
+        choices=["rotten_tomatoes"],
+        default=None,
+        help="built-in data of --task (default: rotten_tomatoes)",
+    )
     exclusive.add_argument(
         "--data-file",
         help="labelled texts: .csv, .tsv (header row) or .jsonl (one object a line), UTF-8",
     )
-    exclusive.add_argument("--tfds", metavar="glue/NAME", choices=sorted(GLUE_TASKS),
-                           help=f"a TFDS GLUE task: {', '.join(sorted(GLUE_TASKS))}")  # fmt: skip
-    source.add_argument("--data-format", choices=list(FORMATS),
-                        help="format of --data-file (default: from its extension)")  # fmt: skip
+    exclusive.add_argument(
+        "--tfds",
+        metavar="glue/NAME",
+        choices=sorted(GLUE_TASKS),
+        help=f"a TFDS GLUE task: {', '.join(sorted(GLUE_TASKS))}",
+    )
+    source.add_argument(
+        "--data-format",
+        choices=list(FORMATS),
+        help="format of --data-file (default: from its extension)",
+    )
     source.add_argument("--text-column", help="text column of --data-file (default: text)")
-    source.add_argument("--text-pair-column",
-                        help="second text column of --data-file, for sentence pairs")  # fmt: skip
+    source.add_argument(
+        "--text-pair-column", help="second text column of --data-file, for sentence pairs"
+    )
     source.add_argument("--label-column", help="label column of --data-file (default: label)")
     source.add_argument(
         "--split-column",
         help="train / dev (or validation) / test column of --data-file (default: about 10%% "
         "of rows to dev by a SHA-1 hash of the text)",
     )
-    source.add_argument("--data-dir", default=None,
-                        help="cache of the built-in data, or the TFDS data directory")  # fmt: skip
+    source.add_argument(
+        "--data-dir", default=None, help="cache of the built-in data, or the TFDS data directory"
+    )
     p.add_argument("--target-fraction", type=_fraction, default=0.5)
     p.add_argument("--step", type=_fraction, default=0.1)
-    p.add_argument("--no-recompute", action="store_true",
-                   help="score heads once on the unpruned model")  # fmt: skip
+    p.add_argument(
+        "--no-recompute", action="store_true", help="score heads once on the unpruned model"
+    )
     p.add_argument("--min-heads-per-layer", type=int, default=1)
-    p.add_argument("--attention-kinds", nargs="+", default=None,
-                   choices=["encoder_self", "decoder_self", "encoder_decoder"],
-                   help="--model_dir of a translation model: the kinds of attention pruned "
-                   "(default: all three)")  # fmt: skip
+    p.add_argument(
+        "--attention-kinds",
+        nargs="+",
+        default=None,
+        choices=["encoder_self", "decoder_self", "encoder_decoder"],
+        help="--model_dir of a translation model: the kinds of attention pruned "
+        "(default: all three)",
+    )
     p.add_argument("--finetune-epochs", type=float, default=2.0)
     p.add_argument("--importance-examples", type=_positive_int, default=1024)
     p.add_argument("--output", required=True)
@@ -80,11 +99,18 @@ def _run_keras3(args: argparse.Namespace) -> dict:
 
     if pathlib.Path(args.output).exists() and not args.overwrite:
         raise FileExistsError(f"Output directory {args.output} exists; pass --overwrite.")
-    task = load_task(task=args.task, data=args.data, data_dir=args.data_dir,
-                     data_file=args.data_file, data_format=args.data_format,
-                     text_column=args.text_column, text_pair_column=args.text_pair_column,
-                     label_column=args.label_column, split_column=args.split_column,
-                     tfds=args.tfds)  # fmt: skip
+    task = load_task(
+        task=args.task,
+        data=args.data,
+        data_dir=args.data_dir,
+        data_file=args.data_file,
+        data_format=args.data_format,
+        text_column=args.text_column,
+        text_pair_column=args.text_pair_column,
+        label_column=args.label_column,
+        split_column=args.split_column,
+        tfds=args.tfds,
+    )
     encoder = load_sentence_encoder(args.model, args.checkpoint)
     settings = PruneSettings(
         target_fraction=args.target_fraction,
@@ -96,8 +122,11 @@ def _run_keras3(args: argparse.Namespace) -> dict:
     )
     report = prune_classifier(encoder, task, args.output, settings, overwrite=args.overwrite)
     data = report["data"]
-    report["data_info"] = {"source": data["source"], "train_examples": len(task.train_labels),
-                           "dev_examples": len(task.dev_labels)}  # fmt: skip
+    report["data_info"] = {
+        "source": data["source"],
+        "train_examples": len(task.train_labels),
+        "dev_examples": len(task.dev_labels),
+    }
     return report
 
 
@@ -145,23 +174,38 @@ def _run_model_dir(args: argparse.Namespace) -> int:
 
     marker = pathlib.Path(args.model_dir) / EXPERIMENT_FILE
     if not marker.exists():
-        raise ValueError(f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
-                         f"(no {EXPERIMENT_FILE}).")  # fmt: skip
+        raise ValueError(
+            f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
+            f"(no {EXPERIMENT_FILE})."
+        )
     experiment = json.loads(marker.read_text())["experiment"]
-    known = ("headsize_bert/sentence_prediction", "headsize_bert/pretraining",
-             "headsize_lm/language_modeling", "headsize_seq2seq/translation")  # fmt: skip
+    known = (
+        "headsize_bert/sentence_prediction",
+        "headsize_bert/pretraining",
+        "headsize_lm/language_modeling",
+        "headsize_seq2seq/translation",
+    )
     if experiment not in known:
-        raise ValueError(f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
-                         f"takes {', '.join(known)} runs.")  # fmt: skip
+        raise ValueError(
+            f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
+            f"takes {', '.join(known)} runs."
+        )
     if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
-        raise ValueError("--model_dir prunes the model on its own data: drop --framework keras3 "
-                         "and the data options.")  # fmt: skip
-    schedule = dict(target_fraction=args.target_fraction, step=args.step,
-                    recompute=not args.no_recompute, min_heads_per_layer=args.min_heads_per_layer,
-                    overwrite=args.overwrite)  # fmt: skip
+        raise ValueError(
+            "--model_dir prunes the model on its own data: drop --framework keras3 "
+            "and the data options."
+        )
+    schedule = dict(
+        target_fraction=args.target_fraction,
+        step=args.step,
+        recompute=not args.no_recompute,
+        min_heads_per_layer=args.min_heads_per_layer,
+        overwrite=args.overwrite,
+    )
     if args.attention_kinds and experiment != "headsize_seq2seq/translation":
-        raise ValueError("--attention-kinds is for translation model_dirs; this model has "
-                         "self-attention only.")  # fmt: skip
+        raise ValueError(
+            "--attention-kinds is for translation model_dirs; this model has self-attention only."
+        )
     if experiment.startswith("headsize_bert/"):
         from headsize_tf.pruning.classifier_dir import prune_classifier_dir
 
@@ -173,54 +217,71 @@ def _run_model_dir(args: argparse.Namespace) -> int:
             title, scale, unit = "valid MLM perplexity", 1, ""
         print(f"{'pruned':>8}{title:>{len(title) + 2}}  heads per layer")
         for point in report["curve"]:
-            print(f"{100 * point['fraction']:>7.0f}%{scale * point['metric']:>{len(title) + 1}.2f}"
-                  f"{unit or ' '}  {point['heads_per_layer']}")  # fmt: skip
-        print(f"params: {report['params_before']} -> {report['params_after']}; {name} after "
-              f"removal {scale * report[f'pruned_{name}']:.2f}{unit} (masked "
-              f"{scale * report[f'masked_{name}']:.2f}{unit})")  # fmt: skip
+            print(
+                f"{100 * point['fraction']:>7.0f}%{scale * point['metric']:>{len(title) + 1}.2f}"
+                f"{unit or ' '}  {point['heads_per_layer']}"
+            )
+        print(
+            f"params: {report['params_before']} -> {report['params_after']}; {name} after "
+            f"removal {scale * report[f'pruned_{name}']:.2f}{unit} (masked "
+            f"{scale * report[f'masked_{name}']:.2f}{unit})"
+        )
         print(f"output (a model_dir): {args.output}")
         return 0
     if experiment == "headsize_seq2seq/translation":
         from headsize_tf.pruning.translation import KINDS, prune_translation_model
 
-        report = prune_translation_model(args.model_dir, args.output,
-                                          kinds=args.attention_kinds or KINDS, **schedule)  # fmt: skip
+        report = prune_translation_model(
+            args.model_dir, args.output, kinds=args.attention_kinds or KINDS, **schedule
+        )
         print(f"{'pruned':>8}{'valid perplexity':>18}{'BLEU':>7}  heads per layer")
         for point in report["curve"]:
-            print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}"
-                  f"{point['bleu']:>7.2f}  "
-                  + ", ".join(f"{k} {v}" for k, v in point["heads"].items()))  # fmt: skip
+            print(
+                f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}"
+                f"{point['bleu']:>7.2f}  "
+                + ", ".join(f"{k} {v}" for k, v in point["heads"].items())
+            )
         bleu = report["bleu"]
-        print(f"BLEU (greedy, {bleu['sentences']} validation sentences): {bleu['original']:.2f} "
-              f"-> {bleu['pruned']:.2f} after removal (masked {bleu['masked']:.2f})")  # fmt: skip
+        print(
+            f"BLEU (greedy, {bleu['sentences']} validation sentences): {bleu['original']:.2f} "
+            f"-> {bleu['pruned']:.2f} after removal (masked {bleu['masked']:.2f})"
+        )
         _print_totals(args, report)
         return 0
     report = prune_language_model(args.model_dir, args.output, **schedule)
     print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
     for point in report["curve"]:
-        print(f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
-              f"{point['heads_per_layer']}")  # fmt: skip
+        print(
+            f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
+            f"{point['heads_per_layer']}"
+        )
     _print_totals(args, report)
     return 0
 
 
 def _print_totals(args: argparse.Namespace, report: dict) -> None:
     ppl, speed = report["perplexity"], report["decoding_tokens_per_second"]
-    print(f"params: {report['params']['original']} -> {report['params']['pruned']}; perplexity "
-          f"after removal {ppl['pruned']:.2f} (masked {ppl['masked']:.2f}); cached decoding "
-          f"{speed['original']:.0f} -> {speed['pruned']:.0f} tokens/s "
-          f"({report['decoding_speedup']:.2f}x)")  # fmt: skip
+    print(
+        f"params: {report['params']['original']} -> {report['params']['pruned']}; perplexity "
+        f"after removal {ppl['pruned']:.2f} (masked {ppl['masked']:.2f}); cached decoding "
+        f"{speed['original']:.0f} -> {speed['pruned']:.0f} tokens/s "
+        f"({report['decoding_speedup']:.2f}x)"
+    )
     print(f"output (a model_dir): {args.output}")
 
 
 def _print_report(args: argparse.Namespace, report: dict) -> None:
     info = report["data_info"]
-    print(f"data: {info['source']}: {info['train_examples']} train / {info['dev_examples']} dev "
-          f"examples, labels {report['label_map']}")  # fmt: skip
+    print(
+        f"data: {info['source']}: {info['train_examples']} train / {info['dev_examples']} dev "
+        f"examples, labels {report['label_map']}"
+    )
     print(f"{'pruned':>8}{'dev accuracy':>14}")
     for point in report["curve"]:
         print(f"{100 * point['fraction']:>7.0f}%{100 * point['metric']:>13.2f}%")
-    print(f"params: {report['params_before']} -> {report['params_after']}; accuracy after "
-          f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
-          f"{100 * report['masked_accuracy']:.2f}%)")  # fmt: skip
+    print(
+        f"params: {report['params_before']} -> {report['params_after']}; accuracy after "
+        f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
+        f"{100 * report['masked_accuracy']:.2f}%)"
+    )
     print(f"output: {args.output}")

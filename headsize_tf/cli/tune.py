@@ -25,9 +25,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--max-trials", type=_positive_int, default=10)
     p.add_argument("--max-epochs", type=_positive_int, default=3, help="hyperband only")
     p.add_argument("--tuner", choices=["random", "bayesian", "hyperband"], default="random")
-    p.add_argument("--objective", default=None,
-                   help="metric name, e.g. validation_loss (default: validation_loss for LMs, "
-                   "cls_accuracy for classifiers)")  # fmt: skip
+    p.add_argument(
+        "--objective",
+        default=None,
+        help="metric name, e.g. validation_loss (default: validation_loss for LMs, "
+        "cls_accuracy for classifiers)",
+    )
     p.add_argument("--direction", choices=["min", "max"], default=None)
     p.add_argument("--output", required=True)
     p.add_argument("--data-dir", default=None)
@@ -62,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     print(pathlib.Path(args.output, "results.md").read_text())
-    print(f"trials: {summary['trials']} ({summary['completed']} trained, "
-          f"{summary['skipped']} skipped over budget)")  # fmt: skip
+    print(
+        f"trials: {summary['trials']} ({summary['completed']} trained, "
+        f"{summary['skipped']} skipped over budget)"
+    )
     if "best" in summary:
         print(f"best: {pathlib.Path(args.output, 'best.yaml')}")
     return 0

@@ -287,8 +287,15 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"):
         if key not in config:
             raise CheckpointError(f"{path} has no {key!r}.")
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "max_position_embeddings", "type_vocab_size"):  # fmt: skip
+    for key in (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+    ):
         value = config.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise CheckpointError(f"{path}: {key} must be a positive integer; got {value!r}.")

@@ -121,12 +121,16 @@ def iterative_pruning(
         if goal > have:
             if importance is None or (recompute and not np.array_equal(scored_mask, mask)):
                 importance, scored_mask = importance_fn(mask), mask.copy()
-            for layer, head in select_heads_to_prune(importance, mask, goal - have,
-                                                     min_heads_per_layer):  # fmt: skip
+            for layer, head in select_heads_to_prune(
+                importance, mask, goal - have, min_heads_per_layer
+            ):
                 mask[layer, head] = 0.0
         metric = float(metric_fn(mask))
-        steps.append(PruningStep(fraction, int((mask == 0).sum()), metric, mask.tolist(),
-                                 time.perf_counter() - start))  # fmt: skip
+        steps.append(
+            PruningStep(
+                fraction, int((mask == 0).sum()), metric, mask.tolist(), time.perf_counter() - start
+            )
+        )
     return steps
 
 

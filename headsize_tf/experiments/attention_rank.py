@@ -163,8 +163,13 @@ def final_checkpoint(model_dir: pathlib.Path, steps: int) -> bool:
     return latest is not None and pathlib.Path(latest).name == f"ckpt-{steps}"
 
 
-def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
-        data_dir: pathlib.Path, windows: int = 4) -> dict[str, Any]:  # fmt: skip
+def run(
+    runs_dir: pathlib.Path,
+    work_dir: pathlib.Path,
+    out: pathlib.Path,
+    data_dir: pathlib.Path,
+    windows: int = 4,
+) -> dict[str, Any]:
     """Measures every checkpoint of the reproduction's chosen runs; returns the summary."""
     from headsize_tf.core.io import write_json
     from headsize_tf.experiments import reproduce_v2 as rv2
@@ -197,16 +202,35 @@ def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
             per_seed.append(json.loads(path.read_text()))
         if not per_seed:
             continue
-        models.append({**{k: row[k] for k in ("key", "width", "heads", "head_size", "params",
-                                                "attention_type", "mean")},
-                       "seeds": [r["seed"] for r in per_seed],
-                       "tolerance": per_seed[0]["tolerance"],
-                       **{k: float(np.mean([r[k] for r in per_seed])) for k in METRICS},
-                       # Sample std over seeds, as in the reproduction's tables.
-                       **{f"{k}_std": float(np.std([r[k] for r in per_seed], ddof=1))
-                          if len(per_seed) > 1 else 0.0 for k in METRICS},
-                       "by_layer": np.mean([[x["attention_rank"] for x in r["layers"]]
-                                               for r in per_seed], axis=0).tolist()})  # fmt: skip
+        models.append(
+            {
+                **{
+                    k: row[k]
+                    for k in (
+                        "key",
+                        "width",
+                        "heads",
+                        "head_size",
+                        "params",
+                        "attention_type",
+                        "mean",
+                    )
+                },
+                "seeds": [r["seed"] for r in per_seed],
+                "tolerance": per_seed[0]["tolerance"],
+                **{k: float(np.mean([r[k] for r in per_seed])) for k in METRICS},
+                # Sample std over seeds, as in the reproduction's tables.
+                **{
+                    f"{k}_std": float(np.std([r[k] for r in per_seed], ddof=1))
+                    if len(per_seed) > 1
+                    else 0.0
+                    for k in METRICS
+                },
+                "by_layer": np.mean(
+                    [[x["attention_rank"] for x in r["layers"]] for r in per_seed], axis=0
+                ).tolist(),
+            }
+        )
     return {
         "preset": summary["preset"],
         "windows": len(tokens),
@@ -217,31 +241,39 @@ def run(runs_dir: pathlib.Path, work_dir: pathlib.Path, out: pathlib.Path,
 
 def markdown(result: dict[str, Any], command: str) -> str:
     tolerance = result["models"][0]["tolerance"] if result["models"] else 0.05
-    lines = ["# Do the trained heads use the rank their head size allows?", "",
-             f"Command: `{command}`", "",
-             f"Each head's scaled logits Q K^T (n x n, rows centred: softmax ignores row "
-             f"constants) on {result['windows']} validation windows, from the "
-             f"`{result['preset']}` preset's final checkpoints at each model's chosen learning "
-             "rate (`reproduce_v2`). A head of size p has logits of rank p at most (Theorem "
-             "1). Means over layers, heads, windows, then seeds (± sample std over seeds).", "",
-             f"- **attention rank**: the fewest singular directions of the logits whose "
-             f"truncation gives the same causal attention within {tolerance:g} (mean total "
-             "variation distance over rows);",
-             "- energy rank: the fewest singular values holding 90% (99%) of the squared ones;",
-             "- entropy rank: exp of the entropy of the normalised singular values "
-             "(Roy & Vetterli, 2007).", "",
-             "| model | width | heads | head size p | test perplexity | attention rank | / p | "
-             "by layer | energy rank 90% / 99% | entropy rank | seeds |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
+    lines = [
+        "# Do the trained heads use the rank their head size allows?",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Each head's scaled logits Q K^T (n x n, rows centred: softmax ignores row "
+        f"constants) on {result['windows']} validation windows, from the "
+        f"`{result['preset']}` preset's final checkpoints at each model's chosen learning "
+        "rate (`reproduce_v2`). A head of size p has logits of rank p at most (Theorem "
+        "1). Means over layers, heads, windows, then seeds (± sample std over seeds).",
+        "",
+        f"- **attention rank**: the fewest singular directions of the logits whose "
+        f"truncation gives the same causal attention within {tolerance:g} (mean total "
+        "variation distance over rows);",
+        "- energy rank: the fewest singular values holding 90% (99%) of the squared ones;",
+        "- entropy rank: exp of the entropy of the normalised singular values "
+        "(Roy & Vetterli, 2007).",
+        "",
+        "| model | width | heads | head size p | test perplexity | attention rank | / p | "
+        "by layer | energy rank 90% / 99% | entropy rank | seeds |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
     for m in result["models"]:
         layers = ", ".join(f"{v:.1f}" for v in m["by_layer"])
         # One seed has no spread to show (not "± 0.0").
         spread = f" ± {m['attention_rank_std']:.1f}" if len(m["seeds"]) > 1 else ""
-        lines.append(f"| {m['key']} | {m['width']} | {m['heads']} | {m['head_size']} | "
-                     f"{m['mean']:.2f} | {m['attention_rank']:.1f}{spread}"
-                     f" | {m['attention_rank'] / m['head_size']:.2f}"
-                     f" | {layers} | {m['energy_rank_90']:.1f} / {m['energy_rank_99']:.1f} | "
-                     f"{m['entropy_rank']:.1f} | {','.join(map(str, m['seeds']))} |")  # fmt: skip
+        lines.append(
+            f"| {m['key']} | {m['width']} | {m['heads']} | {m['head_size']} | "
+            f"{m['mean']:.2f} | {m['attention_rank']:.1f}{spread}"
+            f" | {m['attention_rank'] / m['head_size']:.2f}"
+            f" | {layers} | {m['energy_rank_90']:.1f} / {m['energy_rank_99']:.1f} | "
+            f"{m['entropy_rank']:.1f} | {','.join(map(str, m['seeds']))} |"
+        )
     if result["missing"]:
         lines += ["", f"No checkpoint (not measured): {', '.join(result['missing'])}."]
     lines += ["", "![attention rank vs head size](attention_rank.png)", ""]
@@ -264,16 +296,25 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
         groups: dict[int, list[dict[str, Any]]] = {}
         for m in result["models"]:
             standard = m["width"] == m["heads"] * m["head_size"]
-            ax.errorbar(m[x], m["attention_rank"], yerr=m["attention_rank_std"],
-                        fmt="s" if standard else "o", color="C0" if standard else "C1",
-                        capsize=3)  # fmt: skip
+            ax.errorbar(
+                m[x],
+                m["attention_rank"],
+                yerr=m["attention_rank_std"],
+                fmt="s" if standard else "o",
+                color="C0" if standard else "C1",
+                capsize=3,
+            )
             groups.setdefault(m[x], []).append(m)
         for at, group in groups.items():  # Labels of one x stacked up from its lowest point
             group.sort(key=lambda m: m["attention_rank"])  # (the space above is empty).
             for i, m in enumerate(group):
-                ax.annotate(f"w{m['width']} h{m['heads']}x{m['head_size']}",
-                            (at, group[0]["attention_rank"]), textcoords="offset points",
-                            xytext=(7, -3 + 10 * i), fontsize=8)  # fmt: skip
+                ax.annotate(
+                    f"w{m['width']} h{m['heads']}x{m['head_size']}",
+                    (at, group[0]["attention_rank"]),
+                    textcoords="offset points",
+                    xytext=(7, -3 + 10 * i),
+                    fontsize=8,
+                )
         ax.plot([], [], "s", color="C0", label="standard (head = width / heads)")
         ax.plot([], [], "o", color="C1", label="fixed head size")
         ax.set_xlabel({"head_size": "head size p", "width": "width d"}[x])
@@ -289,12 +330,17 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", default="results/reproduction_v2",
-                        help="a reproduce_v2 output (its reproduction.json)")  # fmt: skip
-    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2",
-                        help="reproduce_v2's work dir, holding the runs' checkpoints")  # fmt: skip
-    parser.add_argument("--output", default=None,
-                        help="default: <runs>/attention_rank")  # fmt: skip
+    parser.add_argument(
+        "--runs",
+        default="results/reproduction_v2",
+        help="a reproduce_v2 output (its reproduction.json)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        default="/tmp/headsize_reproduction_v2",
+        help="reproduce_v2's work dir, holding the runs' checkpoints",
+    )
+    parser.add_argument("--output", default=None, help="default: <runs>/attention_rank")
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)

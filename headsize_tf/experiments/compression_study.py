@@ -151,15 +151,24 @@ def plot(summary: dict, path: pathlib.Path) -> None:
     axes[0].set(xlabel="shared key dim D", ylabel="mean relative CP error", title="reconstruction")
     axes[1].plot(dims, [r["embedding_cosine"] for r in rows], "o-")
     axes[1].set(xlabel="shared key dim D", ylabel="cosine vs original", title="embeddings")
-    axes[2].errorbar(dims, [100 * r["dev_accuracy_mean"] for r in rows],
-                     yerr=[100 * r["dev_accuracy_std"] for r in rows], fmt="o-",
-                     label="collaborative (re-fine-tuned)")  # fmt: skip
+    axes[2].errorbar(
+        dims,
+        [100 * r["dev_accuracy_mean"] for r in rows],
+        yerr=[100 * r["dev_accuracy_std"] for r in rows],
+        fmt="o-",
+        label="collaborative (re-fine-tuned)",
+    )
     original = next((r for r in summary["rows"] if r["model"] == "original"), None)
     if original:
-        axes[2].axhline(100 * original["dev_accuracy_mean"], color="k", ls="--",
-                        label="original fine-tuned")  # fmt: skip
-        axes[2].axhspan(100 * original["dev_accuracy_mean"] - 1.5,
-                        100 * original["dev_accuracy_mean"], color="k", alpha=0.08)  # fmt: skip
+        axes[2].axhline(
+            100 * original["dev_accuracy_mean"], color="k", ls="--", label="original fine-tuned"
+        )
+        axes[2].axhspan(
+            100 * original["dev_accuracy_mean"] - 1.5,
+            100 * original["dev_accuracy_mean"],
+            color="k",
+            alpha=0.08,
+        )
     axes[2].set(xlabel="shared key dim D", ylabel="dev accuracy (%)", title="Rotten Tomatoes")
     axes[2].legend(fontsize=8)
     for ax in axes:

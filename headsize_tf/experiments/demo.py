@@ -63,21 +63,32 @@ BASE = {
             },
         },
         "metric_type": "accuracy",
-        "train_data": {"input_path": "${DATA_DIR}/rotten_tomatoes/train.tfrecord",
-                       "global_batch_size": 32, "seq_length": 128},
-        "validation_data": {"input_path": "${DATA_DIR}/rotten_tomatoes/dev.tfrecord",
-                            "global_batch_size": 1307, "seq_length": 128, "is_training": False,
-                            "drop_remainder": False},
+        "train_data": {
+            "input_path": "${DATA_DIR}/rotten_tomatoes/train.tfrecord",
+            "global_batch_size": 32,
+            "seq_length": 128,
+        },
+        "validation_data": {
+            "input_path": "${DATA_DIR}/rotten_tomatoes/dev.tfrecord",
+            "global_batch_size": 1307,
+            "seq_length": 128,
+            "is_training": False,
+            "drop_remainder": False,
+        },
     },
     "trainer": {
-        "train_steps": STEPS, "validation_steps": 1, "steps_per_loop": 100,
-        "summary_interval": 100, "checkpoint_interval": 200, "validation_interval": STEPS,
+        "train_steps": STEPS,
+        "validation_steps": 1,
+        "steps_per_loop": 100,
+        "summary_interval": 100,
+        "checkpoint_interval": 200,
+        "validation_interval": STEPS,
         "optimizer_config": {
             "learning_rate": {"polynomial": {"initial_learning_rate": 1e-3, "decay_steps": STEPS}},
             "warmup": {"polynomial": {"warmup_steps": 80}},
         },
     },
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,15 +102,23 @@ class DemoModel:
     head_size: int | None
 
     def encoder_fields(self) -> dict[str, Any]:
-        return {"hidden_size": self.width, "attention": self.attention(),
-                "intermediate_size": 4 * self.width}  # fmt: skip
+        return {
+            "hidden_size": self.width,
+            "attention": self.attention(),
+            "intermediate_size": 4 * self.width,
+        }
 
     def spec(self):
         from headsize_tf import params
 
-        return params.EncoderSpec(vocab_size=4096, width=self.width, num_layers=2,
-                                  attention=self.attention(), intermediate_size=4 * self.width,
-                                  max_sequence_length=128)  # fmt: skip
+        return params.EncoderSpec(
+            vocab_size=4096,
+            width=self.width,
+            num_layers=2,
+            attention=self.attention(),
+            intermediate_size=4 * self.width,
+            max_sequence_length=128,
+        )
 
     def attention(self) -> dict[str, Any]:
         """The model's attention spec fields."""
@@ -200,15 +219,19 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
                 "steps": settings.steps,
                 "seed": settings.seed,
                 "model": dataclasses.asdict(model),
-            },  # fmt: skip
+            },
             work=lambda model=model, slug=slug: _train_small(
                 model, slug, output, data_dir, settings
             ),
         )
         rows.append(record)
 
-    finetune = {"pretrained": PRETRAINED, "finetune_steps": settings.finetune_steps,
-                "seed": settings.seed, "dev_examples": settings.dev_examples}  # fmt: skip
+    finetune = {
+        "pretrained": PRETRAINED,
+        "finetune_steps": settings.finetune_steps,
+        "seed": settings.seed,
+        "dev_examples": settings.dev_examples,
+    }
     original = stages.run(
         "minilm",
         f"ideas 2-3: fine-tuning pretrained all-MiniLM-L6-v2, {settings.finetune_steps} steps",
@@ -223,7 +246,7 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
             **finetune,
             "shared_key_dim": settings.shared_key_dim,
             "cp_max_iter": settings.cp_max_iter,
-        },  # fmt: skip
+        },
         work=lambda: _finetune_minilm(
             output / "models" / "collaborative", settings.shared_key_dim, data_dir, settings
         ),
@@ -236,7 +259,7 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
             **finetune,
             "prune_fraction": settings.prune_fraction,
             "importance_examples": settings.importance_examples,
-        },  # fmt: skip
+        },
         work=lambda: _prune_minilm(output, data_dir, settings),
     )
     rows += [original, collaborative, pruned]
@@ -258,9 +281,13 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
         settings={"pruned": pruned["settings"]},
         work=lambda: _export(output / "models" / "pruned", export_dir),
     )
-    summary = {"models": rows, "export": str((export_dir / "1").resolve()),
-               "settings": dataclasses.asdict(settings), "redone": stages.redone,
-               "seconds": time.perf_counter() - start}  # fmt: skip
+    summary = {
+        "models": rows,
+        "export": str((export_dir / "1").resolve()),
+        "settings": dataclasses.asdict(settings),
+        "redone": stages.redone,
+        "seconds": time.perf_counter() - start,
+    }
     table = markdown(rows)
     write_atomic(output / "summary.md", table + "\n")
     write_json(output / "summary.json", summary)
@@ -280,13 +307,22 @@ def _train_small(model: DemoModel, slug: str, output: pathlib.Path, data_dir, se
     log = output / "logs" / f"{slug}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
-        result = train.run("headsize_bert/sentence_prediction", str(output / "models" / slug),
-                           params_override=_override(model, settings.steps), data_dir=data_dir,
-                           seed=settings.seed)  # fmt: skip
-    return {"idea": "fixed head size", "name": model.name, **dataclasses.asdict(model),
-            "encoder_params": counts.encoder_params(model.spec()).trainable,
-            "dev_accuracy": result.metrics["cls_accuracy"], "model_dir": result.model_dir,
-            "kind": "experiment"}  # fmt: skip
+        result = train.run(
+            "headsize_bert/sentence_prediction",
+            str(output / "models" / slug),
+            params_override=_override(model, settings.steps),
+            data_dir=data_dir,
+            seed=settings.seed,
+        )
+    return {
+        "idea": "fixed head size",
+        "name": model.name,
+        **dataclasses.asdict(model),
+        "encoder_params": counts.encoder_params(model.spec()).trainable,
+        "dev_accuracy": result.metrics["cls_accuracy"],
+        "model_dir": result.model_dir,
+        "kind": "experiment",
+    }
 
 
 def _dev_split(data_dir, dev_examples: int | None = None):
@@ -318,9 +354,11 @@ def _finetune_minilm(directory: pathlib.Path, shared_key_dim: int | None, data_d
             encoder.encoder, shared_key_dim, progress=False, seed=settings.seed, **cp
         )
         encoder = encoder.with_encoder(converted, f"{PRETRAINED} D={shared_key_dim}")
-        record.update(idea="collaborative heads",
-                      name=f"MiniLM, collaborative heads (D={shared_key_dim})",
-                      cp_relative_error=float(np.mean([r.relative_error for r in reports])))  # fmt: skip
+        record.update(
+            idea="collaborative heads",
+            name=f"MiniLM, collaborative heads (D={shared_key_dim})",
+            cp_relative_error=float(np.mean([r.relative_error for r in reports])),
+        )
     train_texts, train_labels = splits["train"]
     epochs = settings.finetune_steps * 32 / len(train_texts)
     config = dataclasses.replace(ft.FinetuneConfig(), epochs=epochs, seed=settings.seed)
@@ -336,28 +374,45 @@ def _prune_minilm(output: pathlib.Path, data_dir, settings) -> dict:
     from headsize_tf.pruning import prune
 
     classifier = prune.load_classifier(output / "models" / "minilm")
-    data = prune.task_data(classifier.sentence_encoder, _dev_split(data_dir, settings.dev_examples),
-                           settings.importance_examples, num_classes=2)  # fmt: skip
+    data = prune.task_data(
+        classifier.sentence_encoder,
+        _dev_split(data_dir, settings.dev_examples),
+        settings.importance_examples,
+        num_classes=2,
+    )
     directory = output / "models" / "pruned"
-    report = prune.prune_model(classifier, data, directory,
-                               target_fraction=settings.prune_fraction, step=0.1,
-                               recompute=True, min_heads_per_layer=1, overwrite=True,
-                               progress=False)  # fmt: skip
+    report = prune.prune_model(
+        classifier,
+        data,
+        directory,
+        target_fraction=settings.prune_fraction,
+        step=0.1,
+        recompute=True,
+        min_heads_per_layer=1,
+        overwrite=True,
+        progress=False,
+    )
     importance = np.array(report["importance"], dtype=float)
     total = importance.size
     kept = total - sum(len(heads) for heads in report["pruned_heads"])
-    prune.plot_importance(importance,
-                          output / "importance.png", "MiniLM head importance (fine-tuned)")  # fmt: skip
-    return {"idea": "head pruning", "kind": "classifier", "directory": str(directory),
-            "name": f"MiniLM, {100 * settings.prune_fraction:.0f}% of heads pruned "
-                    f"({kept} of {total} kept)",
-            "dev_accuracy": report["pruned_accuracy"], "encoder_params": report["params_after"],
-            "curve": [{"fraction": p["fraction"], "metric": p["metric"]}
-                      for p in report["curve"]]}  # fmt: skip
+    prune.plot_importance(
+        importance, output / "importance.png", "MiniLM head importance (fine-tuned)"
+    )
+    return {
+        "idea": "head pruning",
+        "kind": "classifier",
+        "directory": str(directory),
+        "name": f"MiniLM, {100 * settings.prune_fraction:.0f}% of heads pruned "
+        f"({kept} of {total} kept)",
+        "dev_accuracy": report["pruned_accuracy"],
+        "encoder_params": report["params_after"],
+        "curve": [{"fraction": p["fraction"], "metric": p["metric"]} for p in report["curve"]],
+    }
 
 
-def _measure_speed(rows: list[dict], data_dir, repeats: int = 3,
-                   dev_examples: int | None = None) -> dict:  # fmt: skip
+def _measure_speed(
+    rows: list[dict], data_dir, repeats: int = 3, dev_examples: int | None = None
+) -> dict:
     """Dev examples/s of each model (best of `repeats` passes after a warm-up)."""
     from headsize_tf.pruning import prune
     from headsize_tf.serving import experiment_classifier
@@ -380,8 +435,7 @@ def _measure_speed(rows: list[dict], data_dir, repeats: int = 3,
             ft.predict_logits(model, ids)
             best = min(best, time.perf_counter() - t0)
         attention = sum(int(layer.count_params()) for layer in encoder.attention_layers)
-        out[row["slug"]] = {"examples_per_second": len(texts) / best,
-                            "attention_params": attention}  # fmt: skip
+        out[row["slug"]] = {"examples_per_second": len(texts) / best, "attention_params": attention}
     return {"models": out}
 
 
@@ -395,11 +449,16 @@ def _export(pruned_dir: pathlib.Path, export_dir: pathlib.Path) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| idea | model | encoder params | attention params | dev accuracy | dev examples/s |",
-             "|---|---|---:|---:|---:|---:|"]  # fmt: skip
-    lines += [f"| {r['idea']} | {r['name']} | {r['encoder_params']:,} | "
-              f"{r['attention_params']:,} | {100 * r['dev_accuracy']:.2f}% | "
-              f"{r['examples_per_second']:,.0f} |" for r in rows]  # fmt: skip
+    lines = [
+        "| idea | model | encoder params | attention params | dev accuracy | dev examples/s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['idea']} | {r['name']} | {r['encoder_params']:,} | "
+        f"{r['attention_params']:,} | {100 * r['dev_accuracy']:.2f}% | "
+        f"{r['examples_per_second']:,.0f} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -409,21 +468,33 @@ def plot(rows: list[dict], path: str | os.PathLike) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"standard": "#888", "fixed_head": "#2a7", "minilm": "#aaa",
-              "collaborative": "#27c", "pruned": "#c52"}  # fmt: skip
+    colors = {
+        "standard": "#888",
+        "fixed_head": "#2a7",
+        "minilm": "#aaa",
+        "collaborative": "#27c",
+        "pruned": "#c52",
+    }
     names = [r["name"].replace(" (", "\n(").replace(", ", ",\n", 1) for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for ax, key, label, scale in ((axes[0], "dev_accuracy", "dev accuracy (%)", 100),
-                                  (axes[1], "examples_per_second", "dev examples / s", 1)):  # fmt: skip
+    for ax, key, label, scale in (
+        (axes[0], "dev_accuracy", "dev accuracy (%)", 100),
+        (axes[1], "examples_per_second", "dev examples / s", 1),
+    ):
         values = [scale * r[key] for r in rows]
-        bars = ax.bar(range(len(rows)), values,
-                      color=[colors.get(r["slug"], "#888") for r in rows])  # fmt: skip
+        bars = ax.bar(range(len(rows)), values, color=[colors.get(r["slug"], "#888") for r in rows])
         for bar, r, v in zip(bars, rows, values, strict=True):
             text = f"{v:.1f}" if key == "dev_accuracy" else f"{v:,.0f}"
             if key == "dev_accuracy":
                 text += f"\n{r['attention_params'] / 1e6:.2f}M attn"
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), text, ha="center",
-                    va="bottom", fontsize=7)  # fmt: skip
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                bar.get_height(),
+                text,
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
         ax.set_xticks(range(len(rows)), names, fontsize=6.5)
         ax.set_ylabel(label)
         if key == "dev_accuracy":

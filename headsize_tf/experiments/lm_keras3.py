@@ -76,8 +76,10 @@ def export_lm_arrays(corpus_dir: str | pathlib.Path) -> list[pathlib.Path]:
             raise
 
         feature = {"input_ids": tf.io.VarLenFeature(tf.int64)}
-        rows = [tf.sparse.to_dense(tf.io.parse_single_example(r, feature)["input_ids"]).numpy()
-                for r in tf.data.TFRecordDataset(str(source))]  # fmt: skip
+        rows = [
+            tf.sparse.to_dense(tf.io.parse_single_example(r, feature)["input_ids"]).numpy()
+            for r in tf.data.TFRecordDataset(str(source))
+        ]
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.save(f, np.stack(rows).astype(np.int32))
     return paths
@@ -119,8 +121,12 @@ def adamw(learning_rate: Any) -> Any:
     """Keras 3 AdamW with Model Garden's settings (see the module doc)."""
     import keras
 
-    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=WEIGHT_DECAY,
-                                       epsilon=EPSILON, global_clipnorm=CLIP_NORM)  # fmt: skip
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=learning_rate,
+        weight_decay=WEIGHT_DECAY,
+        epsilon=EPSILON,
+        global_clipnorm=CLIP_NORM,
+    )
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer
 
@@ -186,20 +192,30 @@ def train_run(
                 f"ids in [0, {preset.vocab_size}) (a corpus prepared with another vocabulary?)."
             )
     keras.utils.set_random_seed(seed)
-    lm = CausalLM(vocabulary_size=preset.vocab_size, num_layers=preset.layers, hidden_dim=width,
-                  attention=attention, intermediate_dim=4 * width, max_sequence_length=n,
-                  dropout=preset.dropout)  # fmt: skip
+    lm = CausalLM(
+        vocabulary_size=preset.vocab_size,
+        num_layers=preset.layers,
+        hidden_dim=width,
+        attention=attention,
+        intermediate_dim=4 * width,
+        max_sequence_length=n,
+        dropout=preset.dropout,
+    )
     schedule = learning_rate_schedule(learning_rate, preset.steps, max(1, preset.steps // 10))
     optimizer = adamw(schedule)
     cross_entropy = keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent")
-    lm.compile(optimizer=optimizer, metrics=[cross_entropy],
-               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+    lm.compile(
+        optimizer=optimizer,
+        metrics=[cross_entropy],
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
 
     def perplexity(array: np.ndarray) -> tuple[float, float]:
         # The token mean over the whole split (every window has n tokens), as Model
         # Garden's perplexity; its `validation_loss` is a mean over batches instead.
-        result = lm.evaluate(array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0,
-                             return_dict=True)  # fmt: skip
+        result = lm.evaluate(
+            array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0, return_dict=True
+        )
         return float(np.exp(result["xent"])), float(result["xent"])
 
     order = window_stream(len(train), preset.steps * preset.batch_size, seed)
@@ -208,11 +224,22 @@ def train_run(
     curve, train_curve, done, start = [], [], 0, time.perf_counter()
     for step in checkpoints:
         chunk = train[order[done * preset.batch_size : step * preset.batch_size]]
-        history = lm.fit(chunk[:, :-1], chunk[:, 1:], batch_size=preset.batch_size, epochs=1,
-                         shuffle=False, verbose=0).history  # fmt: skip
+        history = lm.fit(
+            chunk[:, :-1],
+            chunk[:, 1:],
+            batch_size=preset.batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        ).history
         # The mean over the chunk's steps, dropout on (Model Garden's training_loss).
-        train_curve.append({"step": step, "loss": float(history["loss"][-1]),
-                            "perplexity": float(np.exp(history["xent"][-1]))})  # fmt: skip
+        train_curve.append(
+            {
+                "step": step,
+                "loss": float(history["loss"][-1]),
+                "perplexity": float(np.exp(history["xent"][-1])),
+            }
+        )
         done = step
         ppl, loss = perplexity(valid)
         curve.append({"step": step, "perplexity": ppl, "loss": loss})
@@ -220,8 +247,14 @@ def train_run(
             progress(f"step {step}/{preset.steps}: validation perplexity {ppl:.2f}")
     seconds = time.perf_counter() - start
     test_ppl, test_loss = perplexity(test)
-    return {"curve": curve, "train_curve": train_curve, "test_perplexity": test_ppl,
-            "test_loss": test_loss,
-            "train_seconds": seconds, "params_built": int(lm.count_params()),
-            "framework": "keras3", "backend": keras.backend.backend(),
-            "device": device_description()}  # fmt: skip
+    return {
+        "curve": curve,
+        "train_curve": train_curve,
+        "test_perplexity": test_ppl,
+        "test_loss": test_loss,
+        "train_seconds": seconds,
+        "params_built": int(lm.count_params()),
+        "framework": "keras3",
+        "backend": keras.backend.backend(),
+        "device": device_description(),
+    }

@@ -43,29 +43,46 @@ TARGET, STEP = 0.8, 0.1
 def _override(steps: int) -> dict[str, Any]:
     return {
         "task": {
-            "model": {"vocab_size": 4096, "hidden_size": WIDTH, "num_layers": LAYERS,
-                      "attention": {"kind": "standard", "num_heads": HEADS},
-                      "intermediate_size": 4 * WIDTH, "max_sequence_length": 128,
-                      "dropout_rate": 0.1},
+            "model": {
+                "vocab_size": 4096,
+                "hidden_size": WIDTH,
+                "num_layers": LAYERS,
+                "attention": {"kind": "standard", "num_heads": HEADS},
+                "intermediate_size": 4 * WIDTH,
+                "max_sequence_length": 128,
+                "dropout_rate": 0.1,
+            },
             # Model Garden's shuffle buffer of 100, with which the recorded runs were made.
-            "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
-                           "global_batch_size": 16, "seq_length": 128,
-                           "shuffle_buffer_size": 100},
-            "validation_data": {"input_path": "${DATA_DIR}/austen/lm_valid.tfrecord",
-                                "global_batch_size": 32, "seq_length": 128,
-                                "is_training": False, "drop_remainder": False},
+            "train_data": {
+                "input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
+                "global_batch_size": 16,
+                "seq_length": 128,
+                "shuffle_buffer_size": 100,
+            },
+            "validation_data": {
+                "input_path": "${DATA_DIR}/austen/lm_valid.tfrecord",
+                "global_batch_size": 32,
+                "seq_length": 128,
+                "is_training": False,
+                "drop_remainder": False,
+            },
         },
         "trainer": {
-            "train_steps": steps, "validation_steps": 10, "steps_per_loop": 200,
-            "summary_interval": 200, "checkpoint_interval": 400, "validation_interval": steps,
+            "train_steps": steps,
+            "validation_steps": 10,
+            "steps_per_loop": 200,
+            "summary_interval": 200,
+            "checkpoint_interval": 400,
+            "validation_interval": steps,
             "optimizer_config": {
                 "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
-                "learning_rate": {"polynomial": {"initial_learning_rate": 2e-3,
-                                                 "decay_steps": steps}},
+                "learning_rate": {
+                    "polynomial": {"initial_learning_rate": 2e-3, "decay_steps": steps}
+                },
                 "warmup": {"polynomial": {"warmup_steps": steps // 10}},
             },
         },
-    }  # fmt: skip
+    }
 
 
 def _load(model_dir: str, windows: int):
@@ -88,11 +105,20 @@ def random_curve(model_dir: str, seed: int, windows: int) -> dict:
         plm.set_lm_head_mask(lm, mask)
         return plm.perplexity(lm, data.evaluation)
 
-    steps = iterative_pruning((LAYERS, HEADS), lambda mask: scores, metric,
-                              target_fraction=TARGET, step=STEP, recompute=False,
-                              min_heads_per_layer=1, progress=False)  # fmt: skip
-    return {"seed": seed, "curve": [{"fraction": s.fraction, "perplexity": s.metric}
-                                    for s in steps]}  # fmt: skip
+    steps = iterative_pruning(
+        (LAYERS, HEADS),
+        lambda mask: scores,
+        metric,
+        target_fraction=TARGET,
+        step=STEP,
+        recompute=False,
+        min_heads_per_layer=1,
+        progress=False,
+    )
+    return {
+        "seed": seed,
+        "curve": [{"fraction": s.fraction, "perplexity": s.metric} for s in steps],
+    }
 
 
 def one_head_per_layer(model_dir: str, importance: np.ndarray, windows: int) -> dict:
@@ -106,8 +132,13 @@ def one_head_per_layer(model_dir: str, importance: np.ndarray, windows: int) -> 
         mask[layer] = 0
         mask[layer, int(np.nanargmax(importance[layer]))] = 1
         plm.set_lm_head_mask(lm, mask)
-        rows.append({"layer": layer, "kept_head": int(np.nanargmax(importance[layer])),
-                     "perplexity": plm.perplexity(lm, data.evaluation)})  # fmt: skip
+        rows.append(
+            {
+                "layer": layer,
+                "kept_head": int(np.nanargmax(importance[layer])),
+                "perplexity": plm.perplexity(lm, data.evaluation),
+            }
+        )
     plm.set_lm_head_mask(lm, np.ones([LAYERS, HEADS], np.float32))
     return {"unpruned": plm.perplexity(lm, data.evaluation), "layers": rows}
 
@@ -128,10 +159,14 @@ def half_removed_speed(model_dir: str, importance: np.ndarray, windows: int) -> 
         speeds["unpruned"].append(plm.decoding_speed(lm, prompts, 64, repeats=1))
         speeds["half_removed"].append(plm.decoding_speed(pruned, prompts, 64, repeats=1))
     best = {k: max(v) for k, v in speeds.items()}
-    return {"tokens_per_second": best, "speedup": best["half_removed"] / best["unpruned"],
-            "params": {"unpruned": int(lm.count_params()),
-                       "half_removed": int(pruned.count_params())},
-            "batch": 16, "prompt": 16, "new_tokens": 64}  # fmt: skip
+    return {
+        "tokens_per_second": best,
+        "speedup": best["half_removed"] / best["unpruned"],
+        "params": {"unpruned": int(lm.count_params()), "half_removed": int(pruned.count_params())},
+        "batch": 16,
+        "prompt": 16,
+        "new_tokens": 64,
+    }
 
 
 def summarize(out: pathlib.Path, command: str) -> dict:
@@ -142,54 +177,88 @@ def summarize(out: pathlib.Path, command: str) -> dict:
     speed = runs["half_removed_speed"]
     fractions = [c["fraction"] for c in prune["curve"]]
     random_ppl = np.array([[c["perplexity"] for c in r["curve"]] for r in randoms])
-    lines = ["# Michel et al. (2019) on an Austen LM: importance-ordered vs random pruning", "",
-             f"Command: `{command}`", "",
-             f"Model: {LAYERS} pre-LN layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS} "
-             f"({LAYERS * HEADS} heads), sequence 128, trained {runs['train']['steps']} steps of "
-             f"16 x 128 tokens on Austen (validation perplexity "
-             f"{prune['perplexity']['original']:.2f} on 256 windows of Northanger Abbey). "
-             f"Importance: E|dL/dxi_h| on 256 training windows, normalised per layer, recomputed "
-             f"after each step of {100 * STEP:.0f}% of the heads; every layer keeps a head.", "",
-             "## Validation perplexity vs heads pruned", "",
-             "| heads pruned | importance order | random order (mean ± std, 3 seeds) | heads per layer (importance) |",
-             "|---:|---:|---:|---|"]  # fmt: skip
+    lines = [
+        "# Michel et al. (2019) on an Austen LM: importance-ordered vs random pruning",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Model: {LAYERS} pre-LN layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS} "
+        f"({LAYERS * HEADS} heads), sequence 128, trained {runs['train']['steps']} steps of "
+        f"16 x 128 tokens on Austen (validation perplexity "
+        f"{prune['perplexity']['original']:.2f} on 256 windows of Northanger Abbey). "
+        f"Importance: E|dL/dxi_h| on 256 training windows, normalised per layer, recomputed "
+        f"after each step of {100 * STEP:.0f}% of the heads; every layer keeps a head.",
+        "",
+        "## Validation perplexity vs heads pruned",
+        "",
+        "| heads pruned | importance order | random order (mean ± std, 3 seeds) | heads per layer (importance) |",
+        "|---:|---:|---:|---|",
+    ]
     for i, c in enumerate(prune["curve"]):
-        rnd = (f"{random_ppl[:, i].mean():.2f} ± {random_ppl[:, i].std():.2f}"
-               if random_ppl.size else "—")  # fmt: skip
-        lines.append(f"| {100 * c['fraction']:.0f}% | {c['perplexity']:.2f} | {rnd} | "
-                     f"{c['heads_per_layer']} |")  # fmt: skip
-    within = [c["fraction"] for c in prune["curve"]
-              if c["perplexity"] <= 1.05 * prune["perplexity"]["original"]]  # fmt: skip
+        rnd = (
+            f"{random_ppl[:, i].mean():.2f} ± {random_ppl[:, i].std():.2f}"
+            if random_ppl.size
+            else "—"
+        )
+        lines.append(
+            f"| {100 * c['fraction']:.0f}% | {c['perplexity']:.2f} | {rnd} | "
+            f"{c['heads_per_layer']} |"
+        )
+    within = [
+        c["fraction"]
+        for c in prune["curve"]
+        if c["perplexity"] <= 1.05 * prune["perplexity"]["original"]
+    ]
     ours = np.array([c["perplexity"] for c in prune["curve"]])
     if random_ppl.size:
         better = int(np.sum(ours[1:] < random_ppl[:, 1:].mean(0)))
-        comparison = (f"Importance order is below the random-order mean at {better} of "
-                      f"{len(ours) - 1} pruning levels (Michel et al. find it below at every "
-                      "level).")  # fmt: skip
+        comparison = (
+            f"Importance order is below the random-order mean at {better} of "
+            f"{len(ours) - 1} pruning levels (Michel et al. find it below at every "
+            "level)."
+        )
     else:
         comparison = ""
-    lines += ["", f"Up to {100 * max(within):.0f}% of the heads go with at most 5% higher "
-              f"perplexity when removed in importance order. {comparison}", "",
-              "## One head per layer (Michel et al. Table 2)", "",
-              f"Unpruned: {layers['unpruned']:.2f}.", "",
-              "| layer reduced to its best head | perplexity | change |", "|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        f"Up to {100 * max(within):.0f}% of the heads go with at most 5% higher "
+        f"perplexity when removed in importance order. {comparison}",
+        "",
+        "## One head per layer (Michel et al. Table 2)",
+        "",
+        f"Unpruned: {layers['unpruned']:.2f}.",
+        "",
+        "| layer reduced to its best head | perplexity | change |",
+        "|---:|---:|---:|",
+    ]
     for row in layers["layers"]:
-        lines.append(f"| {row['layer']} (head {row['kept_head']}) | {row['perplexity']:.2f} | "
-                     f"{100 * (row['perplexity'] / layers['unpruned'] - 1):+.1f}% |")  # fmt: skip
+        lines.append(
+            f"| {row['layer']} (head {row['kept_head']}) | {row['perplexity']:.2f} | "
+            f"{100 * (row['perplexity'] / layers['unpruned'] - 1):+.1f}% |"
+        )
     ps = prune["decoding_tokens_per_second"]
     hs = speed["tokens_per_second"]
-    lines += ["", "## Decoding speed (cached greedy decoding, CPU, side by side)", "",
-              f"- {100 * TARGET:.0f}% of heads removed (the importance-pruned model): "
-              f"{ps['original']:.0f} -> {ps['pruned']:.0f} tokens/s ({prune['decoding_speedup']:.2f}x; "
-              "batch 4, prompt 16, 32 new tokens).",
-              f"- 50% removed (the 4 least important heads of each layer): {hs['unpruned']:.0f} -> "
-              f"{hs['half_removed']:.0f} tokens/s ({speed['speedup']:.2f}x; batch 16, prompt 16, "
-              f"64 new tokens); parameters {speed['params']['unpruned']:,} -> "
-              f"{speed['params']['half_removed']:,}.", "",
-              "At width 128 a decoding step is dominated by fixed per-step costs and the "
-              "4096-word output layer, so removing heads barely changes decoding speed here; "
-              "`benchmarks/pruning.py` measures it at width 512.", "",
-              "![curve](curve.png)", "", "![importance](importance.png)", ""]  # fmt: skip
+    lines += [
+        "",
+        "## Decoding speed (cached greedy decoding, CPU, side by side)",
+        "",
+        f"- {100 * TARGET:.0f}% of heads removed (the importance-pruned model): "
+        f"{ps['original']:.0f} -> {ps['pruned']:.0f} tokens/s ({prune['decoding_speedup']:.2f}x; "
+        "batch 4, prompt 16, 32 new tokens).",
+        f"- 50% removed (the 4 least important heads of each layer): {hs['unpruned']:.0f} -> "
+        f"{hs['half_removed']:.0f} tokens/s ({speed['speedup']:.2f}x; batch 16, prompt 16, "
+        f"64 new tokens); parameters {speed['params']['unpruned']:,} -> "
+        f"{speed['params']['half_removed']:,}.",
+        "",
+        "At width 128 a decoding step is dominated by fixed per-step costs and the "
+        "4096-word output layer, so removing heads barely changes decoding speed here; "
+        "`benchmarks/pruning.py` measures it at width 512.",
+        "",
+        "![curve](curve.png)",
+        "",
+        "![importance](importance.png)",
+        "",
+    ]
     write_atomic(out / "README.md", "\n".join(lines))
     _plot(fractions, prune, random_ppl, out / "curve.png")
     summary = {"command": command, "runs": runs}
@@ -207,10 +276,20 @@ def _plot(fractions, prune, random_ppl, path) -> None:
     x = [100 * f for f in fractions]
     ax.plot(x, [c["perplexity"] for c in prune["curve"]], "o-", label="importance order")
     if random_ppl.size:
-        ax.errorbar(x, random_ppl.mean(0), yerr=random_ppl.std(0), fmt="s--", capsize=3,
-                    label="random order (3 seeds)")  # fmt: skip
-    ax.set(xlabel="heads pruned (%)", ylabel="validation perplexity", yscale="log",
-           title="Austen LM, 32 heads")  # fmt: skip
+        ax.errorbar(
+            x,
+            random_ppl.mean(0),
+            yerr=random_ppl.std(0),
+            fmt="s--",
+            capsize=3,
+            label="random order (3 seeds)",
+        )
+    ax.set(
+        xlabel="heads pruned (%)",
+        ylabel="validation perplexity",
+        yscale="log",
+        title="Austen LM, 32 heads",
+    )
     ax.legend()
     save_figure(fig, path)
 
@@ -221,8 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/headsize_lm_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--windows", type=int, default=256,
-                        help="training windows for importance, validation windows for perplexity")  # fmt: skip
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=256,
+        help="training windows for importance, validation windows for perplexity",
+    )
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
     from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
@@ -249,28 +332,51 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
     def train_lm():
         work.mkdir(parents=True, exist_ok=True)
         with open(f"{model_dir}.log", "a") as log, contextlib.redirect_stdout(log):
-            result = train.run("headsize_lm/language_modeling", model_dir,
-                               params_override=_override(args.steps), data_dir=data_dir)  # fmt: skip
+            result = train.run(
+                "headsize_lm/language_modeling",
+                model_dir,
+                params_override=_override(args.steps),
+                data_dir=data_dir,
+            )
         return {"steps": args.steps, "validation_perplexity": result.metrics["perplexity"]}
 
     study = Steps(out)
     study.run("train", f"training the LM, {args.steps} steps", train_lm)
     pruned_dir = work / f"pruned_steps{args.steps}"
-    prune = study.run("importance_pruning", "importance-ordered pruning, removal, speed",
-                   lambda: plm.prune_language_model(
-                       model_dir, pruned_dir, target_fraction=TARGET, step=STEP,
-                       importance_windows=args.windows, eval_windows=args.windows,
-                       overwrite=True, progress=False))  # fmt: skip
+    prune = study.run(
+        "importance_pruning",
+        "importance-ordered pruning, removal, speed",
+        lambda: plm.prune_language_model(
+            model_dir,
+            pruned_dir,
+            target_fraction=TARGET,
+            step=STEP,
+            importance_windows=args.windows,
+            eval_windows=args.windows,
+            overwrite=True,
+            progress=False,
+        ),
+    )
     plm.plot_report(prune, out)  # importance.png (and curve.png, redrawn by summarize)
-    importance = np.array([[np.nan if v is None else v for v in row]
-                           for row in prune["importance"]])  # fmt: skip
+    importance = np.array(
+        [[np.nan if v is None else v for v in row] for row in prune["importance"]]
+    )
     for seed in (0, 1, 2):
-        study.run(f"random_seed{seed}", "random-order pruning",
-               lambda seed=seed: random_curve(model_dir, seed, args.windows))  # fmt: skip
-    study.run("one_head_per_layer", "each layer reduced to its best head",
-           lambda: one_head_per_layer(model_dir, importance, args.windows))  # fmt: skip
-    study.run("half_removed_speed", "decoding speed at 50% of heads removed",
-           lambda: half_removed_speed(model_dir, importance, args.windows))  # fmt: skip
+        study.run(
+            f"random_seed{seed}",
+            "random-order pruning",
+            lambda seed=seed: random_curve(model_dir, seed, args.windows),
+        )
+    study.run(
+        "one_head_per_layer",
+        "each layer reduced to its best head",
+        lambda: one_head_per_layer(model_dir, importance, args.windows),
+    )
+    study.run(
+        "half_removed_speed",
+        "decoding speed at 50% of heads removed",
+        lambda: half_removed_speed(model_dir, importance, args.windows),
+    )
 
 
 if __name__ == "__main__":

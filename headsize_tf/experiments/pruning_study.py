@@ -42,10 +42,12 @@ def _finetuned(args, splits):
         print(f"[skip] fine-tuned model cached at {cache}")
         return model
     config = dataclasses.replace(ft.FinetuneConfig(), epochs=args.epochs, seed=args.seed)
-    model, info = ft.finetune(load_sentence_encoder(args.model), splits["train"], config,
-                              verbose=args.verbose)  # fmt: skip
-    prune.save_pruned(model, cache, {"finetune": dataclasses.asdict(config), **info},
-                      overwrite=True)  # fmt: skip
+    model, info = ft.finetune(
+        load_sentence_encoder(args.model), splits["train"], config, verbose=args.verbose
+    )
+    prune.save_pruned(
+        model, cache, {"finetune": dataclasses.asdict(config), **info}, overwrite=True
+    )
     return model
 
 
@@ -75,8 +77,11 @@ def markdown(summary: dict, command: str) -> str:
             else:
                 cells.append(f"{100 * point['metric']:.2f}")
         lines.append(f"| {100 * fraction:.0f}% | " + " | ".join(cells) + " |")
-    lines += ["", "Largest fraction pruned with ≤ 1 point dev-accuracy loss (at every step "
-              "up to it):", ""]  # fmt: skip
+    lines += [
+        "",
+        "Largest fraction pruned with ≤ 1 point dev-accuracy loss (at every step up to it):",
+        "",
+    ]
     for name, value in summary["max_fraction_within_1_point"].items():
         lines.append(f"- {name}: {100 * value:.0f}%")
     removal = summary.get("removal")
@@ -136,16 +141,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[skip] {path}")
         else:
             print(f"[run] {name}", flush=True)
-            steps = prune.pruning_curve(model, data, target_fraction=args.target_fraction,
-                                        step=args.step, **kwargs)  # fmt: skip
+            steps = prune.pruning_curve(
+                model, data, target_fraction=args.target_fraction, step=args.step, **kwargs
+            )
             write_json(path, steps)
         curves[name] = json.loads(path.read_text())
     random_names = [n for n in curves if n.startswith("random")]
     random_curve = []
     for i, point in enumerate(curves[random_names[0]]):
         values = [curves[n][i]["metric"] for n in random_names]
-        random_curve.append({"fraction": point["fraction"], "metric": float(np.mean(values)),
-                             "metric_std": float(np.std(values))})  # fmt: skip
+        random_curve.append(
+            {
+                "fraction": point["fraction"],
+                "metric": float(np.mean(values)),
+                "metric_std": float(np.std(values)),
+            }
+        )
     shown = {k: v for k, v in curves.items() if not k.startswith("random")}
     shown[f"random ({len(random_names)} seeds)"] = random_curve
     summary = {
@@ -155,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "curves": {
             k: [{kk: vv for kk, vv in s.items() if kk != "mask"} for s in v]
             for k, v in shown.items()
-        },  # fmt: skip
+        },
         "max_fraction_within_1_point": {k: prune.max_fraction_within(v) for k, v in shown.items()},
     }
     best_name = "importance (recomputed)"
@@ -164,15 +175,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     removal_path = runs / "removal.json"
     if fraction > 0 and not removal_path.exists():
         pruned = prune.with_encoder(model, remove_heads(model.encoder, np.asarray(point["mask"])))
-        write_json(removal_path, {
-            "fraction": fraction,
-            "heads_removed": point["heads_pruned"],
-            "params_before": int(model.encoder.count_params()),
-            "params_after": int(pruned.encoder.count_params()),
-            "masked_accuracy": point["metric"],
-            "removed_accuracy": ft.accuracy(pruned, data.eval_ids, data.eval_labels),
-            "pruned_heads": plain_config(pruned.encoder.get_config()["pruned_heads"]),
-        })  # fmt: skip
+        write_json(
+            removal_path,
+            {
+                "fraction": fraction,
+                "heads_removed": point["heads_pruned"],
+                "params_before": int(model.encoder.count_params()),
+                "params_after": int(pruned.encoder.count_params()),
+                "masked_accuracy": point["metric"],
+                "removed_accuracy": ft.accuracy(pruned, data.eval_ids, data.eval_labels),
+                "pruned_heads": plain_config(pruned.encoder.get_config()["pruned_heads"]),
+            },
+        )
     if removal_path.exists():
         summary["removal"] = json.loads(removal_path.read_text())
     command = "python -m headsize_tf.experiments.pruning_study " + " ".join(

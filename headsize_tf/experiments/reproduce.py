@@ -49,9 +49,14 @@ class LMRun:
     def spec(self):
         from headsize_tf import params
 
-        return params.EncoderSpec(vocab_size=4096, width=self.width, num_layers=2,
-                                  attention=self.attention(), intermediate_size=4 * self.width,
-                                  max_sequence_length=128)  # fmt: skip
+        return params.EncoderSpec(
+            vocab_size=4096,
+            width=self.width,
+            num_layers=2,
+            attention=self.attention(),
+            intermediate_size=4 * self.width,
+            max_sequence_length=128,
+        )
 
     def attention(self) -> dict[str, Any]:
         """The model's attention spec fields."""
@@ -87,28 +92,46 @@ def plan() -> dict[str, list[LMRun]]:
 def _override(run: LMRun, steps: int, test_batches: int, learning_rate: float = 2e-3) -> dict:
     return {
         "task": {
-            "model": {"vocab_size": 4096, "hidden_size": run.width, "num_layers": 2,
-                      "attention": run.attention(), "intermediate_size": 4 * run.width,
-                      "max_sequence_length": 128, "dropout_rate": 0.0},
+            "model": {
+                "vocab_size": 4096,
+                "hidden_size": run.width,
+                "num_layers": 2,
+                "attention": run.attention(),
+                "intermediate_size": 4 * run.width,
+                "max_sequence_length": 128,
+                "dropout_rate": 0.0,
+            },
             # Model Garden's shuffle buffer of 100, with which the recorded runs were made.
-            "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
-                           "global_batch_size": 32, "seq_length": 128,
-                           "shuffle_buffer_size": 100},
-            "validation_data": {"input_path": "${DATA_DIR}/austen/lm_test.tfrecord",
-                                "global_batch_size": 32, "seq_length": 128,
-                                "is_training": False, "drop_remainder": False},
+            "train_data": {
+                "input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
+                "global_batch_size": 32,
+                "seq_length": 128,
+                "shuffle_buffer_size": 100,
+            },
+            "validation_data": {
+                "input_path": "${DATA_DIR}/austen/lm_test.tfrecord",
+                "global_batch_size": 32,
+                "seq_length": 128,
+                "is_training": False,
+                "drop_remainder": False,
+            },
         },
         "trainer": {
-            "train_steps": steps, "validation_steps": test_batches, "steps_per_loop": 100,
-            "summary_interval": 100, "checkpoint_interval": 200, "validation_interval": steps,
+            "train_steps": steps,
+            "validation_steps": test_batches,
+            "steps_per_loop": 100,
+            "summary_interval": 100,
+            "checkpoint_interval": 200,
+            "validation_interval": steps,
             "optimizer_config": {
                 "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
-                "learning_rate": {"polynomial": {"initial_learning_rate": learning_rate,
-                                                 "decay_steps": steps}},
+                "learning_rate": {
+                    "polynomial": {"initial_learning_rate": learning_rate, "decay_steps": steps}
+                },
                 "warmup": {"polynomial": {"warmup_steps": steps // 10}},
             },
         },
-    }  # fmt: skip
+    }
 
 
 def run_all(args) -> dict:
@@ -137,19 +160,30 @@ def run_all(args) -> dict:
                 pathlib.Path(args.work_dir)
                 / f"{key}_seed{seed}_steps{args.steps}_lr{args.learning_rate:g}"
             )
-            result = train.run("headsize_lm/language_modeling", str(model_dir),
-                               params_override=_override(run, args.steps, test_batches,
-                                                         args.learning_rate),
-                               data_dir=args.data_dir, seed=seed)  # fmt: skip
-            record = {**dataclasses.asdict(run), "key": key, "seed": seed,
-                      "params": run.params(), "steps": args.steps,
-                      "tokens": args.steps * 32 * 128, "learning_rate": args.learning_rate,
-                      "test_perplexity": result.metrics["perplexity"],
-                      "test_loss": result.metrics["validation_loss"],
-                      "seconds": time.perf_counter() - start}  # fmt: skip
+            result = train.run(
+                "headsize_lm/language_modeling",
+                str(model_dir),
+                params_override=_override(run, args.steps, test_batches, args.learning_rate),
+                data_dir=args.data_dir,
+                seed=seed,
+            )
+            record = {
+                **dataclasses.asdict(run),
+                "key": key,
+                "seed": seed,
+                "params": run.params(),
+                "steps": args.steps,
+                "tokens": args.steps * 32 * 128,
+                "learning_rate": args.learning_rate,
+                "test_perplexity": result.metrics["perplexity"],
+                "test_loss": result.metrics["validation_loss"],
+                "seconds": time.perf_counter() - start,
+            }
             write_json(path, record)
-            print(f"[done] {key} seed {seed}: test perplexity {record['test_perplexity']:.2f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"[done] {key} seed {seed}: test perplexity {record['test_perplexity']:.2f}",
+                flush=True,
+            )
     return summarize(out, experiments)
 
 
@@ -182,10 +216,16 @@ def summarize(out: pathlib.Path, experiments: dict[str, list[LMRun]]) -> dict:
         for run in runs:
             got = records.get(run.key, [])
             ppl = [r["test_perplexity"] for r in got]
-            rows.append({"key": run.key, **dataclasses.asdict(run), "params": run.params(),
-                         "seeds": sorted(r["seed"] for r in got),
-                         "mean": float(np.mean(ppl)) if ppl else None,
-                         "std": float(np.std(ppl)) if ppl else None})  # fmt: skip
+            rows.append(
+                {
+                    "key": run.key,
+                    **dataclasses.asdict(run),
+                    "params": run.params(),
+                    "seeds": sorted(r["seed"] for r in got),
+                    "mean": float(np.mean(ppl)) if ppl else None,
+                    "std": float(np.std(ppl)) if ppl else None,
+                }
+            )
         summary[name] = rows
     return summary
 
@@ -211,8 +251,11 @@ def r1_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     Only pairs with a wider baseline test the claim: matching the narrowest baseline's
     parameters gives a fixed-head model of the same width (fewer heads).
     """
-    return [(b, f) for b, f in zip(rows[0::2], rows[1::2], strict=True)
-            if b["key"] != f["key"] and b["width"] > f["width"]]  # fmt: skip
+    return [
+        (b, f)
+        for b, f in zip(rows[0::2], rows[1::2], strict=True)
+        if b["key"] != f["key"] and b["width"] > f["width"]
+    ]
 
 
 def verdicts(summary: dict) -> list[dict]:
@@ -225,52 +268,79 @@ def verdicts(summary: dict) -> list[dict]:
     if "R1" in summary:
         pairs = r1_pairs(summary["R1"])
         results = [compare(f, b) for b, f in pairs]
-        verdict = ("not reproduced" if "higher" in results
-                   else "reproduced" if "lower" in results else "tie")  # fmt: skip
+        verdict = (
+            "not reproduced"
+            if "higher" in results
+            else "reproduced"
+            if "lower" in results
+            else "tie"
+        )
         width, size = (pairs[0][1]["width"], pairs[0][1]["head_size"]) if pairs else ("w", "p")
-        out.append({
-            "claim": f"R1: at equal parameters, width {width} with fixed head size {size} is at "
-                     "least as good as the wider baselines (head = width / 4)",
-            "evidence": "; ".join(f"{f['key']} {_fmt(f)} vs {b['key']} {_fmt(b)} ({r})"
-                                  for (b, f), r in zip(pairs, results, strict=True)),
-            "verdict": verdict,
-        })  # fmt: skip
+        out.append(
+            {
+                "claim": f"R1: at equal parameters, width {width} with fixed head size {size} is at "
+                "least as good as the wider baselines (head = width / 4)",
+                "evidence": "; ".join(
+                    f"{f['key']} {_fmt(f)} vs {b['key']} {_fmt(b)} ({r})"
+                    for (b, f), r in zip(pairs, results, strict=True)
+                ),
+                "verdict": verdict,
+            }
+        )
     if "R2" in summary:
         rows = summary["R2"]
-        fixed = sorted((r for r in rows if r["attention_type"] == "fixed_head"),
-                       key=lambda r: r["heads"])  # fmt: skip
-        base = sorted((r for r in rows if r["attention_type"] == "standard"),
-                      key=lambda r: r["heads"])  # fmt: skip
+        fixed = sorted(
+            (r for r in rows if r["attention_type"] == "fixed_head"), key=lambda r: r["heads"]
+        )
+        base = sorted(
+            (r for r in rows if r["attention_type"] == "standard"), key=lambda r: r["heads"]
+        )
         first = next(r for r in base if r["heads"] == fixed[0]["heads"])
         series = [first] + fixed if first["key"] != fixed[0]["key"] else fixed
         result = compare(series[-1], series[0])
-        out.append({
-            "claim": f"R2a: with head size fixed at {fixed[-1]['head_size']}, more heads "
-                     "improve perplexity (parameters grow with the heads)",
-            "evidence": ", ".join(f"{r['heads']} heads {_fmt(r)}" for r in series),
-            "verdict": {"lower": "reproduced", "higher": "not reproduced (reversed)",
-                        "tie": "not reproduced (no clear change)"}[result],
-        })  # fmt: skip
+        out.append(
+            {
+                "claim": f"R2a: with head size fixed at {fixed[-1]['head_size']}, more heads "
+                "improve perplexity (parameters grow with the heads)",
+                "evidence": ", ".join(f"{r['heads']} heads {_fmt(r)}" for r in series),
+                "verdict": {
+                    "lower": "reproduced",
+                    "higher": "not reproduced (reversed)",
+                    "tie": "not reproduced (no clear change)",
+                }[result],
+            }
+        )
         best = min(base, key=lambda r: r["mean"])
         # Most heads against the best baseline; when most heads is itself the best, against
         # the fewest heads (lower there means the claim is reversed).
         result = compare(base[-1], best) if base[-1] is not best else compare(base[-1], base[0])
-        out.append({
-            "claim": "R2b: with head size = width / heads, many heads make the model worse",
-            "evidence": ", ".join(f"{r['heads']} heads of {r['width'] // r['heads']} {_fmt(r)}"
-                                  for r in base),
-            "verdict": {"higher": "reproduced", "lower": "not reproduced (reversed)",
-                        "tie": "not reproduced (no clear change)"}[result],
-        })  # fmt: skip
+        out.append(
+            {
+                "claim": "R2b: with head size = width / heads, many heads make the model worse",
+                "evidence": ", ".join(
+                    f"{r['heads']} heads of {r['width'] // r['heads']} {_fmt(r)}" for r in base
+                ),
+                "verdict": {
+                    "higher": "reproduced",
+                    "lower": "not reproduced (reversed)",
+                    "tie": "not reproduced (no clear change)",
+                }[result],
+            }
+        )
     if "R3" in summary:
         rows = sorted(summary["R3"], key=lambda r: r["head_size"])
         result = compare(rows[-1], rows[0])
-        out.append({
-            "claim": "R3: at 8 heads, a larger head size improves perplexity",
-            "evidence": ", ".join(f"head size {r['head_size']} {_fmt(r)}" for r in rows),
-            "verdict": {"lower": "reproduced", "higher": "not reproduced (reversed)",
-                        "tie": "not reproduced (no clear change)"}[result],
-        })  # fmt: skip
+        out.append(
+            {
+                "claim": "R3: at 8 heads, a larger head size improves perplexity",
+                "evidence": ", ".join(f"head size {r['head_size']} {_fmt(r)}" for r in rows),
+                "verdict": {
+                    "lower": "reproduced",
+                    "higher": "not reproduced (reversed)",
+                    "tie": "not reproduced (no clear change)",
+                }[result],
+            }
+        )
     return out
 
 
@@ -281,30 +351,46 @@ def markdown(
     learning_rate: float = 2e-3,
     judged: Sequence[dict] = (),
 ) -> str:
-    lines = ["# Bhojanapalli et al. (2020) at small scale: Jane Austen LMs", "",
-             f"Command: `{command}`", "",
-             f"2 pre-LN layers, FFN 4 x width, vocab 4096, sequence 128, batch 32, {steps} steps "
-             f"({steps * 4096:,} training tokens per run), AdamW {learning_rate:g} with 10% "
-             "warm-up and linear "
-             "decay; test perplexity on Persuasion; mean ± population std (ddof 0) over seeds.", ""]  # fmt: skip
-    titles = {"R1": "R1 (Fig. 1): narrower fixed-head models vs wider baselines at equal "
-                    "parameters",
-              "R2": "R2 (Fig. 3a): width 64, more heads: baseline (head = 64 / heads) vs fixed "
-                    "head 32",
-              "R3": "R3 (Table 2B): width 64, 8 heads, head size varied"}  # fmt: skip
+    lines = [
+        "# Bhojanapalli et al. (2020) at small scale: Jane Austen LMs",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"2 pre-LN layers, FFN 4 x width, vocab 4096, sequence 128, batch 32, {steps} steps "
+        f"({steps * 4096:,} training tokens per run), AdamW {learning_rate:g} with 10% "
+        "warm-up and linear "
+        "decay; test perplexity on Persuasion; mean ± population std (ddof 0) over seeds.",
+        "",
+    ]
+    titles = {
+        "R1": "R1 (Fig. 1): narrower fixed-head models vs wider baselines at equal parameters",
+        "R2": "R2 (Fig. 3a): width 64, more heads: baseline (head = 64 / heads) vs fixed head 32",
+        "R3": "R3 (Table 2B): width 64, 8 heads, head size varied",
+    }
     for name, rows in summary.items():
-        lines += [f"## {titles[name]}", "", "| model | width | heads | head size | params | "
-                  "test perplexity | seeds |", "|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+        lines += [
+            f"## {titles[name]}",
+            "",
+            "| model | width | heads | head size | params | test perplexity | seeds |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
         for r in rows:
             size = r["head_size"] or r["width"] // r["heads"]
             ppl = "not run" if r["mean"] is None else f"{r['mean']:.2f} ± {r['std']:.2f}"
-            lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {size} | "
-                         f"{r['params']:,} | {ppl} | {','.join(map(str, r['seeds']))} |")  # fmt: skip
+            lines.append(
+                f"| {r['key']} | {r['width']} | {r['heads']} | {size} | "
+                f"{r['params']:,} | {ppl} | {','.join(map(str, r['seeds']))} |"
+            )
         lines.append("")
     if judged:
-        lines += ["## Verdicts", "",
-                  "A difference counts only when the mean ± std bars do not overlap.", "",
-                  "| claim | here (test perplexity) | verdict |", "|---|---|---|"]  # fmt: skip
+        lines += [
+            "## Verdicts",
+            "",
+            "A difference counts only when the mean ± std bars do not overlap.",
+            "",
+            "| claim | here (test perplexity) | verdict |",
+            "|---|---|---|",
+        ]
         lines += [f"| {v['claim']} | {v['evidence']} | **{v['verdict']}** |" for v in judged]
         lines.append("")
     return "\n".join(lines)
@@ -322,14 +408,27 @@ def plot(summary: dict, path: pathlib.Path, titles: dict[str, str] | None = None
     fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.8))
     axes = np.atleast_1d(axes)
     for ax, (name, rows) in zip(axes, summary.items(), strict=True):
-        for kind, label in (("standard", "baseline (head = width / heads)"),
-                            ("fixed_head", "fixed head size")):  # fmt: skip
-            pts = sorted((r for r in rows if r["attention_type"] == kind and r["mean"] is not None),
-                         key=lambda r: r[field[name]])  # fmt: skip
-            ax.errorbar([r[field[name]] for r in pts], [r["mean"] for r in pts],
-                        yerr=[r["std"] for r in pts], fmt="o-", capsize=3, label=label)  # fmt: skip
-        ax.set(title=(titles or {}).get(name, name), ylabel="test perplexity",
-               xlabel={"R1": "parameters", "R2": "heads", "R3": "head size"}[name])  # fmt: skip
+        for kind, label in (
+            ("standard", "baseline (head = width / heads)"),
+            ("fixed_head", "fixed head size"),
+        ):
+            pts = sorted(
+                (r for r in rows if r["attention_type"] == kind and r["mean"] is not None),
+                key=lambda r: r[field[name]],
+            )
+            ax.errorbar(
+                [r[field[name]] for r in pts],
+                [r["mean"] for r in pts],
+                yerr=[r["std"] for r in pts],
+                fmt="o-",
+                capsize=3,
+                label=label,
+            )
+        ax.set(
+            title=(titles or {}).get(name, name),
+            ylabel="test perplexity",
+            xlabel={"R1": "parameters", "R2": "heads", "R3": "head size"}[name],
+        )
         if name != "R1":
             ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
@@ -342,14 +441,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/headsize_reproduction")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--learning-rate", type=float, default=2e-3,
-                        help="peak AdamW learning rate, the same for every run")  # fmt: skip
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=2e-3,
+        help="peak AdamW learning rate, the same for every run",
+    )
     parser.add_argument("--only", nargs="*", choices=["R1", "R2", "R3"], default=None)
-    parser.add_argument("--keys", nargs="*", default=None,
-                        help="run only these models (e.g. std_w64_h8_p8 fixed_w64_h8_p32)")  # fmt: skip
+    parser.add_argument(
+        "--keys",
+        nargs="*",
+        default=None,
+        help="run only these models (e.g. std_w64_h8_p8 fixed_w64_h8_p32)",
+    )
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--summarize-only", action="store_true",
-                        help="rebuild the summary from the run files without training")  # fmt: skip
+    parser.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="rebuild the summary from the run files without training",
+    )
     args = parser.parse_args(argv)
     if args.summarize_only:
         experiments = selected(args)
@@ -365,9 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     judged = verdicts(summary) if finished >= planned and not args.keys else []
     write_json(out / "reproduction.json", {"command": command, **summary, "verdicts": judged})
     status = "A subset of the models (--keys): no claim is judged here.\n\n" if args.keys else ""
-    status += (f"Status: {finished} of {planned} runs finished"
-              + ("." if finished >= planned else " — rerun the command to continue (it skips "
-                 "finished runs); no claim is judged before all seeds are in."))  # fmt: skip
+    status += f"Status: {finished} of {planned} runs finished" + (
+        "."
+        if finished >= planned
+        else " — rerun the command to continue (it skips "
+        "finished runs); no claim is judged before all seeds are in."
+    )
     write_atomic(
         out / "README.md",
         markdown(summary, command, args.steps, args.learning_rate, judged) + "\n" + status + "\n",

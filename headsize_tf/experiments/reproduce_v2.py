@@ -108,7 +108,7 @@ PRESETS = {
             "best rate was 0.008 after the edge extension, so every later model starts from "
             "0.002, 0.004, 0.008 (its extra rates stay in the table)."
         ),
-    ),  # fmt: skip
+    ),
     # One GPU (`--framework keras3` on JAX: benchmarks/reproduce_v2_device.sh): the paper's
     # depth and sequence length at width 128 vs 256. 2000 steps of 32 x 256 tokens = 22
     # epochs of Austen (the CPU preset's curves still fall at 9 epochs).
@@ -119,7 +119,7 @@ PRESETS = {
         width=128,
         steps=2000,
         learning_rates=(1e-3, 2e-3, 4e-3),
-    ),  # fmt: skip
+    ),
     # The test suite: seconds.
     "test": Preset(
         layers=1,
@@ -131,7 +131,7 @@ PRESETS = {
         curve_points=2,
         head_size=8,
         r2_heads=(2, 4),
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -155,17 +155,26 @@ class Model:
     def params(self, preset: Preset) -> int:
         from headsize_tf import params
 
-        spec = params.EncoderSpec(vocab_size=preset.vocab_size, width=self.width,
-                                  num_layers=preset.layers, attention=self.attention(),
-                                  intermediate_size=4 * self.width,
-                                  max_sequence_length=preset.sequence_length)  # fmt: skip
+        spec = params.EncoderSpec(
+            vocab_size=preset.vocab_size,
+            width=self.width,
+            num_layers=preset.layers,
+            attention=self.attention(),
+            intermediate_size=4 * self.width,
+            max_sequence_length=preset.sequence_length,
+        )
         return params.causal_lm_params(spec).trainable
 
     def row(self, preset: Preset) -> dict[str, Any]:
         """The fields `reproduce.verdicts` reads."""
-        return {"key": self.key, "width": self.width, "heads": self.heads,
-                "attention_type": self.kind,
-                "head_size": self.head_size, "params": self.params(preset)}  # fmt: skip
+        return {
+            "key": self.key,
+            "width": self.width,
+            "heads": self.heads,
+            "attention_type": self.kind,
+            "head_size": self.head_size,
+            "params": self.params(preset),
+        }
 
 
 def standard(width: int, heads: int) -> Model:
@@ -228,8 +237,9 @@ def device_description() -> str:
     return cpu_description()
 
 
-def _override(model: Model, preset: Preset, learning_rate: float, split: str,
-              eval_batches: int) -> dict:  # fmt: skip
+def _override(
+    model: Model, preset: Preset, learning_rate: float, split: str, eval_batches: int
+) -> dict:
     """Training evaluates on "valid" (the curve); the final evaluation on "test" writes
     its summaries to `test/`, apart from the curve's `validation/`."""
     n = preset.sequence_length
@@ -237,37 +247,54 @@ def _override(model: Model, preset: Preset, learning_rate: float, split: str,
     interval = max(1, steps // preset.curve_points)
     return {
         "task": {
-            "model": {"vocab_size": preset.vocab_size, "hidden_size": model.width,
-                      "num_layers": preset.layers, "attention": model.attention(),
-                      "intermediate_size": 4 * model.width, "max_sequence_length": n,
-                      "dropout_rate": preset.dropout},
+            "model": {
+                "vocab_size": preset.vocab_size,
+                "hidden_size": model.width,
+                "num_layers": preset.layers,
+                "attention": model.attention(),
+                "intermediate_size": 4 * model.width,
+                "max_sequence_length": n,
+                "dropout_rate": preset.dropout,
+            },
             # The grid's runs were made with Model Garden's default shuffle buffer of 100
             # windows (batches from nearby text; the task's default is now 4096): kept,
             # so that every run of the grid shares one data order protocol.
-            "train_data": {"input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
-                           "global_batch_size": preset.batch_size, "seq_length": n,
-                           "shuffle_buffer_size": 100},
-            "validation_data": {"input_path": f"${{DATA_DIR}}/austen/lm_{split}.tfrecord",
-                                "global_batch_size": 32, "seq_length": n,
-                                "is_training": False, "drop_remainder": False},
+            "train_data": {
+                "input_path": "${DATA_DIR}/austen/lm_train.tfrecord",
+                "global_batch_size": preset.batch_size,
+                "seq_length": n,
+                "shuffle_buffer_size": 100,
+            },
+            "validation_data": {
+                "input_path": f"${{DATA_DIR}}/austen/lm_{split}.tfrecord",
+                "global_batch_size": 32,
+                "seq_length": n,
+                "is_training": False,
+                "drop_remainder": False,
+            },
         },
         "trainer": {
-            "train_steps": steps, "validation_steps": eval_batches, "steps_per_loop": interval,
+            "train_steps": steps,
+            "validation_steps": eval_batches,
+            "steps_per_loop": interval,
             "validation_summary_subdir": "validation" if split == "valid" else split,
-            "summary_interval": interval, "checkpoint_interval": interval,
+            "summary_interval": interval,
+            "checkpoint_interval": interval,
             "validation_interval": interval,
             "optimizer_config": {
                 "optimizer": {"type": "adamw", "adamw": {"weight_decay_rate": 0.01}},
-                "learning_rate": {"polynomial": {"initial_learning_rate": learning_rate,
-                                                 "decay_steps": steps}},
+                "learning_rate": {
+                    "polynomial": {"initial_learning_rate": learning_rate, "decay_steps": steps}
+                },
                 "warmup": {"polynomial": {"warmup_steps": max(1, steps // 10)}},
             },
         },
-    }  # fmt: skip
+    }
 
 
-def read_curve(model_dir: str | pathlib.Path, subdir: str = "validation",
-               loss_tag: str = "validation_loss") -> list[dict[str, float]]:  # fmt: skip
+def read_curve(
+    model_dir: str | pathlib.Path, subdir: str = "validation", loss_tag: str = "validation_loss"
+) -> list[dict[str, float]]:
     """[{step, perplexity, loss}] from the trainer's summaries in `subdir`, by step.
 
     "validation" gives the learning curve; "train" with `loss_tag="training_loss"`
@@ -282,8 +309,11 @@ def read_curve(model_dir: str | pathlib.Path, subdir: str = "validation",
             for value in event.summary.value:
                 if value.tag not in ("perplexity", loss_tag):
                     continue
-                number = (tf.make_ndarray(value.tensor).item() if value.HasField("tensor")
-                          else value.simple_value)  # fmt: skip
+                number = (
+                    tf.make_ndarray(value.tensor).item()
+                    if value.HasField("tensor")
+                    else value.simple_value
+                )
                 name = "perplexity" if value.tag == "perplexity" else "loss"
                 points.setdefault(int(event.step), {"step": int(event.step)})[name] = float(number)
     return [points[s] for s in sorted(points) if "perplexity" in points[s]]
@@ -300,15 +330,23 @@ def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
 FRAMEWORKS = ("tf_keras", "keras3")
 
 
-def run_dir(work_dir: pathlib.Path, preset: Preset, key: str, learning_rate: float,
-            seed: int) -> pathlib.Path:  # fmt: skip
+def run_dir(
+    work_dir: pathlib.Path, preset: Preset, key: str, learning_rate: float, seed: int
+) -> pathlib.Path:
     """The Model Garden model_dir (checkpoints, summaries) of a tf_keras run."""
     name = run_name(key, learning_rate, seed)
     return work_dir / f"{name}_steps{preset.steps}_l{preset.layers}_n{preset.sequence_length}"
 
 
-def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, data_dir: str,
-              work_dir: pathlib.Path, framework: str = "tf_keras") -> dict[str, Any]:  # fmt: skip
+def train_one(
+    model: Model,
+    preset: Preset,
+    learning_rate: float,
+    seed: int,
+    data_dir: str,
+    work_dir: pathlib.Path,
+    framework: str = "tf_keras",
+) -> dict[str, Any]:
     """Trains one run from step 0; returns its record (curve, test perplexity, device).
 
     `framework` "tf_keras" trains with Model Garden's trainer; "keras3" with
@@ -317,17 +355,36 @@ def train_one(model: Model, preset: Preset, learning_rate: float, seed: int, dat
     if framework == "keras3":
         from headsize_tf.experiments import lm_keras3
 
-        result = lm_keras3.train_run(model.attention(), model.width, preset, learning_rate,
-                                     seed, pathlib.Path(data_dir) / "austen")  # fmt: skip
+        result = lm_keras3.train_run(
+            model.attention(),
+            model.width,
+            preset,
+            learning_rate,
+            seed,
+            pathlib.Path(data_dir) / "austen",
+        )
     else:
         result = _train_tf_keras(model, preset, learning_rate, seed, data_dir, work_dir)
-    return {**model.row(preset), "kind": model.kind, "learning_rate": learning_rate,
-            "seed": seed, "steps": preset.steps, "tokens": preset.tokens,
-            "preset": dataclasses.asdict(preset), **result}  # fmt: skip
+    return {
+        **model.row(preset),
+        "kind": model.kind,
+        "learning_rate": learning_rate,
+        "seed": seed,
+        "steps": preset.steps,
+        "tokens": preset.tokens,
+        "preset": dataclasses.asdict(preset),
+        **result,
+    }
 
 
-def _train_tf_keras(model: Model, preset: Preset, learning_rate: float, seed: int,
-                    data_dir: str, work_dir: pathlib.Path) -> dict[str, Any]:  # fmt: skip
+def _train_tf_keras(
+    model: Model,
+    preset: Preset,
+    learning_rate: float,
+    seed: int,
+    data_dir: str,
+    work_dir: pathlib.Path,
+) -> dict[str, Any]:
     import tensorflow as tf
 
     from headsize_tf.training import train
@@ -341,22 +398,36 @@ def _train_tf_keras(model: Model, preset: Preset, learning_rate: float, seed: in
     # Model Garden's trainer prints its step logs: they go to the run's log file.
     work_dir.mkdir(parents=True, exist_ok=True)
     with open(f"{model_dir}.log", "w", encoding="utf-8") as log, redirect_stdout(log):
-        train.run("headsize_lm/language_modeling", str(model_dir),
-                  params_override=_override(model, preset, learning_rate, "valid",
-                                            eval_batches(data_dir, "valid")),
-                  data_dir=data_dir, seed=seed)  # fmt: skip
+        train.run(
+            "headsize_lm/language_modeling",
+            str(model_dir),
+            params_override=_override(
+                model, preset, learning_rate, "valid", eval_batches(data_dir, "valid")
+            ),
+            data_dir=data_dir,
+            seed=seed,
+        )
         seconds = time.perf_counter() - start
-        test = train.run("headsize_lm/language_modeling", str(model_dir),
-                         params_override=_override(model, preset, learning_rate, "test",
-                                                   eval_batches(data_dir, "test")),
-                         mode="eval", data_dir=data_dir, seed=seed)  # fmt: skip
-    return {"curve": read_curve(model_dir),
-            "train_curve": read_curve(model_dir, "train", "training_loss"),
-            "test_perplexity": test.metrics["perplexity"],
-            "test_loss": test.metrics["validation_loss"], "train_seconds": seconds,
-            "device": device_description(),
-            # 0: TensorFlow's default (every core); `--threads` sets it.
-            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}  # fmt: skip
+        test = train.run(
+            "headsize_lm/language_modeling",
+            str(model_dir),
+            params_override=_override(
+                model, preset, learning_rate, "test", eval_batches(data_dir, "test")
+            ),
+            mode="eval",
+            data_dir=data_dir,
+            seed=seed,
+        )
+    return {
+        "curve": read_curve(model_dir),
+        "train_curve": read_curve(model_dir, "train", "training_loss"),
+        "test_perplexity": test.metrics["perplexity"],
+        "test_loss": test.metrics["validation_loss"],
+        "train_seconds": seconds,
+        "device": device_description(),
+        # 0: TensorFlow's default (every core); `--threads` sets it.
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+    }
 
 
 # Preset fields that do not change what a run trains: a run stays valid when they change.
@@ -367,8 +438,9 @@ def _shape(preset: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in preset.items() if k not in NOT_SHAPE}
 
 
-def load_runs(out: pathlib.Path, preset: Preset,
-              framework: str = "tf_keras") -> dict[tuple[str, float, int], dict]:  # fmt: skip
+def load_runs(
+    out: pathlib.Path, preset: Preset, framework: str = "tf_keras"
+) -> dict[tuple[str, float, int], dict]:
     """Finished runs of this preset's shape and `framework`: {(key, learning rate, seed):
     record}.
 
@@ -380,8 +452,10 @@ def load_runs(out: pathlib.Path, preset: Preset,
     shape = _shape(json.loads(json.dumps(dataclasses.asdict(preset))))  # Lists, as stored.
     for path in sorted((out / "runs").glob("*.json")):
         record = json.loads(path.read_text())
-        if (_shape(record.get("preset", {})) == shape
-                and record.get("framework", "tf_keras") == framework):  # fmt: skip
+        if (
+            _shape(record.get("preset", {})) == shape
+            and record.get("framework", "tf_keras") == framework
+        ):
             runs[record["key"], record["learning_rate"], record["seed"]] = record
     return runs
 
@@ -427,8 +501,12 @@ def best_learning_rate(key: str, preset: Preset, runs: dict) -> float | None:
     return min(finals, key=lambda lr: (finals[lr], lr))
 
 
-def pending(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
-            seeds: Sequence[int] = (0, 1, 2)) -> list[tuple[Model, float, int]]:  # fmt: skip
+def pending(
+    preset: Preset,
+    experiments: dict[str, list[Model]],
+    runs: dict,
+    seeds: Sequence[int] = (0, 1, 2),
+) -> list[tuple[Model, float, int]]:
     """Runs still to do, model by model: its sweep (seed 0 at every learning rate), then
     its other seeds at the chosen rate; so compared pairs complete early."""
     todo = []
@@ -452,8 +530,12 @@ def settled_from(difference: Sequence[float]) -> int | None:
     return start
 
 
-def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
-              seeds: Sequence[int] = (0, 1, 2)) -> dict[str, Any]:  # fmt: skip
+def summarize(
+    preset: Preset,
+    experiments: dict[str, list[Model]],
+    runs: dict,
+    seeds: Sequence[int] = (0, 1, 2),
+) -> dict[str, Any]:
     """Per experiment rows at each model's chosen learning rate, with mean curves."""
     summary: dict[str, Any] = {"sweep": {}, "curves": {}}
     for key in unique_models(experiments):
@@ -465,8 +547,11 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
         rows = []
         for model in models:
             lr = best_learning_rate(model.key, preset, runs)
-            got = [runs[model.key, lr, s] for s in seeds if lr is not None and
-                   (model.key, lr, s) in runs]  # fmt: skip
+            got = [
+                runs[model.key, lr, s]
+                for s in seeds
+                if lr is not None and (model.key, lr, s) in runs
+            ]
             test = [r["test_perplexity"] for r in got]
             # Final training perplexity (last loop, dropout on): runs recorded before the
             # train curve existed have none.
@@ -474,26 +559,33 @@ def summarize(preset: Preset, experiments: dict[str, list[Model]], runs: dict,
             curves = {r["seed"]: r["curve"] for r in got if r["curve"]}
             steps = [[p["step"] for p in c] for c in curves.values()]
             if curves and all(s == steps[0] for s in steps):
-                by_seed = {str(seed): [p["perplexity"] for p in c]
-                           for seed, c in sorted(curves.items())}  # fmt: skip
+                by_seed = {
+                    str(seed): [p["perplexity"] for p in c] for seed, c in sorted(curves.items())
+                }
                 summary["curves"][model.key] = {
                     "steps": steps[0],
                     "perplexity": np.mean(list(by_seed.values()), axis=0).tolist(),
                     "seeds": by_seed,
                 }
             unselected = [r["test_perplexity"] for r in got if r["seed"] != 0]
-            rows.append({**model.row(preset), "learning_rate": lr,
-                         "seeds": sorted(r["seed"] for r in got),
-                         "devices": sorted({r["device"] for r in got}),
-                         "mean": float(np.mean(test)) if test else None,
-                         # Sample std (n - 1): the bars of the verdict rule.
-                         "std": float(np.std(test, ddof=1)) if len(test) > 1 else
-                                (0.0 if test else None),
-                         # Seed 0 also chose the rate (best of the sweep): the other seeds
-                         # alone show what that selection adds.
-                         "mean_other_seeds": float(np.mean(unselected)) if unselected else None,
-                         "train_perplexity": float(np.mean(trained)) if trained else None,
-                         "train_seeds": len(trained)})  # fmt: skip
+            rows.append(
+                {
+                    **model.row(preset),
+                    "learning_rate": lr,
+                    "seeds": sorted(r["seed"] for r in got),
+                    "devices": sorted({r["device"] for r in got}),
+                    "mean": float(np.mean(test)) if test else None,
+                    # Sample std (n - 1): the bars of the verdict rule.
+                    "std": float(np.std(test, ddof=1))
+                    if len(test) > 1
+                    else (0.0 if test else None),
+                    # Seed 0 also chose the rate (best of the sweep): the other seeds
+                    # alone show what that selection adds.
+                    "mean_other_seeds": float(np.mean(unselected)) if unselected else None,
+                    "train_perplexity": float(np.mean(trained)) if trained else None,
+                    "train_seeds": len(trained),
+                }
+            )
         summary[name] = rows
     return summary
 
@@ -527,37 +619,58 @@ def orderings(summary: dict) -> list[dict[str, Any]]:
         diff = per_seed.mean(axis=0)
         middle = (len(diff) - 1) // 2
         start = settled_from(diff)
-        agree = all(
-            (np.sign(row[middle:]) == np.sign(diff[-1])).all() for row in per_seed
-        )  # fmt: skip
-        out.append({"experiment": name, "fixed": a, "baseline": b, "steps": ca["steps"],
-                    "seeds": [int(s) for s in seeds], "difference": diff.tolist(),
-                    "final_by_seed": per_seed[:, -1].tolist(),
-                    "settled_from_step": ca["steps"][start],
-                    "settled": start <= middle and agree})  # fmt: skip
+        agree = all((np.sign(row[middle:]) == np.sign(diff[-1])).all() for row in per_seed)
+        out.append(
+            {
+                "experiment": name,
+                "fixed": a,
+                "baseline": b,
+                "steps": ca["steps"],
+                "seeds": [int(s) for s in seeds],
+                "difference": diff.tolist(),
+                "final_by_seed": per_seed[:, -1].tolist(),
+                "settled_from_step": ca["steps"][start],
+                "settled": start <= middle and agree,
+            }
+        )
     return out
 
 
-def markdown(summary: dict, preset_name: str, preset: Preset, command: str, status: str,
-             judged: Sequence[dict], ordered: Sequence[dict],
-             runner_line: str = "") -> str:  # fmt: skip
+def markdown(
+    summary: dict,
+    preset_name: str,
+    preset: Preset,
+    command: str,
+    status: str,
+    judged: Sequence[dict],
+    ordered: Sequence[dict],
+    runner_line: str = "",
+) -> str:
     p = preset
-    lines = ["# Bhojanapalli et al. (2020) R1 and R2: per-model learning rates, learning curves",
-             "", f"Command: `{command}`", "", *([runner_line, ""] if runner_line else []),
-             f"Preset `{preset_name}`: {p.layers} pre-LN layers, FFN 4 x width, vocab "
-             f"{p.vocab_size}, sequence {p.sequence_length}, batch {p.batch_size}, {p.steps} "
-             f"steps ({p.tokens:,} training tokens per run), dropout {p.dropout}, AdamW with 10% "
-             f"warm-up and linear decay; learning rate per model from the grid "
-             f"{', '.join(f'{lr:g}' for lr in p.learning_rates)} (seed 0, lowest final "
-             "validation perplexity); test perplexity (Persuasion), mean ± sample std (n - 1) "
-             "over seeds; seed 0 also chose the rate, so the mean of the other seeds is shown "
-             "too; train perplexity: the last training loop's (dropout on), seed mean, where "
-             "runs recorded it.", "",
-             status, ""]  # fmt: skip
-    titles = {"R1": "R1 (Fig. 1): width w with fixed head size vs wider baselines at equal "
-                    "parameters",
-              "R2": f"R2 (Fig. 3a): width {p.width}, more heads: baseline (head = width / "
-                    f"heads) vs fixed head {p.head_size}"}  # fmt: skip
+    lines = [
+        "# Bhojanapalli et al. (2020) R1 and R2: per-model learning rates, learning curves",
+        "",
+        f"Command: `{command}`",
+        "",
+        *([runner_line, ""] if runner_line else []),
+        f"Preset `{preset_name}`: {p.layers} pre-LN layers, FFN 4 x width, vocab "
+        f"{p.vocab_size}, sequence {p.sequence_length}, batch {p.batch_size}, {p.steps} "
+        f"steps ({p.tokens:,} training tokens per run), dropout {p.dropout}, AdamW with 10% "
+        f"warm-up and linear decay; learning rate per model from the grid "
+        f"{', '.join(f'{lr:g}' for lr in p.learning_rates)} (seed 0, lowest final "
+        "validation perplexity); test perplexity (Persuasion), mean ± sample std (n - 1) "
+        "over seeds; seed 0 also chose the rate, so the mean of the other seeds is shown "
+        "too; train perplexity: the last training loop's (dropout on), seed mean, where "
+        "runs recorded it.",
+        "",
+        status,
+        "",
+    ]
+    titles = {
+        "R1": "R1 (Fig. 1): width w with fixed head size vs wider baselines at equal parameters",
+        "R2": f"R2 (Fig. 3a): width {p.width}, more heads: baseline (head = width / "
+        f"heads) vs fixed head {p.head_size}",
+    }
     notes = {
         "R1": f"Pairs at equal parameters. The first pair (width {p.width}) has one width "
         "on both sides and is not judged: it is the narrow end of the baseline "
@@ -566,60 +679,92 @@ def markdown(summary: dict, preset_name: str, preset: Preset, command: str, stat
         f"{p.width}; the fixed-head models grow with their heads, as in the paper.",
     }
     for name in ("R1", "R2"):
-        lines += [f"## {titles[name]}", "", notes[name], "",
-                  "| model | width | heads | head size | params | learning rate | "
-                  "test perplexity | seeds | other seeds' mean | train perplexity |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]  # fmt: skip
+        lines += [
+            f"## {titles[name]}",
+            "",
+            notes[name],
+            "",
+            "| model | width | heads | head size | params | learning rate | "
+            "test perplexity | seeds | other seeds' mean | train perplexity |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        ]
         for i, r in enumerate(summary[name]):
             if i and r["key"] == summary[name][i - 1]["key"]:
                 continue  # Baseline and fixed head coincide (width / heads = head size).
             ppl = "not run" if r["mean"] is None else f"{r['mean']:.2f} ± {r['std']:.2f}"
             lr = "sweep pending" if r["learning_rate"] is None else f"{r['learning_rate']:g}"
-            trained = ("—" if r["train_perplexity"] is None else
-                       f"{r['train_perplexity']:.2f} ({r['train_seeds']} seeds)")  # fmt: skip
+            trained = (
+                "—"
+                if r["train_perplexity"] is None
+                else f"{r['train_perplexity']:.2f} ({r['train_seeds']} seeds)"
+            )
             other = "—" if r["mean_other_seeds"] is None else f"{r['mean_other_seeds']:.2f}"
-            lines.append(f"| {r['key']} | {r['width']} | {r['heads']} | {r['head_size']} | "
-                         f"{r['params']:,} | {lr} | {ppl} | "
-                         f"{','.join(map(str, r['seeds']))} | {other} | {trained} |")  # fmt: skip
+            lines.append(
+                f"| {r['key']} | {r['width']} | {r['heads']} | {r['head_size']} | "
+                f"{r['params']:,} | {lr} | {ppl} | "
+                f"{','.join(map(str, r['seeds']))} | {other} | {trained} |"
+            )
         lines.append("")
     rates = sorted({float(lr) for finals in summary["sweep"].values() for lr in finals})
-    lines += ["## Learning-rate sweep (seed 0, final validation perplexity)", "",
-              f"The grid {', '.join(f'{lr:g}' for lr in p.learning_rates)} gains a doubling "
-              f"(halving) while a model's best rate is its largest (smallest), up to "
-              f"{EDGE_EXTENSIONS} times; empty cells were not needed."
-              + (f" {p.grid_note}" if p.grid_note else ""), "",
-              "| model | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |",
-              "|---|" + "---:|" * len(rates)]  # fmt: skip
+    lines += [
+        "## Learning-rate sweep (seed 0, final validation perplexity)",
+        "",
+        f"The grid {', '.join(f'{lr:g}' for lr in p.learning_rates)} gains a doubling "
+        f"(halving) while a model's best rate is its largest (smallest), up to "
+        f"{EDGE_EXTENSIONS} times; empty cells were not needed."
+        + (f" {p.grid_note}" if p.grid_note else ""),
+        "",
+        "| model | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |",
+        "|---|" + "---:|" * len(rates),
+    ]
     for key, finals in summary["sweep"].items():
         values = {float(lr): v for lr, v in finals.items()}
-        cells = ["" if lr not in values else "—" if values[lr] is None else f"{values[lr]:.2f}"
-                 for lr in rates]  # fmt: skip
+        cells = [
+            "" if lr not in values else "—" if values[lr] is None else f"{values[lr]:.2f}"
+            for lr in rates
+        ]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     lines.append("")
     if ordered:
-        lines += ["## Is the budget long enough? The ordering of each pair along training", "",
-                  "Validation perplexity, fixed minus baseline, over the seeds both have; a "
-                  "pair is settled when the seed-mean difference and every seed's own keep "
-                  "one sign from the middle checkpoint to the last.", "",
-                  "| experiment | fixed | baseline | seed-mean difference at each checkpoint | "
-                  "same sign since step | final, by seed | settled |",
-                  "|---|---|---|---|---:|---|---|"]  # fmt: skip
+        lines += [
+            "## Is the budget long enough? The ordering of each pair along training",
+            "",
+            "Validation perplexity, fixed minus baseline, over the seeds both have; a "
+            "pair is settled when the seed-mean difference and every seed's own keep "
+            "one sign from the middle checkpoint to the last.",
+            "",
+            "| experiment | fixed | baseline | seed-mean difference at each checkpoint | "
+            "same sign since step | final, by seed | settled |",
+            "|---|---|---|---|---:|---|---|",
+        ]
         for o in ordered:
             diffs = ", ".join(f"{d:+.1f}" for d in o["difference"])
-            finals = ", ".join(f"{s}: {d:+.1f}" for s, d in
-                               zip(o["seeds"], o["final_by_seed"], strict=True))  # fmt: skip
-            lines.append(f"| {o['experiment']} | {o['fixed']} | {o['baseline']} | {diffs} | "
-                         f"{o['settled_from_step']} | {finals} | "
-                         f"{'yes' if o['settled'] else 'no'} |")  # fmt: skip
+            finals = ", ".join(
+                f"{s}: {d:+.1f}" for s, d in zip(o["seeds"], o["final_by_seed"], strict=True)
+            )
+            lines.append(
+                f"| {o['experiment']} | {o['fixed']} | {o['baseline']} | {diffs} | "
+                f"{o['settled_from_step']} | {finals} | "
+                f"{'yes' if o['settled'] else 'no'} |"
+            )
         lines.append("")
     if judged:
-        lines += ["## Verdicts", "",
-                  "A difference counts only when the mean ± std bars do not overlap.", "",
-                  "| claim | here (test perplexity) | verdict |", "|---|---|---|"]  # fmt: skip
+        lines += [
+            "## Verdicts",
+            "",
+            "A difference counts only when the mean ± std bars do not overlap.",
+            "",
+            "| claim | here (test perplexity) | verdict |",
+            "|---|---|---|",
+        ]
         lines += [f"| {v['claim']} | {v['evidence']} | **{v['verdict']}** |" for v in judged]
         lines.append("")
-    lines += ["![perplexity vs parameters and heads](reproduction.png)", "",
-              "![learning curves](curves.png)", ""]  # fmt: skip
+    lines += [
+        "![perplexity vs parameters and heads](reproduction.png)",
+        "",
+        "![learning curves](curves.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -632,18 +777,31 @@ def plot(summary: dict, out: pathlib.Path) -> None:
     # Fig. 1 plots perplexity against parameters for fixed-head models of several head
     # counts: R2's fixed-head models (width w, heads of the fixed size) join R1's there.
     r1_keys = {r["key"] for r in summary["R1"]}
-    extra = [r for r in summary["R2"] if r["attention_type"] == "fixed_head"
-             and r["key"] not in r1_keys]  # fmt: skip
-    reproduce.plot({"R1": summary["R1"] + extra, "R2": summary["R2"]}, out / "reproduction.png",
-                   titles={"R1": "R1 (Fig. 1 style; R2's fixed heads too)",
-                           "R2": "R2 (Fig. 3a style)"})  # fmt: skip
+    extra = [
+        r for r in summary["R2"] if r["attention_type"] == "fixed_head" and r["key"] not in r1_keys
+    ]
+    reproduce.plot(
+        {"R1": summary["R1"] + extra, "R2": summary["R2"]},
+        out / "reproduction.png",
+        titles={"R1": "R1 (Fig. 1 style; R2's fixed heads too)", "R2": "R2 (Fig. 3a style)"},
+    )
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for key, curve in sorted(summary["curves"].items()):
-        ax.plot(curve["steps"], curve["perplexity"], "--" if key.startswith("std") else "-",
-                marker="o", markersize=3, label=key)  # fmt: skip
-    ax.set(xlabel="step", ylabel="validation perplexity (seed mean)", yscale="log",
-           title="Learning curves at each model's learning rate")  # fmt: skip
+        ax.plot(
+            curve["steps"],
+            curve["perplexity"],
+            "--" if key.startswith("std") else "-",
+            marker="o",
+            markersize=3,
+            label=key,
+        )
+    ax.set(
+        xlabel="step",
+        ylabel="validation perplexity (seed mean)",
+        yscale="log",
+        title="Learning curves at each model's learning rate",
+    )
     if summary["curves"]:
         ax.legend(fontsize=6, ncol=2)
     save_figure(fig, out / "curves.png")
@@ -668,8 +826,14 @@ def claim(claims: pathlib.Path, name: str):
     return handle
 
 
-def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: pathlib.Path,
-                data_dir: pathlib.Path, poll_seconds: float = 20.0) -> None:  # fmt: skip
+def run_pending(
+    args,
+    preset: Preset,
+    experiments: dict[str, list[Model]],
+    out: pathlib.Path,
+    data_dir: pathlib.Path,
+    poll_seconds: float = 20.0,
+) -> None:
     """Trains pending runs in order (sweep first) until none is left or `--max-runs`.
 
     Runs are claimed (`claim`) in the work dir, so several workers (`--workers`, or
@@ -681,8 +845,9 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
     claims = pathlib.Path(args.work_dir) / "claims"
     while args.max_runs is None or done < args.max_runs:
         runs = load_runs(out, preset, args.framework)
-        todo = [t for t in pending(preset, experiments, runs)
-                if not args.keys or t[0].key in args.keys]  # fmt: skip
+        todo = [
+            t for t in pending(preset, experiments, runs) if not args.keys or t[0].key in args.keys
+        ]
         if not todo:
             break
         mine, held = None, None
@@ -694,8 +859,9 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
                 break
         if mine is None:
             if not waiting:
-                print(f"[wait] {len(todo)} runs left, all being trained by other workers",
-                      flush=True)  # fmt: skip
+                print(
+                    f"[wait] {len(todo)} runs left, all being trained by other workers", flush=True
+                )
             waiting = True
             time.sleep(poll_seconds)
             continue
@@ -711,13 +877,19 @@ def run_pending(args, preset: Preset, experiments: dict[str, list[Model]], out: 
                         "away or use another --output."
                     )
                 continue  # Finished by another worker since `todo` was read.
-            print(f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} "
-                  "params)", flush=True)  # fmt: skip
-            record = train_one(model, preset, lr, seed, str(data_dir),
-                               pathlib.Path(args.work_dir), args.framework)  # fmt: skip
+            print(
+                f"[run {done + 1}, {len(todo)} to go] {name} ({model.params(preset):,} params)",
+                flush=True,
+            )
+            record = train_one(
+                model, preset, lr, seed, str(data_dir), pathlib.Path(args.work_dir), args.framework
+            )
             write_json(out / "runs" / f"{name}.json", record)
-            print(f"[done] {name}: test perplexity {record['test_perplexity']:.2f} in "
-                  f"{record['train_seconds']:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"[done] {name}: test perplexity {record['test_perplexity']:.2f} in "
+                f"{record['train_seconds']:.0f} s",
+                flush=True,
+            )
             done += 1
         finally:
             held.close()  # Releases the claim (the file stays: unlinking a locked file races).
@@ -729,9 +901,21 @@ def run_workers(args: argparse.Namespace) -> int:
     small models share one machine: 2 CPU cores, or one GPU with several runs at once."""
     import subprocess
 
-    command = [sys.executable, "-m", "headsize_tf.experiments.reproduce_v2",
-               "--preset", args.preset, "--output", args.output, "--work-dir", args.work_dir,
-               "--threads", str(args.threads or 1), "--framework", args.framework]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "headsize_tf.experiments.reproduce_v2",
+        "--preset",
+        args.preset,
+        "--output",
+        args.output,
+        "--work-dir",
+        args.work_dir,
+        "--threads",
+        str(args.threads or 1),
+        "--framework",
+        args.framework,
+    ]
     if args.data_dir:
         command += ["--data-dir", args.data_dir]
     if args.max_runs is not None:
@@ -740,8 +924,11 @@ def run_workers(args: argparse.Namespace) -> int:
         command += ["--keys", *args.keys]
     # GPU memory on demand, so the workers share one GPU (TensorFlow, and JAX, which
     # would otherwise take 75% of it per process).
-    env = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    }
     procs = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
     codes = [p.wait() for p in procs]
     return next((abs(c) or 1 for c in codes if c), 0)  # A worker killed by a signal fails.
@@ -763,8 +950,7 @@ def quiet_tensorflow() -> None:
 
 
 # Options that change how runs are scheduled, not what they compute.
-SCHEDULING = ("--max-runs", "--threads", "--keys", "--workers", "--summarize-only",
-              "--work-dir")  # fmt: skip
+SCHEDULING = ("--max-runs", "--threads", "--keys", "--workers", "--summarize-only", "--work-dir")
 
 
 def result_arguments(argv: Sequence[str]) -> list[str]:
@@ -822,9 +1008,11 @@ def runner(framework: str, runs: dict) -> str:
     if framework == "tf_keras":
         return "Runner: Model Garden's trainer (tf_keras, `reproduce_v2.train_one`)."
     backends = sorted({r.get("backend", "?") for r in runs.values()})
-    return ("Runner: Keras 3 (`lm_keras3.train_run`, backend "
-            f"{', '.join(backends) or keras_backend()}), the same protocol with a numpy data "
-            "order: a grid of its own, not mixed with the tf_keras runs.")  # fmt: skip
+    return (
+        "Runner: Keras 3 (`lm_keras3.train_run`, backend "
+        f"{', '.join(backends) or keras_backend()}), the same protocol with a numpy data "
+        "order: a grid of its own, not mixed with the tf_keras runs."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -833,20 +1021,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", default="results/reproduction_v2")
     parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--max-runs", type=int, default=None,
-                        help="stop after this many new runs (the rest resumes later); with "
-                             "--workers, per worker")  # fmt: skip
+    parser.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        help="stop after this many new runs (the rest resumes later); with --workers, per worker",
+    )
     parser.add_argument("--keys", nargs="*", default=None, help="train only these models")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="TensorFlow intra- and inter-op threads (default: all cores; "
-                             "with --workers: 1)")  # fmt: skip
-    parser.add_argument("--workers", type=int, default=None,
-                        help="train with this many processes at once (each with --threads, "
-                             "default 1; runs are claimed, so none is trained twice)")  # fmt: skip
-    parser.add_argument("--framework", choices=FRAMEWORKS, default="tf_keras",
-                        help="tf_keras: Model Garden's trainer (default); keras3: the Keras 3 "
-                             "runner on KERAS_BACKEND (e.g. jax, where TensorFlow is absent); "
-                             "its runs form a grid of their own")  # fmt: skip
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="TensorFlow intra- and inter-op threads (default: all cores; with --workers: 1)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="train with this many processes at once (each with --threads, "
+        "default 1; runs are claimed, so none is trained twice)",
+    )
+    parser.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="tf_keras",
+        help="tf_keras: Model Garden's trainer (default); keras3: the Keras 3 "
+        "runner on KERAS_BACKEND (e.g. jax, where TensorFlow is absent); "
+        "its runs form a grid of their own",
+    )
     parser.add_argument("--summarize-only", action="store_true")
     args = parser.parse_args(argv)
     # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the
@@ -888,25 +1090,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     # lists its seeds, a moved grid its new rate, so nothing hides behind an empty list).
     busy = {model.key for model, _, _ in left}
     finished = [k for k in ("R1", "R2") if not busy & {m.key for m in experiments[k]}]
-    status = (f"Status: {len(runs)} run{'' if len(runs) == 1 else 's'} finished on "
-              f"{', '.join(sorted({r['device'] for r in runs.values()})) or 'no device yet'}; "
-              + ("all planned runs are in." if complete else
-                 f"at least {len(left)} to go (more follow once each sweep is complete): rerun "
-                 "the command to continue; no claim is judged before all its experiment's "
-                 "runs are in" + (f" ({', '.join(finished)}: complete, judged)." if finished
-                                  else ".")))  # fmt: skip
+    status = (
+        f"Status: {len(runs)} run{'' if len(runs) == 1 else 's'} finished on "
+        f"{', '.join(sorted({r['device'] for r in runs.values()})) or 'no device yet'}; "
+        + (
+            "all planned runs are in."
+            if complete
+            else f"at least {len(left)} to go (more follow once each sweep is complete): rerun "
+            "the command to continue; no claim is judged before all its experiment's "
+            "runs are in" + (f" ({', '.join(finished)}: complete, judged)." if finished else ".")
+        )
+    )
     judged = verdicts({k: summary[k] for k in finished})
     ordered = orderings(summary)
     command = "python -m headsize_tf.experiments.reproduce_v2 " + " ".join(
         result_arguments(sys.argv[1:] if argv is None else argv)
     )
-    write_json(out / "reproduction.json", {"command": command, "preset": args.preset,
-                                           **summary, "orderings": ordered,
-                                           "verdicts": judged, "complete": complete,
-                                           "judged": finished})  # fmt: skip
-    write_atomic(out / "README.md",
-                 markdown(summary, args.preset, preset, command, status, judged, ordered,
-                          runner(args.framework, runs)))  # fmt: skip
+    write_json(
+        out / "reproduction.json",
+        {
+            "command": command,
+            "preset": args.preset,
+            **summary,
+            "orderings": ordered,
+            "verdicts": judged,
+            "complete": complete,
+            "judged": finished,
+        },
+    )
+    write_atomic(
+        out / "README.md",
+        markdown(
+            summary,
+            args.preset,
+            preset,
+            command,
+            status,
+            judged,
+            ordered,
+            runner(args.framework, runs),
+        ),
+    )
     plot(summary, out)
     print(status)
     return 0

@@ -53,39 +53,62 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
     """README, curves.png and summary.json from the run files (any seeds finished)."""
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))}
     trained = runs["train"]
-    by_kind = {kind: {int(name.rsplit("seed", 1)[1]): r for name, r in runs.items()
-                      if name.startswith(f"prune_{kind}_seed")} for kind in KINDS}  # fmt: skip
+    by_kind = {
+        kind: {
+            int(name.rsplit("seed", 1)[1]): r
+            for name, r in runs.items()
+            if name.startswith(f"prune_{kind}_seed")
+        }
+        for kind in KINDS
+    }
     by_kind = {kind: dict(sorted(seeds.items())) for kind, seeds in by_kind.items() if seeds}
     seeds = sorted({s for per_seed in by_kind.values() for s in per_seed})
-    lines = ["# Michel et al. (2019) Sec. 5 on an English-German model: pruning one attention "
-             "kind at a time", "", f"Command: `{command}`", "",
-             f"Model: `{CONFIG.relative_to(ROOT)}` (width 128, 3 encoder + 3 decoder layers, 8 "
-             f"heads of 16 per attention layer), trained {trained['steps']} steps on the "
-             f"`gettext_de` corpus (English program messages and their German translations "
-             f"from Debian's gettext catalogues; {trained['train_pairs']:,} training pairs); "
-             f"dev perplexity {trained['dev_perplexity']:.2f} (label-smoothed training, plain "
-             "cross entropy here). For each kind, its 24 heads are pruned "
-             f"{100 * STEP:.1f}% at a time in importance order (recomputed), every layer "
-             "keeping one, while the other kinds keep all theirs; perplexity and the BLEU of "
-             "greedy translations on 8 dev batches of 64 (BLEU case-insensitive, on the "
-             "WordPiece vocabulary's words; Michel et al.'s Fig. 4 plots BLEU). Importance "
-             "is E|dL/dxi_h| over 8 training batches of 64; each importance seed draws "
-             f"other batches (seeds {', '.join(map(str, seeds))}: mean ± std over them).", ""]  # fmt: skip
+    lines = [
+        "# Michel et al. (2019) Sec. 5 on an English-German model: pruning one attention "
+        "kind at a time",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Model: `{CONFIG.relative_to(ROOT)}` (width 128, 3 encoder + 3 decoder layers, 8 "
+        f"heads of 16 per attention layer), trained {trained['steps']} steps on the "
+        f"`gettext_de` corpus (English program messages and their German translations "
+        f"from Debian's gettext catalogues; {trained['train_pairs']:,} training pairs); "
+        f"dev perplexity {trained['dev_perplexity']:.2f} (label-smoothed training, plain "
+        "cross entropy here). For each kind, its 24 heads are pruned "
+        f"{100 * STEP:.1f}% at a time in importance order (recomputed), every layer "
+        "keeping one, while the other kinds keep all theirs; perplexity and the BLEU of "
+        "greedy translations on 8 dev batches of 64 (BLEU case-insensitive, on the "
+        "WordPiece vocabulary's words; Michel et al.'s Fig. 4 plots BLEU). Importance "
+        "is E|dL/dxi_h| over 8 training batches of 64; each importance seed draws "
+        f"other batches (seeds {', '.join(map(str, seeds))}: mean ± std over them).",
+        "",
+    ]
     stats = {}
     for kind, per_seed in by_kind.items():
         curves = [r["curve"] for r in per_seed.values()]
         stats[kind] = {key: _mean_std(curves, key) for key in ("perplexity", "bleu")}
     fractions = [c["fraction"] for c in next(iter(by_kind.values()))[seeds[0]]["curve"]]
     for key, title in (("perplexity", "Dev perplexity"), ("bleu", "Dev BLEU (greedy)")):
-        lines += [f"{title}:", "", "| heads of the kind pruned | " + " | ".join(KINDS) + " |",
-                  "|---:|" + "---:|" * len(KINDS)]  # fmt: skip
+        lines += [
+            f"{title}:",
+            "",
+            "| heads of the kind pruned | " + " | ".join(KINDS) + " |",
+            "|---:|" + "---:|" * len(KINDS),
+        ]
         for i, fraction in enumerate(fractions):
-            cells = [_cell(stats[k][key][0][i], stats[k][key][1][i], len(by_kind[k]))
-                     if k in stats else "—" for k in KINDS]  # fmt: skip
+            cells = [
+                _cell(stats[k][key][0][i], stats[k][key][1][i], len(by_kind[k]))
+                if k in stats
+                else "—"
+                for k in KINDS
+            ]
             lines.append(f"| {100 * fraction:.1f}% | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["| kind | seeds | BLEU at 75% | perplexity at 75% | most sensitive at 75% (BLEU) in "
-              "seeds | decoding speedup at 75% |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "| kind | seeds | BLEU at 75% | perplexity at 75% | most sensitive at 75% (BLEU) in "
+        "seeds | decoding speedup at 75% |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     worst_by_seed = {}
     for seed in seeds:
         last = {k: by_kind[k][seed]["curve"][-1]["bleu"] for k in by_kind if seed in by_kind[k]}
@@ -94,10 +117,12 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
     for kind in by_kind:
         speedups = [r["decoding_speedup"] for r in by_kind[kind].values()]
         n = len(by_kind[kind])
-        lines.append(f"| {kind} | {n} | {_cell(stats[kind]['bleu'][0][-1], stats[kind]['bleu'][1][-1], n)}"
-                     f" | {_cell(stats[kind]['perplexity'][0][-1], stats[kind]['perplexity'][1][-1], n)}"
-                     f" | {sum(w == kind for w in worst_by_seed.values())} of {len(worst_by_seed)}"
-                     f" | {np.mean(speedups):.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {kind} | {n} | {_cell(stats[kind]['bleu'][0][-1], stats[kind]['bleu'][1][-1], n)}"
+            f" | {_cell(stats[kind]['perplexity'][0][-1], stats[kind]['perplexity'][1][-1], n)}"
+            f" | {sum(w == kind for w in worst_by_seed.values())} of {len(worst_by_seed)}"
+            f" | {np.mean(speedups):.2f}x |"
+        )
 
     def breaks(kind) -> str:
         mean = stats[kind]["bleu"][0]
@@ -108,21 +133,28 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
     # Over the whole schedule: the mean BLEU across the pruning levels (the curve's area).
     area = {k: float(np.mean(stats[k]["bleu"][0])) for k in stats}
     overall = min(area, key=area.get)
-    lines += ["", f"Most sensitive over the whole schedule (lowest BLEU averaged over the "
-              f"pruning levels): **{overall}** ("
-              + ", ".join(f"{k} {v:.2f}" for k, v in area.items())
-              + f"); at 75% (mean BLEU): **{worst}**. Michel et al., on WMT: encoder-decoder "
-              "attention is the most sensitive to pruning, self-attention much less. Mean BLEU "
-              "first falls below half the unpruned at: "
-              + ", ".join(f"{k} {breaks(k)}" for k in stats) + ".", "",
-              "Read with care: one trained model, short program messages rather than news "
-              "sentences, 512 dev pairs; the decoding speeds are timed on 8 sentences of 16 "
-              "tokens, so differences of a few percent are noise. Which heads go depends on "
-              "the importance sample: the spread over importance seeds is part of the result "
-              "(an earlier single-seed run, whose importance batches came from an unseeded "
-              "shuffle, made decoder self-attention the most sensitive kind at 75%: perplexity "
-              "x11.9).", "",
-              "![curves](curves.png)", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Most sensitive over the whole schedule (lowest BLEU averaged over the "
+        f"pruning levels): **{overall}** ("
+        + ", ".join(f"{k} {v:.2f}" for k, v in area.items())
+        + f"); at 75% (mean BLEU): **{worst}**. Michel et al., on WMT: encoder-decoder "
+        "attention is the most sensitive to pruning, self-attention much less. Mean BLEU "
+        "first falls below half the unpruned at: "
+        + ", ".join(f"{k} {breaks(k)}" for k in stats)
+        + ".",
+        "",
+        "Read with care: one trained model, short program messages rather than news "
+        "sentences, 512 dev pairs; the decoding speeds are timed on 8 sentences of 16 "
+        "tokens, so differences of a few percent are noise. Which heads go depends on "
+        "the importance sample: the spread over importance seeds is part of the result "
+        "(an earlier single-seed run, whose importance batches came from an unseeded "
+        "shuffle, made decoder self-attention the most sensitive kind at 75%: perplexity "
+        "x11.9).",
+        "",
+        "![curves](curves.png)",
+        "",
+    ]
     write_atomic(out / "README.md", "\n".join(lines))
     import matplotlib
 
@@ -135,19 +167,31 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
         for ax, key in zip(axes, ("perplexity", "bleu"), strict=True):
             mean, std = stats[kind][key]
             ax.errorbar(x, mean, yerr=std, fmt="o-", capsize=3, ms=3, label=kind)
-    axes[0].set(xlabel="heads of that kind pruned (%)", ylabel="dev perplexity", yscale="log",
-                title="English-German (gettext_de), one kind pruned at a time")  # fmt: skip
-    axes[1].set(xlabel="heads of that kind pruned (%)", ylabel="dev BLEU (greedy)",
-                title=f"BLEU, mean ± std over {len(seeds)} importance seeds")  # fmt: skip
+    axes[0].set(
+        xlabel="heads of that kind pruned (%)",
+        ylabel="dev perplexity",
+        yscale="log",
+        title="English-German (gettext_de), one kind pruned at a time",
+    )
+    axes[1].set(
+        xlabel="heads of that kind pruned (%)",
+        ylabel="dev BLEU (greedy)",
+        title=f"BLEU, mean ± std over {len(seeds)} importance seeds",
+    )
     for ax in axes:
         ax.legend(fontsize=8)
     save_figure(fig, out / "curves.png")
-    summary = {"command": command, "seeds": seeds, "worst_at_75_by_seed": worst_by_seed,
-               "most_sensitive_at_75": worst, "most_sensitive_overall": overall,
-               "mean_bleu_over_levels": area,
-               "mean": {k: {key: v[0].tolist() for key, v in st.items()} for k, st in stats.items()},
-               "std": {k: {key: v[1].tolist() for key, v in st.items()} for k, st in stats.items()},
-               "runs": runs}  # fmt: skip
+    summary = {
+        "command": command,
+        "seeds": seeds,
+        "worst_at_75_by_seed": worst_by_seed,
+        "most_sensitive_at_75": worst,
+        "most_sensitive_overall": overall,
+        "mean_bleu_over_levels": area,
+        "mean": {k: {key: v[0].tolist() for key, v in st.items()} for k, st in stats.items()},
+        "std": {k: {key: v[1].tolist() for key, v in st.items()} for k, st in stats.items()},
+        "runs": runs,
+    }
     write_json(out / "summary.json", summary)
     return summary
 
@@ -158,8 +202,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/headsize_translation_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--importance-seeds", type=int, nargs="+", default=[0, 1, 2],
-                        help="shuffle seeds of the importance batches, one schedule each")  # fmt: skip
+    parser.add_argument(
+        "--importance-seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="shuffle seeds of the importance batches, one schedule each",
+    )
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
     from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
@@ -185,29 +234,50 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
     from headsize_tf.training import train
 
     steps = args.steps
-    override = {"trainer": {"train_steps": steps, "checkpoint_interval": 500,
-                            "validation_interval": steps,
-                            "optimizer_config": {"learning_rate": {"polynomial": {
-                                "decay_steps": steps}}}}}  # fmt: skip
+    override = {
+        "trainer": {
+            "train_steps": steps,
+            "checkpoint_interval": 500,
+            "validation_interval": steps,
+            "optimizer_config": {"learning_rate": {"polynomial": {"decay_steps": steps}}},
+        }
+    }
 
     def train_model():
         work.mkdir(parents=True, exist_ok=True)
         with open(f"{model_dir}.log", "a") as log, contextlib.redirect_stdout(log):
-            result = train.run("headsize_seq2seq/translation", model_dir, [str(CONFIG)],
-                               override, data_dir=data_dir)  # fmt: skip
+            result = train.run(
+                "headsize_seq2seq/translation",
+                model_dir,
+                [str(CONFIG)],
+                override,
+                data_dir=data_dir,
+            )
         stats = corpora.load_manifest("gettext_de", data_dir)["stats"]
-        return {"steps": steps, "dev_perplexity": result.metrics["perplexity"],
-                "train_pairs": stats["splits"]["train"]["pairs"]}  # fmt: skip
+        return {
+            "steps": steps,
+            "dev_perplexity": result.metrics["perplexity"],
+            "train_pairs": stats["splits"]["train"]["pairs"],
+        }
 
     study = Steps(out)
     study.run("train", f"training the translation model, {steps} steps", train_model)
     for seed in args.importance_seeds:
         for kind in KINDS:
-            study.run(f"prune_{kind}_seed{seed}", f"pruning {kind} heads (importance seed "
-                      f"{seed})",
-                      lambda kind=kind, seed=seed: prune_translation_model(
-                          model_dir, work / f"pruned_{kind}", kinds=[kind], target_fraction=TARGET,
-                          step=STEP, importance_seed=seed, overwrite=True, progress=False))  # fmt: skip
+            study.run(
+                f"prune_{kind}_seed{seed}",
+                f"pruning {kind} heads (importance seed {seed})",
+                lambda kind=kind, seed=seed: prune_translation_model(
+                    model_dir,
+                    work / f"pruned_{kind}",
+                    kinds=[kind],
+                    target_fraction=TARGET,
+                    step=STEP,
+                    importance_seed=seed,
+                    overwrite=True,
+                    progress=False,
+                ),
+            )
 
 
 if __name__ == "__main__":

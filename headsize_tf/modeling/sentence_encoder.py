@@ -137,8 +137,11 @@ class SentenceEncoder(tf.Module):
         reduce_retracing=True,
     )
     def _embed_ids(self, word_ids: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-        inputs = {"input_word_ids": word_ids, "input_mask": mask,
-                  "input_type_ids": tf.zeros_like(word_ids)}  # fmt: skip
+        inputs = {
+            "input_word_ids": word_ids,
+            "input_mask": mask,
+            "input_type_ids": tf.zeros_like(word_ids),
+        }
         return self.embed_inputs(inputs)
 
     def embed(

@@ -78,8 +78,10 @@ def encoder_variables(encoder: HeadsizeBertEncoder) -> dict[str, Any]:
         for name, dense in sublayers.items():
             variables[f"{prefix}{name}/kernel"] = dense.kernel
             variables[f"{prefix}{name}/bias"] = dense.bias
-        for name, norm in (("attention_norm", block._attention_layer_norm),
-                           ("output_norm", block._output_layer_norm)):  # fmt: skip
+        for name, norm in (
+            ("attention_norm", block._attention_layer_norm),
+            ("output_norm", block._output_layer_norm),
+        ):
             variables[f"{prefix}{name}/gamma"] = norm.gamma
             variables[f"{prefix}{name}/beta"] = norm.beta
     return variables

@@ -138,20 +138,20 @@ OBJECTIVES = {
     EXPERIMENT: _Objective(
         classifier_batches,
         tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        accuracy, "accuracy",
+        accuracy,
+        "accuracy",
     ),
-    MASKED_LM: _Objective(
-        masked_lm_batches, masked_lm_loss, masked_lm_perplexity, "perplexity"
-    ),
-}  # fmt: skip
+    MASKED_LM: _Objective(masked_lm_batches, masked_lm_loss, masked_lm_perplexity, "perplexity"),
+}
 
 
 def importance(model, encoder, data, normalize: bool = True, loss=None) -> np.ndarray:
     """`[layers, heads]` importance in the original head numbering (removed heads NaN),
     from `loss` (default: the classification loss)."""
     loss = loss or OBJECTIVES[EXPERIMENT].loss
-    scores = head_importance(model, data, loss, layers=encoder.attention_layers,
-                             normalize=normalize)  # fmt: skip
+    scores = head_importance(
+        model, data, loss, layers=encoder.attention_layers, normalize=normalize
+    )
     full = np.full(head_mask(encoder).shape, np.nan)
     for i, block in enumerate(encoder._transformer_layers):
         kept = list(block.kept_heads)
@@ -179,13 +179,26 @@ def rebuild_with_encoder(params, model, new_encoder):
     return params, rebuilt, override
 
 
-def save_classifier_dir(params, model, new_encoder, output, report: dict[str, Any],
-                        overwrite: bool = False,
-                        experiment: str = EXPERIMENT) -> pathlib.Path:  # fmt: skip
+def save_classifier_dir(
+    params,
+    model,
+    new_encoder,
+    output,
+    report: dict[str, Any],
+    overwrite: bool = False,
+    experiment: str = EXPERIMENT,
+) -> pathlib.Path:
     """Writes `model`'s head (classification, masked LM) on `new_encoder` as a model_dir."""
     params, rebuilt, override = rebuild_with_encoder(params, model, new_encoder)
-    return save_model_dir(params, rebuilt, output, experiment, override,
-                          {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
+    return save_model_dir(
+        params,
+        rebuilt,
+        output,
+        experiment,
+        override,
+        {REPORT_FILE: json.dumps(report, indent=2)},
+        overwrite=overwrite,
+    )
 
 
 def prune_classifier_dir(
@@ -224,12 +237,17 @@ def prune_classifier_dir(
 
     scores = scores_now()
     steps = masked_schedule(
-        original, lambda mask: set_head_mask(encoder, mask),
-        scores_now, lambda: objective.metric(model, dev_data),
-        target_fraction=target_fraction, step=step, recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer, progress=progress,
+        original,
+        lambda mask: set_head_mask(encoder, mask),
+        scores_now,
+        lambda: objective.metric(model, dev_data),
+        target_fraction=target_fraction,
+        step=step,
+        recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer,
+        progress=progress,
         initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
-    )  # fmt: skip
+    )
     final = np.asarray(steps[-1].mask, np.float32)
     pruned = remove_heads(encoder, final)
     set_head_mask(encoder, final)
@@ -250,7 +268,7 @@ def prune_classifier_dir(
                 "heads_per_layer": np.count_nonzero(s.mask, axis=1).tolist(),
             }
             for s in steps
-        ],  # fmt: skip
+        ],
         "pruned_heads": pruned.get_config()["pruned_heads"],
         "params_before": int(encoder.count_params()),
         "params_after": int(pruned.count_params()),
@@ -285,8 +303,7 @@ def compress_classifier_dir(
     params, model, encoder = load(model_dir)
     if encoder.get_config().get("pruned_heads"):
         raise ValueError(f"{model_dir} has pruned heads; compress the model before pruning it.")
-    compressed, reports = compress_encoder(encoder, shared_key_dim, progress=progress,
-                                           **cp_kwargs)  # fmt: skip
+    compressed, reports = compress_encoder(encoder, shared_key_dim, progress=progress, **cp_kwargs)
     dev_data = classifier_batches(params, "validation", eval_batches)
     report = {
         "source": str(model_dir),
@@ -294,7 +311,7 @@ def compress_classifier_dir(
         "layers": [
             {"name": r.name, "relative_error": float(r.relative_error), "seconds": float(r.seconds)}
             for r in reports
-        ],  # fmt: skip
+        ],
         "params_before": int(encoder.count_params()),
         "params_after": int(compressed.count_params()),
         "accuracy_before": accuracy(model, dev_data),

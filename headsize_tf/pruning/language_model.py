@@ -69,8 +69,9 @@ def batches(windows: np.ndarray, batch_size: int) -> list[tuple[np.ndarray, np.n
     ]
 
 
-def lm_data(params, importance_windows: int = 256, eval_windows: int = 256,
-            batch_size: int = 32) -> LMData:  # fmt: skip
+def lm_data(
+    params, importance_windows: int = 256, eval_windows: int = 256, batch_size: int = 32
+) -> LMData:
     """Importance on the first training windows, perplexity on the validation windows."""
     n = params.task.train_data.seq_length
     train = read_windows(params.task.train_data.input_path, n, importance_windows)
@@ -87,8 +88,9 @@ def perplexity(lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray
     @tf.function(reduce_retracing=True)
     def total(ids, targets):
         logits = tf.cast(lm(ids, training=False), tf.float32)
-        return tf.reduce_sum(tf_keras.losses.sparse_categorical_crossentropy(
-            targets, logits, from_logits=True))  # fmt: skip
+        return tf.reduce_sum(
+            tf_keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
+        )
 
     loss = sum(float(total(ids, targets)) for ids, targets in data)
     tokens = sum(targets.size for _, targets in data)
@@ -114,8 +116,9 @@ def set_lm_head_mask(lm: HeadsizeCausalLM, mask: np.ndarray) -> None:
         layer.set_head_mask(mask[i, : layer.num_heads])
 
 
-def lm_importance(lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray]],
-                  normalize: bool = True) -> np.ndarray:  # fmt: skip
+def lm_importance(
+    lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray]], normalize: bool = True
+) -> np.ndarray:
     """`[layers, max heads]` importance (NaN where a layer has fewer heads)."""
     scores = head_importance(lm, data, _LOSS, layers=lm.attention_layers, normalize=normalize)
     out = np.full(lm_head_mask(lm).shape, np.nan)
@@ -158,8 +161,13 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
     return new
 
 
-def decoding_speed(model, prompts: np.ndarray, new_tokens: int = 32, repeats: int = 3,
-                   source_ids: np.ndarray | None = None) -> float:  # fmt: skip
+def decoding_speed(
+    model,
+    prompts: np.ndarray,
+    new_tokens: int = 32,
+    repeats: int = 3,
+    source_ids: np.ndarray | None = None,
+) -> float:
     """Generated tokens/s of cached greedy decoding (best of `repeats` after a warm-up);
     at most as many tokens as the model has positions left after the prompt.
 
@@ -199,11 +207,15 @@ def copy_other_weights(source: tf_keras.Model, target: tf_keras.Model) -> None:
     copy_weights_outside(source, target, source.attention_layers, target.attention_layers)
 
 
-def save_model_dir(params, model: tf_keras.Model, output: str | os.PathLike,
-                   experiment: str = "headsize_lm/language_modeling",
-                   model_override: dict[str, Any] | None = None,
-                   extra_files: dict[str, str] | None = None,
-                   overwrite: bool = False) -> pathlib.Path:  # fmt: skip
+def save_model_dir(
+    params,
+    model: tf_keras.Model,
+    output: str | os.PathLike,
+    experiment: str = "headsize_lm/language_modeling",
+    model_override: dict[str, Any] | None = None,
+    extra_files: dict[str, str] | None = None,
+    overwrite: bool = False,
+) -> pathlib.Path:
     """Writes `model` as a `headsize-tf train` model_dir atomically: `params.yaml` with
     `model_override` applied to task.model (default: the LM's attention spec), the
     experiment name, a checkpoint and `extra_files`."""
@@ -272,11 +284,16 @@ def prune_language_model(
 
     importance = lm_importance(lm, data.importance)
     steps = masked_schedule(
-        original, lambda mask: set_lm_head_mask(lm, mask),
-        lambda: lm_importance(lm, data.importance), lambda: perplexity(lm, data.evaluation),
-        target_fraction=target_fraction, step=step, recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer, progress=progress,
-    )  # fmt: skip
+        original,
+        lambda mask: set_lm_head_mask(lm, mask),
+        lambda: lm_importance(lm, data.importance),
+        lambda: perplexity(lm, data.evaluation),
+        target_fraction=target_fraction,
+        step=step,
+        recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer,
+        progress=progress,
+    )
     curve = [dataclasses.asdict(s) for s in steps]
     final = np.asarray(curve[-1]["mask"], np.float32)
     pruned = remove_lm_heads(lm, final)
@@ -284,8 +301,10 @@ def prune_language_model(
     masked_ppl = perplexity(lm, data.evaluation)
     set_lm_head_mask(lm, original)
     prompts = data.evaluation[0][0][:4, :16]
-    speed = {"original": decoding_speed(lm, prompts, decode_tokens),
-             "pruned": decoding_speed(pruned, prompts, decode_tokens)}  # fmt: skip
+    speed = {
+        "original": decoding_speed(lm, prompts, decode_tokens),
+        "pruned": decoding_speed(pruned, prompts, decode_tokens),
+    }
     report = {
         "source": str(model_dir),
         "target_fraction": target_fraction,
@@ -299,27 +318,36 @@ def prune_language_model(
                 "heads_per_layer": np.count_nonzero(c["mask"], axis=1).tolist(),
             }
             for c in curve
-        ],  # fmt: skip
+        ],
         "heads_per_layer": {"original": head_counts(lm), "pruned": head_counts(pruned)},
         "params": {"original": int(lm.count_params()), "pruned": int(pruned.count_params())},
         "perplexity": {
             "original": curve[0]["metric"],
             "masked": masked_ppl,
             "pruned": perplexity(pruned, data.evaluation),
-        },  # fmt: skip
+        },
         "decoding_tokens_per_second": speed,
         "decoding_speedup": speed["pruned"] / speed["original"],
     }
-    path = save_model_dir(params, pruned, output,
-                          extra_files={REPORT_FILE: json.dumps(report, indent=2)},
-                          overwrite=overwrite)  # fmt: skip
+    path = save_model_dir(
+        params,
+        pruned,
+        output,
+        extra_files={REPORT_FILE: json.dumps(report, indent=2)},
+        overwrite=overwrite,
+    )
     plot_report(report, path)
     return report
 
 
-def plot_report(report: dict[str, Any], directory: str | os.PathLike, *,
-                metric: str = "perplexity", label: str = "validation perplexity",
-                scale: float = 1.0) -> None:  # fmt: skip
+def plot_report(
+    report: dict[str, Any],
+    directory: str | os.PathLike,
+    *,
+    metric: str = "perplexity",
+    label: str = "validation perplexity",
+    scale: float = 1.0,
+) -> None:
     """`importance.png` (heatmap, layers x heads; a translation model's kinds stacked) and
     `curve.png` (`scale * metric` vs heads pruned, and BLEU beside it when the curve has it)
     in `directory`, the output of a model_dir prune."""
@@ -338,8 +366,9 @@ def plot_report(report: dict[str, Any], directory: str | os.PathLike, *,
     else:
         rows, labels = importance, None
     width = max(len(r) for r in rows)
-    scores = np.array([[np.nan if v is None else v for v in r] + [np.nan] * (width - len(r))
-                       for r in rows])  # fmt: skip
+    scores = np.array(
+        [[np.nan if v is None else v for v in r] + [np.nan] * (width - len(r)) for r in rows]
+    )
     plot_importance(scores, directory / "importance.png", "head importance |dL/dxi_h|", labels)
     curve = report["curve"]
     bleu = "bleu" in curve[0]
@@ -347,9 +376,11 @@ def plot_report(report: dict[str, Any], directory: str | os.PathLike, *,
     axes = list(np.atleast_1d(axes))
     fractions = [100 * c["fraction"] for c in curve]
     axes[0].plot(fractions, [scale * c[metric] for c in curve], "o-", ms=3)
-    title = (f"decoding {report['decoding_speedup']:.2f}x faster after removal"
-             if "decoding_speedup" in report else
-             f"params {report['params_before']:,} -> {report['params_after']:,}")  # fmt: skip
+    title = (
+        f"decoding {report['decoding_speedup']:.2f}x faster after removal"
+        if "decoding_speedup" in report
+        else f"params {report['params_before']:,} -> {report['params_after']:,}"
+    )
     axes[0].set(xlabel="heads pruned (%)", ylabel=label, title=title)
     if bleu:
         axes[1].plot(fractions, [c["bleu"] for c in curve], "o-", ms=3)

@@ -217,8 +217,12 @@ def with_encoder(model: ft.SentenceClassifier, encoder) -> ft.SentenceClassifier
     return new
 
 
-def plot_importance(importance: np.ndarray, path: str | os.PathLike, title: str = "",
-                    row_labels: Sequence[str] | None = None) -> None:  # fmt: skip
+def plot_importance(
+    importance: np.ndarray,
+    path: str | os.PathLike,
+    title: str = "",
+    row_labels: Sequence[str] | None = None,
+) -> None:
     """A layers x heads heatmap (NaN: no such head); `row_labels` name the rows."""
     import matplotlib
 
@@ -226,11 +230,17 @@ def plot_importance(importance: np.ndarray, path: str | os.PathLike, title: str 
     import matplotlib.pyplot as plt
 
     extra = 1.5 if row_labels else 0.0
-    fig, ax = plt.subplots(figsize=(1 + extra + 0.45 * importance.shape[1],
-                                    1 + 0.45 * importance.shape[0]))  # fmt: skip
+    fig, ax = plt.subplots(
+        figsize=(1 + extra + 0.45 * importance.shape[1], 1 + 0.45 * importance.shape[0])
+    )
     image = ax.imshow(importance, cmap="viridis", aspect="auto")
-    ax.set(xlabel="head", ylabel="layer", title=title or "head importance (layer-normalised)",
-           xticks=range(importance.shape[1]), yticks=range(importance.shape[0]))  # fmt: skip
+    ax.set(
+        xlabel="head",
+        ylabel="layer",
+        title=title or "head importance (layer-normalised)",
+        xticks=range(importance.shape[1]),
+        yticks=range(importance.shape[0]),
+    )
     if row_labels:
         ax.set_yticklabels(row_labels, fontsize=7)
     fig.colorbar(image, ax=ax)
@@ -245,11 +255,21 @@ def plot_curves(curves: dict[str, Sequence[dict]], path: str | os.PathLike, base
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, steps in curves.items():
-        ax.plot([100 * s["fraction"] for s in steps], [100 * s["metric"] for s in steps], "o-",
-                label=label, ms=3)  # fmt: skip
+        ax.plot(
+            [100 * s["fraction"] for s in steps],
+            [100 * s["metric"] for s in steps],
+            "o-",
+            label=label,
+            ms=3,
+        )
     if baseline is not None:
-        ax.axhspan(100 * baseline - 1, 100 * baseline, color="k", alpha=0.08,
-                   label="within 1 point of unpruned")  # fmt: skip
+        ax.axhspan(
+            100 * baseline - 1,
+            100 * baseline,
+            color="k",
+            alpha=0.08,
+            label="within 1 point of unpruned",
+        )
     ax.set(xlabel="heads pruned (%)", ylabel="dev accuracy (%)")
     ax.legend(fontsize=8)
     save_figure(fig, path)
@@ -289,9 +309,15 @@ def prune_model(
     output = pathlib.Path(output)
     check_output(output, overwrite)
     importance = classifier_importance(model, data)
-    curve = pruning_curve(model, data, target_fraction=target_fraction, step=step,
-                          recompute=recompute, min_heads_per_layer=min_heads_per_layer,
-                          progress=progress)  # fmt: skip
+    curve = pruning_curve(
+        model,
+        data,
+        target_fraction=target_fraction,
+        step=step,
+        recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer,
+        progress=progress,
+    )
     final_mask = np.asarray(curve[-1]["mask"], np.float32)
     start = time.perf_counter()
     pruned_encoder = remove_heads(model.encoder, final_mask)
@@ -318,8 +344,11 @@ def prune_model(
         report["label_map"] = label_map
     save_pruned(pruned, output, report, overwrite=overwrite, label_map=label_map)
     plot_importance(importance, output / "importance.png")
-    plot_curves({"importance" + (" (recomputed)" if recompute else ""): curve},
-                output / "curve.png", baseline=curve[0]["metric"])  # fmt: skip
+    plot_curves(
+        {"importance" + (" (recomputed)" if recompute else ""): curve},
+        output / "curve.png",
+        baseline=curve[0]["metric"],
+    )
     return report
 
 
@@ -376,9 +405,13 @@ def load_task(
     """
     from headsize_tf.data import text_tasks
 
-    file_options = {"--data-format": data_format, "--text-column": text_column,
-                    "--text-pair-column": text_pair_column, "--label-column": label_column,
-                    "--split-column": split_column}  # fmt: skip
+    file_options = {
+        "--data-format": data_format,
+        "--text-column": text_column,
+        "--text-pair-column": text_pair_column,
+        "--label-column": label_column,
+        "--split-column": split_column,
+    }
     sources = [flag for flag, v in (("--data-file", data_file), ("--tfds", tfds)) if v is not None]
     builtin = [flag for flag, v in (("--task", task), ("--data", data)) if v is not None]
     if len(sources) > 1 or (sources and builtin):
@@ -468,10 +501,18 @@ def prune_task(
     check_output(output, overwrite)
     if step == 0:
         raise ValueError("--step must be a fraction in (0, 1); got 0.")
-    text_task = load_task(task=task, data=data, data_dir=data_dir, data_file=data_file,
-                          data_format=data_format, text_column=text_column,
-                          text_pair_column=text_pair_column, label_column=label_column,
-                          split_column=split_column, tfds=tfds)  # fmt: skip
+    text_task = load_task(
+        task=task,
+        data=data,
+        data_dir=data_dir,
+        data_file=data_file,
+        data_format=data_format,
+        text_column=text_column,
+        text_pair_column=text_pair_column,
+        label_column=label_column,
+        split_column=split_column,
+        tfds=tfds,
+    )
     classifier = load_classifier(checkpoint) if checkpoint else None
     if classifier is None:
         encoder = load_sentence_encoder(model, checkpoint)
@@ -481,8 +522,12 @@ def prune_task(
         )
     else:
         _check_head(checkpoint, classifier, text_task)
-    examples = task_data(classifier.sentence_encoder, text_task.splits(), importance_examples,
-                         num_classes=text_task.num_classes)  # fmt: skip
+    examples = task_data(
+        classifier.sentence_encoder,
+        text_task.splits(),
+        importance_examples,
+        num_classes=text_task.num_classes,
+    )
     return prune_model(
         classifier,
         examples,

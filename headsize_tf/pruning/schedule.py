@@ -76,9 +76,16 @@ def masked_schedule(
 
     start = original.copy() if initial_mask is None else initial_mask
     try:
-        return iterative_pruning(original.shape, importance_fn, metric_fn,
-                                 target_fraction=target_fraction, step=step, recompute=recompute,
-                                 min_heads_per_layer=min_heads_per_layer, initial_mask=start,
-                                 progress=progress)  # fmt: skip
+        return iterative_pruning(
+            original.shape,
+            importance_fn,
+            metric_fn,
+            target_fraction=target_fraction,
+            step=step,
+            recompute=recompute,
+            min_heads_per_layer=min_heads_per_layer,
+            initial_mask=start,
+            progress=progress,
+        )
     finally:
         set_mask(original)

@@ -67,8 +67,10 @@ class AttentionRow:
 
 
 def attention_rows(model: HeadsizeSeq2Seq) -> list[AttentionRow]:
-    rows = [AttentionRow("encoder_self", i, b, "self_attention")
-            for i, b in enumerate(model.encoder_blocks)]  # fmt: skip
+    rows = [
+        AttentionRow("encoder_self", i, b, "self_attention")
+        for i, b in enumerate(model.encoder_blocks)
+    ]
     for i, block in enumerate(model.decoder.blocks):
         rows.append(AttentionRow("decoder_self", i, block, "self_attention"))
         rows.append(AttentionRow("encoder_decoder", i, block, "cross_attention"))
@@ -89,8 +91,9 @@ def set_seq2seq_head_mask(model: HeadsizeSeq2Seq, mask: np.ndarray) -> None:
         row.attention.set_head_mask(np.asarray(mask, np.float32)[i, : row.attention.num_heads])
 
 
-def translation_batches(params, split: str, batches: int,
-                        seed: int | None = None) -> list[tuple[dict, np.ndarray]]:  # fmt: skip
+def translation_batches(
+    params, split: str, batches: int, seed: int | None = None
+) -> list[tuple[dict, np.ndarray]]:
     """The first `batches` (features, labels) batches of the task's `split` data."""
     from official.core import task_factory
 
@@ -151,8 +154,9 @@ class TranslationBleu:
       vocab_file, lower_case: The task's vocabulary.
     """
 
-    def __init__(self, data: Sequence[tuple[dict, np.ndarray]], vocab_file: str,
-                 lower_case: bool = True):  # fmt: skip
+    def __init__(
+        self, data: Sequence[tuple[dict, np.ndarray]], vocab_file: str, lower_case: bool = True
+    ):
         import tensorflow_text as tf_text
 
         from headsize_tf.tasks.translation import BOS, EOS, special_ids
@@ -323,11 +327,16 @@ def prune_translation_model(
 
     full_importance = seq2seq_importance(model, importance_data)
     steps = masked_schedule(
-        original[chosen], lambda sub: set_seq2seq_head_mask(model, full(sub)),
-        lambda: seq2seq_importance(model, importance_data)[chosen], evaluate,
-        target_fraction=target_fraction, step=step, recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer, progress=progress,
-    )  # fmt: skip
+        original[chosen],
+        lambda sub: set_seq2seq_head_mask(model, full(sub)),
+        lambda: seq2seq_importance(model, importance_data)[chosen],
+        evaluate,
+        target_fraction=target_fraction,
+        step=step,
+        recompute=recompute,
+        min_heads_per_layer=min_heads_per_layer,
+        progress=progress,
+    )
     final = full(np.asarray(steps[-1].mask, np.float32))
     pruned = remove_seq2seq_heads(model, final)
     set_seq2seq_head_mask(model, final)
@@ -342,8 +351,10 @@ def prune_translation_model(
     }
 
     def by_kind(mask: np.ndarray) -> dict[str, list[int]]:
-        return {kind: [int(np.count_nonzero(mask[i])) for i, r in enumerate(rows) if r.kind == kind]
-                for kind in KINDS}  # fmt: skip
+        return {
+            kind: [int(np.count_nonzero(mask[i])) for i, r in enumerate(rows) if r.kind == kind]
+            for kind in KINDS
+        }
 
     report = {
         "source": str(model_dir),
@@ -359,7 +370,7 @@ def prune_translation_model(
                 if r.kind == kind
             ]
             for kind in KINDS
-        },  # fmt: skip
+        },
         "curve": [
             {
                 "fraction": s.fraction,
@@ -368,7 +379,7 @@ def prune_translation_model(
                 "heads": by_kind(full(np.asarray(s.mask))),
             }
             for s, b in zip(steps, bleus, strict=True)
-        ],  # fmt: skip
+        ],
         "heads": {"original": by_kind(original), "pruned": by_kind(final)},
         "pruned_heads": pruned.get_config()["pruned_heads"],
         "params": {"original": int(model.count_params()), "pruned": int(pruned.count_params())},
@@ -376,20 +387,29 @@ def prune_translation_model(
             "original": steps[0].metric,
             "masked": masked,
             "pruned": perplexity(pruned, eval_data),
-        },  # fmt: skip
+        },
         "bleu": {
             "original": bleus[0],
             "masked": masked_bleu,
             "pruned": bleu(pruned),
             "sentences": len(bleu.references),
-        },  # fmt: skip
+        },
         "decoding_tokens_per_second": speed,
         "decoding_speedup": speed["pruned"] / speed["original"],
     }
-    override = {"pruned_heads": json.dumps(report["pruned_heads"]),
-                "attention": pruned.get_config()["attention"]}  # fmt: skip
-    path = save_model_dir(params, pruned, output, EXPERIMENT, override,
-                          {REPORT_FILE: json.dumps(report, indent=2)}, overwrite=overwrite)  # fmt: skip
+    override = {
+        "pruned_heads": json.dumps(report["pruned_heads"]),
+        "attention": pruned.get_config()["attention"],
+    }
+    path = save_model_dir(
+        params,
+        pruned,
+        output,
+        EXPERIMENT,
+        override,
+        {REPORT_FILE: json.dumps(report, indent=2)},
+        overwrite=overwrite,
+    )
     plot_report(report, path)
     return report
 

@@ -55,8 +55,10 @@ def evaluate(params, model: tf_keras.Model, batches: int = 16) -> dict[str, floa
     def step(inputs):
         return task.validation_step(inputs, model, metrics)
 
-    losses = [float(step(inputs)[task.loss])
-              for inputs in task.build_inputs(params.task.validation_data).take(batches)]  # fmt: skip
+    losses = [
+        float(step(inputs)[task.loss])
+        for inputs in task.build_inputs(params.task.validation_data).take(batches)
+    ]
     if not losses:
         raise ValueError("The validation data yielded no batch.")
     out = {"validation_loss": float(np.mean(losses))}
@@ -83,11 +85,13 @@ def compress_attention_model(
     config = dict(model.get_config())
     spec = model.attention_spec
     if spec.kind == "collaborative":
-        raise ValueError("The model already has collaborative attention; convert a standard or "
-                         "fixed_head model.")  # fmt: skip
+        raise ValueError(
+            "The model already has collaborative attention; convert a standard or fixed_head model."
+        )
     if config.get("pruned_heads") or isinstance(spec.num_heads, (list, tuple)):
-        raise ValueError("The model has per-layer (pruned) heads; compress the model before "
-                         "pruning it.")  # fmt: skip
+        raise ValueError(
+            "The model has per-layer (pruned) heads; compress the model before pruning it."
+        )
     layers = model.attention_layers
     first = layers[0]
     full_rank = first.num_heads * first.head_size
@@ -110,9 +114,10 @@ def compress_attention_model(
         kind="collaborative",
         shared_key_dim=int(shared_key_dim),
         head_size=first.head_size,
-        mixing_initializer="concatenate" if int(shared_key_dim) % first.num_heads == 0
+        mixing_initializer="concatenate"
+        if int(shared_key_dim) % first.num_heads == 0
         else "uniform",
-    ).to_dict()  # fmt: skip
+    ).to_dict()
     config.pop("name", None)
     new = type(model).from_config(config)
     if isinstance(new, HeadsizeSeq2Seq):
@@ -169,13 +174,11 @@ def compress_model_dir(
         encoder = model.checkpoint_items["encoder"]
         if encoder.get_config().get("pruned_heads"):
             raise ValueError(f"{model_dir} has pruned heads; compress the model before pruning it.")
-        compressed, reports = compress_encoder(encoder, shared_key_dim, progress=progress,
-                                               **kwargs)  # fmt: skip
+        compressed, reports = compress_encoder(encoder, shared_key_dim, progress=progress, **kwargs)
         params_out, new, override = rebuild_with_encoder(params, model, compressed)
         before_params, after_params = encoder.count_params(), compressed.count_params()
     else:
-        new, reports = compress_attention_model(model, shared_key_dim, progress=progress,
-                                                **kwargs)  # fmt: skip
+        new, reports = compress_attention_model(model, shared_key_dim, progress=progress, **kwargs)
         params_out, override = params, {"attention": new.get_config()["attention"]}
         before_params, after_params = model.count_params(), new.count_params()
     report = {
@@ -185,7 +188,7 @@ def compress_model_dir(
         "layers": [
             {"name": r.name, "relative_error": float(r.relative_error), "seconds": float(r.seconds)}
             for r in reports
-        ],  # fmt: skip
+        ],
         "params_before": int(before_params),
         "params_after": int(after_params),
         "before": evaluate(params, model, eval_batches),

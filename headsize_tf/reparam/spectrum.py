@@ -60,12 +60,19 @@ def plot_spectrum(
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for i, spectrum in enumerate(spectra):
         color = plt.cm.viridis(i / max(len(spectra) - 1, 1))
-        axes[0].plot(np.arange(1, len(spectrum["per_head"]) + 1), spectrum["per_head"], color=color,
-                     label=f"layer {i}")  # fmt: skip
+        axes[0].plot(
+            np.arange(1, len(spectrum["per_head"]) + 1),
+            spectrum["per_head"],
+            color=color,
+            label=f"layer {i}",
+        )
         curve = spectrum["concatenated_key"]
         axes[1].plot(np.arange(1, len(curve) + 1), curve, color=color, label=f"layer {i}")
-    axes[0].set(title="per head: W_Q^(h) W_K^(h)T (mean over heads)", xlabel="rank",
-                ylabel="cumulative captured variance")  # fmt: skip
+    axes[0].set(
+        title="per head: W_Q^(h) W_K^(h)T (mean over heads)",
+        xlabel="rank",
+        ylabel="cumulative captured variance",
+    )
     axes[1].set(title="heads concatenated: [W_K^(1) ... W_K^(H)]", xlabel="rank")
     axes[1].axvline(len(spectra[0]["per_head"]), color="gray", ls=":", lw=1)
     axes[1].legend(fontsize=7)

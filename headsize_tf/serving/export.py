@@ -75,8 +75,11 @@ class ServingModule(tf.Module):
 
     @tf.function(input_signature=[_IDS, _MASK])
     def serve_ids(self, input_word_ids, input_mask):
-        inputs = {"input_word_ids": input_word_ids, "input_mask": input_mask,
-                  "input_type_ids": tf.zeros_like(input_word_ids)}  # fmt: skip
+        inputs = {
+            "input_word_ids": input_word_ids,
+            "input_mask": input_mask,
+            "input_type_ids": tf.zeros_like(input_word_ids),
+        }
         return self._outputs(inputs)
 
 
@@ -166,8 +169,9 @@ def experiment_sentence_encoder(
     return _sentence_encoder(params, model, model_dir, vocab_file, pooling, normalize)
 
 
-def _sentence_encoder(params, model, model_dir: str, vocab_file: str | None, pooling: str,
-                      normalize: bool) -> SentenceEncoder:  # fmt: skip
+def _sentence_encoder(
+    params, model, model_dir: str, vocab_file: str | None, pooling: str, normalize: bool
+) -> SentenceEncoder:
     from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
     from headsize_tf.training import train
 
@@ -182,9 +186,15 @@ def _sentence_encoder(params, model, model_dir: str, vocab_file: str | None, poo
     )
     # Uncased unless the data says otherwise (the tokenisation the run was trained with).
     lower_case = getattr(params.task.train_data, "lower_case", True)
-    return SentenceEncoder(encoder, _vocab_of(params, vocab_file), lower_case=lower_case,
-                           max_seq_length=length, pooling=pooling, normalize=normalize,
-                           source=model_dir)  # fmt: skip
+    return SentenceEncoder(
+        encoder,
+        _vocab_of(params, vocab_file),
+        lower_case=lower_case,
+        max_seq_length=length,
+        pooling=pooling,
+        normalize=normalize,
+        source=model_dir,
+    )
 
 
 def experiment_classifier(model_dir: str, vocab_file: str | None = None):
@@ -219,7 +229,12 @@ def experiment_language_model(model_dir: str, vocab_file: str | None = None):
     params, model = train.load_trained_model(model_dir)
     if not isinstance(params.task.model, language_modeling.CausalLMConfig):
         raise ValueError(f"{model_dir} is not a language_modeling model_dir.")
-    tokenizer = SentenceEncoder(model, _vocab_of(params, vocab_file),
-                                max_seq_length=params.task.model.max_sequence_length,
-                                pooling="mean", normalize=False, source=model_dir)  # fmt: skip
+    tokenizer = SentenceEncoder(
+        model,
+        _vocab_of(params, vocab_file),
+        max_seq_length=params.task.model.max_sequence_length,
+        pooling="mean",
+        normalize=False,
+        source=model_dir,
+    )
     return tokenizer, model

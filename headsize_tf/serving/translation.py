@@ -58,8 +58,11 @@ class TranslationServingModule(tf.Module):
         super().__init__(name="headsize_translation")
         import tensorflow_text as tf_text
 
-        for name, value in (("max_source_length", max_source_length),
-                            ("max_decode_length", max_decode_length), ("beam_size", beam_size)):  # fmt: skip
+        for name, value in (
+            ("max_source_length", max_source_length),
+            ("max_decode_length", max_decode_length),
+            ("beam_size", beam_size),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int; got {value!r}.")
         if max_source_length < 2:
@@ -91,9 +94,14 @@ class TranslationServingModule(tf.Module):
             score = self._log_probability(source_ids, start, best)
         else:
             sequences, scores = decoding.beam_search_decode(
-                self.model, start, self._max_decode_length, beam_size=self._beam_size,
-                alpha=self._alpha, eos_id=self._eos, source_ids=source_ids,
-            )  # fmt: skip
+                self.model,
+                start,
+                self._max_decode_length,
+                beam_size=self._beam_size,
+                alpha=self._alpha,
+                eos_id=self._eos,
+                source_ids=source_ids,
+            )
             best, score = sequences[:, 0, 1:], scores[:, 0]  # drop [BOS]
         # Everything after the first [SEP] becomes padding.
         after_eos = tf.cumsum(tf.cast(tf.equal(best, self._eos), tf.int32), axis=1, exclusive=True)

@@ -41,18 +41,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             rng = np.random.default_rng(seed)
             p = random_stochastic(args.n, rng, concentration=0.3)
             x = rng.normal(size=(max(head_size, args.n), args.n))
-            gd = fit_attention(x[: args.n], p, head_size, steps=args.steps,
-                               learning_rate=args.learning_rate, seed=seed)  # fmt: skip
+            gd = fit_attention(
+                x[: args.n],
+                p,
+                head_size,
+                steps=args.steps,
+                learning_rate=args.learning_rate,
+                seed=seed,
+            )
             errors.append(gd)
             if head_size >= args.n:  # Theorem 1's construction, inputs of width d_p >= n.
                 w_q, w_k = construct_heads(x, p)
                 tv = 0.5 * np.abs(attention_matrix(x, w_q, w_k) - p).sum(axis=0).max()
                 exact.append(float(tv))
-        rows.append({"head_size": head_size, "ratio": head_size / args.n, "errors": errors,
-                     "mean": float(np.mean(errors)), "std": float(np.std(errors)),
-                     "construction_error": max(exact) if exact else None})  # fmt: skip
-        print(f"d_p={head_size:3d}: max-column TV {rows[-1]['mean']:.4f} ± {rows[-1]['std']:.4f}",
-              flush=True)  # fmt: skip
+        rows.append(
+            {
+                "head_size": head_size,
+                "ratio": head_size / args.n,
+                "errors": errors,
+                "mean": float(np.mean(errors)),
+                "std": float(np.std(errors)),
+                "construction_error": max(exact) if exact else None,
+            }
+        )
+        print(
+            f"d_p={head_size:3d}: max-column TV {rows[-1]['mean']:.4f} ± {rows[-1]['std']:.4f}",
+            flush=True,
+        )
     command = "python -m headsize_tf.theory.experiment " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
@@ -70,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "|---:|---:|---:|---:|",
     ]
     for r in rows:
-        exact = ("—" if r["construction_error"] is None
-                 else f"{r['construction_error']:.1e}")  # fmt: skip
-        lines.append(f"| {r['head_size']} | {r['ratio']:.3f} | {r['mean']:.4f} ± {r['std']:.4f} "
-                     f"| {exact} |")  # fmt: skip
+        exact = "—" if r["construction_error"] is None else f"{r['construction_error']:.1e}"
+        lines.append(
+            f"| {r['head_size']} | {r['ratio']:.3f} | {r['mean']:.4f} ± {r['std']:.4f} | {exact} |"
+        )
     below = [r for r in rows if r["head_size"] < args.n]
     above = [r for r in rows if r["head_size"] >= args.n]
     if below and above:
@@ -93,11 +108,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    ax.errorbar([r["ratio"] for r in rows], [r["mean"] for r in rows],
-                yerr=[r["std"] for r in rows], fmt="o-")  # fmt: skip
+    ax.errorbar(
+        [r["ratio"] for r in rows],
+        [r["mean"] for r in rows],
+        yerr=[r["std"] for r in rows],
+        fmt="o-",
+    )
     ax.axvline(1.0, color="gray", ls=":", label="d_p = n (Theorem 1)")
-    ax.set(xscale="log", xlabel="head size / sequence length (d_p / n)",
-           ylabel="max-column TV error", title=f"one head, n = {args.n}")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="head size / sequence length (d_p / n)",
+        ylabel="max-column TV error",
+        title=f"one head, n = {args.n}",
+    )
     ax.legend()
     save_figure(fig, f"{args.output}/theorem1.png")
     print("\n".join(lines))

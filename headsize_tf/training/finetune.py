@@ -48,8 +48,11 @@ def rotten_tomatoes_splits(
 
     root = pathlib.Path(data_dir) if data_dir else corpora.default_data_dir()
     rows = corpora.fetch_rotten_tomatoes(root / ".downloads" / "rotten_tomatoes")
-    out: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "dev": ([], []),
-                                                     "test": ([], [])}  # fmt: skip
+    out: dict[str, tuple[list[str], list[int]]] = {
+        "train": ([], []),
+        "dev": ([], []),
+        "test": ([], []),
+    }
     for label, text in rows:
         texts, labels = out[corpora._split_of(text)]
         texts.append(text)

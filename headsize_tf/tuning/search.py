@@ -172,8 +172,9 @@ class TrialRunner:
             self.budget_params * (1.05 if self.match_params else 1.0) if self.budget_params else 0
         )
         if self.budget_params and record["params"] > limit:
-            record.update(status="skipped",
-                          message=f"{record['params']} params > budget {self.budget_params}")  # fmt: skip
+            record.update(
+                status="skipped", message=f"{record['params']} params > budget {self.budget_params}"
+            )
             write_json(trial_dir / "record.json", record)
             print(f"[trial {trial.trial_id}] skipped: {record['message']} ({config})", flush=True)
             raise keras_tuner.errors.FailedTrialError(record["message"])
@@ -186,8 +187,14 @@ class TrialRunner:
             f"[trial {trial.trial_id}] training {config} ({record['params']:,} params)", flush=True
         )
         try:
-            result = train.run(self.experiment, str(trial_dir / "model"), list(self.config_files),
-                               override, data_dir=self.data_dir, seed=self.seed)  # fmt: skip
+            result = train.run(
+                self.experiment,
+                str(trial_dir / "model"),
+                list(self.config_files),
+                override,
+                data_dir=self.data_dir,
+                seed=self.seed,
+            )
         except (ValueError, RuntimeError) as err:
             record.update(status="failed", message=str(err).splitlines()[0][:300])
             write_json(trial_dir / "record.json", record)
@@ -200,8 +207,10 @@ class TrialRunner:
             )
         record.update(status="ok", metrics=metrics, override=override)
         write_json(trial_dir / "record.json", record)
-        print(f"[trial {trial.trial_id}] {self.objective.name} = "
-              f"{metrics[self.objective.name]:.4f}", flush=True)  # fmt: skip
+        print(
+            f"[trial {trial.trial_id}] {self.objective.name} = {metrics[self.objective.name]:.4f}",
+            flush=True,
+        )
         return metrics
 
 
@@ -291,10 +300,26 @@ def tune(
             )
     objective = objective or default_objective(params)
     steps_per_epoch = max(1, params.trainer.train_steps // max_epochs)
-    runner = TrialRunner(experiment, tuple(config_files), output, hypermodel, objective, params,
-                         data_dir, budget_params, match_params, steps_per_epoch, seed)  # fmt: skip
-    common = {"directory": str(output), "project_name": "tuner", "overwrite": False,
-              "seed": seed, "max_consecutive_failed_trials": 10**6}  # fmt: skip
+    runner = TrialRunner(
+        experiment,
+        tuple(config_files),
+        output,
+        hypermodel,
+        objective,
+        params,
+        data_dir,
+        budget_params,
+        match_params,
+        steps_per_epoch,
+        seed,
+    )
+    common = {
+        "directory": str(output),
+        "project_name": "tuner",
+        "overwrite": False,
+        "seed": seed,
+        "max_consecutive_failed_trials": 10**6,
+    }
     if tuner == "random":
         search = HeadsizeRandomSearch(runner, max_trials=max_trials, **common)
     elif tuner == "bayesian":
@@ -327,29 +352,47 @@ def write_results(output, experiment, config_files, objective, data_dir=None) ->
     writer.writeheader()
     rows = []
     for rank, r in enumerate(ok + others, start=1):
-        row = {"rank": rank if r["status"] == "ok" else "", "trial_id": r["trial_id"],
-               "status": r["status"], **r["config"], "params": r.get("params"),
-               objective.name: r.get("metrics", {}).get(objective.name, ""),
-               "message": r.get("message", "")}  # fmt: skip
+        row = {
+            "rank": rank if r["status"] == "ok" else "",
+            "trial_id": r["trial_id"],
+            "status": r["status"],
+            **r["config"],
+            "params": r.get("params"),
+            objective.name: r.get("metrics", {}).get(objective.name, ""),
+            "message": r.get("message", ""),
+        }
         rows.append(row)
         writer.writerow(row)
     write_atomic(pathlib.Path(output) / "results.csv", buffer.getvalue())
-    lines = [f"# Tuning {experiment}: {objective.name} ({objective.direction})", "",
-             "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]  # fmt: skip
+    lines = [
+        f"# Tuning {experiment}: {objective.name} ({objective.direction})",
+        "",
+        "| " + " | ".join(fields) + " |",
+        "|" + "---|" * len(fields),
+    ]
     for row in rows:
-        cells = [f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
-                 for v in (row[f] for f in fields)]  # fmt: skip
+        cells = [
+            f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
+            for v in (row[f] for f in fields)
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     write_atomic(pathlib.Path(output) / "results.md", "\n".join(lines) + "\n")
-    summary = {"trials": len(records), "completed": len(ok),
-               "skipped": sum(r["status"] == "skipped" for r in records)}  # fmt: skip
+    summary = {
+        "trials": len(records),
+        "completed": len(ok),
+        "skipped": sum(r["status"] == "skipped" for r in records),
+    }
     if ok:
         best = ok[0]
         params = train.build_params(experiment, config_files, best["override"], data_dir)
-        text = (f"# Best trial {best['trial_id']} of `headsize-tf tune`: {objective.name} = "
-                f"{best['metrics'][objective.name]:.6g}\n"
-                f"# headsize-tf train --experiment {experiment} --config_file best.yaml ...\n")  # fmt: skip
-        write_atomic(pathlib.Path(output) / "best.yaml",
-                     text + yaml.safe_dump(params.as_dict(), sort_keys=False))  # fmt: skip
+        text = (
+            f"# Best trial {best['trial_id']} of `headsize-tf tune`: {objective.name} = "
+            f"{best['metrics'][objective.name]:.6g}\n"
+            f"# headsize-tf train --experiment {experiment} --config_file best.yaml ...\n"
+        )
+        write_atomic(
+            pathlib.Path(output) / "best.yaml",
+            text + yaml.safe_dump(params.as_dict(), sort_keys=False),
+        )
         summary["best"] = best
     return summary

@@ -6,14 +6,24 @@ import pytest
 from headsize_tf import params
 from headsize_tf.core.search_space import SearchSpace, SearchSpaceError
 
-DEFAULTS = {"attention_type": "standard", "num_heads": 4, "head_size": None,
-            "shared_key_dim": None, "width": 64, "num_layers": 3}  # fmt: skip
+DEFAULTS = {
+    "attention_type": "standard",
+    "num_heads": 4,
+    "head_size": None,
+    "shared_key_dim": None,
+    "width": 64,
+    "num_layers": 3,
+}
 
 
 def test_per_layer_heads_and_sizes_are_one_hyperparameter_per_layer():
-    space = SearchSpace.from_dict({"attention_type": ["fixed_head"],
-                                   "num_heads_per_layer": [1, 2, 4],
-                                   "head_size_per_layer": [8, 32]})  # fmt: skip
+    space = SearchSpace.from_dict(
+        {
+            "attention_type": ["fixed_head"],
+            "num_heads_per_layer": [1, 2, 4],
+            "head_size_per_layer": [8, 32],
+        }
+    )
     hp = keras_tuner.HyperParameters()
     first = space.declare(hp, DEFAULTS)
     assert first["num_heads"] == [1, 1, 1] and first["head_size"] == [8, 8, 8]
@@ -23,8 +33,9 @@ def test_per_layer_heads_and_sizes_are_one_hyperparameter_per_layer():
     config = space.declare(hp, DEFAULTS)
     assert config["num_heads"] == [1, 4, 2] and config["head_size"] == [32, 8, 8]
     # The parameter formula takes the per-layer form: each layer's Q, K, V, O.
-    spec = params.AttentionSpec("fixed_head", num_heads=config["num_heads"],
-                                head_size=config["head_size"])  # fmt: skip
+    spec = params.AttentionSpec(
+        "fixed_head", num_heads=config["num_heads"], head_size=config["head_size"]
+    )
     counts = [params.attention_params(spec.for_layer(i), 64).trainable for i in range(3)]
     assert counts == [4 * 64 * h * p + 3 * h * p + 64 for h, p in [(1, 32), (4, 8), (2, 8)]]
 

@@ -70,8 +70,13 @@ def test_dict_round_trip_and_legacy_keys():
     assert AttentionSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(SpecError, match=r"`attention_type` is now `attention.kind`"):
         AttentionSpec.from_dict({"attention_type": "standard"})
-    old = {"hidden_size": 8, "attention_type": "standard", "num_attention_heads": 2,
-           "head_size": 4, "shared_key_dim": None}  # fmt: skip
+    old = {
+        "hidden_size": 8,
+        "attention_type": "standard",
+        "num_attention_heads": 2,
+        "head_size": 4,
+        "shared_key_dim": None,
+    }
     new = migrate_legacy_config(old)
     assert new == {"hidden_size": 8, "attention": AttentionSpec("standard", 2).to_dict()}
 

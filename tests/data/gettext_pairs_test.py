@@ -27,27 +27,38 @@ def write_mo(entries: list[tuple[bytes, bytes]]) -> bytes:
 
 
 def test_read_mo_skips_the_header_and_keeps_singular_forms_without_context():
-    mo = write_mo([
-        (b"", b"Content-Type: text/plain; charset=UTF-8\n"),
-        (b"File not found", b"Datei nicht gefunden"),
-        (b"menu\x04Open", b"\xc3\x96ffnen"),
-        (b"%d file\x00%d files", b"%d Datei\x00%d Dateien"),
-    ])  # fmt: skip
-    assert sorted(read_mo(mo)) == sorted([("File not found", "Datei nicht gefunden"),
-                                          ("Open", "Öffnen"), ("%d file", "%d Datei")])  # fmt: skip
+    mo = write_mo(
+        [
+            (b"", b"Content-Type: text/plain; charset=UTF-8\n"),
+            (b"File not found", b"Datei nicht gefunden"),
+            (b"menu\x04Open", b"\xc3\x96ffnen"),
+            (b"%d file\x00%d files", b"%d Datei\x00%d Dateien"),
+        ]
+    )
+    assert sorted(read_mo(mo)) == sorted(
+        [("File not found", "Datei nicht gefunden"), ("Open", "Öffnen"), ("%d file", "%d Datei")]
+    )
     with pytest.raises(ValueError, match="not a .mo file"):
         read_mo(b"\x00" * 40)
 
 
 def test_clean_pairs():
-    pairs = [("Usage:\n  tar [OPTION]", "Aufruf:\n  tar [OPTION]"), ("OK", "OK"),
-             ("x", "y"), ("Usage:  tar [OPTION]", "again"), ("Quit", ""), ("a" * 201, "b")]  # fmt: skip
+    pairs = [
+        ("Usage:\n  tar [OPTION]", "Aufruf:\n  tar [OPTION]"),
+        ("OK", "OK"),
+        ("x", "y"),
+        ("Usage:  tar [OPTION]", "again"),
+        ("Quit", ""),
+        ("a" * 201, "b"),
+    ]
     assert clean_pairs(pairs) == [("Usage: tar [OPTION]", "Aufruf: tar [OPTION]")]
 
 
 def test_prepare_writes_tab_separated_splits_and_a_vocabulary(tmp_path):
-    pairs = [(f"cannot open file number {i}", f"Datei Nummer {i} kann nicht geöffnet werden")
-             for i in range(400)]  # fmt: skip
+    pairs = [
+        (f"cannot open file number {i}", f"Datei Nummer {i} kann nicht geöffnet werden")
+        for i in range(400)
+    ]
     out = corpora.prepare("gettext_de", tmp_path, raw=pairs)
     stats = corpora.load_manifest("gettext_de", tmp_path)["stats"]
     assert stats["pairs"] == 400

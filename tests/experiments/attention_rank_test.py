@@ -54,9 +54,13 @@ def test_attention_rank_of_known_logits():
 def test_recorded_logits_are_each_heads_bounded_by_its_size():
     tf_keras.utils.set_random_seed(0)
     n, p = 16, 3
-    lm = HeadsizeCausalLM(vocab_size=40, hidden_size=16, num_layers=2,
-                          attention={"kind": "fixed_head", "num_heads": 5, "head_size": p},
-                          max_sequence_length=n)  # fmt: skip
+    lm = HeadsizeCausalLM(
+        vocab_size=40,
+        hidden_size=16,
+        num_layers=2,
+        attention={"kind": "fixed_head", "num_heads": 5, "head_size": p},
+        max_sequence_length=n,
+    )
     tokens = np.random.default_rng(0).integers(0, 40, (3, n)).astype("int32")
     before = np.asarray(lm(tokens))
     logits = ar.recorded_logits(lm, tokens, batch_size=2)
@@ -74,8 +78,16 @@ def test_recorded_logits_are_each_heads_bounded_by_its_size():
 
 def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, capsys):
     out, work = tmp_path / "rv2", tmp_path / "work"
-    argv = ["--preset", "test", "--output", str(out), "--work-dir", str(work),
-            "--data-dir", str(austen_data_dir)]  # fmt: skip
+    argv = [
+        "--preset",
+        "test",
+        "--output",
+        str(out),
+        "--work-dir",
+        str(work),
+        "--data-dir",
+        str(austen_data_dir),
+    ]
     assert rv2.main([*argv, "--max-runs", "1", "--keys", "std_w16_h4_p4"]) == 0
     # The rest of the sweep (grid extension included), faked as worse: the trained rate wins.
     (trained,) = (out / "runs").glob("*.json")
@@ -87,8 +99,11 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
         for lr in rv2.model_grid("std_w16_h4_p4", preset, runs):
             path = out / "runs" / f"{rv2.run_name('std_w16_h4_p4', lr, 0)}.json"
             if not path.exists():
-                fake = {**record, "learning_rate": lr,
-                        "curve": [{**c, "perplexity": 1e9} for c in record["curve"]]}  # fmt: skip
+                fake = {
+                    **record,
+                    "learning_rate": lr,
+                    "curve": [{**c, "perplexity": 1e9} for c in record["curve"]],
+                }
                 path.write_text(json.dumps(fake))
     # Seed 1 at the chosen rate has a result file but no checkpoint (another machine's).
     name = rv2.run_name("std_w16_h4_p4", record["learning_rate"], 1)
@@ -103,8 +118,16 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     assert not ar.final_checkpoint(partial, preset.steps)
     assert rv2.main([*argv, "--summarize-only"]) == 0
     capsys.readouterr()
-    command = ["--runs", str(out), "--work-dir", str(work), "--windows", "2",
-               "--data-dir", str(austen_data_dir)]  # fmt: skip
+    command = [
+        "--runs",
+        str(out),
+        "--work-dir",
+        str(work),
+        "--windows",
+        "2",
+        "--data-dir",
+        str(austen_data_dir),
+    ]
     assert ar.main(command) == 0
     printed = capsys.readouterr().out
     assert printed.count("[rank]") == 1
@@ -124,9 +147,11 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--windows", "0"], "--windows must be >= 1; got 0"),
-     (["--runs", "/nonexistent"], "is not a reproduce_v2 output")],
-)  # fmt: skip
+    [
+        (["--windows", "0"], "--windows must be >= 1; got 0"),
+        (["--runs", "/nonexistent"], "is not a reproduce_v2 output"),
+    ],
+)
 def test_bad_arguments_name_the_value(argv, message, capsys):
     assert ar.main(argv) == 2
     err = capsys.readouterr().err

@@ -111,10 +111,10 @@ class DemoTest(tf.test.TestCase):
             "print(p['probabilities'].numpy().sum(axis=1).tolist())\n"
             "assert 'headsize_tf' not in sys.modules\n"
         )
-        done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                              text=True)  # fmt: skip
-        self.assertAllClose(json.loads(done.stdout.strip().splitlines()[-1]), [1.0, 1.0],
-                            atol=1e-5)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        )
+        self.assertAllClose(json.loads(done.stdout.strip().splitlines()[-1]), [1.0, 1.0], atol=1e-5)
 
         # A rerun with the same settings reuses every step (nothing trained or written).
         export_time = (out / "export" / "1" / "saved_model.pb").stat().st_mtime_ns

@@ -18,8 +18,9 @@ def ordered_file(path) -> str:
         for i in range(WINDOWS):
             ids = [i // 100, i % 100] + [1] * (LENGTH - 1)
             feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids))}
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
-                         .SerializeToString())  # fmt: skip
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
     return str(path)
 
 
@@ -31,12 +32,14 @@ def first_batch_windows(config: language_modeling.LMDataConfig) -> np.ndarray:
 
 def test_the_default_buffer_shuffles_across_the_file_the_grid_keeps_100(tmp_path):
     path = ordered_file(tmp_path / "lm_train.tfrecord")
-    fields = dict(input_path=path, seq_length=LENGTH, global_batch_size=32, is_training=True,
-                  seed=0)  # fmt: skip
+    fields = dict(
+        input_path=path, seq_length=LENGTH, global_batch_size=32, is_training=True, seed=0
+    )
     spread = first_batch_windows(language_modeling.LMDataConfig(**fields))
     assert spread.max() > 1000  # 32 draws below 1000 of 3000 windows: p = 3^-32.
-    grid = rv2._override(rv2.plan(rv2.PRESETS["cpu"])["R1"][0], rv2.PRESETS["cpu"], 1e-3,
-                         "valid", 1)["task"]["train_data"]["shuffle_buffer_size"]  # fmt: skip
+    grid = rv2._override(
+        rv2.plan(rv2.PRESETS["cpu"])["R1"][0], rv2.PRESETS["cpu"], 1e-3, "valid", 1
+    )["task"]["train_data"]["shuffle_buffer_size"]
     assert grid == 100
     local = first_batch_windows(language_modeling.LMDataConfig(**fields, shuffle_buffer_size=grid))
     assert local.max() < grid + 32  # Model Garden's default: the first ~130 windows only.

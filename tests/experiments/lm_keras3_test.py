@@ -39,10 +39,13 @@ def test_the_schedule_is_model_gardens(learning_rate, steps):
         np.testing.assert_allclose(float(ours(step)), float(garden(step)), rtol=1e-6)
 
 
-@pytest.mark.parametrize("attention", [
-    {"kind": "fixed_head", "num_heads": 2, "head_size": 8},
-    {"kind": "collaborative", "num_heads": 2, "shared_key_dim": 8},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "attention",
+    [
+        {"kind": "fixed_head", "num_heads": 2, "head_size": 8},
+        {"kind": "collaborative", "num_heads": 2, "shared_key_dim": 8},
+    ],
+)
 def test_weight_decay_skips_what_model_garden_skips(attention):
     """Oracle: the experiment's exclusion patterns on the tf_keras LM's variable names,
     compared by decayed shapes (the two fronts name their variables differently)."""
@@ -56,19 +59,28 @@ def test_weight_decay_skips_what_model_garden_skips(attention):
     from headsize_tf.keras3.modeling import CausalLM
 
     trainer = exp_factory.get_exp_config("headsize_lm/language_modeling").trainer
-    trainer.override(rv2._override(rv2.plan(TEST)["R1"][0], TEST, 1e-3, "valid", 1)["trainer"],
-                   is_strict=False)  # fmt: skip
+    trainer.override(
+        rv2._override(rv2.plan(TEST)["R1"][0], TEST, 1e-3, "valid", 1)["trainer"], is_strict=False
+    )
     config = trainer.optimizer_config.optimizer.adamw
     assert config.weight_decay_rate == lm_keras3.WEIGHT_DECAY
     assert config.gradient_clip_norm == lm_keras3.CLIP_NORM
     assert config.epsilon == lm_keras3.EPSILON
     pattern = "|".join(config.exclude_from_weight_decay)
-    garden = build_lm(CausalLMConfig(vocab_size=50, hidden_size=16, num_layers=2,
-                                     attention=attention, intermediate_size=64,
-                                     max_sequence_length=8))  # fmt: skip
+    garden = build_lm(
+        CausalLMConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_layers=2,
+            attention=attention,
+            intermediate_size=64,
+            max_sequence_length=8,
+        )
+    )
     garden(tf.zeros([1, 1], tf.int32))
-    ours = CausalLM(vocabulary_size=50, num_layers=2, hidden_dim=16, attention=attention,
-                    max_sequence_length=8)  # fmt: skip
+    ours = CausalLM(
+        vocabulary_size=50, num_layers=2, hidden_dim=16, attention=attention, max_sequence_length=8
+    )
     optimizer = lm_keras3.adamw(1e-3)
     optimizer.build(ours.trainable_variables)
 
@@ -132,8 +144,16 @@ def test_token_ids_outside_the_vocabulary_are_refused(data_dir):
 
 def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     out = tmp_path / "out"
-    argv = ["--preset", "test", "--output", str(out), "--work-dir", str(tmp_path / "work"),
-            "--data-dir", str(data_dir)]  # fmt: skip
+    argv = [
+        "--preset",
+        "test",
+        "--output",
+        str(out),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--data-dir",
+        str(data_dir),
+    ]
     assert rv2.main([*argv, "--framework", "keras3", "--max-runs", "1"]) == 0
     (path,) = (out / "runs").glob("*.json")
     record = json.loads(path.read_text())
@@ -152,10 +172,14 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     assert "--framework keras3" in command
     # The same run again gives the same numbers (seeded weights, dropout and data order).
     model = next(m for m in rv2.plan(TEST)["R1"] if m.key == record["key"])
-    again = lm_keras3.train_run(model.attention(), model.width, TEST, record["learning_rate"],
-                                0, data_dir / "austen")  # fmt: skip
-    np.testing.assert_allclose([p["perplexity"] for p in again["curve"]],
-                               [p["perplexity"] for p in record["curve"]], rtol=1e-5)  # fmt: skip
+    again = lm_keras3.train_run(
+        model.attention(), model.width, TEST, record["learning_rate"], 0, data_dir / "austen"
+    )
+    np.testing.assert_allclose(
+        [p["perplexity"] for p in again["curve"]],
+        [p["perplexity"] for p in record["curve"]],
+        rtol=1e-5,
+    )
 
 
 def test_an_output_of_the_other_framework_is_refused(tmp_path, capsys):
@@ -164,9 +188,11 @@ def test_an_output_of_the_other_framework_is_refused(tmp_path, capsys):
     argv = ["--preset", "test", "--output", str(out), "--framework", "keras3"]
     assert rv2.main(argv) == 2
     error = capsys.readouterr().err.strip()
-    assert error == (f"error: --output {out} holds tf_keras runs (std_w16_h4_p4_lr0.001_seed0."
-                     f"json); use another --output for --framework keras3 (e.g. "
-                     f"{out}_keras3).")  # fmt: skip
+    assert error == (
+        f"error: --output {out} holds tf_keras runs (std_w16_h4_p4_lr0.001_seed0."
+        f"json); use another --output for --framework keras3 (e.g. "
+        f"{out}_keras3)."
+    )
 
 
 def test_a_run_file_of_another_shape_stops_the_worker(tmp_path):
@@ -174,11 +200,17 @@ def test_a_run_file_of_another_shape_stops_the_worker(tmp_path):
     is an error, not a run to skip forever."""
     model, lr, seed = rv2.pending(TEST, rv2.plan(TEST), {})[0]
     out = tmp_path / "out"
-    other = {"key": model.key, "learning_rate": lr, "seed": seed, "framework": "keras3",
-             "preset": {**rv2.dataclasses.asdict(TEST), "steps": 999}}  # fmt: skip
+    other = {
+        "key": model.key,
+        "learning_rate": lr,
+        "seed": seed,
+        "framework": "keras3",
+        "preset": {**rv2.dataclasses.asdict(TEST), "steps": 999},
+    }
     rv2.write_json(out / "runs" / f"{rv2.run_name(model.key, lr, seed)}.json", other)
-    args = rv2.argparse.Namespace(work_dir=str(tmp_path / "work"), max_runs=None, keys=None,
-                                  framework="keras3")  # fmt: skip
+    args = rv2.argparse.Namespace(
+        work_dir=str(tmp_path / "work"), max_runs=None, keys=None, framework="keras3"
+    )
     with pytest.raises(ValueError, match="is a run of another preset shape or framework"):
         rv2.run_pending(args, TEST, rv2.plan(TEST), out, tmp_path)
 
@@ -205,13 +237,17 @@ def test_a_jax_run_needs_no_tensorflow(data_dir, tmp_path):
                                   "--max-runs", "1", "--keys", "std_w16_h4_p4"])
         assert "tensorflow" not in sys.modules
         raise SystemExit(code)
-    """)  # fmt: skip
+    """)
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = (out / "runs").glob("*.json")
     record = json.loads(path.read_text())
     assert (record["framework"], record["backend"], record["key"]) == (
-        "keras3", "jax", "std_w16_h4_p4")  # fmt: skip
+        "keras3",
+        "jax",
+        "std_w16_h4_p4",
+    )
     assert np.isfinite(record["test_perplexity"])

@@ -64,7 +64,7 @@ class MultiWorkerTest(tf.test.TestCase):
                         "multi_worker_mirrored",
                         "--params_override",
                         OVERRIDE,
-                    ],  # fmt: skip
+                    ],
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,

@@ -47,8 +47,12 @@ class PerLayerTest(tf.test.TestCase):
         config = self.tmp / "per_layer.yaml"
         config.write_text(PER_LAYER)
         model_dir = str(self.tmp / "lm")
-        result = train.run("headsize_lm/language_modeling", model_dir, [TINY_LM, str(config)],
-                           data_dir=self.data_dir)  # fmt: skip
+        result = train.run(
+            "headsize_lm/language_modeling",
+            model_dir,
+            [TINY_LM, str(config)],
+            data_dir=self.data_dir,
+        )
         self.assertTrue(np.isfinite(result.metrics["validation_loss"]))
         self.assertTrue(tf.train.latest_checkpoint(model_dir).endswith("ckpt-4"))
 
@@ -59,18 +63,35 @@ class PerLayerTest(tf.test.TestCase):
 
         # The reloaded model has those heads, and the formula counts its parameters.
         _, lm = train.load_trained_model(model_dir)
-        self.assertEqual([(a.num_heads, a.head_size) for a in lm.attention_layers],
-                         [(1, 32), (4, 8), (2, 16)])  # fmt: skip
+        self.assertEqual(
+            [(a.num_heads, a.head_size) for a in lm.attention_layers], [(1, 32), (4, 8), (2, 16)]
+        )
         model = written["task"]["model"]
-        spec = params.EncoderSpec(vocab_size=model["vocab_size"], width=model["hidden_size"],
-                                  num_layers=3, attention=attention,
-                                  intermediate_size=model["intermediate_size"],
-                                  max_sequence_length=model["max_sequence_length"])  # fmt: skip
+        spec = params.EncoderSpec(
+            vocab_size=model["vocab_size"],
+            width=model["hidden_size"],
+            num_layers=3,
+            attention=attention,
+            intermediate_size=model["intermediate_size"],
+            max_sequence_length=model["max_sequence_length"],
+        )
         self.assertEqual(params.causal_lm_params(spec).trainable, lm.count_params())
 
         # SavedModel: the export scores text as the reloaded model does.
-        self.assertEqual(cli.main(["export", "--model_dir", model_dir, "--task", "lm",
-                                   "--output", str(self.tmp / "export")]), 0)  # fmt: skip
+        self.assertEqual(
+            cli.main(
+                [
+                    "export",
+                    "--model_dir",
+                    model_dir,
+                    "--task",
+                    "lm",
+                    "--output",
+                    str(self.tmp / "export"),
+                ]
+            ),
+            0,
+        )
         tokenizer, lm = serving.experiment_language_model(model_dir)
         texts = ["It is a truth universally acknowledged.", "Emma Woodhouse, handsome!"]
         inputs = tokenizer.tokenize(tf.constant(texts), add_special_tokens=False)

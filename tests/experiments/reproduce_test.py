@@ -20,8 +20,13 @@ def write_runs(out, perplexity, seeds=(0, 1, 2)):
                 continue
             seen.add(run.key)
             for seed in seeds:
-                record = {**reproduce.dataclasses.asdict(run), "key": run.key, "seed": seed,
-                          "params": run.params(), "test_perplexity": perplexity(run, seed)}  # fmt: skip
+                record = {
+                    **reproduce.dataclasses.asdict(run),
+                    "key": run.key,
+                    "seed": seed,
+                    "params": run.params(),
+                    "test_perplexity": perplexity(run, seed),
+                }
                 (out / "runs" / f"{run.key}_seed{seed}.json").write_text(json.dumps(record))
     return len(seen)
 
@@ -44,9 +49,10 @@ class ReproduceTest(tf.test.TestCase):
         for baseline, fixed in zip(r1[0::2], r1[1::2], strict=True):
             self.assertEqual((fixed.width, fixed.head_size), (64, 32))
             self.assertLess(abs(fixed.params() - baseline.params()) / baseline.params(), 0.02)
-        self.assertEqual([r.key for r in plan["R3"]],
-                         ["std_w64_h8_p8", "fixed_w64_h8_p16", "fixed_w64_h8_p32",
-                          "fixed_w64_h8_p64"])  # fmt: skip
+        self.assertEqual(
+            [r.key for r in plan["R3"]],
+            ["std_w64_h8_p8", "fixed_w64_h8_p16", "fixed_w64_h8_p32", "fixed_w64_h8_p64"],
+        )
 
     def test_markdown_numbers_equal_the_json_and_verdicts(self):
         unique = write_runs(self.tmp, paper_like)
@@ -62,9 +68,15 @@ class ReproduceTest(tf.test.TestCase):
                 self.assertAllClose([mean, std], [row["mean"], row["std"]], atol=0.006)
                 self.assertEqual(row["seeds"], [0, 1, 2])
         verdicts = {v["claim"][:3]: v["verdict"] for v in data["verdicts"]}
-        self.assertEqual(verdicts, {"R1:": "reproduced", "R2a": "reproduced",
-                                    "R2b": "not reproduced (no clear change)",
-                                    "R3:": "reproduced"})  # fmt: skip
+        self.assertEqual(
+            verdicts,
+            {
+                "R1:": "reproduced",
+                "R2a": "reproduced",
+                "R2b": "not reproduced (no clear change)",
+                "R3:": "reproduced",
+            },
+        )
         for v in data["verdicts"]:
             self.assertIn(f"**{v['verdict']}**", text)
         self.assertTrue((self.tmp / "reproduction.png").exists())
@@ -89,8 +101,18 @@ class ReproduceTest(tf.test.TestCase):
 
     def test_key_subsets_judge_nothing(self):
         write_runs(self.tmp, paper_like)
-        reproduce.main(["--output", str(self.tmp), "--summarize-only", "--only", "R2",
-                        "--keys", "std_w64_h8_p8", "fixed_w64_h8_p32"])  # fmt: skip
+        reproduce.main(
+            [
+                "--output",
+                str(self.tmp),
+                "--summarize-only",
+                "--only",
+                "R2",
+                "--keys",
+                "std_w64_h8_p8",
+                "fixed_w64_h8_p32",
+            ]
+        )
         data = json.loads((self.tmp / "reproduction.json").read_text())
         self.assertEqual([r["key"] for r in data["R2"]], ["std_w64_h8_p8", "fixed_w64_h8_p32"])
         self.assertEqual(data["verdicts"], [])
@@ -110,17 +132,28 @@ class ReproduceTest(tf.test.TestCase):
 
 def _row(key, width, heads, head_size, mean, std=0.5, kind=None):
     kind = kind or ("standard" if width == heads * head_size else "fixed_head")
-    return {"key": key, "width": width, "heads": heads, "head_size": head_size,
-            "attention_type": kind, "mean": mean, "std": std}  # fmt: skip
+    return {
+        "key": key,
+        "width": width,
+        "heads": heads,
+        "head_size": head_size,
+        "attention_type": kind,
+        "mean": mean,
+        "std": std,
+    }
 
 
 def test_r1_judges_only_pairs_with_a_wider_baseline():
     # The narrowest baseline's equal-parameter partner has its width (2 heads of 32 at
     # width 64): far better, yet not evidence for R1; the wider pairs tie.
-    rows = [_row("std_w64_h4_p16", 64, 4, 16, 130.0), _row("std_w64_h2_p32", 64, 2, 32, 110.0),
-            _row("std_w96_h4_p24", 96, 4, 24, 112.0), _row("fixed_w64_h14_p32", 64, 14, 32, 112.3),
-            _row("std_w128_h4_p32", 128, 4, 32, 105.0),
-            _row("fixed_w64_h28_p32", 64, 28, 32, 104.8)]  # fmt: skip
+    rows = [
+        _row("std_w64_h4_p16", 64, 4, 16, 130.0),
+        _row("std_w64_h2_p32", 64, 2, 32, 110.0),
+        _row("std_w96_h4_p24", 96, 4, 24, 112.0),
+        _row("fixed_w64_h14_p32", 64, 14, 32, 112.3),
+        _row("std_w128_h4_p32", 128, 4, 32, 105.0),
+        _row("fixed_w64_h28_p32", 64, 28, 32, 104.8),
+    ]
     (r1,) = reproduce.verdicts({"R1": rows})
     assert r1["verdict"] == "tie"
     assert "std_w64_h2_p32" not in r1["evidence"]
@@ -128,8 +161,10 @@ def test_r1_judges_only_pairs_with_a_wider_baseline():
 
 
 def test_r2b_most_heads_best_is_reversed():
-    base = [_row(f"std_w64_h{h}_p{64 // h}", 64, h, 64 // h, m)
-            for h, m in ((2, 120.0), (4, 118.0), (8, 112.0), (16, 108.0))]  # fmt: skip
+    base = [
+        _row(f"std_w64_h{h}_p{64 // h}", 64, h, 64 // h, m)
+        for h, m in ((2, 120.0), (4, 118.0), (8, 112.0), (16, 108.0))
+    ]
     fixed = [_row(f"fixed_w64_h{h}_p32", 64, h, 32, 110.0, kind="fixed_head") for h in (4, 8)]
     rows = [base[0], base[0], base[1], fixed[0], base[2], fixed[1], base[3]]
     verdicts = {v["claim"][:3]: v["verdict"] for v in reproduce.verdicts({"R2": rows})}

@@ -25,16 +25,18 @@ class PlanTest(tf.test.TestCase):
                 self.assertEqual(base.kind, "standard")
                 self.assertEqual((fixed.width, fixed.head_size), (preset.width, 32))
                 self.assertLess(abs(fixed.params(preset) / base.params(preset) - 1), 0.05)
-            self.assertEqual([m.width for m in r1[0::2]],
-                             [preset.width, preset.width * 3 // 2, 2 * preset.width])  # fmt: skip
+            self.assertEqual(
+                [m.width for m in r1[0::2]], [preset.width, preset.width * 3 // 2, 2 * preset.width]
+            )
             for model in rv2.unique_models(experiments).values():
                 # Theorem 1's regime: every head is smaller than the sequence.
                 self.assertLess(model.head_size, preset.sequence_length)
             r2 = experiments["R2"]
             self.assertEqual([m.heads for m in r2[0::2]], list(preset.r2_heads))
             self.assertEqual({m.head_size for m in r2[1::2]}, {32})
-            self.assertEqual([m.head_size for m in r2[0::2]],
-                             [preset.width // h for h in preset.r2_heads])  # fmt: skip
+            self.assertEqual(
+                [m.head_size for m in r2[0::2]], [preset.width // h for h in preset.r2_heads]
+            )
 
     def test_the_grid_grows_while_the_best_rate_is_at_its_edge(self):
         preset = dataclasses.replace(rv2.PRESETS["cpu"], learning_rates=(1e-3, 2e-3, 4e-3))
@@ -63,9 +65,15 @@ class PlanTest(tf.test.TestCase):
         new = dataclasses.replace(TEST, learning_rates=(1e-3, 3e-3, 9e-3))
         key = rv2.unique_models(rv2.plan(TEST))["std_w16_h4_p4"].key
         for lr, ppl in ((1e-4, 150.0), (1e-3, 120.0), (3e-3, 110.0), (9e-3, 130.0)):
-            record = {"key": key, "learning_rate": lr, "seed": 0,
-                      "preset": dataclasses.asdict(old), "curve": [{"step": 1, "perplexity": ppl}],
-                      "test_perplexity": ppl, "device": "CPU: test"}  # fmt: skip
+            record = {
+                "key": key,
+                "learning_rate": lr,
+                "seed": 0,
+                "preset": dataclasses.asdict(old),
+                "curve": [{"step": 1, "perplexity": ppl}],
+                "test_perplexity": ppl,
+                "device": "CPU: test",
+            }
             rv2.write_json(out / "runs" / f"{rv2.run_name(key, lr, 0)}.json", record)
         other_shape = dataclasses.replace(new, steps=TEST.steps + 1)
         self.assertEqual(rv2.load_runs(out, other_shape), {})
@@ -74,12 +82,22 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual(rv2.model_grid(key, new, runs), [1e-3, 3e-3, 9e-3])
         self.assertEqual(rv2.best_learning_rate(key, new, runs), 3e-3)
         sweep = rv2.summarize(new, rv2.plan(new), runs)["sweep"][key]
-        self.assertEqual(sweep, {"0.0001": 150.0, "0.001": 120.0, "0.003": 110.0,
-                                 "0.009": 130.0})  # fmt: skip
+        self.assertEqual(sweep, {"0.0001": 150.0, "0.001": 120.0, "0.003": 110.0, "0.009": 130.0})
 
     def test_the_command_leaves_out_scheduling_options(self):
-        argv = ["--preset", "cpu", "--keys", "a", "b", "--threads", "1", "--output", "x",
-                "--max-runs=3", "--summarize-only"]  # fmt: skip
+        argv = [
+            "--preset",
+            "cpu",
+            "--keys",
+            "a",
+            "b",
+            "--threads",
+            "1",
+            "--output",
+            "x",
+            "--max-runs=3",
+            "--summarize-only",
+        ]
         self.assertEqual(rv2.result_arguments(argv), ["--preset", "cpu", "--output", "x"])
 
     def test_settled_from(self):
@@ -95,11 +113,20 @@ def _fake_runs(out: pathlib.Path, preset: rv2.Preset, test_ppl, valid_ppl) -> No
     runs: dict = {}
     while todo := rv2.pending(preset, experiments, runs):
         for model, lr, seed in todo:
-            curve = [{"step": s, "perplexity": valid_ppl(model, lr, seed, s), "loss": 0.0}
-                     for s in (2, 4)]  # fmt: skip
-            record = {**model.row(preset), "kind": model.kind, "learning_rate": lr,
-                      "seed": seed, "preset": dataclasses.asdict(preset), "curve": curve,
-                      "test_perplexity": test_ppl(model, seed), "device": "CPU: test"}  # fmt: skip
+            curve = [
+                {"step": s, "perplexity": valid_ppl(model, lr, seed, s), "loss": 0.0}
+                for s in (2, 4)
+            ]
+            record = {
+                **model.row(preset),
+                "kind": model.kind,
+                "learning_rate": lr,
+                "seed": seed,
+                "preset": dataclasses.asdict(preset),
+                "curve": curve,
+                "test_perplexity": test_ppl(model, seed),
+                "device": "CPU: test",
+            }
             runs[model.key, lr, seed] = record
             path = out / "runs" / f"{rv2.run_name(model.key, lr, seed)}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,8 +149,9 @@ class SummaryTest(tf.test.TestCase):
             return (90.0 if model.kind == "fixed_head" else 100.0) + seed * 0.1
 
         _fake_runs(out, TEST, test, valid)
-        self.assertEqual(rv2.main(["--preset", "test", "--output", str(out),
-                                   "--summarize-only"]), 0)  # fmt: skip
+        self.assertEqual(
+            rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"]), 0
+        )
         summary = json.loads((out / "reproduction.json").read_text())
         self.assertTrue(summary["complete"])
         # A model in two places of the plan (e.g. 2 heads of 8 at width 16 is both the
@@ -131,8 +159,9 @@ class SummaryTest(tf.test.TestCase):
         models = rv2.unique_models(rv2.plan(TEST))
         for row in summary["R1"] + summary["R2"]:
             model = models[row["key"]]
-            self.assertEqual(row["learning_rate"],
-                             lrs[-1] if model.kind == "fixed_head" else lrs[0])  # fmt: skip
+            self.assertEqual(
+                row["learning_rate"], lrs[-1] if model.kind == "fixed_head" else lrs[0]
+            )
             self.assertEqual(row["seeds"], [0, 1, 2])
             want = [test(model, s) for s in (0, 1, 2)]
             self.assertAllClose([row["mean"], row["std"]], [np.mean(want), np.std(want, ddof=1)])
@@ -151,8 +180,11 @@ class SummaryTest(tf.test.TestCase):
 
     def test_one_seed_against_the_others_does_not_settle_a_pair(self):
         def curve(*seeds):
-            return {"steps": [1, 2, 3], "seeds": {str(i): c for i, c in enumerate(seeds)},
-                    "perplexity": np.mean(seeds, axis=0).tolist()}  # fmt: skip
+            return {
+                "steps": [1, 2, 3],
+                "seeds": {str(i): c for i, c in enumerate(seeds)},
+                "perplexity": np.mean(seeds, axis=0).tolist(),
+            }
 
         rows = [{"key": k, "width": w} for k, w in (("b", 96), ("f", 64))]
         base = curve([100, 90, 80], [100, 90, 80], [100, 90, 80])
@@ -209,8 +241,16 @@ class TrainingTest(tf.test.TestCase):
 
     def test_runs_record_curves_and_a_rerun_resumes(self):
         out = self.tmp / "out"
-        argv = ["--preset", "test", "--output", str(out), "--work-dir", str(self.tmp / "work"),
-                "--data-dir", self.data_dir]  # fmt: skip
+        argv = [
+            "--preset",
+            "test",
+            "--output",
+            str(out),
+            "--work-dir",
+            str(self.tmp / "work"),
+            "--data-dir",
+            self.data_dir,
+        ]
         self.assertEqual(rv2.main([*argv, "--max-runs", "1"]), 0)
         files = sorted((out / "runs").glob("*.json"))
         self.assertLen(files, 1)
@@ -254,8 +294,20 @@ class TrainingTest(tf.test.TestCase):
 
     def test_workers_share_the_plan_without_training_a_run_twice(self):
         out = self.tmp / "out"
-        argv = ["--preset", "test", "--output", str(out), "--work-dir", str(self.tmp / "work"),
-                "--data-dir", self.data_dir, "--workers", "2", "--max-runs", "1"]  # fmt: skip
+        argv = [
+            "--preset",
+            "test",
+            "--output",
+            str(out),
+            "--work-dir",
+            str(self.tmp / "work"),
+            "--data-dir",
+            self.data_dir,
+            "--workers",
+            "2",
+            "--max-runs",
+            "1",
+        ]
         self.assertEqual(rv2.main(argv), 0)
         records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
         # Each worker trained one run, and not the same one: the first model's two rates.
@@ -285,9 +337,10 @@ class ClaimTest(tf.test.TestCase):
             "h = rv2.claim(pathlib.Path(sys.argv[1]), 'run_b')\n"
             "print('held' if h else 'refused', flush=True)\n"
             "time.sleep(60)\n"
-        )  # fmt: skip
-        other = subprocess.Popen([sys.executable, "-c", holder, str(claims)],
-                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        )
+        other = subprocess.Popen(
+            [sys.executable, "-c", holder, str(claims)], stdout=subprocess.PIPE, text=True
+        )
         try:
             self.assertEqual(other.stdout.readline().strip(), "held")
             self.assertIsNone(rv2.claim(claims, "run_b"))  # Another live worker's.

@@ -24,11 +24,23 @@ OVERRIDE = (
 
 def _command(model_dir: str, data_dir: str) -> list[str]:
     return [
-        sys.executable, "-m", "headsize_tf", "train",
-        "--experiment", "headsize_lm/language_modeling", "--config_file", TINY_LM,
-        "--model_dir", model_dir, "--data-dir", data_dir, "--mode", "train",
-        "--params_override", OVERRIDE,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "headsize_tf",
+        "train",
+        "--experiment",
+        "headsize_lm/language_modeling",
+        "--config_file",
+        TINY_LM,
+        "--model_dir",
+        model_dir,
+        "--data-dir",
+        data_dir,
+        "--mode",
+        "train",
+        "--params_override",
+        OVERRIDE,
+    ]
 
 
 def _env() -> dict[str, str]:

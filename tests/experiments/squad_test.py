@@ -35,11 +35,15 @@ def austen_squad(lines: list[str], n: int, seed: int) -> dict:
         k = int(rng.integers(2, 5))
         context = " ".join(words)
         answer = " ".join(words[a : a + k])
-        examples.append({
-            "id": f"q{seed}-{i}", "title": f"t{i % 7}", "context": context,
-            "question": f"where is {answer}",
-            "answers": {"text": [answer], "answer_start": [len(" ".join(words[:a])) + (a > 0)]},
-        })  # fmt: skip
+        examples.append(
+            {
+                "id": f"q{seed}-{i}",
+                "title": f"t{i % 7}",
+                "context": context,
+                "question": f"where is {answer}",
+                "answers": {"text": [answer], "answer_start": [len(" ".join(words[:a])) + (a > 0)]},
+            }
+        )
     return squad.squad_json(examples)
 
 
@@ -52,15 +56,23 @@ class SquadTest(tf.test.TestCase):
 
     def test_json_groups_paragraphs(self):
         def ex(i, title, ctx):
-            return {"id": str(i), "title": title, "context": ctx, "question": "q?",
-                    "answers": {"text": ["b"], "answer_start": [2]}}  # fmt: skip
+            return {
+                "id": str(i),
+                "title": title,
+                "context": ctx,
+                "question": "q?",
+                "answers": {"text": ["b"], "answer_start": [2]},
+            }
 
-        data = squad.squad_json([ex(0, "T", "a b"), ex(1, "T", "a b"), ex(2, "T", "c b"),
-                                 ex(3, "U", "a b")])  # fmt: skip
+        data = squad.squad_json(
+            [ex(0, "T", "a b"), ex(1, "T", "a b"), ex(2, "T", "c b"), ex(3, "U", "a b")]
+        )
         self.assertEqual([a["title"] for a in data["data"]], ["T", "U"])
         self.assertEqual([len(p["qas"]) for p in data["data"][0]["paragraphs"]], [2, 1])
-        self.assertEqual(data["data"][0]["paragraphs"][0]["qas"][1]["answers"],
-                         [{"text": "b", "answer_start": 2}])  # fmt: skip
+        self.assertEqual(
+            data["data"][0]["paragraphs"][0]["qas"][1]["answers"],
+            [{"text": "b", "answer_start": 2}],
+        )
 
     def test_tfds_converter_on_mock_squad(self):
         with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
@@ -69,8 +81,9 @@ class SquadTest(tf.test.TestCase):
         self.assertLen(flat, 6)
         for got, want in zip(flat, raw, strict=True):
             self.assertEqual(got["context"], want["context"].numpy().decode())
-            self.assertEqual(got["answers"]["answer_start"],
-                             want["answers"]["answer_start"].numpy().tolist())  # fmt: skip
+            self.assertEqual(
+                got["answers"]["answer_start"], want["answers"]["answer_start"].numpy().tolist()
+            )
         # Mock data draws the lengths of `text` and `answer_start` independently
         # (real SQuAD pairs them); trim them to pairs before building the JSON.
         for ex in flat:
@@ -86,20 +99,34 @@ class SquadTest(tf.test.TestCase):
         lines = (self.austen / "train.txt").read_text().splitlines()
         for name, (n, seed) in {"train": (6000, 0), "dev": (200, 1)}.items():
             (self.tmp / f"{name}.json").write_text(json.dumps(austen_squad(lines, n, seed)))
-        return cli.main([
-            "data", "squad", "--vocab-file", str(self.austen / "vocab.txt"),
-            "--train-json", str(self.tmp / "train.json"), "--dev-json", str(self.tmp / "dev.json"),
-            "--max-seq-length", "128", "--doc-stride", "64", "--data-dir", str(data_dir),
-        ])  # fmt: skip
+        return cli.main(
+            [
+                "data",
+                "squad",
+                "--vocab-file",
+                str(self.austen / "vocab.txt"),
+                "--train-json",
+                str(self.tmp / "train.json"),
+                "--dev-json",
+                str(self.tmp / "dev.json"),
+                "--max-seq-length",
+                "128",
+                "--doc-stride",
+                "64",
+                "--data-dir",
+                str(data_dir),
+            ]
+        )
 
     def test_prepare_and_train_fixed_heads(self):
         data_dir = self.tmp / "data"
         self.assertEqual(self._prepare(data_dir), 0)
         meta = json.loads((data_dir / "squad" / "meta.json").read_text())
         self.assertGreater(meta["train_data_size"], 1000)
-        self.assertEqual(sorted(p.name for p in (data_dir / "squad").iterdir()),
-                         ["dev-v1.1.json", "meta.json", "train-v1.1.json", "train.tf_record",
-                          "vocab.txt"])  # fmt: skip
+        self.assertEqual(
+            sorted(p.name for p in (data_dir / "squad").iterdir()),
+            ["dev-v1.1.json", "meta.json", "train-v1.1.json", "train.tf_record", "vocab.txt"],
+        )
         self.assertEqual(self._prepare(data_dir), 2)  # exists: refuses without --overwrite
         self.assertIn("--overwrite", self.capsys.readouterr().err)
 
@@ -110,9 +137,13 @@ class SquadTest(tf.test.TestCase):
             "trainer.optimizer_config.learning_rate.polynomial.decay_steps=450"
         )
         run = functools.partial(
-            train.run, "headsize_bert/span_labeling", str(self.tmp / "model"), [TINY], override,
+            train.run,
+            "headsize_bert/span_labeling",
+            str(self.tmp / "model"),
+            [TINY],
+            override,
             data_dir=str(data_dir),
-        )  # fmt: skip
+        )
         before = run(mode="eval").metrics
         after = run(mode="train_and_eval")
         # Model Garden reports F1 and exact match as fractions.
@@ -121,8 +152,12 @@ class SquadTest(tf.test.TestCase):
         from official.core import task_factory
 
         model = task_factory.get_task(after.params.task, logging_dir=str(self.tmp)).build_model()
-        self.assertTrue(all(isinstance(layer, FixedHeadAttention)
-                            for layer in model.checkpoint_items["encoder"].attention_layers))  # fmt: skip
+        self.assertTrue(
+            all(
+                isinstance(layer, FixedHeadAttention)
+                for layer in model.checkpoint_items["encoder"].attention_layers
+            )
+        )
 
     def test_bad_input(self):
         with self.assertRaisesRegex(
@@ -132,8 +167,13 @@ class SquadTest(tf.test.TestCase):
         vocab = str(self.austen / "vocab.txt")
         with self.assertRaisesRegex(squad.SquadError, "Give both train_json and dev_json"):
             squad.prepare(self.tmp / "s", vocab, train_json="a.json")
-        bad = {"id": "x", "title": "t", "context": "a b c", "question": "q",
-               "answers": {"text": ["zzz"], "answer_start": [0]}}  # fmt: skip
+        bad = {
+            "id": "x",
+            "title": "t",
+            "context": "a b c",
+            "question": "q",
+            "answers": {"text": ["zzz"], "answer_start": [0]},
+        }
         (self.tmp / "bad.json").write_text(json.dumps(squad.squad_json([bad])))
         with self.assertRaisesRegex(squad.SquadError, "No training feature was written"):
             squad.prepare(

@@ -61,8 +61,13 @@ class TranslationInputTest(tf.test.TestCase):
         self.assertAllEqual(features["inputs"], piece_ids("abcdefg") + [3])
 
     def _data(self, **kwargs):
-        fields = dict(tfds_name="wmt14_translate/de-en", tfds_split="train",
-                      vocab_file=str(self.vocab), max_seq_length=12, global_batch_size=8)  # fmt: skip
+        fields = dict(
+            tfds_name="wmt14_translate/de-en",
+            tfds_split="train",
+            vocab_file=str(self.vocab),
+            max_seq_length=12,
+            global_batch_size=8,
+        )
         return translation.TranslationDataConfig(**dict(fields, **kwargs))
 
     def test_training_drops_long_pairs_eval_truncates(self):
@@ -120,18 +125,28 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("standard", "", StandardAttention),
-        ("fixed_head", "task.model.attention.kind=fixed_head,task.model.attention.head_size=32",
-         FixedHeadAttention),
-        ("collaborative", "task.model.attention.kind=collaborative,task.model.attention.shared_key_dim=32",
-         CollaborativeAttention),
-    )  # fmt: skip
+        (
+            "fixed_head",
+            "task.model.attention.kind=fixed_head,task.model.attention.head_size=32",
+            FixedHeadAttention,
+        ),
+        (
+            "collaborative",
+            "task.model.attention.kind=collaborative,task.model.attention.shared_key_dim=32",
+            CollaborativeAttention,
+        ),
+    )
     def test_translation_trains_on_mock_wmt14(self, override, cls):
         model_dir = str(self.tmp / "model")
         override = ",".join(x for x in (FAST, "task.model.vocab_size=25", override) if x)
         run = functools.partial(
-            train.run, "headsize_seq2seq/translation", model_dir, [TINY_WMT], override,
+            train.run,
+            "headsize_seq2seq/translation",
+            model_dir,
+            [TINY_WMT],
+            override,
             data_dir=str(self.tmp),
-        )  # fmt: skip
+        )
         with mock(128):
             initial = run(mode="eval").metrics["validation_loss"]
             result = run(mode="train_and_eval")
@@ -147,9 +162,13 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
         # Mock TFDS ignores `repeat_filenames`; `cache` makes the reader repeat.
         override = f"{FAST},task.model.encoder.any.vocab_size=25,task.train_data.cache=true"
         run = functools.partial(
-            train.run, "headsize_bert/sentence_prediction_text", str(self.tmp / "m"),
-            [TINY_SST2], override, data_dir=str(self.tmp),
-        )  # fmt: skip
+            train.run,
+            "headsize_bert/sentence_prediction_text",
+            str(self.tmp / "m"),
+            [TINY_SST2],
+            override,
+            data_dir=str(self.tmp),
+        )
         with mock(256):
             initial = run(mode="eval").metrics["validation_loss"]
             result = run(mode="train_and_eval")
@@ -166,12 +185,15 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
             {
                 "task": {
                     "model": {"num_classes": 3},
-                    "train_data": {"tfds_name": "glue/mnli", "tfds_split": "train",
-                                   "text_fields": ["premise", "hypothesis"]},
+                    "train_data": {
+                        "tfds_name": "glue/mnli",
+                        "tfds_split": "train",
+                        "text_fields": ["premise", "hypothesis"],
+                    },
                 }
             },
             data_dir=str(self.tmp),
-        )  # fmt: skip
+        )
         task = task_factory.get_task(params.task)
         with mock(64):
             features = next(iter(task.build_inputs(params.task.train_data)))

@@ -26,9 +26,13 @@ class TfdsInputTest(tf.test.TestCase):
 
     def _data_config(self, **kwargs):
         fields = dict(
-            tfds_name="lm1b", tfds_split="train", vocab_file=str(self.vocab), seq_length=8,
-            global_batch_size=4, is_training=False,
-        )  # fmt: skip
+            tfds_name="lm1b",
+            tfds_split="train",
+            vocab_file=str(self.vocab),
+            seq_length=8,
+            global_batch_size=4,
+            is_training=False,
+        )
         return language_modeling.LMDataConfig(**dict(fields, **kwargs))
 
     def test_lm1b_windows_are_shifted_token_streams(self):
@@ -71,9 +75,12 @@ class TfdsInputTest(tf.test.TestCase):
         )
         with tfds.testing.mock_data(num_examples=200, policy=tfds.testing.MockPolicy.USE_CODE):
             result = train.run(
-                "headsize_lm/language_modeling", str(self.tmp / "model"), [TINY_LM], override,
+                "headsize_lm/language_modeling",
+                str(self.tmp / "model"),
+                [TINY_LM],
+                override,
                 data_dir=str(self.tmp),
-            )  # fmt: skip
+            )
         self.assertTrue(np.isfinite(result.metrics["validation_loss"]))
         self.assertLess(result.metrics["validation_loss"], np.log(25))  # better than uniform
         self.assertTrue(tf.train.latest_checkpoint(str(self.tmp / "model")).endswith("ckpt-20"))

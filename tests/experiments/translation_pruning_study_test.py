@@ -19,19 +19,30 @@ def _write(out: pathlib.Path, name: str, record: dict) -> None:
 def test_summary_over_importance_seeds(tmp_path):
     _write(tmp_path, "train", {"steps": 3000, "dev_perplexity": 26.0, "train_pairs": 100})
     # Final BLEU per (kind, seed): encoder_decoder is the lowest in seeds 0 and 1 only.
-    final = {"encoder_self": [3.0, 4.0, 1.5], "encoder_decoder": [1.0, 2.0, 5.0],
-             "decoder_self": [6.0, 7.0, 8.0]}  # fmt: skip
+    final = {
+        "encoder_self": [3.0, 4.0, 1.5],
+        "encoder_decoder": [1.0, 2.0, 5.0],
+        "decoder_self": [6.0, 7.0, 8.0],
+    }
     for kind, bleus in final.items():
         for seed, last in enumerate(bleus):
             bleu = np.linspace(20.0, last, len(FRACTIONS))
-            curve = [{"fraction": f, "perplexity": 20.0 + 10 * i + seed, "bleu": b}
-                     for i, (f, b) in enumerate(zip(FRACTIONS, bleu, strict=True))]  # fmt: skip
-            _write(tmp_path, f"prune_{kind}_seed{seed}",
-                   {"curve": curve, "decoding_speedup": 1.0 + seed / 10})  # fmt: skip
+            curve = [
+                {"fraction": f, "perplexity": 20.0 + 10 * i + seed, "bleu": b}
+                for i, (f, b) in enumerate(zip(FRACTIONS, bleu, strict=True))
+            ]
+            _write(
+                tmp_path,
+                f"prune_{kind}_seed{seed}",
+                {"curve": curve, "decoding_speedup": 1.0 + seed / 10},
+            )
     summary = study.summarize(tmp_path, "cmd")
     assert summary["seeds"] == [0, 1, 2]
-    assert summary["worst_at_75_by_seed"] == {0: "encoder_decoder", 1: "encoder_decoder",
-                                              2: "encoder_self"}  # fmt: skip
+    assert summary["worst_at_75_by_seed"] == {
+        0: "encoder_decoder",
+        1: "encoder_decoder",
+        2: "encoder_self",
+    }
     # Mean final BLEU: encoder_decoder 2.67 < encoder_self 2.83 < decoder_self 7.
     means = {k: np.mean(v) for k, v in final.items()}
     assert summary["most_sensitive_at_75"] == min(means, key=means.get) == "encoder_decoder"

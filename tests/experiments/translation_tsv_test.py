@@ -42,25 +42,44 @@ def data(tmp_path):
 
 def _override(data: pathlib.Path) -> dict:
     def split(name: str, training: bool) -> dict:
-        return {"tfds_name": "", "input_path": str(data / f"{name}.tsv"),
-                "vocab_file": str(data / "vocab.txt"), "max_seq_length": 16,
-                "global_batch_size": 16, "is_training": training, "seed": 0,
-                "drop_remainder": training}  # fmt: skip
+        return {
+            "tfds_name": "",
+            "input_path": str(data / f"{name}.tsv"),
+            "vocab_file": str(data / "vocab.txt"),
+            "max_seq_length": 16,
+            "global_batch_size": 16,
+            "is_training": training,
+            "seed": 0,
+            "drop_remainder": training,
+        }
 
     return {
-        "task": {"model": {"vocab_size": 25, "max_sequence_length": 16},
-                 "train_data": split("train", True), "validation_data": split("dev", False)},
-        "trainer": {"train_steps": 60, "steps_per_loop": 20, "summary_interval": 20,
-                    "checkpoint_interval": 60, "validation_interval": 60,
-                    "validation_steps": 4},
-    }  # fmt: skip
+        "task": {
+            "model": {"vocab_size": 25, "max_sequence_length": 16},
+            "train_data": split("train", True),
+            "validation_data": split("dev", False),
+        },
+        "trainer": {
+            "train_steps": 60,
+            "steps_per_loop": 20,
+            "summary_interval": 20,
+            "checkpoint_interval": 60,
+            "validation_interval": 60,
+            "validation_steps": 4,
+        },
+    }
 
 
 def test_tsv_pairs_are_tokenised_like_tfds_pairs(data):
     config = translation.TranslationDataConfig(
-        tfds_name="", input_path=str(data / "dev.tsv"), vocab_file=str(data / "vocab.txt"),
-        max_seq_length=16, global_batch_size=4, is_training=False, drop_remainder=False,
-    )  # fmt: skip
+        tfds_name="",
+        input_path=str(data / "dev.tsv"),
+        vocab_file=str(data / "vocab.txt"),
+        max_seq_length=16,
+        global_batch_size=4,
+        is_training=False,
+        drop_remainder=False,
+    )
     features, labels = next(iter(tr_task.TranslationTask(None).build_inputs(config)))
     source, target = _pairs(64, 1)[0]
     assert features["inputs"].numpy()[0].tolist()[: len(piece_ids(source)) + 1] == piece_ids(
@@ -89,12 +108,22 @@ def test_bad_tsv_input_is_a_clear_error(data):
 def test_trains_on_tsv_and_prunes_encoder_decoder_heads(data, tmp_path):
     model_dir = str(tmp_path / "model")
     run = train.run
-    initial = run("headsize_seq2seq/translation", model_dir, [TINY_WMT], _override(data),
-                  mode="eval").metrics["validation_loss"]  # fmt: skip
+    initial = run(
+        "headsize_seq2seq/translation", model_dir, [TINY_WMT], _override(data), mode="eval"
+    ).metrics["validation_loss"]
     result = run("headsize_seq2seq/translation", model_dir, [TINY_WMT], _override(data))
     assert result.metrics["validation_loss"] < initial - 0.5
-    argv = ["prune", "--model_dir", model_dir, "--attention-kinds", "encoder_decoder",
-            "--target-fraction", "0.25", "--output", str(tmp_path / "pruned")]  # fmt: skip
+    argv = [
+        "prune",
+        "--model_dir",
+        model_dir,
+        "--attention-kinds",
+        "encoder_decoder",
+        "--target-fraction",
+        "0.25",
+        "--output",
+        str(tmp_path / "pruned"),
+    ]
     assert cli.main(argv) == 0
     params, _ = train.load_trained_model(str(tmp_path / "pruned"))
     assert params.task.train_data.input_path == str(data / "train.tsv")

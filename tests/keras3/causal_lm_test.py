@@ -24,8 +24,13 @@ def numpy(x) -> np.ndarray:
 
 def make(kind: str = "standard", **kwargs) -> CausalLM:
     keras.utils.set_random_seed(0)
-    args = dict(vocabulary_size=VOCAB, num_layers=2, hidden_dim=WIDTH, attention=SPECS[kind],
-                max_sequence_length=LENGTH)  # fmt: skip
+    args = dict(
+        vocabulary_size=VOCAB,
+        num_layers=2,
+        hidden_dim=WIDTH,
+        attention=SPECS[kind],
+        max_sequence_length=LENGTH,
+    )
     return CausalLM(**{**args, **kwargs})
 
 
@@ -64,9 +69,14 @@ def test_a_position_sees_only_earlier_tokens(kind):
 def test_parameter_count_equals_the_core_formula(kind):
     lm = make(kind)
     lm(ids())
-    spec = params.EncoderSpec(vocab_size=VOCAB, width=WIDTH, num_layers=2,
-                              attention=SPECS[kind], intermediate_size=4 * WIDTH,
-                              max_sequence_length=LENGTH)  # fmt: skip
+    spec = params.EncoderSpec(
+        vocab_size=VOCAB,
+        width=WIDTH,
+        num_layers=2,
+        attention=SPECS[kind],
+        intermediate_size=4 * WIDTH,
+        max_sequence_length=LENGTH,
+    )
     assert lm.count_params() == params.causal_lm_params(spec).trainable
     assert [layer.num_heads for layer in lm.attention_layers] == (
         [2, 6] if kind == "fixed_head" else [4, 4]
@@ -107,8 +117,10 @@ def test_fit_learns_a_repeating_sequence():
     starts = rng.integers(0, 5, 64)
     sequences = np.array([(np.arange(LENGTH + 1) + s) % 5 + 1 for s in starts], "int32")
     x, y = sequences[:, :-1], sequences[:, 1:]
-    lm.compile(optimizer=keras.optimizers.Adam(1e-2),
-               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+    lm.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     untrained = lm.evaluate(x, y, verbose=0)
     lm.fit(x, y, batch_size=16, epochs=10, verbose=0)
     assert lm.evaluate(x, y, verbose=0) < 0.3 * untrained
@@ -119,9 +131,14 @@ def lm_loss(targets, logits):
 
 
 def formula_params(lm: CausalLM) -> int:
-    spec = params.EncoderSpec(vocab_size=VOCAB, width=WIDTH, num_layers=lm.num_layers,
-                              attention=lm.attention_spec, intermediate_size=4 * WIDTH,
-                              max_sequence_length=LENGTH)  # fmt: skip
+    spec = params.EncoderSpec(
+        vocab_size=VOCAB,
+        width=WIDTH,
+        num_layers=lm.num_layers,
+        attention=lm.attention_spec,
+        intermediate_size=4 * WIDTH,
+        max_sequence_length=LENGTH,
+    )
     return params.causal_lm_params(spec).trainable
 
 
@@ -325,7 +342,7 @@ def test_dropout_sits_where_the_tf_keras_lm_has_it():
         (
             {"max_new_tokens": 11},
             "prompt length 2 \\+ max_new_tokens 11 = 13 exceeds max_sequence_length 12",
-        ),  # fmt: skip
+        ),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"max_new_tokens": 2, "temperature": -1.0}, "temperature must be >= 0"),
         ({"max_new_tokens": 2, "top_k": 0}, "top_k"),

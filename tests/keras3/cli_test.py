@@ -23,8 +23,17 @@ def bert(tmp_path):
 
 def test_embed_keras3_equals_tf_keras(bert, capsys):
     for framework in ("tf_keras", "keras3"):
-        argv = ["embed", "--checkpoint", str(bert / "bert"), "--input", str(bert / "in.txt"),
-                "--output", str(bert / f"{framework}.npy"), "--framework", framework]  # fmt: skip
+        argv = [
+            "embed",
+            "--checkpoint",
+            str(bert / "bert"),
+            "--input",
+            str(bert / "in.txt"),
+            "--output",
+            str(bert / f"{framework}.npy"),
+            "--framework",
+            framework,
+        ]
         assert cli.main(argv) == 0
     keras3, tf_keras = np.load(bert / "keras3.npy"), np.load(bert / "tf_keras.npy")
     assert keras3.shape == (len(SENTENCES), tf_keras.shape[1])
@@ -34,9 +43,19 @@ def test_embed_keras3_equals_tf_keras(bert, capsys):
 def test_compress_keras3_at_full_rank_keeps_embeddings(bert, capsys):
     out = bert / "compressed"
     heads_times_size = json.loads((bert / "bert" / "config.json").read_text())["hidden_size"]
-    argv = ["compress", "--framework", "keras3", "--checkpoint", str(bert / "bert"),
-            "--shared-key-dim", str(heads_times_size), "--eval-file", str(bert / "in.txt"),
-            "--output", str(out)]  # fmt: skip
+    argv = [
+        "compress",
+        "--framework",
+        "keras3",
+        "--checkpoint",
+        str(bert / "bert"),
+        "--shared-key-dim",
+        str(heads_times_size),
+        "--eval-file",
+        str(bert / "in.txt"),
+        "--output",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["framework"] == "keras3"

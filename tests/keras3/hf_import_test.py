@@ -24,8 +24,22 @@ CONFIG = {
     "type_vocab_size": 2,
     "layer_norm_eps": 1e-12,
 }
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".",
-         "##s", "a", "dog"] + [f"w{i}" for i in range(26)]  # fmt: skip
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    ".",
+    "##s",
+    "a",
+    "dog",
+] + [f"w{i}" for i in range(26)]
 TEXTS = ["the cat sat on a mat.", "dogs", "", "The Dog sat on the CAT. w1 w2 w3 w4 w5 w6 w7"]
 
 

@@ -20,9 +20,17 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # backend-specific code beyond what the files below cover).
 JAX_FILES = [
     f"tests/keras3/{name}_test.py"
-    for name in ("layers", "validation", "training", "cross_framework", "modeling", "causal_lm",
-                 "hf_import", "tools")
-]  # fmt: skip
+    for name in (
+        "layers",
+        "validation",
+        "training",
+        "cross_framework",
+        "modeling",
+        "causal_lm",
+        "hf_import",
+        "tools",
+    )
+]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -63,5 +63,6 @@ def test_registry_name_uses_the_shared_cache(minilm_dir):
     # The cache of tests/conftest.py: nothing is downloaded again.
     encoder = load_sentence_encoder(model="minilm-l6", cache_dir=minilm_dir.parent)
     assert encoder.source == "minilm-l6"
-    assert encoder.token_ids(["A man is eating food."]) == [[101, 1037, 2158, 2003, 5983, 2833,
-                                                             1012, 102]]  # fmt: skip
+    assert encoder.token_ids(["A man is eating food."]) == [
+        [101, 1037, 2158, 2003, 5983, 2833, 1012, 102]
+    ]

@@ -23,9 +23,25 @@ def test_prune_keras3_writes_a_smaller_equivalent_classifier(tmp_path, capsys):
         rows.append(f"{text},{label}")
     (tmp_path / "F.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "pruned"
-    argv = ["prune", "--framework", "keras3", "--checkpoint", str(tmp_path / "bert"),
-            "--data-file", str(tmp_path / "F.csv"), "--target-fraction", "0.5", "--step", "0.25",
-            "--finetune-epochs", "1", "--importance-examples", "32", "--output", str(out)]  # fmt: skip
+    argv = [
+        "prune",
+        "--framework",
+        "keras3",
+        "--checkpoint",
+        str(tmp_path / "bert"),
+        "--data-file",
+        str(tmp_path / "F.csv"),
+        "--target-fraction",
+        "0.5",
+        "--step",
+        "0.25",
+        "--finetune-epochs",
+        "1",
+        "--importance-examples",
+        "32",
+        "--output",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["framework"] == "keras3"

@@ -52,8 +52,9 @@ def _sequence(backbone: BertBackbone, inputs: dict) -> np.ndarray:
     return keras.ops.convert_to_numpy(out)
 
 
-@pytest.mark.parametrize("layer_cls,kwargs", [(StandardAttention, {}),
-                                              (FixedHeadAttention, {"head_size": 6})])  # fmt: skip
+@pytest.mark.parametrize(
+    "layer_cls,kwargs", [(StandardAttention, {}), (FixedHeadAttention, {"head_size": 6})]
+)
 def test_layer_converts_exactly_at_full_rank(layer_cls, kwargs):
     keras.utils.set_random_seed(0)
     layer = layer_cls(num_heads=4, **kwargs)

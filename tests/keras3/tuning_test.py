@@ -42,9 +42,14 @@ def _hypermodel(space: dict, budget: int | None = None) -> ClassifierHyperModel:
 
 
 def test_each_configuration_builds_with_the_formula_count():
-    hypermodel = _hypermodel({"attention_type": ["standard", "fixed_head", "collaborative"],
-                              "num_heads": [2, 4], "head_size": [4, 8],
-                              "shared_key_dim": [4, 16]})  # fmt: skip
+    hypermodel = _hypermodel(
+        {
+            "attention_type": ["standard", "fixed_head", "collaborative"],
+            "num_heads": [2, 4],
+            "head_size": [4, 8],
+            "shared_key_dim": [4, 16],
+        }
+    )
     seen = set()
     for kind in ("standard", "fixed_head", "collaborative"):
         for heads in (2, 4):
@@ -92,8 +97,9 @@ def test_random_search_fits_trials_and_respects_the_budget(tmp_path):
     completed = [t for t in trials if t.status == "COMPLETED"]
     failed = [t for t in trials if t.status == "FAILED"]
     # Grid: standard, fixed_head x {4, 32} (4 heads); only head size 32 is over.
-    assert len(completed) == 2 and len(failed) == 1, [(t.hyperparameters.values, t.status)
-                                                      for t in trials]  # fmt: skip
+    assert len(completed) == 2 and len(failed) == 1, [
+        (t.hyperparameters.values, t.status) for t in trials
+    ]
     assert failed[0].hyperparameters.values == {"attention_type": "fixed_head", "head_size": 32}
     best = tuner.oracle.get_best_trials(1)[0]
     majority = max(np.mean(y_val), 1 - np.mean(y_val))

@@ -23,8 +23,22 @@ CONFIG = {
     "type_vocab_size": 2,
     "layer_norm_eps": 1e-12,
 }
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".",
-         "##s", "a", "dog"] + [f"w{i}" for i in range(26)]  # fmt: skip
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    ".",
+    "##s",
+    "a",
+    "dog",
+] + [f"w{i}" for i in range(26)]
 
 
 def write_checkpoint(directory: pathlib.Path, seed: int = 0, drop=None, reshape=None):
@@ -70,8 +84,7 @@ class HFImportTest(tf.test.TestCase):
         self.assertEqual(ids[0].tolist(), [2, 5, 6, 7, 8, 12, 9, 10, 3])
         self.assertEqual(ids[1, :4].tolist(), [2, 13, 11, 3])
         got = model.encoder(inputs)["sequence_output"].numpy()
-        self.assertAllClose(got, _numpy_bert(tensors, ids, inputs["input_mask"].numpy()),
-                            atol=2e-5)  # fmt: skip
+        self.assertAllClose(got, _numpy_bert(tensors, ids, inputs["input_mask"].numpy()), atol=2e-5)
 
     def test_missing_files(self):
         (self.tmp / "empty").mkdir()
@@ -141,16 +154,21 @@ def _numpy_bert(t, ids, mask):
     heads, p = 4, 4
     for i in range(2):
         pre = f"encoder.layer.{i}."
-        q, k, v = (linear(x, f"{pre}attention.self.{r}").reshape(*x.shape[:2], heads, p)
-                   for r in ("query", "key", "value"))  # fmt: skip
+        q, k, v = (
+            linear(x, f"{pre}attention.self.{r}").reshape(*x.shape[:2], heads, p)
+            for r in ("query", "key", "value")
+        )
         logits = np.einsum("bthp,bshp->bhts", q, k) / np.sqrt(p)
         logits = np.where(mask[:, None, None, :] > 0, logits, -1e9)
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         context = np.einsum("bhts,bshp->bthp", probs, v).reshape(x.shape)
         attn = linear(context, f"{pre}attention.output.dense")
-        x = _layer_norm(x + attn, t[f"{pre}attention.output.LayerNorm.weight"],
-                        t[f"{pre}attention.output.LayerNorm.bias"])  # fmt: skip
+        x = _layer_norm(
+            x + attn,
+            t[f"{pre}attention.output.LayerNorm.weight"],
+            t[f"{pre}attention.output.LayerNorm.bias"],
+        )
         h = linear(gelu(linear(x, f"{pre}intermediate.dense")), f"{pre}output.dense")
         x = _layer_norm(x + h, t[f"{pre}output.LayerNorm.weight"], t[f"{pre}output.LayerNorm.bias"])
     return x

@@ -26,15 +26,29 @@ SHORT = (
 def trained(sentiment_data_dir, tmp_path_factory):
     """A tiny standard classifier (2 layers of 4 heads), 40 steps on Rotten Tomatoes."""
     model_dir = str(tmp_path_factory.mktemp("clf") / "model")
-    train.run("headsize_bert/sentence_prediction", model_dir, [TINY], SHORT,
-              data_dir=str(sentiment_data_dir))  # fmt: skip
+    train.run(
+        "headsize_bert/sentence_prediction",
+        model_dir,
+        [TINY],
+        SHORT,
+        data_dir=str(sentiment_data_dir),
+    )
     return model_dir
 
 
 def test_prune_keeps_the_head_and_equals_the_masked_model(trained, tmp_path, capsys):
     out = tmp_path / "pruned"
-    argv = ["prune", "--model_dir", trained, "--target-fraction", "0.25", "--step", "0.125",
-            "--output", str(out)]  # fmt: skip
+    argv = [
+        "prune",
+        "--model_dir",
+        trained,
+        "--target-fraction",
+        "0.25",
+        "--step",
+        "0.125",
+        "--output",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     assert "(a model_dir)" in capsys.readouterr().out
     report = json.loads((out / REPORT_FILE).read_text())
@@ -57,8 +71,9 @@ def test_prune_keeps_the_head_and_equals_the_masked_model(trained, tmp_path, cap
     assert report["pruned_accuracy"] == pytest.approx(report["masked_accuracy"], abs=1e-6)
     assert report["params_before"] - report["params_after"] == 2 * (4 * 64 * 16 + 3 * 16)
     # An ordinary model_dir: `train --mode eval --config_file DIR/params.yaml` reads it.
-    result = train.run("headsize_bert/sentence_prediction", str(out), [str(out / "params.yaml")],
-                       mode="eval")  # fmt: skip
+    result = train.run(
+        "headsize_bert/sentence_prediction", str(out), [str(out / "params.yaml")], mode="eval"
+    )
     assert np.isfinite(result.metrics["validation_loss"])
 
 
@@ -79,8 +94,15 @@ def test_compress_keeps_the_head_and_is_exact_at_full_rank(trained, tmp_path, ca
 
 
 def test_wrong_kind_of_model_dir_is_one_line(trained, tmp_path, capsys):
-    argv = ["compress", "--model_dir", str(tmp_path), "--shared-key-dim", "8", "--output",
-            str(tmp_path / "o")]  # fmt: skip
+    argv = [
+        "compress",
+        "--model_dir",
+        str(tmp_path),
+        "--shared-key-dim",
+        "8",
+        "--output",
+        str(tmp_path / "o"),
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "is not a `headsize-tf train` model_dir" in err and "\n" not in err
@@ -99,11 +121,25 @@ def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
     austen_data_dir, tmp_path, capsys
 ):
     source_dir = str(tmp_path / "mlm")
-    train.run("headsize_bert/pretraining", source_dir, [MLM_TINY], MLM_SHORT,
-              data_dir=str(austen_data_dir))  # fmt: skip
+    train.run(
+        "headsize_bert/pretraining",
+        source_dir,
+        [MLM_TINY],
+        MLM_SHORT,
+        data_dir=str(austen_data_dir),
+    )
     out = tmp_path / "pruned"
-    argv = ["prune", "--model_dir", source_dir, "--target-fraction", "0.25", "--step", "0.125",
-            "--output", str(out)]  # fmt: skip
+    argv = [
+        "prune",
+        "--model_dir",
+        source_dir,
+        "--target-fraction",
+        "0.25",
+        "--step",
+        "0.125",
+        "--output",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     assert "valid MLM perplexity" in capsys.readouterr().out
     report = json.loads((out / REPORT_FILE).read_text())
@@ -122,8 +158,9 @@ def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
         mask[layer, gone] = 0
     set_head_mask(source_encoder, mask)
     for features, _ in cdir.masked_lm_batches(params, "validation", 1):
-        np.testing.assert_allclose(model(features)["mlm_logits"].numpy(),
-                                   source(features)["mlm_logits"].numpy(), atol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            model(features)["mlm_logits"].numpy(), source(features)["mlm_logits"].numpy(), atol=1e-5
+        )
     assert report["pruned_perplexity"] == pytest.approx(
         cdir.masked_lm_perplexity(source, cdir.masked_lm_batches(params, "validation", 32)),
         rel=1e-4,

@@ -21,10 +21,23 @@ class PruneCliTest(tf.test.TestCase):
     def test_prune_writes_a_smaller_equivalent_model(self):
         write_checkpoint(self.tmp / "bert")
         out = self.tmp / "pruned"
-        argv = ["prune", "--checkpoint", str(self.tmp / "bert"), "--data-dir",
-                str(self.tmp / "data"), "--target-fraction", "0.5", "--step", "0.25",
-                "--finetune-epochs", "0.03", "--importance-examples", "64",
-                "--output", str(out)]  # fmt: skip
+        argv = [
+            "prune",
+            "--checkpoint",
+            str(self.tmp / "bert"),
+            "--data-dir",
+            str(self.tmp / "data"),
+            "--target-fraction",
+            "0.5",
+            "--step",
+            "0.25",
+            "--finetune-epochs",
+            "0.03",
+            "--importance-examples",
+            "64",
+            "--output",
+            str(out),
+        ]
         self.assertEqual(cli.main(argv), 0)
         report = json.loads((out / "report.json").read_text())
         self.assertEqual([p["fraction"] for p in report["curve"]], [0.0, 0.25, 0.5])
@@ -45,9 +58,21 @@ class PruneCliTest(tf.test.TestCase):
         self.assertIn("exists; pass --overwrite", self.capsys.readouterr().err)
         # A pruned model prunes further: it starts from its removed heads.
         again = self.tmp / "pruned_again"
-        argv = ["prune", "--checkpoint", str(out), "--data-dir", str(self.tmp / "data"),
-                "--target-fraction", "0.75", "--step", "0.25", "--importance-examples", "64",
-                "--output", str(again)]  # fmt: skip
+        argv = [
+            "prune",
+            "--checkpoint",
+            str(out),
+            "--data-dir",
+            str(self.tmp / "data"),
+            "--target-fraction",
+            "0.75",
+            "--step",
+            "0.25",
+            "--importance-examples",
+            "64",
+            "--output",
+            str(again),
+        ]
         self.assertEqual(cli.main(argv), 0)
         report2 = json.loads((again / "report.json").read_text())
         self.assertEqual([p["heads_pruned"] for p in report2["curve"]], [4, 4, 4, 6])
@@ -61,5 +86,6 @@ class PruneCliTest(tf.test.TestCase):
         for flag, value in (("--target-fraction", "1.0"), ("--step", "-0.1")):
             with self.assertRaises(SystemExit):
                 cli.main(["prune", "--model", "minilm-l6", flag, value, "--output", "x"])
-            self.assertIn(f"expected a fraction in [0, 1), got '{value}'",
-                          self.capsys.readouterr().err)  # fmt: skip
+            self.assertIn(
+                f"expected a fraction in [0, 1), got '{value}'", self.capsys.readouterr().err
+            )

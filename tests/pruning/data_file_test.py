@@ -60,14 +60,30 @@ class PairInputTest(tf.test.TestCase):
 
     def test_truncation_matches_bert(self):
         for len_a, len_b, budget in itertools.product(range(13), range(13), range(16)):
-            self.assertEqual(ft.truncate_pair_lengths(len_a, len_b, budget),
-                             _bert_truncation(len_a, len_b, budget), (len_a, len_b, budget))  # fmt: skip
+            self.assertEqual(
+                ft.truncate_pair_lengths(len_a, len_b, budget),
+                _bert_truncation(len_a, len_b, budget),
+                (len_a, len_b, budget),
+            )
 
     def test_pairs_are_cls_a_sep_b_sep_with_segments(self):
         pairs = [("the cat", "sat on a mat."), ("dogs", ""), ("", "")]
         ids = ft.tokenize_all(self.encoder, pairs, 64)
-        self.assertAllEqual(ids[0], [[CLS, 0], [THE, 0], [CAT, 0], [SEP, 0], [SAT, 1], [ON, 1],
-                                     [A, 1], [MAT, 1], [DOT, 1], [SEP, 1]])  # fmt: skip
+        self.assertAllEqual(
+            ids[0],
+            [
+                [CLS, 0],
+                [THE, 0],
+                [CAT, 0],
+                [SEP, 0],
+                [SAT, 1],
+                [ON, 1],
+                [A, 1],
+                [MAT, 1],
+                [DOT, 1],
+                [SEP, 1],
+            ],
+        )
         self.assertAllEqual(ids[1], [[CLS, 0], [DOG, 0], [S, 0], [SEP, 0], [SEP, 1]])
         self.assertAllEqual(ids[2], [[CLS, 0], [SEP, 0], [SEP, 1]])
         # Single texts are unchanged: [CLS] text [SEP] ids.
@@ -92,9 +108,10 @@ class PairInputTest(tf.test.TestCase):
         ids = ft.tokenize_all(self.encoder, [("the cat", "a dog"), ("sat", "on a mat .")], 64)
         ids.append(ft.tokenize_all(self.encoder, ["the mat"], 64)[0])
         batch = ft.pad_batch(ids, np.arange(3))
-        self.assertAllEqual(batch["input_type_ids"], [[0, 0, 0, 0, 1, 1, 1, 0],
-                                                      [0, 0, 0, 1, 1, 1, 1, 1],
-                                                      [0, 0, 0, 0, 0, 0, 0, 0]])  # fmt: skip
+        self.assertAllEqual(
+            batch["input_type_ids"],
+            [[0, 0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0]],
+        )
         self.assertAllEqual(batch["input_mask"].sum(axis=1), [7, 8, 4])
         model = ft.SentenceClassifier(self.encoder, 3, dropout=0.0)
         logits = model(batch).numpy()
@@ -116,11 +133,21 @@ class PruneDataFileTest(tf.test.TestCase):
     def test_sentence_pairs_from_a_csv(self):
         data = _pair_csv(self.tmp / "pairs.csv")
         out = self.tmp / "pruned"
-        columns = dict(data_file=data, text_column="premise", text_pair_column="hypothesis",
-                       label_column="gold")  # fmt: skip
-        report = prune.prune_task(out, checkpoint=self.tmp / "bert", target_fraction=0.5,
-                                  step=0.25, finetune_epochs=1.0, importance_examples=32,
-                                  **columns)  # fmt: skip
+        columns = dict(
+            data_file=data,
+            text_column="premise",
+            text_pair_column="hypothesis",
+            label_column="gold",
+        )
+        report = prune.prune_task(
+            out,
+            checkpoint=self.tmp / "bert",
+            target_fraction=0.5,
+            step=0.25,
+            finetune_epochs=1.0,
+            importance_examples=32,
+            **columns,
+        )
         label_map = {"both": 0, "neither": 1, "one": 2}
         self.assertEqual(report["label_map"], label_map)
         self.assertEqual(json.loads((out / "label_map.json").read_text()), label_map)
@@ -150,27 +177,45 @@ class PruneDataFileTest(tf.test.TestCase):
 
     def test_conflicting_sources(self):
         for kwargs, fragment in (
-            (dict(task="sentiment", data_file="f.csv"), "one data source; got --task and --data-file"),
+            (
+                dict(task="sentiment", data_file="f.csv"),
+                "one data source; got --task and --data-file",
+            ),
             (dict(tfds="glue/sst2", data_file="f.csv"), "got --data-file and --tfds"),
             (dict(text_column="t"), "--text-column only apply to --data-file"),
             (dict(tfds="glue/sst2", split_column="s"), "--split-column only apply"),
-        ):  # fmt: skip
+        ):
             with self.assertRaisesRegex(TextTaskError, fragment):
                 prune.prune_task(self.tmp / "out", checkpoint=self.tmp / "bert", **kwargs)
 
     def test_tfds_glue_on_mock_data(self):
         # A tiny BERT whose vocabulary holds mock GLUE's letters a-j.
         (self.tmp / "bert" / "vocab.txt").write_text("\n".join(LETTER_VOCAB) + "\n")
-        for name, labels in (("glue/sst2", {"negative": 0, "positive": 1}),
-                             ("glue/mnli", {"entailment": 0, "neutral": 1,
-                                            "contradiction": 2})):  # fmt: skip
+        for name, labels in (
+            ("glue/sst2", {"negative": 0, "positive": 1}),
+            ("glue/mnli", {"entailment": 0, "neutral": 1, "contradiction": 2}),
+        ):
             out = self.tmp / name.replace("/", "_")
-            argv = ["prune", "--checkpoint", str(self.tmp / "bert"), "--tfds", name,
-                    "--data-dir", str(self.tmp / "tfds"), "--target-fraction", "0.5",
-                    "--step", "0.5", "--finetune-epochs", "0.5", "--importance-examples", "32",
-                    "--output", str(out)]  # fmt: skip
-            with tfds.testing.mock_data(num_examples=48,
-                                        policy=tfds.testing.MockPolicy.USE_CODE):  # fmt: skip
+            argv = [
+                "prune",
+                "--checkpoint",
+                str(self.tmp / "bert"),
+                "--tfds",
+                name,
+                "--data-dir",
+                str(self.tmp / "tfds"),
+                "--target-fraction",
+                "0.5",
+                "--step",
+                "0.5",
+                "--finetune-epochs",
+                "0.5",
+                "--importance-examples",
+                "32",
+                "--output",
+                str(out),
+            ]
+            with tfds.testing.mock_data(num_examples=48, policy=tfds.testing.MockPolicy.USE_CODE):
                 self.assertEqual(cli.main(argv), 0)
             report = json.loads((out / "report.json").read_text())
             self.assertEqual(report["label_map"], labels)
@@ -185,12 +230,26 @@ def minilm_cache(minilm_dir, monkeypatch):
     monkeypatch.setenv("HEADSIZE_TF_CACHE_DIR", str(minilm_dir.parent))
 
 
-GOOD = ["a wonderful film", "I loved every minute", "great acting and a fine story",
-        "a delight from start to finish", "beautiful and moving", "the best film this year",
-        "funny, warm and clever", "a joy to watch"]  # fmt: skip
-BAD = ["a boring mess", "I hated every minute", "dull acting and a thin story",
-       "a chore from start to finish", "ugly and tedious", "the worst film this year",
-       "flat, cold and stupid", "a pain to watch"]  # fmt: skip
+GOOD = [
+    "a wonderful film",
+    "I loved every minute",
+    "great acting and a fine story",
+    "a delight from start to finish",
+    "beautiful and moving",
+    "the best film this year",
+    "funny, warm and clever",
+    "a joy to watch",
+]
+BAD = [
+    "a boring mess",
+    "I hated every minute",
+    "dull acting and a thin story",
+    "a chore from start to finish",
+    "ugly and tedious",
+    "the worst film this year",
+    "flat, cold and stupid",
+    "a pain to watch",
+]
 
 
 def test_issue_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
@@ -203,10 +262,28 @@ def test_issue_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
     data = tmp_path / "F.csv"
     data.write_text("\n".join(rows) + "\n")
     out = tmp_path / "DIR"
-    argv = ["prune", "--model", "minilm-l6", "--data-file", str(data), "--text-column", "text",
-            "--label-column", "label", "--target-fraction", "0.3", "--output", str(out),
-            "--finetune-epochs", "0.5", "--importance-examples", "16",
-            "--step", "0.3", "--no-recompute"]  # fmt: skip
+    argv = [
+        "prune",
+        "--model",
+        "minilm-l6",
+        "--data-file",
+        str(data),
+        "--text-column",
+        "text",
+        "--label-column",
+        "label",
+        "--target-fraction",
+        "0.3",
+        "--output",
+        str(out),
+        "--finetune-epochs",
+        "0.5",
+        "--importance-examples",
+        "16",
+        "--step",
+        "0.3",
+        "--no-recompute",
+    ]
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["label_map"] == {"negative": 0, "positive": 1}

@@ -25,8 +25,9 @@ SHORT = (
 def trained_lm(austen_data_dir, tmp_path_factory):
     """A tiny standard-attention LM (2 layers of 4 heads), trained 30 steps on Austen."""
     model_dir = str(tmp_path_factory.mktemp("lm") / "model")
-    train.run("headsize_lm/language_modeling", model_dir, [TINY_LM], SHORT,
-              data_dir=str(austen_data_dir))  # fmt: skip
+    train.run(
+        "headsize_lm/language_modeling", model_dir, [TINY_LM], SHORT, data_dir=str(austen_data_dir)
+    )
     return model_dir
 
 
@@ -54,14 +55,25 @@ def test_removal_equals_masking_and_decoding_follows_the_new_heads(trained_lm):
 
 def test_cli_prunes_a_model_dir_into_a_model_dir(trained_lm, tmp_path, capsys):
     out = tmp_path / "pruned"
-    argv = ["prune", "--model_dir", trained_lm, "--target-fraction", "0.25", "--step", "0.125",
-            "--output", str(out)]  # fmt: skip
+    argv = [
+        "prune",
+        "--model_dir",
+        trained_lm,
+        "--target-fraction",
+        "0.25",
+        "--step",
+        "0.125",
+        "--output",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     report = json.loads((out / plm.REPORT_FILE).read_text())
     assert [c["fraction"] for c in report["curve"]] == [0.0, 0.125, 0.25]
-    assert report["heads_per_layer"] == {"original": [4, 4],
-                                         "pruned": report["curve"][-1]["heads_per_layer"]}  # fmt: skip
+    assert report["heads_per_layer"] == {
+        "original": [4, 4],
+        "pruned": report["curve"][-1]["heads_per_layer"],
+    }
     assert sum(report["heads_per_layer"]["pruned"]) == 6
     assert report["perplexity"]["pruned"] == pytest.approx(report["perplexity"]["masked"], 1e-4)
     assert report["perplexity"]["masked"] == pytest.approx(report["curve"][-1]["perplexity"], 1e-4)
@@ -73,13 +85,34 @@ def test_cli_prunes_a_model_dir_into_a_model_dir(trained_lm, tmp_path, capsys):
     params, lm = train.load_trained_model(str(out))
     assert list(params.task.model.attention.num_heads) == report["heads_per_layer"]["pruned"]
     assert lm.count_params() == report["params"]["pruned"]
-    assert cli.main(["export", "--model_dir", str(out), "--task", "lm",
-                     "--output", str(tmp_path / "export")]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "export",
+                "--model_dir",
+                str(out),
+                "--task",
+                "lm",
+                "--output",
+                str(tmp_path / "export"),
+            ]
+        )
+        == 0
+    )
     loaded = tf.saved_model.load(str(tmp_path / "export" / "1"))
     served = loaded.signatures["serving_default"](text=tf.constant(["It is a truth."]))
     assert np.isfinite(served["log_likelihood"].numpy()).all()
-    again = ["prune", "--model_dir", str(out), "--target-fraction", "0.25", "--step", "0.25",
-             "--output", str(tmp_path / "again")]  # fmt: skip
+    again = [
+        "prune",
+        "--model_dir",
+        str(out),
+        "--target-fraction",
+        "0.25",
+        "--step",
+        "0.25",
+        "--output",
+        str(tmp_path / "again"),
+    ]
     assert cli.main(again) == 0
     report2 = json.loads((tmp_path / "again" / plm.REPORT_FILE).read_text())
     assert report2["heads_per_layer"]["original"] == report["heads_per_layer"]["pruned"]
@@ -111,8 +144,9 @@ def test_bad_model_dir_input_is_one_line(argv, fragment, trained_lm, tmp_path, c
 def test_fixed_and_collaborative_heads_remove_too(attention):
     from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 
-    lm = HeadsizeCausalLM(vocab_size=50, hidden_size=32, num_layers=2, attention=attention,
-                          max_sequence_length=16)  # fmt: skip
+    lm = HeadsizeCausalLM(
+        vocab_size=50, hidden_size=32, num_layers=2, attention=attention, max_sequence_length=16
+    )
     ids = np.arange(20).reshape(2, 10) % 50
     lm(ids)
     mask = np.ones([2, 4], np.float32)

@@ -29,9 +29,15 @@ KINDS = [
 
 
 def _encoder(kind, kwargs, seed=0):
-    encoder = HeadsizeBertEncoder(vocab_size=50, hidden_size=16, num_layers=3, inner_dim=32,
-                                  attention=dict(kind=kind, num_heads=4, **kwargs),
-                                  output_dropout=0.0, attention_dropout=0.0)  # fmt: skip
+    encoder = HeadsizeBertEncoder(
+        vocab_size=50,
+        hidden_size=16,
+        num_layers=3,
+        inner_dim=32,
+        attention=dict(kind=kind, num_heads=4, **kwargs),
+        output_dropout=0.0,
+        attention_dropout=0.0,
+    )
     encoder.build_weights()
     rng = np.random.default_rng(seed)
     for layer in encoder.attention_layers:  # Non-trivial attention everywhere.
@@ -154,8 +160,13 @@ class RemovalTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"Layer 0: heads \[1\] were removed"):
             set_head_mask(pruned, np.ones([3, 4]))
         with self.assertRaisesRegex(ValueError, "pruned_heads has 2 entries"):
-            HeadsizeBertEncoder(vocab_size=5, hidden_size=8, num_layers=3,
-                                attention=dict(num_heads=2), pruned_heads=[[0], [1]])  # fmt: skip
+            HeadsizeBertEncoder(
+                vocab_size=5,
+                hidden_size=8,
+                num_layers=3,
+                attention=dict(num_heads=2),
+                pruned_heads=[[0], [1]],
+            )
 
 
 class _GatedStack(tf_keras.Model):
@@ -164,8 +175,7 @@ class _GatedStack(tf_keras.Model):
     def __init__(self):
         super().__init__(dtype="float64")
         self.a = FixedHeadAttention(num_heads=3, head_size=4, dtype="float64")
-        self.b = CollaborativeAttention(num_heads=3, shared_key_dim=6, head_size=4,
-                                        dtype="float64")  # fmt: skip
+        self.b = CollaborativeAttention(num_heads=3, shared_key_dim=6, head_size=4, dtype="float64")
         self.out = tf_keras.layers.Dense(2, dtype="float64")
 
     def call(self, x, training=False):
@@ -235,16 +245,29 @@ class ScheduleTest(tf.test.TestCase):
             calls.append(mask.copy())
             return np.arange(20, dtype=float).reshape(4, 5)
 
-        steps = iterative_pruning((4, 5), importance_fn, lambda m: float(m.sum()),
-                                  target_fraction=0.5, step=0.1, progress=False)  # fmt: skip
+        steps = iterative_pruning(
+            (4, 5),
+            importance_fn,
+            lambda m: float(m.sum()),
+            target_fraction=0.5,
+            step=0.1,
+            progress=False,
+        )
         self.assertEqual([s.fraction for s in steps], [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
         self.assertEqual([s.heads_pruned for s in steps], [0, 2, 4, 6, 8, 10])
         self.assertEqual([s.metric for s in steps], [20, 18, 16, 14, 12, 10])
         self.assertLen(calls, 5)  # Recomputed before each pruning step.
         self.assertEqual(np.asarray(steps[1].mask)[0, :2].tolist(), [0.0, 0.0])
         calls.clear()
-        iterative_pruning((4, 5), importance_fn, lambda m: 0.0, target_fraction=0.5, step=0.1,
-                          recompute=False, progress=False)  # fmt: skip
+        iterative_pruning(
+            (4, 5),
+            importance_fn,
+            lambda m: 0.0,
+            target_fraction=0.5,
+            step=0.1,
+            recompute=False,
+            progress=False,
+        )
         self.assertLen(calls, 1)
 
     def test_bad_fractions(self):

@@ -43,8 +43,9 @@ def trained(tmp_path_factory):
     (data_dir / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))
     model_dir = str(data_dir / "model")
     with mock():
-        train.run("headsize_seq2seq/translation", model_dir, [TINY_WMT], SHORT,
-                  data_dir=str(data_dir))  # fmt: skip
+        train.run(
+            "headsize_seq2seq/translation", model_dir, [TINY_WMT], SHORT, data_dir=str(data_dir)
+        )
     return model_dir
 
 
@@ -58,12 +59,16 @@ def test_removal_equals_masking_per_kind_and_cached_decoding_agrees(trained):
     assert [r.attention.num_heads for r in ptr.attention_rows(pruned)] == [3, 4, 2, 4, 4, 3]
     assert pruned.get_config()["pruned_heads"] == {
         "encoder": [{"self_attention": [1]}, {"self_attention": []}],
-        "decoder": [{"self_attention": [0, 3], "cross_attention": []},
-                    {"self_attention": [], "cross_attention": [2]}],
-    }  # fmt: skip
+        "decoder": [
+            {"self_attention": [0, 3], "cross_attention": []},
+            {"self_attention": [], "cross_attention": [2]},
+        ],
+    }
     rng = np.random.default_rng(0)
-    features = {"inputs": rng.integers(5, 25, (3, 9)).astype(np.int32),
-                "targets": rng.integers(5, 25, (3, 7)).astype(np.int32)}  # fmt: skip
+    features = {
+        "inputs": rng.integers(5, 25, (3, 9)).astype(np.int32),
+        "targets": rng.integers(5, 25, (3, 7)).astype(np.int32),
+    }
     ptr.set_seq2seq_head_mask(model, mask)
     np.testing.assert_allclose(pruned(features).numpy(), model(features).numpy(), atol=1e-5)
     # Each removed head held 4 * 64 * 16 kernel weights and 3 * 16 biases.
@@ -93,8 +98,19 @@ def test_importance_batches_are_the_same_at_every_call(trained):
 
 def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     out = tmp_path / "pruned"
-    argv = ["prune", "--model_dir", trained, "--attention-kinds", "encoder_decoder",
-            "--target-fraction", "0.25", "--step", "0.125", "--output", str(out)]  # fmt: skip
+    argv = [
+        "prune",
+        "--model_dir",
+        trained,
+        "--attention-kinds",
+        "encoder_decoder",
+        "--target-fraction",
+        "0.25",
+        "--step",
+        "0.125",
+        "--output",
+        str(out),
+    ]
     with mock():
         assert cli.main(argv) == 0
     printed = capsys.readouterr().out
@@ -119,8 +135,15 @@ def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     assert [
         r.attention.num_heads for r in ptr.attention_rows(model) if r.kind == "encoder_decoder"
     ] == heads["encoder_decoder"]
-    export = ["export", "--model_dir", str(out), "--task", "translation",
-              "--output", str(tmp_path / "export")]  # fmt: skip
+    export = [
+        "export",
+        "--model_dir",
+        str(out),
+        "--task",
+        "translation",
+        "--output",
+        str(tmp_path / "export"),
+    ]
     assert cli.main(export) == 0
     loaded = tf.saved_model.load(str(tmp_path / "export" / "1"))
     assert loaded.signatures["serving_default"](text=tf.constant(["abc de"]))
@@ -178,8 +201,15 @@ def test_bleu_reads_references_up_to_the_end_token(trained, tmp_path):
 
 
 def test_bad_kinds_are_one_line_errors(trained, tmp_path, capsys):
-    lm_args = ["prune", "--model_dir", trained, "--attention-kinds", "cross", "--output",
-               str(tmp_path / "o")]  # fmt: skip
+    lm_args = [
+        "prune",
+        "--model_dir",
+        trained,
+        "--attention-kinds",
+        "cross",
+        "--output",
+        str(tmp_path / "o"),
+    ]
     with pytest.raises(SystemExit) as exit_info:
         cli.main(lm_args)
     assert exit_info.value.code == 2
@@ -197,10 +227,18 @@ def test_bad_kinds_are_one_line_errors(trained, tmp_path, capsys):
 def test_every_attention_kind_removes_heads(attention, kind):
     from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
 
-    model = HeadsizeSeq2Seq(vocab_size=30, hidden_size=32, num_encoder_layers=1,
-                            num_decoder_layers=1, attention=attention, max_sequence_length=16)  # fmt: skip
-    features = {"inputs": (np.arange(12).reshape(2, 6) % 29 + 1).astype(np.int32),
-                "targets": (np.arange(10).reshape(2, 5) % 29 + 1).astype(np.int32)}  # fmt: skip
+    model = HeadsizeSeq2Seq(
+        vocab_size=30,
+        hidden_size=32,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        attention=attention,
+        max_sequence_length=16,
+    )
+    features = {
+        "inputs": (np.arange(12).reshape(2, 6) % 29 + 1).astype(np.int32),
+        "targets": (np.arange(10).reshape(2, 5) % 29 + 1).astype(np.int32),
+    }
     model(features)
     mask = np.ones([3, 4], np.float32)
     mask[0, 1] = mask[1, 0] = mask[1, 2] = mask[2, 3] = 0

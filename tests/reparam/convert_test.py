@@ -102,8 +102,9 @@ class ConvertTest(tf.test.TestCase, parameterized.TestCase):
 
 class CompressEncoderTest(tf.test.TestCase):
     def test_encoder_full_rank_equal_and_source_unchanged(self):
-        encoder = HeadsizeBertEncoder(vocab_size=50, hidden_size=32, num_layers=2,
-                                      attention=dict(num_heads=4), inner_dim=64)  # fmt: skip
+        encoder = HeadsizeBertEncoder(
+            vocab_size=50, hidden_size=32, num_layers=2, attention=dict(num_heads=4), inner_dim=64
+        )
         ids = np.random.default_rng(0).integers(1, 50, size=(2, 9)).astype(np.int32)
         mask = np.ones_like(ids)
         mask[1, 6:] = 0
@@ -118,8 +119,12 @@ class CompressEncoderTest(tf.test.TestCase):
         self.assertLess(small.count_params(), encoder.count_params())
 
     def test_already_collaborative_is_rejected(self):
-        encoder = HeadsizeBertEncoder(vocab_size=10, hidden_size=8, num_layers=1,
-                                      attention=dict(kind="collaborative", num_heads=2,
-                                                     shared_key_dim=4), inner_dim=8)  # fmt: skip
+        encoder = HeadsizeBertEncoder(
+            vocab_size=10,
+            hidden_size=8,
+            num_layers=1,
+            attention=dict(kind="collaborative", num_heads=2, shared_key_dim=4),
+            inner_dim=8,
+        )
         with self.assertRaisesRegex(ValueError, "already has collaborative attention"):
             compress_encoder(encoder, 4, progress=False)

@@ -13,10 +13,12 @@ def _kernels(heads=6, d=24, e=20, p=8, shared=12, seed=0):
     rng = np.random.default_rng(seed)
     bq = rng.normal(size=(d, shared))
     bk = rng.normal(size=(e, shared))
-    q = np.stack([bq @ rng.normal(size=(shared, p)) + 0.1 * rng.normal(size=(d, p))
-                  for _ in range(heads)])  # fmt: skip
-    k = np.stack([bk @ rng.normal(size=(shared, p)) + 0.1 * rng.normal(size=(e, p))
-                  for _ in range(heads)])  # fmt: skip
+    q = np.stack(
+        [bq @ rng.normal(size=(shared, p)) + 0.1 * rng.normal(size=(d, p)) for _ in range(heads)]
+    )
+    k = np.stack(
+        [bk @ rng.normal(size=(shared, p)) + 0.1 * rng.normal(size=(e, p)) for _ in range(heads)]
+    )
     return q, k
 
 
@@ -66,8 +68,10 @@ class CPTest(tf.test.TestCase, parameterized.TestCase):
     def test_balanced_factors_keep_the_product(self):
         q, k = _kernels()
         result = cp.head_products_cp(q, k, 8, max_iter=30)
-        norms = [np.linalg.norm(x, axis=0) for x in
-                 (result.query_factor, result.key_factor, result.mixing)]  # fmt: skip
+        norms = [
+            np.linalg.norm(x, axis=0)
+            for x in (result.query_factor, result.key_factor, result.mixing)
+        ]
         self.assertAllClose(norms[0], norms[1], rtol=1e-6)
         self.assertAllClose(norms[0], norms[2], rtol=1e-6)
 

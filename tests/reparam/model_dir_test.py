@@ -31,8 +31,13 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for
 def lm_dir(austen_data_dir, tmp_path_factory):
     """A tiny causal LM (2 layers of 4 heads of 16), 4 steps on Austen."""
     model_dir = str(tmp_path_factory.mktemp("lm") / "model")
-    train.run("headsize_lm/language_modeling", model_dir, [str(CONFIGS / "headsize_lm_austen_tiny.yaml")],
-              FOUR_STEPS, data_dir=str(austen_data_dir))  # fmt: skip
+    train.run(
+        "headsize_lm/language_modeling",
+        model_dir,
+        [str(CONFIGS / "headsize_lm_austen_tiny.yaml")],
+        FOUR_STEPS,
+        data_dir=str(austen_data_dir),
+    )
     return model_dir
 
 
@@ -67,8 +72,15 @@ def test_half_rank_lm_counts_decodes_and_goes_through_the_cli(lm_dir, tmp_path, 
     cached = greedy_decode(model, prompt, 6).numpy()
     np.testing.assert_array_equal(cached, greedy_decode(model, prompt, 6, use_cache=False).numpy())
     # A collaborative model does not convert again: one line, exit status 2.
-    again = ["compress", "--model_dir", str(out), "--shared-key-dim", "16", "--output",
-             str(tmp_path / "again")]  # fmt: skip
+    again = [
+        "compress",
+        "--model_dir",
+        str(out),
+        "--shared-key-dim",
+        "16",
+        "--output",
+        str(tmp_path / "again"),
+    ]
     assert cli.main(again) == 2
     assert "already has collaborative attention" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
@@ -82,31 +94,41 @@ def test_translation_model_at_full_rank_is_the_source(tmp_path):
     model_dir = str(tmp_path / "nmt")
     override = FOUR_STEPS + ",task.model.vocab_size=25"
     with tfds.testing.mock_data(num_examples=32, policy=tfds.testing.MockPolicy.USE_CODE):
-        train.run("headsize_seq2seq/translation", model_dir,
-                  [str(CONFIGS / "cordonnier_nmt" / "tiny.yaml")], override,
-                  data_dir=str(data_dir))  # fmt: skip
+        train.run(
+            "headsize_seq2seq/translation",
+            model_dir,
+            [str(CONFIGS / "cordonnier_nmt" / "tiny.yaml")],
+            override,
+            data_dir=str(data_dir),
+        )
         _, source = train.load_trained_model(model_dir)
         full = source.attention_layers[0].num_heads * source.attention_layers[0].head_size
-        report = rmd.compress_model_dir(model_dir, full, tmp_path / "out", eval_batches=2,
-                                        progress=False)  # fmt: skip
+        report = rmd.compress_model_dir(
+            model_dir, full, tmp_path / "out", eval_batches=2, progress=False
+        )
     assert len(report["layers"]) == len(source.attention_layers) == 6
     assert report["after"]["validation_loss"] == pytest.approx(
         report["before"]["validation_loss"], rel=1e-4
     )
     _, compressed = train.load_trained_model(str(tmp_path / "out"))
     rng = np.random.default_rng(1)
-    features = {"inputs": rng.integers(5, 25, (2, 7)).astype(np.int32),
-                "targets": rng.integers(5, 25, (2, 5)).astype(np.int32)}  # fmt: skip
+    features = {
+        "inputs": rng.integers(5, 25, (2, 7)).astype(np.int32),
+        "targets": rng.integers(5, 25, (2, 5)).astype(np.int32),
+    }
     np.testing.assert_allclose(compressed(features).numpy(), source(features).numpy(), atol=2e-4)
 
 
 def test_masked_lm_encoder_converts_and_keeps_its_head(austen_data_dir, tmp_path):
     model_dir = str(tmp_path / "mlm")
-    train.run("headsize_bert/pretraining", model_dir,
-              [str(CONFIGS / "headsize_bert_pretraining_tiny.yaml")], FOUR_STEPS,
-              data_dir=str(austen_data_dir))  # fmt: skip
-    report = rmd.compress_model_dir(model_dir, 64, tmp_path / "out", eval_batches=2,
-                                    progress=False)  # fmt: skip
+    train.run(
+        "headsize_bert/pretraining",
+        model_dir,
+        [str(CONFIGS / "headsize_bert_pretraining_tiny.yaml")],
+        FOUR_STEPS,
+        data_dir=str(austen_data_dir),
+    )
+    report = rmd.compress_model_dir(model_dir, 64, tmp_path / "out", eval_batches=2, progress=False)
     assert report["after"]["validation_loss"] == pytest.approx(
         report["before"]["validation_loss"], rel=1e-4
     )
@@ -114,8 +136,11 @@ def test_masked_lm_encoder_converts_and_keeps_its_head(austen_data_dir, tmp_path
     assert params.task.model.encoder.any.attention.kind == "collaborative"
     _, source = train.load_trained_model(model_dir)
     ids = np.random.default_rng(2).integers(5, 4096, (2, 10)).astype(np.int32)
-    inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids),
-              "input_type_ids": np.zeros_like(ids),
-              "masked_lm_positions": np.array([[1, 4], [2, 3]], np.int32)}  # fmt: skip
+    inputs = {
+        "input_word_ids": ids,
+        "input_mask": np.ones_like(ids),
+        "input_type_ids": np.zeros_like(ids),
+        "masked_lm_positions": np.array([[1, 4], [2, 3]], np.int32),
+    }
     got, want = model(inputs), source(inputs)
     np.testing.assert_allclose(got["mlm_logits"].numpy(), want["mlm_logits"].numpy(), atol=2e-4)

@@ -26,8 +26,7 @@ SENTENCES = ["Emma Woodhouse, handsome, clever, and rich.", "", "It was a truth.
 def pretrained(austen_data_dir, tmp_path_factory):
     """(model_dir, data_dir): a tiny masked-LM encoder trained 4 steps on Austen."""
     model_dir = str(tmp_path_factory.mktemp("mlm") / "model")
-    train.run("headsize_bert/pretraining", model_dir, [TINY], SHORT,
-              data_dir=str(austen_data_dir))  # fmt: skip
+    train.run("headsize_bert/pretraining", model_dir, [TINY], SHORT, data_dir=str(austen_data_dir))
     return model_dir, austen_data_dir
 
 
@@ -42,8 +41,11 @@ def _oracle(model_dir, vocab, pooling):
     for text in SENTENCES:
         pieces = tokenizer.tokenize([text]).merge_dims(-2, -1).to_list()[0]
         ids = np.array([[cls, *pieces, sep]], np.int32)
-        inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids),
-                  "input_type_ids": np.zeros_like(ids)}  # fmt: skip
+        inputs = {
+            "input_word_ids": ids,
+            "input_mask": np.ones_like(ids),
+            "input_type_ids": np.zeros_like(ids),
+        }
         hidden = encoder(inputs)["sequence_output"].numpy()[0]
         vector = hidden.mean(axis=0) if pooling == "mean" else hidden[0]
         out.append(vector / np.linalg.norm(vector))
@@ -55,8 +57,17 @@ def test_embed_reads_the_encoder_of_a_pretraining_model_dir(pretrained, tmp_path
     model_dir, data_dir = pretrained
     text = tmp_path / "in.txt"
     text.write_text("\n".join(SENTENCES) + "\n")
-    argv = ["embed", "--model_dir", model_dir, "--input", str(text), "--output",
-            str(tmp_path / "vectors.npy"), "--batch-size", "2"]  # fmt: skip
+    argv = [
+        "embed",
+        "--model_dir",
+        model_dir,
+        "--input",
+        str(text),
+        "--output",
+        str(tmp_path / "vectors.npy"),
+        "--batch-size",
+        "2",
+    ]
     if pooling == "cls":
         argv += ["--pooling", "cls"]
     assert cli.main(argv) == 0
@@ -68,8 +79,20 @@ def test_embed_reads_the_encoder_of_a_pretraining_model_dir(pretrained, tmp_path
 
 def test_export_embedding_of_a_model_dir_scores_text_as_embed(pretrained, tmp_path):
     model_dir, data_dir = pretrained
-    assert cli.main(["export", "--model_dir", model_dir, "--task", "embedding",
-                     "--output", str(tmp_path / "export")]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "export",
+                "--model_dir",
+                model_dir,
+                "--task",
+                "embedding",
+                "--output",
+                str(tmp_path / "export"),
+            ]
+        )
+        == 0
+    )
     loaded = tf.saved_model.load(str(tmp_path / "export" / "1"))
     got = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))["embeddings"]
     want = _oracle(model_dir, data_dir / "austen" / "vocab.txt", "mean")

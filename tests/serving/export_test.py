@@ -32,8 +32,20 @@ assert "headsize_tf" not in sys.modules and "official" not in sys.modules
 def _serve(path, texts, inputs, out):
     ids = inputs["input_word_ids"].numpy().tolist()
     mask = inputs["input_mask"].numpy().tolist()
-    subprocess.run([sys.executable, "-c", SERVE, str(path), json.dumps(texts), json.dumps(ids),
-                    json.dumps(mask), str(out)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SERVE,
+            str(path),
+            json.dumps(texts),
+            json.dumps(ids),
+            json.dumps(mask),
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return dict(np.load(out))
 
 
@@ -45,8 +57,17 @@ class ExportTest(tf.test.TestCase):
         write_checkpoint(tmp_path / "bert")
 
     def test_embedding_export_serves_raw_text(self):
-        code = cli.main(["export", "--checkpoint", str(self.tmp / "bert"), "--task", "embedding",
-                         "--output", str(self.tmp / "export")])  # fmt: skip
+        code = cli.main(
+            [
+                "export",
+                "--checkpoint",
+                str(self.tmp / "bert"),
+                "--task",
+                "embedding",
+                "--output",
+                str(self.tmp / "export"),
+            ]
+        )
         self.assertEqual(code, 0)
         model = load_sentence_encoder(checkpoint=self.tmp / "bert")
         expected = model.embed(TEXTS)
@@ -54,9 +75,20 @@ class ExportTest(tf.test.TestCase):
         served = _serve(self.tmp / "export" / "1", TEXTS, inputs, self.tmp / "out.npz")
         self.assertAllClose(served["text_embeddings"], expected, atol=1e-5)
         self.assertAllClose(served["ids_embeddings"], expected, atol=1e-5)
-        show = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli",
-                               "show", "--dir", str(self.tmp / "export" / "1"), "--all"],
-                              check=True, capture_output=True, text=True).stdout  # fmt: skip
+        show = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tensorflow.python.tools.saved_model_cli",
+                "show",
+                "--dir",
+                str(self.tmp / "export" / "1"),
+                "--all",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         self.assertIn("signature_def['serving_default']", show)
         self.assertIn("signature_def['serve_ids']", show)
         self.assertIn("outputs['embeddings']", show)
@@ -66,8 +98,17 @@ class ExportTest(tf.test.TestCase):
         classifier = ft.SentenceClassifier(encoder, 2)
         classifier(encoder.tokenize(tf.constant(TEXTS)))
         prune.save_pruned(classifier, self.tmp / "clf", {})
-        argv = ["export", "--checkpoint", str(self.tmp / "clf"), "--task", "sentence_prediction",
-                "--output", str(self.tmp / "export"), "--version", "3"]  # fmt: skip
+        argv = [
+            "export",
+            "--checkpoint",
+            str(self.tmp / "clf"),
+            "--task",
+            "sentence_prediction",
+            "--output",
+            str(self.tmp / "export"),
+            "--version",
+            "3",
+        ]
         self.assertEqual(cli.main(argv), 0)
         inputs = encoder.tokenize(tf.constant(TEXTS))
         logits = classifier(inputs).numpy()
@@ -82,11 +123,20 @@ class ExportTest(tf.test.TestCase):
         self.assertEqual(cli.main([*argv, "--overwrite"]), 0)
         self.assertEqual(sorted(p.name for p in (self.tmp / "export").iterdir()), ["3"])
         # A checkpoint without a classifier head cannot be exported as a classifier.
-        bad = ["export", "--checkpoint", str(self.tmp / "bert"), "--task", "sentence_prediction",
-               "--output", str(self.tmp / "export2")]  # fmt: skip
+        bad = [
+            "export",
+            "--checkpoint",
+            str(self.tmp / "bert"),
+            "--task",
+            "sentence_prediction",
+            "--output",
+            str(self.tmp / "export2"),
+        ]
         self.assertEqual(cli.main(bad), 2)
-        self.assertIn("needs --model_dir or --checkpoint DIR with a classifier head",
-                      self.capsys.readouterr().err)  # fmt: skip
+        self.assertIn(
+            "needs --model_dir or --checkpoint DIR with a classifier head",
+            self.capsys.readouterr().err,
+        )
 
     def test_failed_export_leaves_nothing(self):
         encoder = load_sentence_encoder(checkpoint=self.tmp / "bert")
@@ -130,13 +180,26 @@ class LanguageModelExportTest(tf.test.TestCase):
         from headsize_tf.training import train
 
         model_dir = str(self.tmp / "lm")
-        train.run("headsize_lm/language_modeling", model_dir, [LM_TINY],
-                  "task.model.attention.kind=fixed_head,task.model.attention.head_size=32,"
-                  "trainer.train_steps=10,trainer.validation_steps=1,trainer.steps_per_loop=5,"
-                  "trainer.validation_interval=10,trainer.checkpoint_interval=10",
-                  data_dir=self.data_dir)  # fmt: skip
-        code = cli.main(["export", "--model_dir", model_dir, "--task", "lm",
-                         "--output", str(self.tmp / "export")])  # fmt: skip
+        train.run(
+            "headsize_lm/language_modeling",
+            model_dir,
+            [LM_TINY],
+            "task.model.attention.kind=fixed_head,task.model.attention.head_size=32,"
+            "trainer.train_steps=10,trainer.validation_steps=1,trainer.steps_per_loop=5,"
+            "trainer.validation_interval=10,trainer.checkpoint_interval=10",
+            data_dir=self.data_dir,
+        )
+        code = cli.main(
+            [
+                "export",
+                "--model_dir",
+                model_dir,
+                "--task",
+                "lm",
+                "--output",
+                str(self.tmp / "export"),
+            ]
+        )
         self.assertEqual(code, 0)
         texts = ["It is a truth universally acknowledged.", "Emma Woodhouse, handsome!"]
         tokenizer, lm = serving.experiment_language_model(model_dir)
@@ -147,8 +210,10 @@ class LanguageModelExportTest(tf.test.TestCase):
             self.assertEqual(row[: m.sum()].tolist(), reference.tolist())  # as in training
         logits = lm(ids).numpy().astype(np.float64)
         log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-        expected = [sum(log_probs[b, t - 1, ids[b, t]] for t in range(1, m.sum()))
-                    for b, m in enumerate(mask)]  # fmt: skip
+        expected = [
+            sum(log_probs[b, t - 1, ids[b, t]] for t in range(1, m.sum()))
+            for b, m in enumerate(mask)
+        ]
         served = _serve(self.tmp / "export" / "1", texts, inputs, self.tmp / "out.npz")
         self.assertAllClose(served["text_log_likelihood"], expected, rtol=1e-5, atol=1e-4)
         self.assertAllClose(served["ids_log_likelihood"], expected, rtol=1e-5, atol=1e-4)

@@ -42,21 +42,27 @@ class TranslationExportTest(tf.test.TestCase):
         tf.random.set_seed(3)
         # Fixed head size 32 at width 64 with 4 heads: head size != width / heads.
         self.model = HeadsizeSeq2Seq(
-            vocab_size=len(VOCAB), hidden_size=64, num_encoder_layers=1, num_decoder_layers=2,
+            vocab_size=len(VOCAB),
+            hidden_size=64,
+            num_encoder_layers=1,
+            num_decoder_layers=2,
             attention={"kind": "fixed_head", "num_heads": 4, "head_size": 32},
-            max_sequence_length=32, initializer_range=0.5,
-        )  # fmt: skip
+            max_sequence_length=32,
+            initializer_range=0.5,
+        )
 
     def test_greedy_equals_uncached_decoding_and_text_matches_ids(self):
-        module = TranslationServingModule(self.model, str(self.vocab), max_source_length=8,
-                                          max_decode_length=6, beam_size=1)  # fmt: skip
+        module = TranslationServingModule(
+            self.model, str(self.vocab), max_source_length=8, max_decode_length=6, beam_size=1
+        )
         source = module.source_ids(tf.constant(TEXTS))
         self.assertAllEqual(source[0, :6], [5, 16, 17, 8, 19, 3])  # a ##b ##c d ##e [SEP]
         self.assertAllEqual(source[3, :1], [3])  # empty text: just [SEP]
         out = module.serve_text(tf.constant(TEXTS))
         start = tf.fill([len(TEXTS), 1], 2)
-        reference = decoding.greedy_decode(self.model, start, 6, use_cache=False,
-                                           source_ids=source).numpy()[:, 1:]  # fmt: skip
+        reference = decoding.greedy_decode(
+            self.model, start, 6, use_cache=False, source_ids=source
+        ).numpy()[:, 1:]
         for got, want in zip(out["output_ids"].numpy(), reference, strict=True):
             n = list(want).index(3) + 1 if 3 in want else len(want)
             self.assertAllEqual(got[:n], want[:n])
@@ -66,8 +72,9 @@ class TranslationExportTest(tf.test.TestCase):
         self.assertEqual(texts, [words_of(ids) for ids in out["output_ids"].numpy()])
 
     def test_saved_model_serves_without_our_code(self):
-        module = TranslationServingModule(self.model, str(self.vocab), max_source_length=8,
-                                          max_decode_length=5, beam_size=3)  # fmt: skip
+        module = TranslationServingModule(
+            self.model, str(self.vocab), max_source_length=8, max_decode_length=5, beam_size=3
+        )
         want = module.serve_text(tf.constant(TEXTS))
         path = export(module, self.tmp / "export")
         script = (
@@ -77,8 +84,9 @@ class TranslationExportTest(tf.test.TestCase):
             "print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else "
             "[s.decode() for s in v.numpy()] for k, v in out.items()}))\n"
         )
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                              check=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        )
         import json
 
         got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -103,12 +111,27 @@ class TranslationExportTest(tf.test.TestCase):
             "trainer.validation_interval=20,trainer.validation_steps=1"
         )
         with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
-            train.run("headsize_seq2seq/translation", model_dir,
-                      ["official_configs/cordonnier_nmt/tiny.yaml"], override,
-                      data_dir=str(self.tmp))  # fmt: skip
+            train.run(
+                "headsize_seq2seq/translation",
+                model_dir,
+                ["official_configs/cordonnier_nmt/tiny.yaml"],
+                override,
+                data_dir=str(self.tmp),
+            )
         out = self.tmp / "served"
-        args = ["export", "--model_dir", model_dir, "--task", "translation", "--output", str(out),
-                "--beam-size", "2", "--max-decode-length", "8"]  # fmt: skip
+        args = [
+            "export",
+            "--model_dir",
+            model_dir,
+            "--task",
+            "translation",
+            "--output",
+            str(out),
+            "--beam-size",
+            "2",
+            "--max-decode-length",
+            "8",
+        ]
         self.assertEqual(cli.main(args), 0)
         loaded = tf.saved_model.load(str(out / "1"))
         result = loaded.signatures["serving_default"](text=tf.constant(["abc", "de f"]))

@@ -46,10 +46,22 @@ class TuneTest(tf.test.TestCase):
         self.configs = [LM_TINY, str(tmp_path / "short.yaml")]
 
     def _tune(self, *extra):
-        argv = ["tune", "--experiment", "headsize_lm/language_modeling",
-                "--config_file", self.configs[0], "--config_file", self.configs[1],
-                "--search-space", str(self.tmp / "space.yaml"), "--data-dir", self.data_dir,
-                "--output", str(self.tmp / "tune"), *extra]  # fmt: skip
+        argv = [
+            "tune",
+            "--experiment",
+            "headsize_lm/language_modeling",
+            "--config_file",
+            self.configs[0],
+            "--config_file",
+            self.configs[1],
+            "--search-space",
+            str(self.tmp / "space.yaml"),
+            "--data-dir",
+            self.data_dir,
+            "--output",
+            str(self.tmp / "tune"),
+            *extra,
+        ]
         return cli.main(argv)
 
     def test_trials_budget_skip_and_best_yaml_trains(self):
@@ -71,8 +83,12 @@ class TuneTest(tf.test.TestCase):
         self.assertEqual(losses, sorted(losses))  # Sorted, best first.
         self.assertIn(f"{losses[0]:.4f}", (self.tmp / "tune" / "results.md").read_text())
         # The best YAML trains with `headsize-tf train` and reproduces the trial.
-        result = train.run("headsize_lm/language_modeling", str(self.tmp / "best_model"),
-                           [str(self.tmp / "tune" / "best.yaml")], data_dir=self.data_dir)  # fmt: skip
+        result = train.run(
+            "headsize_lm/language_modeling",
+            str(self.tmp / "best_model"),
+            [str(self.tmp / "tune" / "best.yaml")],
+            data_dir=self.data_dir,
+        )
         self.assertAllClose(result.metrics["validation_loss"], losses[0], rtol=1e-5)
         # A rerun resumes: nothing new is trained.
         self.capsys.readouterr()
@@ -84,10 +100,13 @@ class TuneTest(tf.test.TestCase):
 
         def lm_params(heads):
             spec = params.EncoderSpec(
-                vocab_size=4096, width=64, num_layers=2, intermediate_size=256,
+                vocab_size=4096,
+                width=64,
+                num_layers=2,
+                intermediate_size=256,
                 max_sequence_length=128,
                 attention=params.AttentionSpec("fixed_head", num_heads=heads, head_size=[16, 16]),
-            )  # fmt: skip
+            )
             return params.causal_lm_params(spec).trainable
 
         (self.tmp / "space.yaml").write_text(
@@ -106,8 +125,15 @@ class TuneTest(tf.test.TestCase):
         self.assertIsInstance(best["task"]["model"]["attention"]["num_heads"], list)
 
     def test_bayesian_with_matched_params(self):
-        code = self._tune("--tuner", "bayesian", "--max-trials", "2", "--budget-params",
-                          "366000", "--match-params")  # fmt: skip
+        code = self._tune(
+            "--tuner",
+            "bayesian",
+            "--max-trials",
+            "2",
+            "--budget-params",
+            "366000",
+            "--match-params",
+        )
         self.assertEqual(code, 0)
         rows = list(csv.DictReader(open(self.tmp / "tune" / "results.csv")))
         self.assertLen(rows, 2)
@@ -126,12 +152,19 @@ class TuneTest(tf.test.TestCase):
         with self.assertRaisesRegex(tuning.SearchSpaceError, "num_heads has an empty list"):
             tuning.SearchSpace.from_dict({"num_heads": []})
         space = tuning.SearchSpace.from_dict({"num_heads": [2, 4]})
-        with self.assertRaisesRegex(tuning.SearchSpaceError,
-                                    r"Budget 1,000 params is below the smallest configuration "
-                                    r"of the search space \(370,432 params\)"):  # fmt: skip
-            tuning.tune("headsize_lm/language_modeling", space, self.tmp / "t",
-                        config_files=tuple(self.configs), budget_params=1000,
-                        data_dir=self.data_dir)  # fmt: skip
+        with self.assertRaisesRegex(
+            tuning.SearchSpaceError,
+            r"Budget 1,000 params is below the smallest configuration "
+            r"of the search space \(370,432 params\)",
+        ):
+            tuning.tune(
+                "headsize_lm/language_modeling",
+                space,
+                self.tmp / "t",
+                config_files=tuple(self.configs),
+                budget_params=1000,
+                data_dir=self.data_dir,
+            )
         self.assertFalse((self.tmp / "t").exists())
         self.assertEqual(self._tune("--tuner", "random", "--match-params"), 2)
         self.assertIn("--match-params needs --budget-params", self.capsys.readouterr().err)

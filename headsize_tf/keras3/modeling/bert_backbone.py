@@ -161,12 +161,15 @@ class BertBackbone(keras.Model):
             x = block(x, padding_mask=padding_mask)
         pooled = pooled_dense(x[:, 0, :])
         super().__init__(
-            inputs={"token_ids": token_ids, "segment_ids": segment_ids,
-                    "padding_mask": padding_mask},
+            inputs={
+                "token_ids": token_ids,
+                "segment_ids": segment_ids,
+                "padding_mask": padding_mask,
+            },
             outputs={"sequence_output": x, "pooled_output": pooled},
             dtype=dtype,
             **kwargs,
-        )  # fmt: skip
+        )
 
         # === Config ===
         self.vocabulary_size = vocabulary_size

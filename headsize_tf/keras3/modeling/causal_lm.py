@@ -98,13 +98,18 @@ class CausalLM(keras.Model):
             return keras.initializers.TruncatedNormal(stddev=initializer_range)
 
         self.token_embedding = keras.layers.Embedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=initializer(),
-            dtype=self.dtype_policy, name="token_embedding",
-        )  # fmt: skip
+            vocabulary_size,
+            hidden_dim,
+            embeddings_initializer=initializer(),
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
         self.position_embedding = PositionEmbedding(
-            sequence_length=max_sequence_length, initializer=initializer(),
-            dtype=self.dtype_policy, name="position_embedding",
-        )  # fmt: skip
+            sequence_length=max_sequence_length,
+            initializer=initializer(),
+            dtype=self.dtype_policy,
+            name="position_embedding",
+        )
         self.embedding_dropout = keras.layers.Dropout(
             dropout, dtype=self.dtype_policy, name="embedding_dropout"
         )
@@ -286,9 +291,11 @@ class CausalLM(keras.Model):
 
             compiled = jax.jit(stateless)
             return lambda token_ids, caches, index: compiled(
-                [v.value for v in variables], ops.convert_to_tensor(token_ids, "int32"), caches,
+                [v.value for v in variables],
+                ops.convert_to_tensor(token_ids, "int32"),
+                caches,
                 jax.numpy.asarray(index, "int32"),
-            )  # fmt: skip
+            )
         return self.decode_step
 
     def generate(

@@ -28,8 +28,12 @@ def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
     same list, which is how conversions copy everything but attention.
     """
     if isinstance(model, BertBackbone):
-        layers = [model.token_embedding, model.position_embedding, model.segment_embedding,
-                  model.embeddings_layer_norm]  # fmt: skip
+        layers = [
+            model.token_embedding,
+            model.position_embedding,
+            model.segment_embedding,
+            model.embeddings_layer_norm,
+        ]
         last = [model.pooled_dense]
     elif isinstance(model, CausalLM):
         layers, last = [model.token_embedding, model.position_embedding], [model.final_norm]

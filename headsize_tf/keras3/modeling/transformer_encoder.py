@@ -127,8 +127,11 @@ class TransformerEncoder(keras.layers.Layer):
                 "per-layer lists."
             )
         self.attention = spec
-        for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout),
-                           ("intermediate_dropout", intermediate_dropout)):  # fmt: skip
+        for name, rate in (
+            ("dropout", dropout),
+            ("attention_dropout", attention_dropout),
+            ("intermediate_dropout", intermediate_dropout),
+        ):
             if rate is not None and (isinstance(rate, bool) or not 0.0 <= float(rate) < 1.0):
                 raise ValueError(f"{name} must be in [0, 1); got {rate!r}.")
         self.dropout = float(dropout)
@@ -192,9 +195,10 @@ class TransformerEncoder(keras.layers.Layer):
             rate=self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
         )
         self._feedforward_intermediate_dropout = keras.layers.Dropout(
-            rate=self.intermediate_dropout, dtype=self.dtype_policy,
+            rate=self.intermediate_dropout,
+            dtype=self.dtype_policy,
             name="feedforward_intermediate_dropout",
-        )  # fmt: skip
+        )
         self.built = True
 
     def call(self, inputs, padding_mask=None, attention_mask=None, training=None, mask=None):

@@ -173,8 +173,10 @@ class SentenceEncoder:
             inputs = self.tokenize([texts[i] for i in index])
             inputs = _pad_batch(inputs, batch_size, self.backbone.max_sequence_length)
             outputs = self.backbone.predict_on_batch(inputs)
-            pooled = self.pool(ops.convert_to_tensor(outputs["sequence_output"]),
-                               ops.convert_to_tensor(inputs["padding_mask"]))  # fmt: skip
+            pooled = self.pool(
+                ops.convert_to_tensor(outputs["sequence_output"]),
+                ops.convert_to_tensor(inputs["padding_mask"]),
+            )
             out[index] = ops.convert_to_numpy(pooled)[: len(index)]
         return out
 

@@ -136,8 +136,14 @@ def prune_classifier(
         per_epoch = math.ceil(len(y_train) / settings.batch_size)
         epochs = math.ceil(steps / per_epoch)
         limit = min(len(y_train), steps * settings.batch_size) if epochs == 1 else len(y_train)
-        model.fit({k: v[:limit] for k, v in x_train.items()}, y_train[:limit],
-                  batch_size=settings.batch_size, epochs=epochs, verbose=0, shuffle=True)  # fmt: skip
+        model.fit(
+            {k: v[:limit] for k, v in x_train.items()},
+            y_train[:limit],
+            batch_size=settings.batch_size,
+            epochs=epochs,
+            verbose=0,
+            shuffle=True,
+        )
     finetune_seconds = time.perf_counter() - start
 
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -182,7 +188,7 @@ def prune_classifier(
         "finetune_seconds": finetune_seconds,
         "importance": [
             [None if not np.isfinite(v) else float(v) for v in row] for row in importance
-        ],  # fmt: skip
+        ],
         "curve": [dataclasses.asdict(s) for s in curve],
         "heads_per_layer": list(pruned_backbone.attention_spec.num_heads),
         "params_before": int(backbone.count_params()),

@@ -67,13 +67,17 @@ def to_collaborative(
         dtype=layer.dtype_policy,
     )
     # Rank-3 inputs: the input widths are the kernels' first axes.
-    widths = {role: converted_width for role, converted_width in (
-        ("query", layer._query_dense.kernel.shape[0]),
-        ("key", layer._key_dense.kernel.shape[0]),
-        ("value", layer._value_dense.kernel.shape[0]),
-    )}  # fmt: skip
-    new.build((None, None, widths["query"]), (None, None, widths["value"]),
-              (None, None, widths["key"]))  # fmt: skip
+    widths = {
+        role: converted_width
+        for role, converted_width in (
+            ("query", layer._query_dense.kernel.shape[0]),
+            ("key", layer._key_dense.kernel.shape[0]),
+            ("value", layer._value_dense.kernel.shape[0]),
+        )
+    }
+    new.build(
+        (None, None, widths["query"]), (None, None, widths["value"]), (None, None, widths["key"])
+    )
     assign_weights(new, converted)
     return new, report
 
