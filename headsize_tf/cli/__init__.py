@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -121,6 +122,19 @@ def quiet_logs(verbose: bool = False) -> Iterator[None]:
             logger.setLevel(level)
 
 
+def _as_flags(message: str) -> str:
+    """A library message names Python arguments (`overwrite=True`, `version=`); the CLI
+    user sees the flags that set them (`--overwrite`, `--version`)."""
+    message = re.sub(
+        r"\b([a-z][a-z0-9_]*)=True\b", lambda m: "--" + m.group(1).replace("_", "-"), message
+    )
+    return re.sub(
+        r"\b([a-z][a-z0-9_]*)=(?=[\s.,;)]|$)",
+        lambda m: "--" + m.group(1).replace("_", "-"),
+        message,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -134,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as err:
             if not _is_user_error(err):
                 raise
-            message = " ".join(str(err).split()) or type(err).__name__
+            message = _as_flags(" ".join(str(err).split()) or type(err).__name__)
             print(f"headsize-tf {args.command}: error: {message}", file=sys.stderr)
             return 2
 

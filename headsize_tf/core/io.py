@@ -66,11 +66,23 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = True) -> Iterato
         tmp.chmod(0o777 & ~umask)
         if final.exists():
             if not overwrite:
-                raise FileExistsError(f"Output directory {final} exists; pass --overwrite.")
+                raise FileExistsError(f"Output directory {final} exists; pass overwrite=True.")
             shutil.rmtree(final)
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_output_free(output: str | os.PathLike, overwrite: bool) -> None:
+    """Raises `FileExistsError` before any work when `output` exists and may not be replaced.
+
+    The one "exists" check of the library's writers; its message names the
+    Python argument (the CLI shows its own flag instead).
+    """
+    if pathlib.Path(output).exists() and not overwrite:
+        raise FileExistsError(
+            f"Output directory {output} exists; pass overwrite=True to replace it."
+        )
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:

@@ -104,7 +104,7 @@ def prepare(
 
     out = pathlib.Path(out_dir)
     if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to rebuild it.")
+        raise FileExistsError(f"{out} exists; pass overwrite=True to rebuild it.")
     if not os.path.isfile(vocab_file):
         raise SquadError(f"vocab_file {vocab_file!r} does not exist.")
     if (train_json is None) != (dev_json is None):

@@ -117,6 +117,11 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
         return self._spec.with_sequence_length(self._config["max_sequence_length"])
 
     @property
+    def transformer_layers(self) -> list:
+        """The encoder's `HeadsizeTransformerBlock`s, in order (Model Garden keeps them private)."""
+        return list(self._transformer_layers)
+
+    @property
     def attention_layers(self) -> list:
         """The attention layer of each block (built after the first call)."""
         return [block.attention_layer for block in self._transformer_layers]

@@ -63,7 +63,7 @@ def encoder_variables(encoder: HeadsizeBertEncoder) -> dict[str, Any]:
         "pooler/kernel": encoder._pooler_layer.kernel,
         "pooler/bias": encoder._pooler_layer.bias,
     }
-    for i, block in enumerate(encoder._transformer_layers):
+    for i, block in enumerate(encoder.transformer_layers):
         prefix = f"layer_{i}/"
         attention = block.attention_layer
         for part in ("query", "key", "value"):
@@ -97,7 +97,7 @@ def tensor_map(encoder: HeadsizeBertEncoder) -> list[tuple[str, Any, Callable]]:
             variables[role.role],
             functools.partial(hf_checkpoint.to_keras_layout, layout=role.layout, num_heads=heads),
         )
-        for role in hf_checkpoint.tensor_roles(len(encoder._transformer_layers))
+        for role in hf_checkpoint.tensor_roles(len(encoder.transformer_layers))
     ]
 
 
@@ -132,14 +132,14 @@ def load_weights(
     optional: sentence-transformers checkpoints sometimes drop it).
     """
     variables = encoder_variables(encoder)
-    roles = hf_checkpoint.tensor_roles(len(encoder._transformer_layers))
+    roles = hf_checkpoint.tensor_roles(len(encoder.transformer_layers))
     shapes = {
         role.name: hf_checkpoint.from_keras_shape(variables[role.role].shape, role.layout)
         for role in roles
     }
     arrays, unused = hf_checkpoint.bert_arrays(
         tensors,
-        len(encoder._transformer_layers),
+        len(encoder.transformer_layers),
         encoder.attention_spec.num_heads,
         source,
         shapes=shapes,

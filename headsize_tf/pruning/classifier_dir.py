@@ -153,7 +153,7 @@ def importance(model, encoder, data, normalize: bool = True, loss=None) -> np.nd
         model, data, loss, layers=encoder.attention_layers, normalize=normalize
     )
     full = np.full(head_mask(encoder).shape, np.nan)
-    for i, block in enumerate(encoder._transformer_layers):
+    for i, block in enumerate(encoder.transformer_layers):
         kept = list(block.kept_heads)
         full[i, kept] = scores[i, : len(kept)]
     return full

@@ -97,7 +97,7 @@ def classifier_importance(model: ft.SentenceClassifier, data: TaskData, normaliz
         layers=model.encoder.attention_layers,
         normalize=normalize,
     )
-    blocks = model.encoder._transformer_layers
+    blocks = model.encoder.transformer_layers
     full = np.full([len(blocks), model.encoder.attention_spec.num_heads], np.nan)
     for i, block in enumerate(blocks):
         kept = list(block.kept_heads)

@@ -74,7 +74,7 @@ def head_mask(encoder: HeadsizeBertEncoder) -> np.ndarray:
     encoder.build_weights()
     heads = encoder.attention_spec.num_heads
     mask = np.zeros([len(encoder.attention_layers), heads], np.float32)
-    for i, block in enumerate(encoder._transformer_layers):
+    for i, block in enumerate(encoder.transformer_layers):
         gates = block.attention_layer.head_gates.numpy()
         for position, head in enumerate(block.kept_heads):
             mask[i, head] = gates[position]
@@ -89,7 +89,7 @@ def set_head_mask(encoder: HeadsizeBertEncoder, mask: np.ndarray | Sequence) -> 
     expected = (len(encoder.attention_layers), heads)
     if mask.shape != expected:
         raise ValueError(f"Head mask has shape {mask.shape}; expected {expected} (layers x heads).")
-    for i, block in enumerate(encoder._transformer_layers):
+    for i, block in enumerate(encoder.transformer_layers):
         removed = [h for h in block.pruned_heads if mask[i, h] != 0]
         if removed:
             raise ValueError(
@@ -130,7 +130,7 @@ def remove_heads(
     new = HeadsizeBertEncoder.from_config(config).build_weights()
     new.copy_non_attention_weights(encoder)
     for old_block, new_block, row in zip(
-        encoder._transformer_layers, new._transformer_layers, mask, strict=True
+        encoder.transformer_layers, new.transformer_layers, mask, strict=True
     ):
         positions = {head: p for p, head in enumerate(old_block.kept_heads)}
         keep = [positions[h] for h in new_block.kept_heads]

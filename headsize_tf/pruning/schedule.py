@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
 from collections.abc import Callable
 
 import numpy as np
 
+from headsize_tf.core.io import check_output_free
 from headsize_tf.core.pruning_plan import PruningStep, iterative_pruning
 
-
-def check_output(output: str | os.PathLike, overwrite: bool) -> None:
-    """Raises FileExistsError before any work when `output` exists and may not be replaced."""
-    if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+check_output = check_output_free  # the library's one "exists" check (`headsize_tf.core.io`)
 
 
 def check_min_heads(min_heads_per_layer: int, model: str) -> None:

@@ -76,7 +76,9 @@ def compress(
     """
     output = pathlib.Path(output)
     if output.exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+        raise FileExistsError(
+            f"Output directory {output} exists; pass overwrite=True to replace it."
+        )
     start = time.perf_counter()
     new_encoder, reports = compress_encoder(
         source.encoder, shared_key_dim, progress=progress, **cp_kwargs

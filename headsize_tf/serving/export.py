@@ -112,7 +112,7 @@ def export(
     final = export_dir / str(version)
     if final.exists() and not overwrite:
         raise FileExistsError(
-            f"Export version {final} exists; pass --overwrite or another --version."
+            f"Export version {final} exists; pass overwrite=True or another version=."
         )
     export_dir.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=export_dir))

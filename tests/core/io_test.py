@@ -43,7 +43,7 @@ def test_atomic_directory_failure_and_no_overwrite_keep_the_old_one(tmp_path):
     with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
         (tmp / "new.txt").write_text("new")
         raise RuntimeError("cut off")
-    with pytest.raises(FileExistsError, match="exists; pass --overwrite"):
+    with pytest.raises(FileExistsError, match="exists; pass overwrite=True"):
         with atomic_directory(target, overwrite=False) as tmp:
             (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in target.iterdir()) == ["old.txt"]

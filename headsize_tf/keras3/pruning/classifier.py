@@ -105,7 +105,9 @@ def prune_classifier(
     settings = settings or PruneSettings()
     output = pathlib.Path(output)
     if output.exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+        raise FileExistsError(
+            f"Output directory {output} exists; pass overwrite=True to replace it."
+        )
     if task.is_pair:
         raise ValueError(
             f"{task.source}: sentence pairs ({', '.join(task.text_columns)}) are not supported "

@@ -61,7 +61,9 @@ def compress(
     """
     output = pathlib.Path(output)
     if output.exists() and not overwrite:
-        raise FileExistsError(f"Output directory {output} exists; pass --overwrite to replace it.")
+        raise FileExistsError(
+            f"Output directory {output} exists; pass overwrite=True to replace it."
+        )
     start = time.perf_counter()
     backbone, reports = compress_backbone(source.backbone, shared_key_dim, **cp_kwargs)
     seconds = time.perf_counter() - start
