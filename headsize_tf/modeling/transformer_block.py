@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -13,6 +15,22 @@ from official.nlp.modeling import layers as nlp_layers
 
 from headsize_tf.core.spec import LEGACY_KEYS, AttentionSpec
 from headsize_tf.layers.factory import make_attention
+
+_HEAD_COUNT_WARNING = "is not a multiple of the number of attention heads"
+
+
+@contextlib.contextmanager
+def _without_log(logger: logging.Logger, text: str) -> Iterator[None]:
+    """Drops `logger`'s records whose message contains `text` (other records pass)."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return text not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -108,7 +126,13 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
         return [h for h in range(self._num_heads) if h not in set(self._pruned_heads)]
 
     def build(self, input_shape):
-        super().build(input_shape)
+        if self._spec.kind == "standard":
+            super().build(input_shape)
+        else:
+            # The stock build warns when the width is not a multiple of the head count; other
+            # kinds set their head size independently of the width, so that warning is wrong.
+            with _without_log(logging.getLogger("absl"), _HEAD_COUNT_WARNING):
+                super().build(input_shape)
         spec = self._spec
         if self._pruned_heads:
             # As the stock build reads it: a shape, or a list [input, mask(, key)].

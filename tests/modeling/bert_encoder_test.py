@@ -1,5 +1,6 @@
 """HeadsizeBertEncoder: Model Garden compatibility, counts, save/restore."""
 
+import logging
 import os
 import tempfile
 
@@ -221,3 +222,63 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(
             int(sum(np.prod(w.shape) for w in encoder.trainable_weights)), count.trainable
         )
+
+
+class HeadCountWarningTest(tf.test.TestCase):
+    """Model Garden's "input size is not a multiple of the number of attention heads"
+    warning applies to width // heads head sizes only."""
+
+    def _warnings(self, attention):
+        from headsize_tf.modeling.transformer_block import HeadsizeTransformerBlock
+
+        records = []
+
+        class Capture(logging.Handler):
+            def emit(self, record):
+                records.append(record.getMessage())
+
+        handler = Capture(level=logging.WARNING)
+        logger = logging.getLogger("absl")
+        logger.addHandler(handler)
+        try:
+            block = HeadsizeTransformerBlock(
+                attention=attention, inner_dim=64, inner_activation="relu"
+            )
+            block(tf.zeros([2, 5, 32]))
+        finally:
+            logger.removeHandler(handler)
+        return [m for m in records if "number of attention heads" in m]
+
+    def test_fixed_heads_of_any_count_log_no_head_count_warning(self):
+        from headsize_tf.core.spec import AttentionSpec
+
+        self.assertEqual(self._warnings(AttentionSpec("fixed_head", num_heads=6, head_size=8)), [])
+        self.assertEqual(
+            self._warnings(
+                AttentionSpec("collaborative", num_heads=6, shared_key_dim=12, head_size=8)
+            ),
+            [],
+        )
+
+    def test_per_layer_fixed_heads_encoder_logs_no_head_count_warning(self):
+        records = []
+
+        class Capture(logging.Handler):
+            def emit(self, record):
+                records.append(record.getMessage())
+
+        handler = Capture(level=logging.WARNING)
+        logging.getLogger("absl").addHandler(handler)
+        try:
+            encoder = encoders.build_encoder(
+                hs_encoders.encoder_config(
+                    attention=hs_encoders.attention_config(
+                        kind="fixed_head", num_heads=[6, 4], head_size=[8, 16]
+                    ),
+                    **SMALL,
+                )
+            )
+            encoder(_inputs())
+        finally:
+            logging.getLogger("absl").removeHandler(handler)
+        self.assertEqual([m for m in records if "number of attention heads" in m], [])
