@@ -7,8 +7,9 @@ which subclasses `tf_keras.layers.MultiHeadAttention` the way Model Garden's
 * head size resolved at build time (`_resolve_head_size`), so a layer never
   needs `key_dim` up front;
 * per-head gates `xi_h` (a non-trainable `[num_heads]` variable, all ones by
-  default, tracked for checkpoints but not one of the layer's Keras weights, so
-  the weight list and `count_params()` equal stock MHA's) folded into the output projection kernel, which is exactly the same
+  default, not one of the layer's Keras weights, so the weight list and
+  `count_params()` equal stock MHA's, and in checkpoints only while a mask is
+  set, so stock checkpoints restore under Model Garden's checks) folded into the output projection kernel, which is exactly the same
   as multiplying each head's context by `xi_h` (Michel et al., 2019) but costs
   `O(num_heads * head_size * width)` per call, independent of batch and length;
 * a seed for the attention dropout, accepted the way Model Garden's
@@ -32,6 +33,8 @@ import tensorflow as tf
 import tf_keras
 
 from headsize_tf.core.spec import check_positive_int
+
+_GATES_KEY = "head_gate_values"  # The gates' name in checkpoints.
 
 
 def _as_shape(x: Any) -> tf.TensorShape:
@@ -184,10 +187,14 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
     def _create_head_gates(self) -> None:
         """Creates the gates xi_h as a variable outside the Keras weight list.
 
-        The gates are a checkpoint dependency ("head_gate_values"), so a masked
-        layer saves and restores its mask, but not a Keras weight: `weights`,
-        `get_weights()`, `set_weights()` and `count_params()` are exactly stock
-        `MultiHeadAttention`'s for the same shapes.
+        The gates are not a Keras weight: `weights`, `get_weights()`,
+        `set_weights()` and `count_params()` are exactly stock
+        `MultiHeadAttention`'s for the same shapes. For checkpoints they are the
+        dependency "head_gate_values" only while a mask is set (see
+        `_trackable_children`), so a stock checkpoint restores into an unmasked
+        layer under `assert_consumed()` and Model Garden's
+        `assert_existing_objects_matched()`, and a masked layer still saves and
+        restores its mask.
         """
         gates = tf.Variable(
             tf.ones([self._num_heads], tf.float32),
@@ -196,7 +203,32 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         )
         # `object.__setattr__` skips Keras' automatic weight tracking.
         object.__setattr__(self, "_head_gates", gates)
-        self._track_trackable(gates, name="head_gate_values", overwrite=True)
+        # A checkpoint restored before this layer was built may hold a mask for it.
+        self._handle_deferred_dependencies(name=_GATES_KEY, trackable=gates)
+
+    def _gates_are_default(self) -> bool:
+        """Whether every gate is 1 (no mask set): a stock layer's state."""
+        gates = self._head_gates
+        if gates is None or not tf.executing_eagerly():
+            return gates is None
+        return bool(tf.reduce_all(tf.equal(gates, 1.0)).numpy())
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # The gates join checkpoints only when a mask is set; SavedModels always hold them
+        # (the traced calls read them).
+        children = super()._trackable_children(save_type, **kwargs)
+        if self._head_gates is not None and (
+            save_type != "checkpoint" or not self._gates_are_default()
+        ):
+            children[_GATES_KEY] = self._head_gates
+        return children
+
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        # A checkpoint that holds a mask (ours, or one written before gates were left out
+        # while all ones) restores it whether or not this layer's mask is set.
+        if name == _GATES_KEY and self._head_gates is not None:
+            return self._head_gates
+        return super()._lookup_dependency(name, cached_dependencies)
 
     def _build_projections(self, query, value, key=None):
         """Builds Q/K/V/output projections; default: Keras' MHA ones."""

@@ -11,6 +11,7 @@ from official.modeling import tf_utils
 from official.nlp.modeling import networks
 
 from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
+from headsize_tf.modeling._tracking import replace_sublayer
 from headsize_tf.modeling.transformer_block import HeadsizeTransformerBlock
 
 
@@ -81,7 +82,7 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
         )
         config = self._config
         initializer = tf_keras.initializers.get(config["initializer"])
-        self._transformer_layers = [
+        blocks = [
             HeadsizeTransformerBlock(
                 attention=layer_specs[i],
                 pruned_heads=pruned[i] if pruned else (),
@@ -96,6 +97,7 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
             )
             for i in range(num_layers)
         ]
+        replace_sublayer(self, "_transformer_layers", blocks)  # Weights in stock order.
         self._spec = spec
         self._pruned_heads = pruned or None
 

@@ -15,6 +15,7 @@ from official.nlp.modeling import layers as nlp_layers
 
 from headsize_tf.core.spec import LEGACY_KEYS, AttentionSpec
 from headsize_tf.layers.factory import make_attention
+from headsize_tf.modeling._tracking import replace_sublayer
 
 _HEAD_COUNT_WARNING = "is not a multiple of the number of attention heads"
 
@@ -149,7 +150,7 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
             elif spec.kind == "collaborative" and spec.head_size is None:
                 spec = dataclasses.replace(spec, head_size=head_size)
             spec = dataclasses.replace(spec, num_heads=max(len(self.kept_heads), 1))
-        self._attention_layer = make_attention(
+        attention = make_attention(
             spec,
             dropout=self._attention_dropout_rate,
             use_bias=self._use_bias,
@@ -163,6 +164,7 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
             bias_constraint=self._bias_constraint,
             name="self_attention",
         )
+        replace_sublayer(self, "_attention_layer", attention)  # Weights in stock order.
         if self._pruned_heads and not self.kept_heads:
             # Every head pruned: one placeholder head, gated off for good.
             shape = tf.TensorShape([None, None, width])
