@@ -246,9 +246,14 @@ def test_python_block_compiles(block: Block):
 
 @pytest.mark.parametrize("block", _select("python", marked=False, pages=PAGES[1:]))
 def test_python_block_runs(block: Block, tmp_path, monkeypatch):
+    import tensorflow as tf
+
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}
-    exec(compile(block.code, block.name, "exec"), namespace)  # noqa: S102
+    try:
+        exec(compile(block.code, block.name, "exec"), namespace)  # noqa: S102
+    finally:
+        tf.random.set_seed(None)  # A block's global seed must not hide a later test's missing one.
 
 
 # --- Shell blocks -----------------------------------------------------------------------
