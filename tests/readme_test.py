@@ -1,4 +1,8 @@
-"""The README's `model.fit` example runs as written."""
+"""The README: its two `model.fit` examples run as written, and it stays short.
+
+The generic checks of every code block and link (README and docs/) are in
+`tests/docs_test.py`.
+"""
 
 import pathlib
 import re
@@ -6,7 +10,12 @@ import re
 import numpy as np
 import tensorflow as tf
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+from tests.docs_test import code_blocks
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DEMO = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/headsize-tf demo"
+TESTS = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
 
 
 class ReadmeTest(tf.test.TestCase):
@@ -30,3 +39,36 @@ class ReadmeTest(tf.test.TestCase):
         self.assertLen(losses, 2)
         self.assertTrue(np.all(np.isfinite(losses)))
         self.assertLessEqual(len(keras3[0].strip().splitlines()), 10)
+
+    def test_every_python_block_is_an_example_run_here(self):
+        python = [b for b in code_blocks(README) if b.language == "python"]
+        self.assertLen(python, 2)  # The two above; a new one needs its own test here.
+        self.assertTrue(all(b.mark is None for b in python))
+
+    def test_short(self):
+        self.assertLessEqual(len(README.read_text().splitlines()), 150)
+
+    def test_fresh_machine_commands(self):
+        """The two commands, as one-line shell blocks; CI runs exactly the test command."""
+        bash = [b.code.strip() for b in code_blocks(README) if b.language == "bash"]
+        self.assertIn(DEMO, bash)
+        self.assertIn(TESTS, bash)
+        ci = (ROOT / ".ci" / "run").read_text()
+        self.assertIn('pip install --quiet -e ".[test]"', ci)
+        self.assertIn(".venv/bin/python -m pytest ", ci)
+
+    def test_sections(self):
+        headings = re.findall(r"^#+ (.*)$", README.read_text(), flags=re.M)
+        for heading in (
+            "On a fresh machine",
+            "`model.fit` in ten lines",
+            "Which front?",
+            "Results",
+        ):
+            self.assertIn(heading, headings)
+
+    def test_results_table_links_each_result(self):
+        rows = [line for line in README.read_text().splitlines() if line.startswith("| [")]
+        self.assertGreaterEqual(len(rows), 10)
+        for row in rows:
+            self.assertRegex(row, r"^\| \[[^\]]+\]\(results/[^)]+\) \| .+ \|$")
