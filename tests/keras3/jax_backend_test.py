@@ -29,6 +29,7 @@ JAX_FILES = [
         "causal_lm",
         "hf_import",
         "tools",
+        "quantize_lora",
     )
 ]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
