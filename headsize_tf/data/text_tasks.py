@@ -32,7 +32,6 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -42,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.data.splits import DEV_BUCKET, split_of
+
 FORMATS = ("csv", "tsv", "jsonl")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 SPLIT_NAMES = {"train": "train", "dev": "dev", "validation": "dev", "test": "test"}
-DEV_BUCKET = 1  # sha1(text) % 10 == 1 -> dev (corpora._split_of's dev rule).
 
 # GLUE classification tasks in TFDS: (text columns, dev split).
 GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -126,9 +126,9 @@ class TextTask:
 
 
 def hash_split(text: str) -> str:
-    """ "dev" for about 10% of texts (SHA-1 of the UTF-8 text), else "train"."""
-    bucket = int(hashlib.sha1(text.encode("utf-8")).hexdigest(), 16) % 10
-    return "dev" if bucket == DEV_BUCKET else "train"
+    """ "dev" for about 10% of texts, else "train" (`split_of`'s dev rule)."""
+    # Deprecated: use `splits.split_of` (test rows join train here); removed next release.
+    return "dev" if split_of(text) == "dev" else "train"
 
 
 def label_names_of(labels: Sequence[str]) -> tuple[str, ...]:
@@ -330,7 +330,8 @@ def load_text_file(
                 f"Data file {str(path)!r} line {number} has no label in {label_column!r}."
             )
         if split_column is None:
-            split = hash_split(first if text_pair_column is None else "\t".join(example))
+            key = first if text_pair_column is None else "\t".join(example)
+            split = "dev" if split_of(key) == "dev" else "train"  # Test rows join train.
         texts[split].append(example)
         labels[split].append(label)
 

@@ -45,6 +45,7 @@ def rotten_tomatoes_splits(
 ) -> dict[str, tuple[list[str], np.ndarray]]:
     """{split: (texts, labels)}: the corpus' fixed SHA-1 split (fresh=0, rotten=1)."""
     from headsize_tf.data import corpora
+    from headsize_tf.data.splits import split_of
 
     root = pathlib.Path(data_dir) if data_dir else corpora.default_data_dir()
     rows = corpora.fetch_rotten_tomatoes(root / ".downloads" / "rotten_tomatoes")
@@ -54,7 +55,7 @@ def rotten_tomatoes_splits(
         "test": ([], []),
     }
     for label, text in rows:
-        texts, labels = out[corpora._split_of(text)]
+        texts, labels = out[split_of(text)]
         texts.append(text)
         labels.append(corpora.SENTIMENT_LABELS.index(label))
     return {k: (texts, np.asarray(labels, np.int32)) for k, (texts, labels) in out.items()}
