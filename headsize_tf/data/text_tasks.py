@@ -1,9 +1,13 @@
-"""Labelled text classification tasks from a CSV / TSV / JSONL file or TFDS GLUE.
+"""Labelled text classification tasks from a CSV / TSV / JSONL file, TFDS GLUE or built-in data.
 
 `load_text_file` reads one text column (or two, for sentence pairs) and a
 label column; `load_tfds_task` reads a GLUE task through TensorFlow
-Datasets. Both return a `TextTask`: train and dev texts, int labels and the
-label names, so that predictions can be mapped back to the labels.
+Datasets; `rotten_tomatoes_task` is the built-in sentiment data, and
+`load_task` picks one of the three (`headsize-tf prune`, either framework).
+Each returns a `TextTask` (`data.labelled_text`): train and dev texts, int
+labels and the label names, so that predictions can be mapped back to the
+labels. Nothing here imports TensorFlow or Keras, except `load_tfds_task`
+(TensorFlow Datasets, lazily).
 
 Rules (the same on every machine and Python run):
 
@@ -31,8 +35,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -42,10 +44,16 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.data.labelled_text import Text, TextTask, TextTaskError
+from headsize_tf.data.rotten_tomatoes import (
+    rotten_tomatoes_splits,  # noqa: F401  (re-exported: the built-in data's texts and labels)
+    rotten_tomatoes_task,
+)
+from headsize_tf.data.splits import DEV_BUCKET, split_of
+
 FORMATS = ("csv", "tsv", "jsonl")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 SPLIT_NAMES = {"train": "train", "dev": "dev", "validation": "dev", "test": "test"}
-DEV_BUCKET = 1  # sha1(text) % 10 == 1 -> dev (corpora._split_of's dev rule).
 
 # GLUE classification tasks in TFDS: (text columns, dev split).
 GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -59,76 +67,11 @@ GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
     "glue/wnli": (("sentence1", "sentence2"), "validation"),
 }
 
-Text = str | tuple[str, str]
-
-
-class TextTaskError(ValueError):
-    """A task file or TFDS task that cannot be read as labelled text (one-line message)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TextTask:
-    """A labelled text classification task: train and dev examples.
-
-    Attributes:
-      source: Where the rows came from (a file path or `tfds:glue/NAME`).
-      text_columns: One column, or two for sentence pairs.
-      label_names: Label of each id (`label_names[i]` is class `i`).
-      train_texts: Texts (str), or (text, pair text) tuples for pairs.
-      train_labels: int32 class ids, one per train text.
-      dev_texts: As `train_texts`, for the dev split.
-      dev_labels: As `train_labels`, for the dev split.
-      split_rule: How rows were split (for reports).
-      test_rows: Rows of the test split, left out.
-    """
-
-    source: str
-    text_columns: tuple[str, ...]
-    label_names: tuple[str, ...]
-    train_texts: list[Text]
-    train_labels: np.ndarray
-    dev_texts: list[Text]
-    dev_labels: np.ndarray
-    split_rule: str = ""
-    test_rows: int = 0
-
-    @property
-    def is_pair(self) -> bool:
-        return len(self.text_columns) == 2
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.label_names)
-
-    @property
-    def label_map(self) -> dict[str, int]:
-        """{label: class id}."""
-        return {name: i for i, name in enumerate(self.label_names)}
-
-    def splits(self) -> dict[str, tuple[list[Text], np.ndarray]]:
-        """{"train": (texts, labels), "dev": (texts, labels)}."""
-        return {
-            "train": (self.train_texts, self.train_labels),
-            "dev": (self.dev_texts, self.dev_labels),
-        }
-
-    def describe(self) -> dict[str, Any]:
-        """A JSON-ready summary (source, columns, label map, split sizes)."""
-        return {
-            "source": self.source,
-            "text_columns": list(self.text_columns),
-            "label_map": self.label_map,
-            "split_rule": self.split_rule,
-            "train_examples": len(self.train_texts),
-            "dev_examples": len(self.dev_texts),
-            "test_rows_left_out": self.test_rows,
-        }
-
 
 def hash_split(text: str) -> str:
-    """ "dev" for about 10% of texts (SHA-1 of the UTF-8 text), else "train"."""
-    bucket = int(hashlib.sha1(text.encode("utf-8")).hexdigest(), 16) % 10
-    return "dev" if bucket == DEV_BUCKET else "train"
+    """ "dev" for about 10% of texts, else "train" (`split_of`'s dev rule)."""
+    # Deprecated: use `splits.split_of` (test rows join train here); removed next release.
+    return "dev" if split_of(text) == "dev" else "train"
 
 
 def label_names_of(labels: Sequence[str]) -> tuple[str, ...]:
@@ -330,7 +273,8 @@ def load_text_file(
                 f"Data file {str(path)!r} line {number} has no label in {label_column!r}."
             )
         if split_column is None:
-            split = hash_split(first if text_pair_column is None else "\t".join(example))
+            key = first if text_pair_column is None else "\t".join(example)
+            split = "dev" if split_of(key) == "dev" else "train"  # Test rows join train.
         texts[split].append(example)
         labels[split].append(label)
 
@@ -424,3 +368,72 @@ def load_tfds_task(name: str, data_dir: str | os.PathLike | None = None) -> Text
         dev_labels=out["dev"][1],
         split_rule=f"tfds train / {dev_split}",
     )
+
+
+# Built-in tasks: {task: its built-in data}.
+TASKS = {"sentiment": ("rotten_tomatoes",)}
+
+
+def load_task(
+    *,
+    task: str | None = None,
+    data: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    data_file: str | os.PathLike | None = None,
+    data_format: str | None = None,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    tfds: str | None = None,
+) -> TextTask:
+    """The labelled task `prune` works on: built-in, a data file, or TFDS GLUE.
+
+    Args:
+      task: Built-in task ("sentiment", the default when no other source).
+      data: Built-in data of `task` ("rotten_tomatoes").
+      data_dir: Where the built-in data or TFDS data are cached.
+      data_file: A CSV / TSV / JSONL file (see `load_text_file`).
+      data_format: "csv", "tsv" or "jsonl" (default: from the extension).
+      text_column: Text column of `data_file` (default "text").
+      text_pair_column: Second text column of `data_file` (sentence pairs).
+      label_column: Label column of `data_file` (default "label").
+      split_column: Split column of `data_file` (default: a hash split).
+      tfds: A TFDS GLUE task, e.g. "glue/sst2" or "glue/mnli".
+
+    Raises:
+      TextTaskError: Conflicting sources, options for another source, or bad data.
+    """
+    file_options = {
+        "--data-format": data_format,
+        "--text-column": text_column,
+        "--text-pair-column": text_pair_column,
+        "--label-column": label_column,
+        "--split-column": split_column,
+    }
+    sources = [flag for flag, v in (("--data-file", data_file), ("--tfds", tfds)) if v is not None]
+    builtin = [flag for flag, v in (("--task", task), ("--data", data)) if v is not None]
+    if len(sources) > 1 or (sources and builtin):
+        raise TextTaskError(f"Pass one data source; got {' and '.join(builtin + sources)}.")
+    if data_file is None:
+        extra = [flag for flag, value in file_options.items() if value is not None]
+        if extra:
+            raise TextTaskError(f"{', '.join(extra)} only apply to --data-file.")
+    if data_file is not None:
+        return load_text_file(
+            data_file,
+            text_column or "text",
+            label_column or "label",
+            text_pair_column=text_pair_column,
+            split_column=split_column,
+            data_format=data_format,
+        )
+    if tfds is not None:
+        return load_tfds_task(tfds, data_dir)
+    task, data = task or "sentiment", data or "rotten_tomatoes"
+    if task not in TASKS or data not in TASKS[task]:
+        raise ValueError(
+            f"Unknown task/data {task!r}/{data!r}; expected one of "
+            f"{[f'{t}/{d}' for t, ds in TASKS.items() for d in ds]}."
+        )
+    return rotten_tomatoes_task(data_dir)

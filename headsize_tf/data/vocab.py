@@ -1,23 +1,59 @@
-"""WordPiece vocabularies for the TFDS experiments (`headsize-tf data vocab`).
+"""WordPiece vocabularies: learning one, and tokenising with it.
 
-The full-scale configs (lm1b, glue, wmt14) read `${DATA_DIR}/NAME/vocab.txt`.
-This module learns one with tensorflow-text's `bert_vocab_from_dataset` from
-the text features of a TFDS dataset (networked machines; translation pairs
-give one shared vocabulary of both languages) or from local text files, and
-writes it atomically with the reserved tokens first ([PAD] at id 0).
+`build_wordpiece_vocab` learns a lower-cased vocabulary with tensorflow-text's
+`bert_vocab_from_dataset`, the reserved tokens first ([PAD] at id 0), and
+`tokenize_lines` tokenises with one (the prepared corpora use both).
+
+The full-scale configs (lm1b, glue, wmt14) read `${DATA_DIR}/NAME/vocab.txt`
+(`headsize-tf data vocab`): `build_vocab` learns one from the text features
+of a TFDS dataset (networked machines; translation pairs give one shared
+vocabulary of both languages) or from local text files, and writes it
+atomically.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from headsize_tf.core.io import write_atomic
-from headsize_tf.data.corpora import RESERVED_TOKENS, build_wordpiece_vocab
+
+RESERVED_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 class VocabError(ValueError):
     """Bad vocabulary-building input."""
+
+
+def build_wordpiece_vocab(lines: Iterable[str], vocab_size: int) -> list[str]:
+    """Learns a lower-cased WordPiece vocabulary with tensorflow-text's tool."""
+    import tensorflow as tf
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+
+    dataset = tf.data.Dataset.from_tensor_slices([line for line in lines if line.strip()])
+    return bert_vocab.bert_vocab_from_dataset(
+        dataset.batch(1000).prefetch(2),
+        vocab_size=vocab_size,
+        reserved_tokens=RESERVED_TOKENS,
+        bert_tokenizer_params={"lower_case": True},
+        learn_params={},
+    )
+
+
+def tokenize_lines(lines: Sequence[str], vocab_path: str, batch: int = 4096) -> list[np.ndarray]:
+    """Token ids of each line with `tensorflow_text.BertTokenizer` (lower-cased)."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    tokenizer = tf_text.BertTokenizer(vocab_path, lower_case=True, token_out_type=tf.int32)
+    out: list[np.ndarray] = []
+    for start in range(0, len(lines), batch):
+        ragged = tokenizer.tokenize(tf.constant(list(lines[start : start + batch])))
+        ragged = ragged.merge_dims(-2, -1)
+        out.extend(np.asarray(row, np.int32) for row in ragged.to_list())
+    return out
 
 
 def tfds_lines(

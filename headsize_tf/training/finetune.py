@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import pathlib
 import time
 from collections.abc import Sequence
 
@@ -22,6 +20,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+# Deprecated re-export (moved to headsize_tf.data.text_tasks); removed next release.
+from headsize_tf.data.text_tasks import rotten_tomatoes_splits  # noqa: F401
 from headsize_tf.modeling.sentence_classifier import SentenceClassifier
 from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 
@@ -38,26 +38,6 @@ class FinetuneConfig:
     dropout: float = 0.1
     max_seq_length: int = 64
     seed: int = 0
-
-
-def rotten_tomatoes_splits(
-    data_dir: str | os.PathLike | None = None,
-) -> dict[str, tuple[list[str], np.ndarray]]:
-    """{split: (texts, labels)}: the corpus' fixed SHA-1 split (fresh=0, rotten=1)."""
-    from headsize_tf.data import corpora
-
-    root = pathlib.Path(data_dir) if data_dir else corpora.default_data_dir()
-    rows = corpora.fetch_rotten_tomatoes(root / ".downloads" / "rotten_tomatoes")
-    out: dict[str, tuple[list[str], list[int]]] = {
-        "train": ([], []),
-        "dev": ([], []),
-        "test": ([], []),
-    }
-    for label, text in rows:
-        texts, labels = out[corpora._split_of(text)]
-        texts.append(text)
-        labels.append(corpora.SENTIMENT_LABELS.index(label))
-    return {k: (texts, np.asarray(labels, np.int32)) for k, (texts, labels) in out.items()}
 
 
 def truncate_pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:

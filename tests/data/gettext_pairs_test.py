@@ -6,6 +6,7 @@ import pytest
 
 from headsize_tf.data import corpora
 from headsize_tf.data.gettext_pairs import clean_pairs, fetch_gettext_pairs, read_mo
+from headsize_tf.data.splits import split_of
 
 
 def write_mo(entries: list[tuple[bytes, bytes]]) -> bytes:
@@ -69,7 +70,7 @@ def test_prepare_writes_tab_separated_splits_and_a_vocabulary(tmp_path):
         assert len(lines) == stats["splits"][split]["pairs"]
         rows.update(dict(line.split("\t") for line in lines))
         for line in lines:
-            assert corpora._split_of(line.split("\t")[0]) == split
+            assert split_of(line.split("\t")[0]) == split
     assert rows == dict(pairs)
     # One vocabulary for both sides (lower-cased, accents folded as BERT's tokenizer does).
     vocab = set((out / "vocab.txt").read_text(encoding="utf-8").split())

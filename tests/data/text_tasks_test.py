@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from headsize_tf.data import text_tasks as tt
+from headsize_tf.data.splits import split_of
 from headsize_tf.data.text_tasks import TextTaskError, load_text_file
 
 # sha1("review number {i}") % 10 == 1 for these i < 40: pinned, so the split
@@ -105,7 +106,7 @@ def test_sentence_pairs(tmp_path):
     everything = task.train_texts + task.dev_texts
     assert sorted(everything) == sorted((f"p{i}", f"h{i}") for i in range(60))
     assert task.dev_texts == [
-        (f"p{i}", f"h{i}") for i in range(60) if tt.hash_split(f"p{i}\th{i}") == "dev"
+        (f"p{i}", f"h{i}") for i in range(60) if split_of(f"p{i}\th{i}") == "dev"
     ]
     assert task.dev_texts
 
@@ -130,15 +131,17 @@ def test_empty_texts_are_kept(tmp_path):
     assert len(task.train_texts) + len(task.dev_texts) == 40
 
 
-def test_hash_split_is_stable_and_about_ten_percent():
-    assert [i for i in range(40) if tt.hash_split(f"review number {i}") == "dev"] == DEV_OF_40
-    dev = sum(tt.hash_split(f"sentence {i}") == "dev" for i in range(5000))
-    assert 0.09 < dev / 5000 < 0.11, dev
-    # The built-in Rotten Tomatoes split sends the same texts to dev.
+def test_split_of_is_stable_and_about_ten_percent():
+    assert [i for i in range(40) if split_of(f"review number {i}") == "dev"] == DEV_OF_40
+    splits = [split_of(f"sentence {i}") for i in range(5000)]
+    for split in ("dev", "test"):
+        assert 0.09 < splits.count(split) / 5000 < 0.11, (split, splits.count(split))
+    # The deprecated names (one release) send the same texts to dev.
     from headsize_tf.data.corpora import _split_of
 
     for i in range(200):
         assert (tt.hash_split(f"s{i}") == "dev") == (_split_of(f"s{i}") == "dev")
+        assert _split_of(f"s{i}") == split_of(f"s{i}")
 
 
 # -------------------------------------------------------------- bad files

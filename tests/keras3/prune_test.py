@@ -54,7 +54,7 @@ def test_prune_keras3_writes_a_smaller_equivalent_classifier(tmp_path, capsys):
     model = load_classifier(out)
     encoder = load_sentence_encoder(checkpoint=out)
     assert list(encoder.backbone.attention_spec.num_heads) == report["heads_per_layer"]
-    from headsize_tf.pruning.prune import load_task
+    from headsize_tf.data.text_tasks import load_task
 
     task = load_task(data_file=str(tmp_path / "F.csv"))
     x_dev = encoder.tokenize(task.dev_texts, max_seq_length=64)
