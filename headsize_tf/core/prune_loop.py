@@ -56,6 +56,10 @@ class PruneSchedule:
     random_seed: int | None = None
     progress: bool = True
 
+    def with_progress(self, progress: bool) -> PruneSchedule:
+        """The same schedule with or without its progress bar."""
+        return dataclasses.replace(self, progress=progress)
+
     def settings(self) -> dict[str, Any]:
         """The report's record of the schedule."""
         return {
