@@ -97,7 +97,7 @@ def _run_model_dir(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
     )
     if experiment_of(args.model_dir) == "headsize_bert/sentence_prediction":
-        from headsize_tf.pruning.classifier_dir import compress_classifier_dir
+        from headsize_tf.reparam.classifier_dir import compress_classifier_dir
 
         report = compress_classifier_dir(args.model_dir, args.shared_key_dim, args.output, **cp)
         change = (

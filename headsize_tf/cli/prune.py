@@ -91,14 +91,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _run_keras3(args: argparse.Namespace) -> dict:
-    import pathlib
-
+    from headsize_tf.core.io import check_output_free
     from headsize_tf.data.text_tasks import load_task
     from headsize_tf.keras3.pretrained import load_sentence_encoder
     from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
 
-    if pathlib.Path(args.output).exists() and not args.overwrite:
-        raise FileExistsError(f"Output directory {args.output} exists; pass --overwrite.")
+    check_output_free(args.output, args.overwrite)
     task = load_task(
         task=args.task,
         data=args.data,
@@ -130,16 +128,39 @@ def _run_keras3(args: argparse.Namespace) -> dict:
     return report
 
 
+# The one registry of what `prune` takes: a `headsize-tf train` model_dir (by its
+# experiment) or a pretrained name / checkpoint (by framework). Later: `.keras` files and
+# keras-hub presets.
+MODEL_DIR_DRIVERS = {
+    "headsize_bert/sentence_prediction": "headsize_tf.pruning.classifier_dir:prune_classifier_dir",
+    "headsize_bert/pretraining": "headsize_tf.pruning.classifier_dir:prune_classifier_dir",
+    "headsize_lm/language_modeling": "headsize_tf.pruning.language_model:prune_language_model",
+    "headsize_seq2seq/translation": "headsize_tf.pruning.translation:prune_translation_model",
+}
+
+
+def _driver(name: str):
+    import importlib
+
+    module, function = name.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "model_dir", None):
+        report = _run_model_dir(args)
+    elif args.framework == "keras3":
+        report = _run_keras3(args)
+    else:
+        report = _run_tf_keras(args)
+    _print_report(args, report)
+    return 0
+
+
+def _run_tf_keras(args: argparse.Namespace) -> dict:
     from headsize_tf.pruning import prune
 
-    if getattr(args, "model_dir", None):
-        return _run_model_dir(args)
-    if args.framework == "keras3":
-        report = _run_keras3(args)
-        _print_report(args, report)
-        return 0
-    report = prune.prune_task(
+    return prune.prune_task(
         args.output,
         model=args.model,
         checkpoint=args.checkpoint,
@@ -161,15 +182,12 @@ def run(args: argparse.Namespace) -> int:
         importance_examples=args.importance_examples,
         overwrite=args.overwrite,
     )
-    _print_report(args, report)
-    return 0
 
 
-def _run_model_dir(args: argparse.Namespace) -> int:
+def _run_model_dir(args: argparse.Namespace) -> dict:
     import json
     import pathlib
 
-    from headsize_tf.pruning.language_model import prune_language_model
     from headsize_tf.training.train import EXPERIMENT_FILE
 
     marker = pathlib.Path(args.model_dir) / EXPERIMENT_FILE
@@ -179,16 +197,10 @@ def _run_model_dir(args: argparse.Namespace) -> int:
             f"(no {EXPERIMENT_FILE})."
         )
     experiment = json.loads(marker.read_text())["experiment"]
-    known = (
-        "headsize_bert/sentence_prediction",
-        "headsize_bert/pretraining",
-        "headsize_lm/language_modeling",
-        "headsize_seq2seq/translation",
-    )
-    if experiment not in known:
+    if experiment not in MODEL_DIR_DRIVERS:
         raise ValueError(
             f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
-            f"takes {', '.join(known)} runs."
+            f"takes {', '.join(MODEL_DIR_DRIVERS)} runs."
         )
     if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
         raise ValueError(
@@ -206,82 +218,62 @@ def _run_model_dir(args: argparse.Namespace) -> int:
         raise ValueError(
             "--attention-kinds is for translation model_dirs; this model has self-attention only."
         )
-    if experiment.startswith("headsize_bert/"):
-        from headsize_tf.pruning.classifier_dir import prune_classifier_dir
-
-        report = prune_classifier_dir(args.model_dir, args.output, **schedule)
-        name = report["metric"]
-        if name == "accuracy":
-            title, scale, unit = "dev accuracy", 100, "%"
-        else:
-            title, scale, unit = "valid MLM perplexity", 1, ""
-        print(f"{'pruned':>8}{title:>{len(title) + 2}}  heads per layer")
-        for point in report["curve"]:
-            print(
-                f"{100 * point['fraction']:>7.0f}%{scale * point['metric']:>{len(title) + 1}.2f}"
-                f"{unit or ' '}  {point['heads_per_layer']}"
-            )
-        print(
-            f"params: {report['params_before']} -> {report['params_after']}; {name} after "
-            f"removal {scale * report[f'pruned_{name}']:.2f}{unit} (masked "
-            f"{scale * report[f'masked_{name}']:.2f}{unit})"
-        )
-        print(f"output (a model_dir): {args.output}")
-        return 0
-    if experiment == "headsize_seq2seq/translation":
-        from headsize_tf.pruning.translation import KINDS, prune_translation_model
-
-        report = prune_translation_model(
-            args.model_dir, args.output, kinds=args.attention_kinds or KINDS, **schedule
-        )
-        print(f"{'pruned':>8}{'valid perplexity':>18}{'BLEU':>7}  heads per layer")
-        for point in report["curve"]:
-            print(
-                f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}"
-                f"{point['bleu']:>7.2f}  "
-                + ", ".join(f"{k} {v}" for k, v in point["heads"].items())
-            )
-        bleu = report["bleu"]
-        print(
-            f"BLEU (greedy, {bleu['sentences']} validation sentences): {bleu['original']:.2f} "
-            f"-> {bleu['pruned']:.2f} after removal (masked {bleu['masked']:.2f})"
-        )
-        _print_totals(args, report)
-        return 0
-    report = prune_language_model(args.model_dir, args.output, **schedule)
-    print(f"{'pruned':>8}{'valid perplexity':>18}  heads per layer")
-    for point in report["curve"]:
-        print(
-            f"{100 * point['fraction']:>7.0f}%{point['perplexity']:>18.2f}  "
-            f"{point['heads_per_layer']}"
-        )
-    _print_totals(args, report)
-    return 0
-
-
-def _print_totals(args: argparse.Namespace, report: dict) -> None:
-    ppl, speed = report["perplexity"], report["decoding_tokens_per_second"]
-    print(
-        f"params: {report['params']['original']} -> {report['params']['pruned']}; perplexity "
-        f"after removal {ppl['pruned']:.2f} (masked {ppl['masked']:.2f}); cached decoding "
-        f"{speed['original']:.0f} -> {speed['pruned']:.0f} tokens/s "
-        f"({report['decoding_speedup']:.2f}x)"
-    )
-    print(f"output (a model_dir): {args.output}")
+    if args.attention_kinds:
+        schedule["kinds"] = args.attention_kinds
+    return _driver(MODEL_DIR_DRIVERS[experiment])(args.model_dir, args.output, **schedule)
 
 
 def _print_report(args: argparse.Namespace, report: dict) -> None:
-    info = report["data_info"]
+    """The one printer: data, the curve, parameters, metric and decoding after removal."""
+    from headsize_tf.core.prune_report import read_prune_report
+
+    report = read_prune_report(report)
+    info = report.get("data_info")
+    if info:
+        print(
+            f"data: {info['source']}: {info['train_examples']} train / "
+            f"{info['dev_examples']} dev examples, labels {report['label_map']}"
+        )
+    name = report["metric"]
+    if name == "accuracy":
+        title, scale, unit = "dev accuracy", 100, "%"
+    elif report.get("experiment") == "headsize_bert/pretraining":
+        title, scale, unit = "valid MLM perplexity", 1, ""
+    else:
+        title, scale, unit = "valid perplexity", 1, ""
+    bleu = isinstance(report.get("bleu"), dict)
     print(
-        f"data: {info['source']}: {info['train_examples']} train / {info['dev_examples']} dev "
-        f"examples, labels {report['label_map']}"
+        f"{'pruned':>8}{title:>{len(title) + 2}}{'BLEU':>7}"
+        if bleu
+        else f"{'pruned':>8}{title:>{len(title) + 2}}",
+        end="",
     )
-    print(f"{'pruned':>8}{'dev accuracy':>14}")
+    print("  heads per layer")
     for point in report["curve"]:
-        print(f"{100 * point['fraction']:>7.0f}%{100 * point['metric']:>13.2f}%")
-    print(
-        f"params: {report['params_before']} -> {report['params_after']}; accuracy after "
-        f"removal {100 * report['pruned_accuracy']:.2f}% (masked "
-        f"{100 * report['masked_accuracy']:.2f}%)"
+        heads = point.get("heads")
+        heads = (
+            ", ".join(f"{k} {v}" for k, v in heads.items())
+            if heads
+            else point.get("heads_per_layer", "")
+        )
+        value = f"{100 * point['fraction']:>7.0f}%{scale * point['metric']:>{len(title) + 1}.2f}{unit or ' '}"
+        print(value + (f"{point['bleu']:>6.2f} " if bleu else "") + f" {heads}")
+    if bleu:
+        b = report["bleu"]
+        print(
+            f"BLEU (greedy, {b['sentences']} validation sentences): {b['original']:.2f} "
+            f"-> {b['pruned']:.2f} after removal (masked {b['masked']:.2f})"
+        )
+    metric = report[name]
+    line = (
+        f"params: {report['params']['original']} -> {report['params']['pruned']}; {name} after "
+        f"removal {scale * metric['pruned']:.2f}{unit} (masked {scale * metric['masked']:.2f}{unit})"
     )
-    print(f"output: {args.output}")
+    speed = report.get("decoding_tokens_per_second")
+    if speed:
+        line += (
+            f"; cached decoding {speed['original']:.0f} -> {speed['pruned']:.0f} tokens/s "
+            f"({report['decoding_speedup']:.2f}x)"
+        )
+    print(line)
+    print(f"output{' (a model_dir)' if getattr(args, 'model_dir', None) else ''}: {args.output}")

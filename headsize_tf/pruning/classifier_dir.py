@@ -1,4 +1,4 @@
-"""Pruning and compressing an encoder run trained by `headsize-tf train`.
+"""Pruning an encoder run trained by `headsize-tf train` (compressing one: `reparam`).
 
 A `headsize_bert/sentence_prediction` model_dir holds Model Garden's
 `BertClassifier` (a `HeadsizeBertEncoder` and its trained classification
@@ -7,8 +7,8 @@ encoder and its masked-LM head), each with the config of its data. Here the
 encoder's heads are pruned on that data (importance from the task's loss on
 training batches: classification or masked-LM cross entropy; dev accuracy or
 validation masked-LM perplexity along the schedule; removal), or a
-classifier's attention is converted into collaborative heads (CP; other runs:
-`headsize_tf.reparam.model_dir`), and the result is written as an ordinary
+classifier's attention is converted into collaborative heads
+(`headsize_tf.reparam.classifier_dir`), and the result is written as an ordinary
 model_dir: the encoder's config lists the kept heads per layer (or the
 collaborative spec) and the trained head is kept, so `train --mode eval`,
 `export --model_dir` and a further `prune` read it like any other run.
@@ -26,16 +26,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.io import write_json
-from headsize_tf.pruning.importance import head_importance
+from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
+from headsize_tf.pruning.adapter import KerasModelAdapter
+from headsize_tf.pruning.importance import mask_importance
 from headsize_tf.pruning.language_model import REPORT_FILE, plot_report, save_model_dir
-from headsize_tf.pruning.remove import (
-    copy_weights_outside,
-    head_mask,
-    remove_heads,
-    set_head_mask,
-)
-from headsize_tf.pruning.schedule import check_output, masked_schedule, split_config
+from headsize_tf.pruning.remove import copy_weights_outside, remove_heads
+from headsize_tf.pruning.schedule import check_output, split_config
 
 EXPERIMENT = "headsize_bert/sentence_prediction"
 MASKED_LM = "headsize_bert/pretraining"
@@ -149,14 +145,7 @@ def importance(model, encoder, data, normalize: bool = True, loss=None) -> np.nd
     """`[layers, heads]` importance in the original head numbering (removed heads NaN),
     from `loss` (default: the classification loss)."""
     loss = loss or OBJECTIVES[EXPERIMENT].loss
-    scores = head_importance(
-        model, data, loss, layers=encoder.attention_layers, normalize=normalize
-    )
-    full = np.full(head_mask(encoder).shape, np.nan)
-    for i, block in enumerate(encoder.transformer_layers):
-        kept = list(block.kept_heads)
-        full[i, kept] = scores[i, : len(kept)]
-    return full
+    return mask_importance(model, data, loss, encoder, normalize=normalize)
 
 
 def rebuild_with_encoder(params, model, new_encoder):
@@ -201,6 +190,70 @@ def save_classifier_dir(
     )
 
 
+class ModelDirAdapter(KerasModelAdapter):
+    """A `headsize_bert` run (classifier or masked-LM pretrainer) as a `ModelAdapter`.
+
+    Args:
+      params: The run's config.
+      model: Its Model Garden model (`checkpoint_items["encoder"]` a `HeadsizeBertEncoder`).
+      experiment: `EXPERIMENT` or `MASKED_LM` (the loss and the dev metric).
+      train_data, dev_data: Importance and dev batches of the run's data.
+      source: The model_dir.
+      override: The `task.model` override of a rebuilt model (None: as trained).
+
+    Example:
+
+    >>> params, model, _ = load("runs/cls")
+    >>> adapter = ModelDirAdapter(params, model, EXPERIMENT, train_data, dev_data, "runs/cls")
+    """
+
+    report_file = REPORT_FILE
+
+    def __init__(self, params, model, experiment, train_data, dev_data, source, override=None):
+        self.objective = OBJECTIVES[experiment]
+        super().__init__(
+            model, model.checkpoint_items["encoder"], self.objective.loss, train_data, source
+        )
+        self.metric_name = self.objective.metric_name
+        self.params, self.experiment, self.dev_data = params, experiment, dev_data
+        self.override = override
+
+    def evaluate(self) -> dict[str, float]:
+        return {self.metric_name: self.objective.metric(self.model, self.dev_data)}
+
+    def remove_heads(self, mask: np.ndarray) -> ModelDirAdapter:
+        params, rebuilt, override = rebuild_with_encoder(
+            self.params, self.model, remove_heads(self.attention, mask)
+        )
+        return self._like(params, rebuilt, override)
+
+    def _like(self, params, model, override=None) -> ModelDirAdapter:
+        return ModelDirAdapter(
+            params,
+            model,
+            self.experiment,
+            self.importance_data,
+            self.dev_data,
+            self.source,
+            override,
+        )
+
+    def save(self, output, report, overwrite: bool = False) -> pathlib.Path:
+        return save_model_dir(
+            self.params,
+            self.model,
+            output,
+            self.experiment,
+            self.override,
+            {REPORT_FILE: json.dumps(report, indent=2)},
+            overwrite=overwrite,
+        )
+
+    def reload(self, path) -> ModelDirAdapter:
+        params, model, _ = load(path, (self.experiment,))
+        return self._like(params, model)
+
+
 def prune_classifier_dir(
     model_dir: str | os.PathLike,
     output: str | os.PathLike,
@@ -219,108 +272,47 @@ def prune_classifier_dir(
     A sentence_prediction run is pruned on its classification loss with dev
     accuracy along the schedule (report keys `*_accuracy`); a masked-LM
     pretraining run on its masked-LM loss with validation masked-LM
-    perplexity (`*_perplexity`). The task's head is kept.
+    perplexity (`*_perplexity`). The task's head is kept. The report is
+    `core.prune_loop`'s, with `experiment` and the encoder's `pruned_heads`.
     """
     from headsize_tf.training import train
 
     check_output(output, overwrite)
-    params, model, encoder = load(model_dir, tuple(OBJECTIVES))
+    params, model, _ = load(model_dir, tuple(OBJECTIVES))
     experiment = train.experiment_of(model_dir)
     objective = OBJECTIVES[experiment]
-    name = objective.metric_name
-    train_data = objective.batches(params, "train", importance_batches)
-    dev_data = objective.batches(params, "validation", eval_batches)
-    original = head_mask(encoder)
-
-    def scores_now():
-        return importance(model, encoder, train_data, loss=objective.loss)
-
-    scores = scores_now()
-    steps = masked_schedule(
-        original,
-        lambda mask: set_head_mask(encoder, mask),
-        scores_now,
-        lambda: objective.metric(model, dev_data),
-        target_fraction=target_fraction,
-        step=step,
-        recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer,
-        progress=progress,
-        initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
+    adapter = ModelDirAdapter(
+        params,
+        model,
+        experiment,
+        objective.batches(params, "train", importance_batches),
+        objective.batches(params, "validation", eval_batches),
+        str(model_dir),
     )
-    final = np.asarray(steps[-1].mask, np.float32)
-    pruned = remove_heads(encoder, final)
-    set_head_mask(encoder, final)
-    masked = objective.metric(model, dev_data)
-    set_head_mask(encoder, original)
-    report = {
-        "source": str(model_dir),
-        "experiment": experiment,
-        "metric": name,
-        "target_fraction": target_fraction,
-        "step": step,
-        "recompute": recompute,
-        "importance": [[None if np.isnan(v) else float(v) for v in row] for row in scores],
-        "curve": [
-            {
-                "fraction": s.fraction,
-                "metric": s.metric,
-                "heads_per_layer": np.count_nonzero(s.mask, axis=1).tolist(),
-            }
-            for s in steps
-        ],
-        "pruned_heads": pruned.get_config()["pruned_heads"],
-        "params_before": int(encoder.count_params()),
-        "params_after": int(pruned.count_params()),
-        f"unpruned_{name}": steps[0].metric,
-        f"masked_{name}": masked,
-    }
-    path = save_classifier_dir(params, model, pruned, output, report, overwrite, experiment)
-    _, reloaded, _ = load(path, (experiment,))
-    report[f"pruned_{name}"] = objective.metric(reloaded, dev_data)
-    write_json(path / REPORT_FILE, report)
-    if name == "accuracy":
-        plot_report(report, path, metric="metric", label="dev accuracy (%)", scale=100)
+
+    def extras(report: dict[str, Any], pruned: ModelDirAdapter) -> None:
+        report["experiment"] = experiment
+        report["pruned_heads"] = pruned.attention.get_config()["pruned_heads"]
+
+    schedule = PruneSchedule(target_fraction, step, recompute, min_heads_per_layer)
+    report = prune_loop(
+        adapter, schedule.with_progress(progress), output, overwrite=overwrite, extras=extras
+    )
+    if adapter.metric_name == "accuracy":
+        plot_report(report, output, metric="metric", label="dev accuracy (%)", scale=100)
     else:
-        plot_report(report, path, metric="metric", label="validation masked-LM perplexity")
+        plot_report(report, output, metric="metric", label="validation masked-LM perplexity")
     return report
 
 
-def compress_classifier_dir(
-    model_dir: str | os.PathLike,
-    shared_key_dim: int,
-    output: str | os.PathLike,
-    *,
-    eval_batches: int = 32,
-    overwrite: bool = False,
-    progress: bool = True,
-    **cp_kwargs: Any,
-) -> dict[str, Any]:
-    """The model_dir's encoder as collaborative heads (CP), its trained head kept."""
-    from headsize_tf.reparam import compress_encoder
+def __getattr__(name: str):
+    # Deprecated (one release): `compress_classifier_dir` moved to `headsize_tf.reparam.classifier_dir`
+    # (imported by name so that `pruning` does not import `reparam`: no import cycle).
+    if name == "compress_classifier_dir":
+        import importlib
 
-    check_output(output, overwrite)
-    params, model, encoder = load(model_dir)
-    if encoder.get_config().get("pruned_heads"):
-        raise ValueError(f"{model_dir} has pruned heads; compress the model before pruning it.")
-    compressed, reports = compress_encoder(encoder, shared_key_dim, progress=progress, **cp_kwargs)
-    dev_data = classifier_batches(params, "validation", eval_batches)
-    report = {
-        "source": str(model_dir),
-        "shared_key_dim": int(shared_key_dim),
-        "layers": [
-            {"name": r.name, "relative_error": float(r.relative_error), "seconds": float(r.seconds)}
-            for r in reports
-        ],
-        "params_before": int(encoder.count_params()),
-        "params_after": int(compressed.count_params()),
-        "accuracy_before": accuracy(model, dev_data),
-    }
-    path = save_classifier_dir(params, model, compressed, output, report, overwrite)
-    _, reloaded, _ = load(path)
-    report["accuracy_after"] = accuracy(reloaded, dev_data)
-    write_json(path / REPORT_FILE, report)
-    return report
+        return importlib.import_module("headsize_tf.reparam.classifier_dir").compress_classifier_dir
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["compress_classifier_dir", "prune_classifier_dir"]
+__all__ = ["ModelDirAdapter", "prune_classifier_dir"]

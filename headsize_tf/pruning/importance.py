@@ -98,3 +98,24 @@ def head_importance(
     if batches == 0:
         tokens = 0
     return normalize_importance(totals, tokens, normalize=normalize)
+
+
+def mask_importance(
+    model: Callable,
+    dataset: Iterable[tuple[Any, Any]],
+    loss_fn: Callable[[Any, Any], tf.Tensor],
+    attention: Any = None,
+    normalize: bool = True,
+) -> np.ndarray:
+    """`head_importance` of `attention`'s layers (default: `model`'s) laid out as
+    `pruning.remove.head_mask(attention)`: NaN where a column has no head."""
+    from headsize_tf.pruning.remove import head_columns
+
+    attention = model if attention is None else attention
+    columns, width = head_columns(attention)
+    layers = attention_layers_of(attention)
+    scores = head_importance(model, dataset, loss_fn, layers=layers, normalize=normalize)
+    full = np.full([len(columns), width], np.nan)
+    for i, cols in enumerate(columns):
+        full[i, cols] = scores[i, : len(cols)]
+    return full

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,11 +29,19 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.io import atomic_directory, save_figure
+from headsize_tf.core.io import atomic_directory
+from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
-from headsize_tf.pruning.importance import head_importance
-from headsize_tf.pruning.remove import copy_kept_heads, copy_weights_outside
-from headsize_tf.pruning.schedule import check_min_heads, check_output, masked_schedule
+from headsize_tf.pruning.adapter import KerasModelAdapter
+from headsize_tf.pruning.importance import mask_importance
+from headsize_tf.pruning.remove import (
+    copy_kept_heads,
+    copy_weights_outside,
+    head_mask,
+    set_head_mask,
+)
+from headsize_tf.pruning.report import decoding_speed, plot_report  # noqa: F401  (re-exported)
+from headsize_tf.pruning.schedule import check_min_heads, check_output
 
 REPORT_FILE = "pruning_report.json"
 
@@ -101,30 +108,16 @@ def head_counts(lm: HeadsizeCausalLM) -> list[int]:
     return [layer.num_heads for layer in lm.attention_layers]
 
 
-def lm_head_mask(lm: HeadsizeCausalLM) -> np.ndarray:
-    """`[layers, max heads]` gates; the missing heads of smaller layers are 0."""
-    counts = head_counts(lm)
-    mask = np.zeros([len(counts), max(counts)], np.float32)
-    for i, layer in enumerate(lm.attention_layers):
-        mask[i, : layer.num_heads] = layer.head_gates.numpy()
-    return mask
-
-
-def set_lm_head_mask(lm: HeadsizeCausalLM, mask: np.ndarray) -> None:
-    mask = np.asarray(mask, np.float32)
-    for i, layer in enumerate(lm.attention_layers):
-        layer.set_head_mask(mask[i, : layer.num_heads])
+# Deprecated aliases (one release): the one mask helper is `pruning.remove.head_mask`.
+lm_head_mask = head_mask
+set_lm_head_mask = set_head_mask
 
 
 def lm_importance(
     lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray]], normalize: bool = True
 ) -> np.ndarray:
     """`[layers, max heads]` importance (NaN where a layer has fewer heads)."""
-    scores = head_importance(lm, data, _LOSS, layers=lm.attention_layers, normalize=normalize)
-    out = np.full(lm_head_mask(lm).shape, np.nan)
-    for i, n in enumerate(head_counts(lm)):
-        out[i, :n] = scores[i, :n]
-    return out
+    return mask_importance(lm, data, _LOSS, normalize=normalize)
 
 
 def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
@@ -159,47 +152,6 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
     for i, (old_layer, new_layer) in enumerate(zip(layers, new.attention_layers, strict=True)):
         copy_kept_heads(old_layer, new_layer, keep[i])
     return new
-
-
-def decoding_speed(
-    model,
-    prompts: np.ndarray,
-    new_tokens: int = 32,
-    repeats: int = 3,
-    source_ids: np.ndarray | None = None,
-) -> float:
-    """Generated tokens/s of cached greedy decoding (best of `repeats` after a warm-up);
-    at most as many tokens as the model has positions left after the prompt.
-
-    `model` is a `HeadsizeCausalLM`, or a `HeadsizeSeq2Seq` with `source_ids`
-    (the cache then starts with the encoded source).
-    """
-    limit = model.get_config().get("max_sequence_length")
-    if limit:  # Positions past the model's last one do not exist.
-        new_tokens = min(new_tokens, int(limit) - prompts.shape[1])
-    if new_tokens < 1:
-        raise ValueError(f"A prompt of {prompts.shape[1]} tokens leaves no position to decode.")
-    step = tf.function(model.decode_step, reduce_retracing=True)
-
-    def run():
-        ids = tf.convert_to_tensor(prompts, tf.int32)
-        if source_ids is None:
-            cache = model.init_cache(tf.shape(ids)[0])
-        else:
-            cache = model.init_cache(tf.convert_to_tensor(source_ids, tf.int32))
-        logits, cache = step(ids, cache, tf.constant(0))
-        for t in range(new_tokens):
-            next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)[:, tf.newaxis]
-            logits, cache = step(next_id, cache, tf.constant(prompts.shape[1] + t))
-        return logits
-
-    run().numpy()
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run().numpy()
-        best = min(best, time.perf_counter() - start)
-    return float(prompts.shape[0] * new_tokens / best)
 
 
 def copy_other_weights(source: tf_keras.Model, target: tf_keras.Model) -> None:
@@ -238,6 +190,56 @@ def save_model_dir(
     return output
 
 
+class LanguageModelAdapter(KerasModelAdapter):
+    """A `headsize_lm/language_modeling` run as a `ModelAdapter`: next-token loss on
+    training windows, validation perplexity.
+
+    Args:
+      params: The run's config.
+      lm: Its `HeadsizeCausalLM`.
+      data: `LMData` (importance and validation batches).
+      source: The model_dir.
+
+    Example:
+
+    >>> params, lm = train.load_trained_model("runs/lm")
+    >>> adapter = LanguageModelAdapter(params, lm, lm_data(params), "runs/lm")
+    """
+
+    metric_name = "perplexity"
+    report_file = REPORT_FILE
+
+    def __init__(self, params, lm: HeadsizeCausalLM, data: LMData, source: str):
+        super().__init__(lm, None, _LOSS, data.importance, source)
+        self.params, self.data = params, data
+
+    def evaluate(self) -> dict[str, float]:
+        return {"perplexity": perplexity(self.model, self.data.evaluation)}
+
+    def count_params(self) -> int:
+        return int(self.model.count_params())
+
+    def remove_heads(self, mask: np.ndarray) -> LanguageModelAdapter:
+        return LanguageModelAdapter(
+            self.params, remove_lm_heads(self.model, mask), self.data, self.source
+        )
+
+    def save(self, output, report, overwrite: bool = False) -> pathlib.Path:
+        return save_model_dir(
+            self.params,
+            self.model,
+            output,
+            extra_files={REPORT_FILE: json.dumps(report, indent=2)},
+            overwrite=overwrite,
+        )
+
+    def reload(self, path) -> LanguageModelAdapter:
+        from headsize_tf.training import train
+
+        params, lm = train.load_trained_model(str(path))
+        return LanguageModelAdapter(params, lm, self.data, self.source)
+
+
 def prune_language_model(
     model_dir: str | os.PathLike,
     output: str | os.PathLike,
@@ -268,9 +270,9 @@ def prune_language_model(
       overwrite: Replace an existing `output`.
 
     Returns:
-      The report: importance, curve (perplexity at each fraction), heads per
-      layer, parameters and perplexity before / masked / after removal,
-      cached-decoding tokens/s before and after (measured side by side).
+      The report (`core.prune_loop`'s): importance, curve (perplexity at each
+      fraction), heads per layer, parameters and perplexity before / masked /
+      after removal, cached-decoding tokens/s before and after (side by side).
     """
     from headsize_tf.training import train
 
@@ -280,115 +282,31 @@ def prune_language_model(
     if not isinstance(lm, HeadsizeCausalLM) or lm.get_config().get("cross_attention"):
         raise ValueError(f"{model_dir} is not a headsize_lm/language_modeling model_dir.")
     data = lm_data(params, importance_windows, eval_windows)
-    original = lm_head_mask(lm)
+    adapter = LanguageModelAdapter(params, lm, data, str(model_dir))
 
-    importance = lm_importance(lm, data.importance)
-    steps = masked_schedule(
-        original,
-        lambda mask: set_lm_head_mask(lm, mask),
-        lambda: lm_importance(lm, data.importance),
-        lambda: perplexity(lm, data.evaluation),
-        target_fraction=target_fraction,
-        step=step,
-        recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer,
-        progress=progress,
+    def extras(report: dict[str, Any], pruned: LanguageModelAdapter) -> None:
+        prompts = data.evaluation[0][0][:4, :16]
+        speed = {
+            "original": decoding_speed(lm, prompts, decode_tokens),
+            "pruned": decoding_speed(pruned.model, prompts, decode_tokens),
+        }
+        report["heads_per_layer"] = {
+            "original": head_counts(lm),
+            "pruned": head_counts(pruned.model),
+        }
+        report["decoding_tokens_per_second"] = speed
+        report["decoding_speedup"] = speed["pruned"] / speed["original"]
+
+    schedule = PruneSchedule(target_fraction, step, recompute, min_heads_per_layer)
+    report = prune_loop(
+        adapter, schedule.with_progress(progress), output, overwrite=overwrite, extras=extras
     )
-    curve = [dataclasses.asdict(s) for s in steps]
-    final = np.asarray(curve[-1]["mask"], np.float32)
-    pruned = remove_lm_heads(lm, final)
-    set_lm_head_mask(lm, final)
-    masked_ppl = perplexity(lm, data.evaluation)
-    set_lm_head_mask(lm, original)
-    prompts = data.evaluation[0][0][:4, :16]
-    speed = {
-        "original": decoding_speed(lm, prompts, decode_tokens),
-        "pruned": decoding_speed(pruned, prompts, decode_tokens),
-    }
-    report = {
-        "source": str(model_dir),
-        "target_fraction": target_fraction,
-        "step": step,
-        "recompute": recompute,
-        "importance": [[None if np.isnan(v) else float(v) for v in row] for row in importance],
-        "curve": [
-            {
-                "fraction": c["fraction"],
-                "perplexity": c["metric"],
-                "heads_per_layer": np.count_nonzero(c["mask"], axis=1).tolist(),
-            }
-            for c in curve
-        ],
-        "heads_per_layer": {"original": head_counts(lm), "pruned": head_counts(pruned)},
-        "params": {"original": int(lm.count_params()), "pruned": int(pruned.count_params())},
-        "perplexity": {
-            "original": curve[0]["metric"],
-            "masked": masked_ppl,
-            "pruned": perplexity(pruned, data.evaluation),
-        },
-        "decoding_tokens_per_second": speed,
-        "decoding_speedup": speed["pruned"] / speed["original"],
-    }
-    path = save_model_dir(
-        params,
-        pruned,
-        output,
-        extra_files={REPORT_FILE: json.dumps(report, indent=2)},
-        overwrite=overwrite,
-    )
-    plot_report(report, path)
+    plot_report(report, output)
     return report
 
 
-def plot_report(
-    report: dict[str, Any],
-    directory: str | os.PathLike,
-    *,
-    metric: str = "perplexity",
-    label: str = "validation perplexity",
-    scale: float = 1.0,
-) -> None:
-    """`importance.png` (heatmap, layers x heads; a translation model's kinds stacked) and
-    `curve.png` (`scale * metric` vs heads pruned, and BLEU beside it when the curve has it)
-    in `directory`, the output of a model_dir prune."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from headsize_tf.pruning.prune import plot_importance
-
-    directory = pathlib.Path(directory)
-    importance = report["importance"]
-    if isinstance(importance, dict):  # {kind: rows}: one heatmap, a row per layer and kind.
-        rows = [row for kind in importance for row in importance[kind]]
-        labels = [f"{kind} {i}" for kind in importance for i in range(len(importance[kind]))]
-    else:
-        rows, labels = importance, None
-    width = max(len(r) for r in rows)
-    scores = np.array(
-        [[np.nan if v is None else v for v in r] + [np.nan] * (width - len(r)) for r in rows]
-    )
-    plot_importance(scores, directory / "importance.png", "head importance |dL/dxi_h|", labels)
-    curve = report["curve"]
-    bleu = "bleu" in curve[0]
-    fig, axes = plt.subplots(1, 2 if bleu else 1, figsize=(11 if bleu else 6, 4))
-    axes = list(np.atleast_1d(axes))
-    fractions = [100 * c["fraction"] for c in curve]
-    axes[0].plot(fractions, [scale * c[metric] for c in curve], "o-", ms=3)
-    title = (
-        f"decoding {report['decoding_speedup']:.2f}x faster after removal"
-        if "decoding_speedup" in report
-        else f"params {report['params_before']:,} -> {report['params_after']:,}"
-    )
-    axes[0].set(xlabel="heads pruned (%)", ylabel=label, title=title)
-    if bleu:
-        axes[1].plot(fractions, [c["bleu"] for c in curve], "o-", ms=3)
-        axes[1].set(xlabel="heads pruned (%)", ylabel="validation BLEU (greedy)")
-    save_figure(fig, directory / "curve.png")
-
-
 __all__ = [
+    "LanguageModelAdapter",
     "copy_other_weights",
     "decoding_speed",
     "lm_importance",

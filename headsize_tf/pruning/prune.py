@@ -13,19 +13,23 @@ import dataclasses
 import json
 import os
 import pathlib
-import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import tf_keras
 
-from headsize_tf.core.io import save_figure
-from headsize_tf.core.pruning_plan import iterative_pruning
+from headsize_tf.core.prune_loop import PruneSchedule, curve_points, prune_curve, prune_loop
+from headsize_tf.core.prune_report import scores_from_json
 from headsize_tf.data.text_tasks import TextTask, TextTaskError
 from headsize_tf.pretrained import SentenceEncoder
-from headsize_tf.pruning.importance import head_importance
-from headsize_tf.pruning.remove import head_mask, remove_heads, set_head_mask
+from headsize_tf.pruning.adapter import KerasModelAdapter
+from headsize_tf.pruning.importance import mask_importance
+from headsize_tf.pruning.remove import remove_heads
+from headsize_tf.pruning.report import (  # noqa: F401  (re-exported for one release)
+    max_fraction_within,
+    plot_curves,
+    plot_importance,
+)
 from headsize_tf.pruning.schedule import check_output
 from headsize_tf.training import finetune as ft
 
@@ -89,24 +93,53 @@ def classifier_importance(model: ft.SentenceClassifier, data: TaskData, normaliz
 
     Heads already removed from the encoder (`pruned_heads`) are NaN.
     """
-    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    scores = head_importance(
-        model,
-        importance_batches(data.importance_ids, data.importance_labels),
-        loss,
-        layers=model.encoder.attention_layers,
-        normalize=normalize,
-    )
-    blocks = model.encoder.transformer_layers
-    full = np.full([len(blocks), model.encoder.attention_spec.num_heads], np.nan)
-    for i, block in enumerate(blocks):
-        kept = list(block.kept_heads)
-        full[i, kept] = scores[i, : len(kept)]
-    return full
+    batches = importance_batches(data.importance_ids, data.importance_labels)
+    return mask_importance(model, batches, _LOSS, model.encoder, normalize=normalize)
 
 
-def _json_scores(scores: np.ndarray) -> list[list[float | None]]:
-    return [[None if np.isnan(v) else float(v) for v in row] for row in scores]
+_LOSS = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+class SentenceClassifierAdapter(KerasModelAdapter):
+    """A `SentenceClassifier` on a task's examples as a `ModelAdapter` (dev accuracy).
+
+    Args:
+      model: The classifier (its encoder's heads are pruned).
+      data: `TaskData` of the task.
+      source: The pretrained name or checkpoint.
+      label_map: {label: class id}, saved with the model.
+
+    Example:
+
+    >>> adapter = SentenceClassifierAdapter(classifier, task_data(encoder, splits), "minilm-l6")
+    >>> prune_loop(adapter, PruneSchedule(target_fraction=0.4), "out")
+    """
+
+    def __init__(self, model, data: TaskData, source: str = "", label_map=None):
+        batches = list(importance_batches(data.importance_ids, data.importance_labels))
+        super().__init__(model, model.encoder, _LOSS, batches, source)
+        self.data, self.label_map = data, label_map
+
+    def evaluate(self) -> dict[str, float]:
+        return {"accuracy": ft.accuracy(self.model, self.data.eval_ids, self.data.eval_labels)}
+
+    def remove_heads(self, mask: np.ndarray) -> SentenceClassifierAdapter:
+        pruned = with_encoder(self.model, remove_heads(self.model.encoder, mask))
+        return self._like(pruned)
+
+    def _like(self, model) -> SentenceClassifierAdapter:
+        new = SentenceClassifierAdapter.__new__(SentenceClassifierAdapter)
+        KerasModelAdapter.__init__(
+            new, model, model.encoder, _LOSS, self.importance_data, self.source
+        )
+        new.data, new.label_map = self.data, self.label_map
+        return new
+
+    def save(self, output, report, overwrite: bool = False) -> pathlib.Path:
+        return save_pruned(self.model, output, report, overwrite, self.label_map)
+
+    def reload(self, path) -> SentenceClassifierAdapter:
+        return self._like(load_classifier(path))
 
 
 def pruning_curve(
@@ -124,42 +157,21 @@ def pruning_curve(
     """Dev accuracy vs fraction of heads pruned (masking; the model is restored after).
 
     `mode` "importance" uses `head_importance` (recomputed after each step
-    if `recompute`); "random" prunes uniformly random heads (seeded).
+    if `recompute`); "random" prunes uniformly random heads (seeded). The
+    points are `core.prune_loop.curve_points`.
     """
     if mode not in ("importance", "random"):
         raise ValueError(f"mode must be 'importance' or 'random'; got {mode!r}.")
-    encoder = model.encoder
-    original = head_mask(encoder)
-    rng = np.random.default_rng(seed)
-    random_scores = rng.random(original.shape)
-
-    def importance_fn(mask):
-        if mode == "random":
-            return random_scores
-        set_head_mask(encoder, mask)
-        return classifier_importance(model, data)
-
-    def metric_fn(mask):
-        set_head_mask(encoder, mask)
-        return ft.accuracy(model, data.eval_ids, data.eval_labels)
-
-    try:
-        steps = iterative_pruning(
-            original.shape,
-            importance_fn,
-            metric_fn,
-            target_fraction=target_fraction,
-            step=step,
-            recompute=recompute,
-            min_heads_per_layer=min_heads_per_layer,
-            # An already pruned encoder starts from its removed heads (fractions
-            # count all original heads).
-            initial_mask=np.where(original != 0, 1.0, 0.0).astype(np.float32),
-            progress=progress,
-        )
-    finally:
-        set_head_mask(encoder, original)
-    return [dataclasses.asdict(s) for s in steps]
+    adapter = SentenceClassifierAdapter(model, data)
+    schedule = PruneSchedule(
+        target_fraction,
+        step,
+        recompute,
+        min_heads_per_layer,
+        random_seed=seed if mode == "random" else None,
+        progress=progress,
+    )
+    return curve_points(adapter, prune_curve(adapter, schedule))
 
 
 def save_pruned(
@@ -217,76 +229,6 @@ def with_encoder(model: ft.SentenceClassifier, encoder) -> ft.SentenceClassifier
     return new
 
 
-def plot_importance(
-    importance: np.ndarray,
-    path: str | os.PathLike,
-    title: str = "",
-    row_labels: Sequence[str] | None = None,
-) -> None:
-    """A layers x heads heatmap (NaN: no such head); `row_labels` name the rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    extra = 1.5 if row_labels else 0.0
-    fig, ax = plt.subplots(
-        figsize=(1 + extra + 0.45 * importance.shape[1], 1 + 0.45 * importance.shape[0])
-    )
-    image = ax.imshow(importance, cmap="viridis", aspect="auto")
-    ax.set(
-        xlabel="head",
-        ylabel="layer",
-        title=title or "head importance (layer-normalised)",
-        xticks=range(importance.shape[1]),
-        yticks=range(importance.shape[0]),
-    )
-    if row_labels:
-        ax.set_yticklabels(row_labels, fontsize=7)
-    fig.colorbar(image, ax=ax)
-    save_figure(fig, path)
-
-
-def plot_curves(curves: dict[str, Sequence[dict]], path: str | os.PathLike, baseline=None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, steps in curves.items():
-        ax.plot(
-            [100 * s["fraction"] for s in steps],
-            [100 * s["metric"] for s in steps],
-            "o-",
-            label=label,
-            ms=3,
-        )
-    if baseline is not None:
-        ax.axhspan(
-            100 * baseline - 1,
-            100 * baseline,
-            color="k",
-            alpha=0.08,
-            label="within 1 point of unpruned",
-        )
-    ax.set(xlabel="heads pruned (%)", ylabel="dev accuracy (%)")
-    ax.legend(fontsize=8)
-    save_figure(fig, path)
-
-
-def max_fraction_within(steps: Sequence[dict], points: float = 1.0) -> float:
-    """Largest pruned fraction whose metric is within `points` of the unpruned one
-    (and every smaller fraction too)."""
-    base = steps[0]["metric"]
-    best = 0.0
-    for s in steps:
-        if 100 * (base - s["metric"]) > points + 1e-9:
-            break
-        best = s["fraction"]
-    return best
-
-
 def prune_model(
     model: ft.SentenceClassifier,
     data: TaskData,
@@ -304,50 +246,28 @@ def prune_model(
     """Importance, curve to `target_fraction`, physical removal; writes `output`.
 
     `label_map` ({label: class id}) goes into the report and `label_map.json`;
-    `progress` shows a bar over the pruning steps.
+    `progress` shows a bar over the pruning steps. The report is
+    `core.prune_loop`'s, with `extra`, `pruned_heads` and `label_map`.
     """
     output = pathlib.Path(output)
     check_output(output, overwrite)
-    importance = classifier_importance(model, data)
-    curve = pruning_curve(
-        model,
-        data,
-        target_fraction=target_fraction,
-        step=step,
-        recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer,
-        progress=progress,
+    adapter = SentenceClassifierAdapter(model, data, (extra or {}).get("source", ""), label_map)
+
+    def extras(report: dict[str, Any], pruned: SentenceClassifierAdapter) -> None:
+        report.update(extra or {})
+        report["pruned_heads"] = pruned.model.encoder.get_config()["pruned_heads"]
+        if label_map is not None:
+            report["label_map"] = label_map
+
+    schedule = PruneSchedule(target_fraction, step, recompute, min_heads_per_layer)
+    report = prune_loop(
+        adapter, schedule.with_progress(progress), output, overwrite=overwrite, extras=extras
     )
-    final_mask = np.asarray(curve[-1]["mask"], np.float32)
-    start = time.perf_counter()
-    pruned_encoder = remove_heads(model.encoder, final_mask)
-    pruned = with_encoder(model, pruned_encoder)
-    seconds = time.perf_counter() - start
-    accuracy = ft.accuracy(pruned, data.eval_ids, data.eval_labels)
-    report = {
-        **(extra or {}),
-        "target_fraction": target_fraction,
-        "step": step,
-        "recompute": recompute,
-        "min_heads_per_layer": min_heads_per_layer,
-        "importance": _json_scores(importance),
-        "curve": curve,
-        "pruned_heads": pruned_encoder.get_config()["pruned_heads"],
-        "params_before": int(model.encoder.count_params()),
-        "params_after": int(pruned_encoder.count_params()),
-        "removal_seconds": seconds,
-        "unpruned_accuracy": curve[0]["metric"],
-        "masked_accuracy": curve[-1]["metric"],
-        "pruned_accuracy": accuracy,
-    }
-    if label_map is not None:
-        report["label_map"] = label_map
-    save_pruned(pruned, output, report, overwrite=overwrite, label_map=label_map)
-    plot_importance(importance, output / "importance.png")
+    plot_importance(scores_from_json(report["importance"]), output / "importance.png")
     plot_curves(
-        {"importance" + (" (recomputed)" if recompute else ""): curve},
+        {"importance" + (" (recomputed)" if recompute else ""): report["curve"]},
         output / "curve.png",
-        baseline=curve[0]["metric"],
+        baseline=report["curve"][0]["metric"],
     )
     return report
 

@@ -19,6 +19,7 @@ from headsize_tf.core.pruning_plan import slice_heads
 from headsize_tf.layers import CollaborativeAttention
 from headsize_tf.layers.head_attention import HeadAttentionBase
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
+from headsize_tf.pruning.importance import attention_layers_of
 
 
 def _weights_by_role(layer: HeadAttentionBase) -> dict[str, object]:
@@ -69,34 +70,55 @@ def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: 
         target.set_head_mask([0.0])
 
 
-def head_mask(encoder: HeadsizeBertEncoder) -> np.ndarray:
-    """`[layers, num_attention_heads]` gates in original head numbering (removed = 0)."""
-    encoder.build_weights()
-    heads = encoder.attention_spec.num_heads
-    mask = np.zeros([len(encoder.attention_layers), heads], np.float32)
-    for i, block in enumerate(encoder.transformer_layers):
-        gates = block.attention_layer.head_gates.numpy()
-        for position, head in enumerate(block.kept_heads):
-            mask[i, head] = gates[position]
+def head_columns(model) -> tuple[list[list[int]], int]:
+    """Per attention layer of `model`, the mask column of each head it holds, and the width.
+
+    A `HeadsizeBertEncoder`'s columns are the original head numbers (removed
+    heads keep their columns, at 0); other models' are the head positions.
+    """
+    if isinstance(model, HeadsizeBertEncoder):
+        model.build_weights()
+        return [b.kept_heads for b in model.transformer_layers], model.attention_spec.num_heads
+    layers = attention_layers_of(model)
+    return [list(range(layer.num_heads)) for layer in layers], max(
+        layer.num_heads for layer in layers
+    )
+
+
+def original_heads(model) -> list[list[int]]:
+    """Per attention layer, the original head number of each mask column (-1: no head)."""
+    columns, width = head_columns(model)
+    if isinstance(model, HeadsizeBertEncoder):
+        return [list(range(width)) for _ in columns]
+    return [cols + [-1] * (width - len(cols)) for cols in columns]
+
+
+def head_mask(model) -> np.ndarray:
+    """`[attention layers, columns]` gates of any model with our attention layers (an
+    encoder: original head numbering, removed heads 0; an LM or a translation model:
+    head positions, the missing heads of narrower layers 0)."""
+    columns, width = head_columns(model)
+    mask = np.zeros([len(columns), width], np.float32)
+    for i, (layer, cols) in enumerate(zip(attention_layers_of(model), columns, strict=True)):
+        if cols:
+            mask[i, cols] = layer.head_gates.numpy()[: len(cols)]
     return mask
 
 
-def set_head_mask(encoder: HeadsizeBertEncoder, mask: np.ndarray | Sequence) -> None:
-    """Sets every layer's gates from a `[layers, num_attention_heads]` mask."""
-    encoder.build_weights()
+def set_head_mask(model, mask: np.ndarray | Sequence) -> None:
+    """Sets every attention layer's gates from a mask of `head_mask(model)`'s shape."""
+    columns, width = head_columns(model)
     mask = np.asarray(mask, np.float32)
-    heads = encoder.attention_spec.num_heads
-    expected = (len(encoder.attention_layers), heads)
+    expected = (len(columns), width)
     if mask.shape != expected:
         raise ValueError(f"Head mask has shape {mask.shape}; expected {expected} (layers x heads).")
-    for i, block in enumerate(encoder.transformer_layers):
-        removed = [h for h in block.pruned_heads if mask[i, h] != 0]
-        if removed:
+    for i, (layer, cols) in enumerate(zip(attention_layers_of(model), columns, strict=True)):
+        removed = [h for h in range(width) if h not in set(cols) and mask[i, h] != 0]
+        if removed and isinstance(model, HeadsizeBertEncoder):
             raise ValueError(
                 f"Layer {i}: heads {removed} were removed; their mask entries must be 0."
             )
-        kept = block.kept_heads
-        block.attention_layer.set_head_mask(mask[i, kept] if kept else [0.0])
+        layer.set_head_mask(mask[i, cols] if cols else [0.0])
 
 
 def remove_heads(

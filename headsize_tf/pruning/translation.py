@@ -24,9 +24,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
-from headsize_tf.pruning.importance import head_importance
+from headsize_tf.pruning.adapter import KerasModelAdapter
+from headsize_tf.pruning.importance import mask_importance
 from headsize_tf.pruning.language_model import (
     REPORT_FILE,
     copy_other_weights,
@@ -34,13 +36,8 @@ from headsize_tf.pruning.language_model import (
     plot_report,
     save_model_dir,
 )
-from headsize_tf.pruning.remove import copy_kept_heads
-from headsize_tf.pruning.schedule import (
-    check_min_heads,
-    check_output,
-    masked_schedule,
-    split_config,
-)
+from headsize_tf.pruning.remove import copy_kept_heads, head_mask, set_head_mask
+from headsize_tf.pruning.schedule import check_min_heads, check_output, split_config
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 EXPERIMENT = "headsize_seq2seq/translation"
@@ -77,18 +74,9 @@ def attention_rows(model: HeadsizeSeq2Seq) -> list[AttentionRow]:
     return rows
 
 
-def seq2seq_head_mask(model: HeadsizeSeq2Seq) -> np.ndarray:
-    """`[attention layers, max heads]` gates (current head positions; missing heads 0)."""
-    rows = attention_rows(model)
-    mask = np.zeros([len(rows), max(r.attention.num_heads for r in rows)], np.float32)
-    for i, row in enumerate(rows):
-        mask[i, : row.attention.num_heads] = row.attention.head_gates.numpy()
-    return mask
-
-
-def set_seq2seq_head_mask(model: HeadsizeSeq2Seq, mask: np.ndarray) -> None:
-    for i, row in enumerate(attention_rows(model)):
-        row.attention.set_head_mask(np.asarray(mask, np.float32)[i, : row.attention.num_heads])
+# Deprecated aliases (one release): the one mask helper is `pruning.remove.head_mask`.
+seq2seq_head_mask = head_mask
+set_seq2seq_head_mask = set_head_mask
 
 
 def translation_batches(
@@ -200,13 +188,75 @@ class TranslationBleu:
 
 def seq2seq_importance(model: HeadsizeSeq2Seq, data, normalize: bool = True) -> np.ndarray:
     """`[attention layers, max heads]` importance (NaN where a layer has fewer heads)."""
-    rows = attention_rows(model)
-    layers = [r.attention for r in rows]
-    scores = head_importance(model, data, token_loss, layers=layers, normalize=normalize)
-    out = np.full(seq2seq_head_mask(model).shape, np.nan)
-    for i, layer in enumerate(layers):
-        out[i, : layer.num_heads] = scores[i, : layer.num_heads]
-    return out
+    return mask_importance(model, data, token_loss, normalize=normalize)
+
+
+class TranslationAdapter(KerasModelAdapter):
+    """A `headsize_seq2seq/translation` run as a `ModelAdapter`: token loss on training
+    pairs; validation perplexity and greedy BLEU; attention kinds `KINDS`.
+
+    Args:
+      params: The run's config.
+      model: Its `HeadsizeSeq2Seq`.
+      importance_data, eval_data: `translation_batches` of the train / validation data.
+      bleu: `TranslationBleu` of `eval_data`.
+      source: The model_dir.
+
+    Example:
+
+    >>> adapter = TranslationAdapter(params, model, train_batches, dev_batches, bleu, "runs/nmt")
+    >>> prune_loop(adapter, PruneSchedule(kinds=("decoder_self",)), "runs/nmt_pruned")
+    """
+
+    metric_name = "perplexity"
+    report_file = REPORT_FILE
+
+    def __init__(self, params, model, importance_data, eval_data, bleu, source: str):
+        kinds = [r.kind for r in attention_rows(model)]
+        super().__init__(model, None, token_loss, importance_data, source, kinds)
+        self.params, self.eval_data, self.bleu = params, eval_data, bleu
+
+    def original_heads(self) -> list[list[int]]:
+        width = self.head_mask().shape[1]
+        rows = [r.original_heads() for r in attention_rows(self.model)]
+        return [r + [-1] * (width - len(r)) for r in rows]
+
+    def evaluate(self) -> dict[str, float]:
+        bleu = self.bleu(self.model)
+        return {"perplexity": perplexity(self.model, self.eval_data), "bleu": bleu}
+
+    def count_params(self) -> int:
+        return int(self.model.count_params())
+
+    def remove_heads(self, mask: np.ndarray) -> TranslationAdapter:
+        pruned = remove_seq2seq_heads(self.model, mask)
+        return TranslationAdapter(
+            self.params, pruned, self.importance_data, self.eval_data, self.bleu, self.source
+        )
+
+    def save(self, output, report, overwrite: bool = False):
+        config = self.model.get_config()
+        override = {
+            "pruned_heads": json.dumps(config["pruned_heads"]),
+            "attention": config["attention"],
+        }
+        return save_model_dir(
+            self.params,
+            self.model,
+            output,
+            EXPERIMENT,
+            override,
+            {REPORT_FILE: json.dumps(report, indent=2)},
+            overwrite=overwrite,
+        )
+
+    def reload(self, path) -> TranslationAdapter:
+        from headsize_tf.training import train
+
+        params, model = train.load_trained_model(str(path))
+        return TranslationAdapter(
+            params, model, self.importance_data, self.eval_data, self.bleu, self.source
+        )
 
 
 def remove_seq2seq_heads(model: HeadsizeSeq2Seq, mask: np.ndarray) -> HeadsizeSeq2Seq:
@@ -306,116 +356,62 @@ def prune_translation_model(
     params, model = train.load_trained_model(str(model_dir))
     if not isinstance(model, HeadsizeSeq2Seq):
         raise ValueError(f"{model_dir} is not a {EXPERIMENT} model_dir.")
-    importance_data = translation_batches(params, "train", importance_batches, importance_seed)
     eval_data = translation_batches(params, "validation", eval_batches)
-    rows = attention_rows(model)
-    chosen = [i for i, r in enumerate(rows) if r.kind in kinds]
-    original = seq2seq_head_mask(model)
-
-    def full(sub: np.ndarray) -> np.ndarray:
-        mask = original.copy()
-        mask[chosen] = sub
-        return mask
-
     data = params.task.validation_data
-    bleu = TranslationBleu(eval_data, data.vocab_file, data.lower_case)
-    bleus: list[float] = []  # One per schedule step, with its perplexity.
-
-    def evaluate() -> float:
-        bleus.append(bleu(model))
-        return perplexity(model, eval_data)
-
-    full_importance = seq2seq_importance(model, importance_data)
-    steps = masked_schedule(
-        original[chosen],
-        lambda sub: set_seq2seq_head_mask(model, full(sub)),
-        lambda: seq2seq_importance(model, importance_data)[chosen],
-        evaluate,
-        target_fraction=target_fraction,
-        step=step,
-        recompute=recompute,
-        min_heads_per_layer=min_heads_per_layer,
-        progress=progress,
+    adapter = TranslationAdapter(
+        params,
+        model,
+        translation_batches(params, "train", importance_batches, importance_seed),
+        eval_data,
+        TranslationBleu(eval_data, data.vocab_file, data.lower_case),
+        str(model_dir),
     )
-    final = full(np.asarray(steps[-1].mask, np.float32))
-    pruned = remove_seq2seq_heads(model, final)
-    set_seq2seq_head_mask(model, final)
-    masked = perplexity(model, eval_data)
-    masked_bleu = bleu(model)
-    set_seq2seq_head_mask(model, original)
-    source = eval_data[0][0]["inputs"][:8]
-    start = np.full([len(source), 1], 2, np.int32)  # [CLS] starts every target.
-    speed = {
-        "original": decoding_speed(model, start, decode_tokens, source_ids=source),
-        "pruned": decoding_speed(pruned, start, decode_tokens, source_ids=source),
-    }
+    rows = attention_rows(model)
 
-    def by_kind(mask: np.ndarray) -> dict[str, list[int]]:
+    def by_kind(mask) -> dict[str, list[int]]:
+        mask = np.asarray(mask)
         return {
             kind: [int(np.count_nonzero(mask[i])) for i, r in enumerate(rows) if r.kind == kind]
             for kind in KINDS
         }
 
-    report = {
-        "source": str(model_dir),
-        "kinds": list(kinds),
-        "target_fraction": target_fraction,
-        "step": step,
-        "recompute": recompute,
-        "importance_seed": importance_seed,
-        "importance": {
-            kind: [
-                [None if np.isnan(v) else float(v) for v in full_importance[i]]
-                for i, r in enumerate(rows)
-                if r.kind == kind
-            ]
-            for kind in KINDS
-        },
-        "curve": [
-            {
-                "fraction": s.fraction,
-                "perplexity": s.metric,
-                "bleu": b,
-                "heads": by_kind(full(np.asarray(s.mask))),
-            }
-            for s, b in zip(steps, bleus, strict=True)
-        ],
-        "heads": {"original": by_kind(original), "pruned": by_kind(final)},
-        "pruned_heads": pruned.get_config()["pruned_heads"],
-        "params": {"original": int(model.count_params()), "pruned": int(pruned.count_params())},
-        "perplexity": {
-            "original": steps[0].metric,
-            "masked": masked,
-            "pruned": perplexity(pruned, eval_data),
-        },
-        "bleu": {
-            "original": bleus[0],
-            "masked": masked_bleu,
-            "pruned": bleu(pruned),
-            "sentences": len(bleu.references),
-        },
-        "decoding_tokens_per_second": speed,
-        "decoding_speedup": speed["pruned"] / speed["original"],
-    }
-    override = {
-        "pruned_heads": json.dumps(report["pruned_heads"]),
-        "attention": pruned.get_config()["attention"],
-    }
-    path = save_model_dir(
-        params,
-        pruned,
-        output,
-        EXPERIMENT,
-        override,
-        {REPORT_FILE: json.dumps(report, indent=2)},
-        overwrite=overwrite,
+    def extras(report: dict[str, Any], pruned: TranslationAdapter) -> None:
+        source = eval_data[0][0]["inputs"][:8]
+        start = np.full([len(source), 1], 2, np.int32)  # [CLS] starts every target.
+        speed = {
+            "original": decoding_speed(model, start, decode_tokens, source_ids=source),
+            "pruned": decoding_speed(pruned.model, start, decode_tokens, source_ids=source),
+        }
+        scores = report["importance"]
+        report["kinds"] = list(kinds)
+        report["importance_seed"] = importance_seed
+        report["importance"] = {  # The rows by kind.
+            kind: [scores[i] for i, r in enumerate(rows) if r.kind == kind] for kind in KINDS
+        }
+        for point in report["curve"]:
+            point["heads"] = by_kind(point["mask"])
+        report["heads"] = {
+            "original": by_kind(report["curve"][0]["mask"]),
+            "pruned": by_kind(report["curve"][-1]["mask"]),
+        }
+        report["pruned_heads"] = pruned.model.get_config()["pruned_heads"]
+        report["bleu"]["sentences"] = len(adapter.bleu.references)
+        report["decoding_tokens_per_second"] = speed
+        report["decoding_speedup"] = speed["pruned"] / speed["original"]
+
+    schedule = PruneSchedule(
+        target_fraction, step, recompute, min_heads_per_layer, kinds=tuple(kinds)
     )
-    plot_report(report, path)
+    report = prune_loop(
+        adapter, schedule.with_progress(progress), output, overwrite=overwrite, extras=extras
+    )
+    plot_report(report, output)
     return report
 
 
 __all__ = [
     "KINDS",
+    "TranslationAdapter",
     "TranslationBleu",
     "corpus_bleu",
     "attention_rows",

@@ -12,7 +12,7 @@ validation metrics before and after.
 Experiments: masked-LM pretraining (the encoder converts, its MLM head is kept),
 causal LMs and encoder-decoder translation models (self-attention, and
 encoder-decoder attention, which the CP treats alike). Sentence classifiers go
-through `headsize_tf.pruning.classifier_dir.compress_classifier_dir` (dev
+through `headsize_tf.reparam.classifier_dir.compress_classifier_dir` (dev
 accuracy).
 """
 

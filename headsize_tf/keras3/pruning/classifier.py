@@ -3,8 +3,8 @@
 The Keras 3 counterpart of `headsize_tf.pruning.prune`: a `SentenceEncoder`'s
 backbone gets a linear head on its pooled output and is fine-tuned with
 `model.fit`; heads are scored by E|dL/dxi_h| (`head_importance`, the backend's
-own gradients), pruned `step` of all heads at a time with the shared schedule
-(`headsize_tf.core.pruning_plan.iterative_pruning`), and the final mask is
+own gradients), pruned `step` of all heads at a time by the shared driver
+(`headsize_tf.core.prune_loop`, through `Keras3ClassifierAdapter`), and the final mask is
 removed physically (`remove_heads`: per-layer head counts). The output
 directory holds the pruned `SentenceEncoder` checkpoint, the classifier head,
 `report.json` and `label_map.json`, written atomically.
@@ -24,8 +24,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from headsize_tf.core.io import atomic_directory
-from headsize_tf.core.pruning_plan import iterative_pruning
+from headsize_tf.core.io import atomic_directory, check_output_free
+from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.pretrained import SentenceEncoder
 from headsize_tf.keras3.pruning.importance import head_importance
@@ -104,10 +104,7 @@ def prune_classifier(
     """
     settings = settings or PruneSettings()
     output = pathlib.Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(
-            f"Output directory {output} exists; pass overwrite=True to replace it."
-        )
+    check_output_free(output, overwrite)
     if task.is_pair:
         raise ValueError(
             f"{task.source}: sentence pairs ({', '.join(task.text_columns)}) are not supported "
@@ -148,60 +145,98 @@ def prune_classifier(
         )
     finetune_seconds = time.perf_counter() - start
 
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    layers = backbone.attention_layers
-    original = head_mask(backbone)
-    width = original.shape[1]
+    adapter = Keras3ClassifierAdapter(
+        encoder, model, (x_importance, y_importance), (x_dev, y_dev), task.label_map
+    )
 
-    def scores(mask: np.ndarray) -> np.ndarray:
-        set_head_mask(backbone, mask)
-        out = head_importance(model, batches(x_importance, y_importance), loss, layers=layers)
-        return np.where(np.isnan(out), np.inf, out)  # Padding entries are never chosen.
-
-    def metric(mask: np.ndarray) -> float:
-        set_head_mask(backbone, mask)
-        return accuracy(model, x_dev, y_dev)
-
-    initial = np.where(np.isnan(original), 0.0, 1.0).astype(np.float32)
-    try:
-        importance = scores(initial)
-        curve = iterative_pruning(
-            (len(layers), width),
-            scores,
-            metric,
-            target_fraction=settings.target_fraction,
-            step=settings.step,
-            recompute=settings.recompute,
-            min_heads_per_layer=settings.min_heads_per_layer,
-            initial_mask=initial,
-            progress=progress,
+    def extras(report: dict[str, Any], pruned: Keras3ClassifierAdapter) -> None:
+        report.update(
+            framework="keras3",
+            backend=keras.backend.backend(),
+            data=task.describe() if hasattr(task, "describe") else task.source,
+            settings=dataclasses.asdict(settings),
+            finetune_seconds=finetune_seconds,
+            heads_per_layer=list(pruned.backbone.attention_spec.num_heads),
+            label_map=task.label_map,
         )
-    finally:
-        set_head_mask(backbone, np.nan_to_num(original, nan=0.0))
-    final = np.asarray(curve[-1].mask, np.float32)
-    pruned_backbone = remove_heads(backbone, final)
-    pruned = with_backbone(model, pruned_backbone)
-    report = {
-        "framework": "keras3",
-        "backend": keras.backend.backend(),
-        "source": encoder.source,
-        "data": task.describe() if hasattr(task, "describe") else task.source,
-        "settings": dataclasses.asdict(settings),
-        "finetune_seconds": finetune_seconds,
-        "importance": [
-            [None if not np.isfinite(v) else float(v) for v in row] for row in importance
-        ],
-        "curve": [dataclasses.asdict(s) for s in curve],
-        "heads_per_layer": list(pruned_backbone.attention_spec.num_heads),
-        "params_before": int(backbone.count_params()),
-        "params_after": int(pruned_backbone.count_params()),
-        "unpruned_accuracy": curve[0].metric,
-        "masked_accuracy": curve[-1].metric,
-        "pruned_accuracy": accuracy(pruned, x_dev, y_dev),
-        "label_map": task.label_map,
-    }
-    _save(encoder.with_backbone(pruned_backbone), model, report, output, overwrite)
-    return report
+
+    schedule = PruneSchedule(
+        settings.target_fraction,
+        settings.step,
+        settings.recompute,
+        settings.min_heads_per_layer,
+        progress=progress,
+    )
+    return prune_loop(adapter, schedule, output, overwrite=overwrite, extras=extras)
+
+
+class Keras3ClassifierAdapter:
+    """A Keras 3 classifier over a `SentenceEncoder`'s backbone as a `ModelAdapter`.
+
+    Args:
+      encoder: The `SentenceEncoder` (its backbone is pruned; it is saved).
+      model: The classifier (`classifier(encoder.backbone, ...)`).
+      importance_data: `(inputs, labels)` of the importance examples.
+      dev_data: `(inputs, labels)` of the dev accuracy.
+      label_map: {label: class id}, saved with the model.
+
+    Example:
+
+    >>> adapter = Keras3ClassifierAdapter(encoder, model, (x, y), (x_dev, y_dev), labels)
+    >>> prune_loop(adapter, PruneSchedule(target_fraction=0.4), "out")
+    """
+
+    metric_name = "accuracy"
+    report_file = REPORT_FILE
+
+    def __init__(self, encoder, model, importance_data, dev_data, label_map):
+        self.encoder, self.model, self.backbone = encoder, model, encoder.backbone
+        self.importance_data, self.dev_data, self.label_map = importance_data, dev_data, label_map
+        self.source = str(encoder.source)
+
+    def attention_kinds(self) -> list[str]:
+        return ["self"] * len(self.backbone.attention_layers)
+
+    def original_heads(self) -> list[list[int]]:
+        mask = self.head_mask()
+        return [[h if np.isfinite(v) else -1 for h, v in enumerate(row)] for row in mask]
+
+    def head_mask(self) -> np.ndarray:
+        return head_mask(self.backbone)
+
+    def set_head_mask(self, mask: np.ndarray) -> None:
+        set_head_mask(self.backbone, np.nan_to_num(np.asarray(mask, np.float32), nan=0.0))
+
+    def head_importance(self) -> np.ndarray:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        data = batches(*self.importance_data)
+        return head_importance(self.model, data, loss, layers=self.backbone.attention_layers)
+
+    def evaluate(self) -> dict[str, float]:
+        return {"accuracy": accuracy(self.model, *self.dev_data)}
+
+    def count_params(self) -> int:
+        return int(self.backbone.count_params())
+
+    def remove_heads(self, mask: np.ndarray) -> Keras3ClassifierAdapter:
+        backbone = remove_heads(self.backbone, mask)
+        model = with_backbone(self.model, backbone)
+        return self._like(self.encoder.with_backbone(backbone), model)
+
+    def _like(self, encoder, model) -> Keras3ClassifierAdapter:
+        return Keras3ClassifierAdapter(
+            encoder, model, self.importance_data, self.dev_data, self.label_map
+        )
+
+    def save(self, output, report, overwrite: bool = False) -> pathlib.Path:
+        _save(self.encoder, self.model, report, pathlib.Path(output), overwrite)
+        return pathlib.Path(output)
+
+    def reload(self, path) -> Keras3ClassifierAdapter:
+        from headsize_tf.keras3.pretrained import load_sentence_encoder
+
+        encoder = load_sentence_encoder(checkpoint=path)
+        return self._like(encoder, load_classifier(path, encoder))
 
 
 def _save(encoder, model, report, output: pathlib.Path, overwrite: bool) -> None:
@@ -215,12 +250,13 @@ def _save(encoder, model, report, output: pathlib.Path, overwrite: bool) -> None
         )
 
 
-def load_classifier(directory: str | os.PathLike) -> keras.Model:
-    """The pruned classifier written by `prune_classifier` (backbone + saved head)."""
+def load_classifier(directory: str | os.PathLike, encoder: SentenceEncoder | None = None):
+    """The pruned classifier written by `prune_classifier` (backbone + saved head);
+    `encoder`: its `SentenceEncoder`, if already loaded."""
     from headsize_tf.keras3.pretrained import load_sentence_encoder
 
     directory = pathlib.Path(directory)
-    encoder = load_sentence_encoder(checkpoint=directory)
+    encoder = encoder or load_sentence_encoder(checkpoint=directory)
     head = np.load(directory / HEAD_FILE)
     model = classifier(encoder.backbone, head["kernel"].shape[1])
     model.get_layer("logits").set_weights([head["kernel"], head["bias"]])

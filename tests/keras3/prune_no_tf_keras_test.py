@@ -1,0 +1,20 @@
+"""`headsize-tf prune --framework keras3` never imports tf_keras."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = """
+import sys
+from headsize_tf.cli import prune
+from headsize_tf.data.text_tasks import load_task
+from headsize_tf.core import prune_loop, prune_report
+import headsize_tf.keras3.pruning.classifier
+assert 'tf_keras' not in sys.modules, sorted(m for m in sys.modules if m.startswith('tf_keras'))
+"""
+
+
+def test_the_keras3_prune_path_does_not_import_tf_keras():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
