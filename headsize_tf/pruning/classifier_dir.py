@@ -292,7 +292,13 @@ def prune_classifier_dir(
 
     def extras(report: dict[str, Any], pruned: ModelDirAdapter) -> None:
         report["experiment"] = experiment
-        report["pruned_heads"] = pruned.attention.get_config()["pruned_heads"]
+        # Original numbering, from the report's record (the rebuilt encoder's config holds
+        # the per-layer head counts, not the numbers).
+        kept = report["kept_heads"]
+        report["pruned_heads"] = [
+            sorted(set(before) - set(after))
+            for before, after in zip(kept["original"], kept["pruned"], strict=True)
+        ]
 
     schedule = PruneSchedule(target_fraction, step, recompute, min_heads_per_layer)
     report = prune_loop(
