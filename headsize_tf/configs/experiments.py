@@ -17,6 +17,11 @@
 
 YAML files in `official_configs/` set the sizes; `${DATA_DIR}` in an
 `input_path` is replaced by `headsize-tf train --data-dir`.
+
+Importing this module registers the experiments (and Model Garden's BERT
+tasks); the task classes of the LM and translation experiments register with
+`import headsize_tf.tasks` (which imports these configs, not the reverse:
+`headsize_tf.training.train` imports both before `task_factory.get_task`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from official.nlp.data import (
 )
 from official.nlp.tasks import masked_lm, question_answering, sentence_prediction
 
-from headsize_tf import tasks  # noqa: F401  (registers the task classes)
 from headsize_tf.configs import language_modeling, translation
 from headsize_tf.configs.encoders import encoder_config
 

@@ -253,7 +253,8 @@ def bert_arrays(
     return arrays, sorted(set(tensors) - used)
 
 
-def _read_json(path: pathlib.Path) -> dict[str, Any]:
+def read_json_object(path: pathlib.Path) -> dict[str, Any]:
+    """The JSON object in `path`; a `CheckpointError` if it is invalid or not an object."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -266,7 +267,7 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     """`config.json` of a BERT directory, checked for what the importers support."""
     path = pathlib.Path(directory) / "config.json"
-    config = _read_json(path)
+    config = read_json_object(path)
     if config.get("model_type", "bert") != "bert":
         raise CheckpointError(
             f"{path}: model_type {config.get('model_type')!r} is not supported; expected 'bert'."
@@ -318,13 +319,13 @@ def sentence_settings(directory: str | os.PathLike) -> dict[str, Any]:
     settings: dict[str, Any] = {"lower_case": True, "max_seq_length": 512, "pooling": "cls"}
     tokenizer_config = directory / "tokenizer_config.json"
     if tokenizer_config.exists():
-        settings["lower_case"] = bool(_read_json(tokenizer_config).get("do_lower_case", True))
+        settings["lower_case"] = bool(read_json_object(tokenizer_config).get("do_lower_case", True))
     sbert = directory / "sentence_bert_config.json"
     if sbert.exists():
-        settings["max_seq_length"] = int(_read_json(sbert).get("max_seq_length", 512))
+        settings["max_seq_length"] = int(read_json_object(sbert).get("max_seq_length", 512))
     pooling = directory / "1_Pooling" / "config.json"
     if pooling.exists():
-        mode = _read_json(pooling)
+        mode = read_json_object(pooling)
         settings["pooling"] = "mean" if mode.get("pooling_mode_mean_tokens") else "cls"
         settings["normalize"] = True
     return settings

@@ -8,10 +8,14 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.spec import check_positive_int
-from headsize_tf.layers.head_attention import HeadAttentionBase, _as_shape
-
-MIXING_INITIALIZERS = ("concatenate", "ones", "uniform", "normal")
+from headsize_tf.core.spec import MIXING_INITIALIZERS  # noqa: F401  (deprecated re-export)
+from headsize_tf.core.validation import (
+    check_collaborative_args,
+    collaborative_head_size,
+    concatenate_mixing,
+    mixing_initializer_identifier,
+)
+from headsize_tf.layers.head_attention import HeadAttentionBase, _as_shape, static_shape
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -23,49 +27,11 @@ class ConcatenateMixing(tf_keras.initializers.Initializer):
     """
 
     def __call__(self, shape, dtype=None, **kwargs):
-        num_heads, shared_key_dim = int(shape[0]), int(shape[1])
-        if shared_key_dim % num_heads:
-            raise ValueError(
-                f'mixing_initializer="concatenate" needs shared_key_dim ({shared_key_dim}) to be '
-                f"a multiple of num_heads ({num_heads}); use 'uniform', 'normal' or a Keras "
-                "initializer otherwise."
-            )
-        block = shared_key_dim // num_heads
-        eye = tf.eye(num_heads, dtype=dtype or tf.float32)
-        return tf.repeat(eye, repeats=block, axis=1)
+        block = concatenate_mixing(int(shape[0]), int(shape[1]))
+        return tf.cast(tf.constant(block), dtype or tf.float32)
 
     def get_config(self) -> dict[str, Any]:
         return {}
-
-
-def _resolve_mixing_initializer(
-    name_or_init: Any, head_size: int, shared_key_dim: int
-) -> tf_keras.initializers.Initializer:
-    if isinstance(name_or_init, str) and name_or_init in MIXING_INITIALIZERS:
-        if name_or_init == "concatenate":
-            return ConcatenateMixing()
-        if name_or_init == "ones":
-            return tf_keras.initializers.Ones()
-        # Variance head_size / shared_key_dim keeps the score variance of a
-        # head equal to that of a standard head of size `head_size`.
-        std = math.sqrt(head_size / shared_key_dim)
-        if name_or_init == "normal":
-            return tf_keras.initializers.RandomNormal(stddev=std)
-        return tf_keras.initializers.RandomUniform(-math.sqrt(3.0) * std, math.sqrt(3.0) * std)
-    return tf_keras.initializers.get(name_or_init)
-
-
-def _check_mixing_initializer(value: Any) -> Any:
-    if isinstance(value, str) and value in MIXING_INITIALIZERS:
-        return value
-    try:
-        tf_keras.initializers.get(value)
-    except (ValueError, TypeError) as err:
-        raise ValueError(
-            f"Unknown `mixing_initializer` {value!r}; expected one of {list(MIXING_INITIALIZERS)} "
-            "or a Keras initializer (name, config dict or instance)."
-        ) from err
-    return value
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -136,17 +102,15 @@ class CollaborativeAttention(HeadAttentionBase):
         mixing_constraint: Any = None,
         **kwargs: Any,
     ):
-        self._shared_key_dim = check_positive_int("shared_key_dim", shared_key_dim)
-        self._head_size_arg = (
-            None if head_size is None else check_positive_int("head_size", head_size)
-        )
-        self._mixing_initializer_arg = _check_mixing_initializer(mixing_initializer)
-        attention_axes = kwargs.get("attention_axes")
-        if attention_axes not in (None, 1, (1,), [1]):
-            raise ValueError(
-                f"CollaborativeAttention supports attention over axis 1 of rank-3 inputs only; "
-                f"got attention_axes={attention_axes!r}."
+        self._shared_key_dim, self._head_size_arg, self._mixing_initializer_arg = (
+            check_collaborative_args(
+                shared_key_dim,
+                head_size,
+                mixing_initializer,
+                kwargs.get("attention_axes"),
+                tf_keras.initializers.get,
             )
+        )
         super().__init__(num_heads=num_heads, **kwargs)
         self._mixing_regularizer = tf_keras.regularizers.get(mixing_regularizer)
         self._mixing_constraint = tf_keras.constraints.get(mixing_constraint)
@@ -168,22 +132,13 @@ class CollaborativeAttention(HeadAttentionBase):
         return self._content_bias
 
     def _resolve_head_size(self, query_shape: tf.TensorShape, key_shape: tf.TensorShape) -> int:
-        for role, shape in (("query", query_shape), ("key", key_shape)):
-            if shape.rank != 3:
-                raise ValueError(
-                    f"CollaborativeAttention {self.name!r} expects rank-3 {role} inputs "
-                    f"[batch, length, width]; got shape {shape}."
-                )
-        if self._head_size_arg is not None:
-            return self._head_size_arg
-        width = query_shape[-1]
-        if width is None or width % self._num_heads:
-            raise ValueError(
-                f"CollaborativeAttention {self.name!r}: head_size defaults to width // num_heads, "
-                f"but the query width ({width}) is not a multiple of num_heads "
-                f"({self._num_heads}); pass head_size explicitly."
-            )
-        return width // self._num_heads
+        return collaborative_head_size(
+            self.name,
+            static_shape(query_shape),
+            static_shape(key_shape),
+            self._num_heads,
+            self._head_size_arg,
+        )
 
     def _build_projections(self, query, value, key=None):
         self._built_from_signature = True
@@ -221,8 +176,13 @@ class CollaborativeAttention(HeadAttentionBase):
             self._mixing = self.add_weight(
                 name="mixing",
                 shape=[self._num_heads, self._shared_key_dim],
-                initializer=_resolve_mixing_initializer(
-                    self._mixing_initializer_arg, self._key_dim, self._shared_key_dim
+                initializer=tf_keras.initializers.get(
+                    mixing_initializer_identifier(
+                        self._mixing_initializer_arg,
+                        self._key_dim,
+                        self._shared_key_dim,
+                        ConcatenateMixing,
+                    )
                 ),
                 regularizer=self._mixing_regularizer,
                 constraint=self._mixing_constraint,

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import collections.abc
 import math
-import numbers
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.spec import check_positive_int
+from headsize_tf.core.validation import check_attention_args, check_attention_mask_shape
 
 _GATES_KEY = "head_gate_values"  # The gates' name in checkpoints.
 
@@ -41,6 +40,12 @@ def _as_shape(x: Any) -> tf.TensorShape:
     if hasattr(x, "shape"):
         return tf.TensorShape(x.shape)
     return tf.TensorShape(x)
+
+
+def static_shape(x: Any) -> list[int | None] | None:
+    """The static shape of a tensor (or shape) as a list; None if its rank is unknown."""
+    shape = _as_shape(x)
+    return None if shape.rank is None else shape.as_list()
 
 
 class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
@@ -80,28 +85,13 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         value_dim: int | None = None,
         **kwargs: Any,
     ):
-        if "key_dim" in kwargs:
-            raise ValueError(
-                f"`key_dim={kwargs['key_dim']!r}` is not an argument of "
-                f"{type(self).__name__}: the head size is set by the layer "
-                "(StandardAttention: width // num_heads; FixedHeadAttention and "
-                "CollaborativeAttention: `head_size`)."
-            )
-        num_heads = check_positive_int("num_heads", num_heads)
-        if value_dim is not None:
-            value_dim = check_positive_int("value_dim", value_dim)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, numbers.Real)
-            or not 0 <= dropout < 1
-        ):
-            raise ValueError(f"`dropout` must be a float in [0, 1); got {dropout!r}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
+        num_heads, value_dim, dropout, seed = check_attention_args(
+            type(self).__name__, num_heads, value_dim, dropout, seed, kwargs
+        )
         super().__init__(
             num_heads=num_heads,
             key_dim=1,  # Placeholder: resolved in `_build_from_signature`.
-            dropout=float(dropout),
+            dropout=dropout,
             use_bias=use_bias,
             output_shape=output_shape,
             attention_axes=attention_axes,
@@ -117,7 +107,7 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         self._key_dim = None
         self._value_dim = None
         self._value_dim_arg = value_dim
-        self._seed = None if seed is None else int(seed)
+        self._seed = seed
         self._head_gates = None
 
     # ------------------------------------------------------------------ API
@@ -245,32 +235,13 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
     def _check_attention_mask(self, query, key, attention_mask) -> None:
         if attention_mask is None:
             return
-        mask_shape = tf.TensorShape(attention_mask.shape)
-        if mask_shape.rank is None:
-            return
-        query_shape = tf.TensorShape(query.shape)
-        key_shape = tf.TensorShape(key.shape)
-        attn_axes = tuple(self._attention_axes)
-        if query_shape.rank != 3 or attn_axes != (1,):
-            # High-dimensional attention: masks broadcast as in stock MHA
-            # (which accepts e.g. [B, 3, 2, 4, 2] for a [B, 3, 4, width] query).
-            return
-        expected = (
-            [query_shape[0]]
-            + [query_shape[i] for i in range(1, query_shape.rank - 1)]
-            + [key_shape[a] for a in attn_axes]
+        check_attention_mask_shape(
+            self.name,
+            static_shape(attention_mask),
+            static_shape(query),
+            static_shape(key),
+            self._attention_axes,
         )
-        names = "[batch, query_length, key_length]" if len(expected) == 3 else "[batch, ...]"
-        ok = 2 <= mask_shape.rank <= len(expected)
-        if ok:
-            for got, want in zip(reversed(mask_shape.as_list()), reversed(expected), strict=False):
-                if got is not None and want is not None and got not in (1, want):
-                    ok = False
-        if not ok:
-            raise ValueError(
-                f"`attention_mask` of layer {self.name!r} has shape {mask_shape.as_list()}; "
-                f"expected {names} = {expected} (or a shape broadcastable to it)."
-            )
 
     # Key-side projections are split from the scores so a decoding cache can
     # store them: every tensor of the dict has time on axis 1.

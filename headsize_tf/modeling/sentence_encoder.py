@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import shutil
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import tensorflow as tf
 
 from headsize_tf.core.errors import CheckpointError
-from headsize_tf.core.io import atomic_directory
-from headsize_tf.data.wordpiece import WordPieceTokenizer
+from headsize_tf.core.io import atomic_directory, check_output_free
+from headsize_tf.data import sentence_checkpoint
+from headsize_tf.data.sentence_checkpoint import SentenceEncoderSettings, TextSettings
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder, plain_config
 
-CHECKPOINT_FILE = "headsize_checkpoint.json"
 CHECKPOINT_FORMAT = 1
-POOLINGS = ("mean", "cls")
+# Deprecated (one release): import these from headsize_tf.data.sentence_checkpoint.
+CHECKPOINT_FILE, POOLINGS = sentence_checkpoint.CHECKPOINT_FILE, sentence_checkpoint.POOLINGS
 
 
-class SentenceEncoder(tf.Module):
+class SentenceEncoder(SentenceEncoderSettings, tf.Module):
     """A `HeadsizeBertEncoder` plus WordPiece tokenisation and pooling.
 
     Tokenisation runs in the TF graph with tensorflow-text's `BertTokenizer`
@@ -44,27 +43,12 @@ class SentenceEncoder(tf.Module):
         self,
         encoder: HeadsizeBertEncoder,
         vocab_file: str | os.PathLike,
-        *,
-        lower_case: bool = True,
-        max_seq_length: int = 256,
-        pooling: str = "mean",
-        normalize: bool = True,
-        source: str = "",
+        **settings: Unpack[TextSettings],
     ):
         super().__init__(name="sentence_encoder")
-        if pooling not in POOLINGS:
-            raise ValueError(f"Unknown pooling {pooling!r}; expected one of {list(POOLINGS)}.")
         self.encoder = encoder
-        self.wordpiece = WordPieceTokenizer(
-            vocab_file, lower_case=lower_case, max_seq_length=max_seq_length
-        )
-        self.vocab_file = self.wordpiece.vocab_file
+        self.wordpiece = self._set_text_settings(vocab_file, **settings)
         self.vocab = self.wordpiece.vocab
-        self.lower_case = lower_case
-        self.max_seq_length = max_seq_length
-        self.pooling = pooling
-        self.normalize = normalize
-        self.source = source
         # tensorflow-text's BertTokenizer (tracked: its vocabulary is an asset
         # of any SavedModel holding this module).
         self.tokenizer = self.wordpiece.tokenizer
@@ -73,15 +57,7 @@ class SentenceEncoder(tf.Module):
         self, encoder: HeadsizeBertEncoder, source: str | None = None
     ) -> SentenceEncoder:
         """The same tokeniser and pooling around another (compressed, pruned) encoder."""
-        return SentenceEncoder(
-            encoder,
-            self.vocab_file,
-            lower_case=self.lower_case,
-            max_seq_length=self.max_seq_length,
-            pooling=self.pooling,
-            normalize=self.normalize,
-            source=self.source if source is None else source,
-        )
+        return SentenceEncoder(encoder, self.vocab_file, **self.text_settings(source))
 
     # ------------------------------------------------------------ tokenising
     def tokenize(
@@ -108,8 +84,7 @@ class SentenceEncoder(tf.Module):
         if not len(texts):
             return []
         inputs = self.tokenize(tf.constant(list(texts)))
-        ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
-        return [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)]
+        return self._unpadded(inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy())
 
     # --------------------------------------------------------------- encoding
     def pool(self, sequence_output: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -152,20 +127,13 @@ class SentenceEncoder(tf.Module):
         Texts are sorted by length and batched so that little padding is
         computed; an empty text embeds `[CLS] [SEP]`.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}.")
         texts = list(texts)
+        batches = self._length_batches(texts, batch_size, progress)
         width = self.encoder.get_config()["hidden_size"]
         out = np.zeros([len(texts), width], np.float32)
         if not texts:
             return out
-        lengths = [len(t) for t in texts]
-        order = np.argsort(lengths, kind="stable")[::-1]
-        from tqdm.auto import tqdm
-
-        starts = range(0, len(texts), batch_size)
-        for start in tqdm(starts, desc="embed", unit="batch", disable=not progress):
-            index = order[start : start + batch_size]
+        for index in batches:
             inputs = self.tokenize(tf.constant([texts[i] for i in index]))
             vectors = self._embed_ids(inputs["input_word_ids"], inputs["input_mask"])
             out[index] = vectors.numpy()
@@ -176,11 +144,7 @@ class SentenceEncoder(tf.Module):
         return {
             "format": CHECKPOINT_FORMAT,
             "encoder_config": plain_config(self.encoder.get_config()),
-            "lower_case": self.lower_case,
-            "max_seq_length": self.max_seq_length,
-            "pooling": self.pooling,
-            "normalize": self.normalize,
-            "source": self.source,
+            **self.text_settings(),
         }
 
     def save(
@@ -198,15 +162,12 @@ class SentenceEncoder(tf.Module):
         `init_checkpoint`). `extra_files` maps names to text or bytes written alongside.
         """
         final = pathlib.Path(directory)
-        if final.exists() and not overwrite:
-            raise FileExistsError(f"Output directory {final} exists; pass overwrite=True.")
+        check_output_free(final, overwrite)
         with atomic_directory(final) as tmp:
             self.encoder.build_weights()
-            shutil.copyfile(self.vocab_file, tmp / "vocab.txt")
             checkpoint = tf.train.Checkpoint(encoder=self.encoder)
             checkpoint.save(str(tmp / "ckpt" / "encoder"))
-            config = self.checkpoint_config()
-            (tmp / CHECKPOINT_FILE).write_text(json.dumps(config, indent=2))
+            self._write_checkpoint_files(tmp, self.checkpoint_config())
             for name, content in (extra_files or {}).items():
                 if isinstance(content, bytes):
                     (tmp / name).write_bytes(content)
@@ -218,22 +179,13 @@ class SentenceEncoder(tf.Module):
     def load(cls, directory: str | os.PathLike) -> SentenceEncoder:
         """Loads a directory written by `save` (see `load_sentence_encoder` for others)."""
         directory = pathlib.Path(directory)
-        config_path = directory / CHECKPOINT_FILE
-        for required in (config_path, directory / "vocab.txt", directory / "ckpt"):
-            if not required.exists():
-                raise CheckpointError(
-                    f"Checkpoint directory {directory} has no {required.name}; expected "
-                    f"{CHECKPOINT_FILE}, vocab.txt and ckpt/ (written by `headsize-tf compress` "
-                    "or SentenceEncoder.save)."
-                )
-        try:
-            config = json.loads(config_path.read_text())
-        except json.JSONDecodeError as err:
-            raise CheckpointError(f"{config_path} is not valid JSON ({err}).") from None
-        if config.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(
-                f"{config_path} has format {config.get('format')!r}; expected {CHECKPOINT_FORMAT}."
-            )
+        config, kwargs = cls._read_checkpoint(
+            directory,
+            CHECKPOINT_FORMAT,
+            required=("ckpt",),
+            layout="headsize_checkpoint.json, vocab.txt and ckpt/ (written by `headsize-tf "
+            "compress` or SentenceEncoder.save)",
+        )
         encoder = HeadsizeBertEncoder.from_config(dict(config["encoder_config"])).build_weights()
         latest = tf.train.latest_checkpoint(str(directory / "ckpt"))
         if latest is None:
@@ -243,12 +195,4 @@ class SentenceEncoder(tf.Module):
             status.assert_existing_objects_matched().expect_partial()
         except AssertionError as err:
             raise CheckpointError(f"{latest} does not match its encoder config: {err}") from None
-        return cls(
-            encoder,
-            directory / "vocab.txt",
-            lower_case=config["lower_case"],
-            max_seq_length=config["max_seq_length"],
-            pooling=config["pooling"],
-            normalize=config["normalize"],
-            source=config.get("source", str(directory)),
-        )
+        return cls(encoder, **kwargs)

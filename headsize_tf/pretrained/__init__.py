@@ -10,9 +10,9 @@ vocab.txt).
 from __future__ import annotations
 
 import os
-import pathlib
 
-from headsize_tf.modeling.sentence_encoder import CHECKPOINT_FILE, SentenceEncoder
+from headsize_tf.data.sentence_checkpoint import open_sentence_encoder
+from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 from headsize_tf.pretrained.hf_bert import import_hf_bert
 from headsize_tf.pretrained.registry import (
     PRETRAINED,
@@ -28,17 +28,11 @@ def load_sentence_encoder(
     checkpoint: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> SentenceEncoder:
-    """A `SentenceEncoder` from a registry name or a checkpoint directory (one of them)."""
-    if (model is None) == (checkpoint is None):
-        raise CheckpointError("Give exactly one of a model name (--model) or --checkpoint DIR.")
-    if model is not None:
-        return import_hf_bert(fetch_pretrained(model, cache_dir), source=model)
-    directory = pathlib.Path(checkpoint)
-    if not directory.is_dir():
-        raise CheckpointError(f"Checkpoint directory {directory} does not exist.")
-    if (directory / CHECKPOINT_FILE).exists():
-        return SentenceEncoder.load(directory)
-    return import_hf_bert(directory)
+    """A `SentenceEncoder` from a registry name or a checkpoint directory (one of them).
+
+    See `headsize_tf.data.sentence_checkpoint.open_sentence_encoder`.
+    """
+    return open_sentence_encoder(model, checkpoint, cache_dir, SentenceEncoder.load, import_hf_bert)
 
 
 __all__ = [

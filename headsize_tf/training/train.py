@@ -40,6 +40,7 @@ def build_params(
     from official.core import exp_factory
     from official.modeling import hyperparams
 
+    from headsize_tf import tasks  # noqa: F401  (registers the task classes)
     from headsize_tf.configs import encoders as hs_encoders
     from headsize_tf.configs import experiments, language_modeling, translation
     from headsize_tf.data import corpora
@@ -355,6 +356,7 @@ def load_trained_model(model_dir: str):
     from official.core import exp_factory, task_factory
     from official.modeling import hyperparams
 
+    from headsize_tf import tasks  # noqa: F401  (registers the task classes)
     from headsize_tf.configs import experiments  # noqa: F401  (registers experiments)
 
     names = {p: os.path.join(model_dir, p) for p in ("params.yaml", EXPERIMENT_FILE)}

@@ -93,7 +93,7 @@ def test_layer_kwargs():
 def test_core_imports_no_framework():
     code = (
         "import sys, headsize_tf.core, headsize_tf.core.params, headsize_tf.core.cp, "
-        "headsize_tf.core.pruning_plan, headsize_tf.core.io; "
+        "headsize_tf.core.pruning_plan, headsize_tf.core.io, headsize_tf.core.validation; "
         "bad = [m for m in ('tensorflow', 'tf_keras', 'keras', 'official') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

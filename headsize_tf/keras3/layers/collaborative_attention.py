@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
-from headsize_tf.core.spec import MIXING_INITIALIZERS, check_positive_int
+from headsize_tf.core.validation import (
+    check_collaborative_args,
+    collaborative_head_size,
+    concatenate_mixing,
+    mixing_initializer_identifier,
+)
 from headsize_tf.keras3.layers.head_attention import HeadAttentionBase, Shape
 
 
@@ -23,53 +26,19 @@ class ConcatenateMixing(keras.initializers.Initializer):
     """
 
     def __call__(self, shape: tuple[int, ...], dtype: Any = None) -> Any:
-        num_heads, shared_key_dim = int(shape[0]), int(shape[1])
-        if shared_key_dim % num_heads:
-            raise ValueError(
-                f'mixing_initializer="concatenate" needs shared_key_dim ({shared_key_dim}) to be '
-                f"a multiple of num_heads ({num_heads}); use 'uniform', 'normal' or a Keras "
-                "initializer otherwise."
-            )
-        block = np.repeat(np.eye(num_heads, dtype=np.float32), shared_key_dim // num_heads, axis=1)
+        block = concatenate_mixing(int(shape[0]), int(shape[1]))
         return ops.convert_to_tensor(block, dtype=dtype or keras.config.floatx())
 
     def get_config(self) -> dict[str, Any]:
         return {}
 
 
-def _resolve_mixing_initializer(
-    name_or_init: Any, head_size: int, shared_key_dim: int
-) -> keras.initializers.Initializer:
-    if isinstance(name_or_init, str) and name_or_init in MIXING_INITIALIZERS:
-        if name_or_init == "concatenate":
-            return ConcatenateMixing()
-        if name_or_init == "ones":
-            return keras.initializers.Ones()
-        # Variance head_size / shared_key_dim keeps the score variance of a
-        # head equal to that of a standard head of size `head_size`.
-        std = math.sqrt(head_size / shared_key_dim)
-        if name_or_init == "normal":
-            return keras.initializers.RandomNormal(stddev=std)
-        return keras.initializers.RandomUniform(-math.sqrt(3.0) * std, math.sqrt(3.0) * std)
-    return keras.initializers.get(name_or_init)
-
-
-def _check_mixing_initializer(value: Any) -> Any:
-    if isinstance(value, str) and value in MIXING_INITIALIZERS:
-        return value
-    try:
-        initializer = keras.initializers.get(value)
-    except (ValueError, TypeError) as err:
-        raise ValueError(
-            f"Unknown `mixing_initializer` {value!r}; expected one of {list(MIXING_INITIALIZERS)} "
-            "or a Keras initializer (name, config dict or instance)."
-        ) from err
+def _get_initializer(value: Any) -> keras.initializers.Initializer:
+    """`keras.initializers.get`, refusing None (no initializer)."""
+    initializer = keras.initializers.get(value)
     if initializer is None:
-        raise ValueError(
-            f"Unknown `mixing_initializer` {value!r}; expected one of {list(MIXING_INITIALIZERS)} "
-            "or a Keras initializer (name, config dict or instance)."
-        )
-    return value
+        raise ValueError("No initializer.")
+    return initializer
 
 
 @keras.saving.register_keras_serializable(package="headsize_tf_keras3")
@@ -149,16 +118,13 @@ class CollaborativeAttention(HeadAttentionBase):
         mixing_constraint: Any = None,
         **kwargs: Any,
     ):
-        shared_key_dim = check_positive_int("shared_key_dim", shared_key_dim)
-        if head_size is not None:
-            head_size = check_positive_int("head_size", head_size)
-        mixing_initializer = _check_mixing_initializer(mixing_initializer)
-        attention_axes = kwargs.get("attention_axes")
-        if attention_axes not in (None, 1, (1,), [1]):
-            raise ValueError(
-                f"CollaborativeAttention supports attention over axis 1 of rank-3 inputs only; "
-                f"got attention_axes={attention_axes!r}."
-            )
+        shared_key_dim, head_size, mixing_initializer = check_collaborative_args(
+            shared_key_dim,
+            head_size,
+            mixing_initializer,
+            kwargs.get("attention_axes"),
+            _get_initializer,
+        )
         super().__init__(num_heads=num_heads, **kwargs)
         self._shared_key_dim = shared_key_dim
         self._head_size_arg = head_size
@@ -183,22 +149,9 @@ class CollaborativeAttention(HeadAttentionBase):
         return self._content_bias
 
     def _resolve_head_size(self, query_shape: Shape, key_shape: Shape) -> int:
-        for role, shape in (("query", query_shape), ("key", key_shape)):
-            if len(shape) != 3:
-                raise ValueError(
-                    f"CollaborativeAttention {self.name!r} expects rank-3 {role} inputs "
-                    f"[batch, length, width]; got shape {shape}."
-                )
-        if self._head_size_arg is not None:
-            return self._head_size_arg
-        width = query_shape[-1]
-        if width is None or width % self._num_heads:
-            raise ValueError(
-                f"CollaborativeAttention {self.name!r}: head_size defaults to width // num_heads, "
-                f"but the query width ({width}) is not a multiple of num_heads "
-                f"({self._num_heads}); pass head_size explicitly."
-            )
-        return width // self._num_heads
+        return collaborative_head_size(
+            self.name, query_shape, key_shape, self._num_heads, self._head_size_arg
+        )
 
     def _build_projections(self, query_shape: Shape, value_shape: Shape, key_shape: Shape) -> None:
         if value_shape[1:-1] != key_shape[1:-1]:
@@ -252,8 +205,10 @@ class CollaborativeAttention(HeadAttentionBase):
         self._mixing = self.add_weight(
             name="mixing",
             shape=(heads, shared),
-            initializer=_resolve_mixing_initializer(
-                self._mixing_initializer_arg, self._key_dim, shared
+            initializer=keras.initializers.get(
+                mixing_initializer_identifier(
+                    self._mixing_initializer_arg, self._key_dim, shared, ConcatenateMixing
+                )
             ),
             regularizer=self._mixing_regularizer,
             constraint=self._mixing_constraint,

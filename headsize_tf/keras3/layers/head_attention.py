@@ -36,7 +36,6 @@ dot-product attention over per-head projections, `_build_projections`,
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +43,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from headsize_tf.core.spec import check_positive_int
+from headsize_tf.core.validation import check_attention_args, check_attention_mask_shape
 
 Shape = tuple[int | None, ...]
 
@@ -131,29 +130,14 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
         seed: int | None = None,
         **kwargs: Any,
     ):
-        if "key_dim" in kwargs:
-            raise ValueError(
-                f"`key_dim={kwargs['key_dim']!r}` is not an argument of "
-                f"{type(self).__name__}: the head size is set by the layer "
-                "(StandardAttention: width // num_heads; FixedHeadAttention and "
-                "CollaborativeAttention: `head_size`)."
-            )
-        num_heads = check_positive_int("num_heads", num_heads)
-        if value_dim is not None:
-            value_dim = check_positive_int("value_dim", value_dim)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, numbers.Real)
-            or not 0 <= dropout < 1
-        ):
-            raise ValueError(f"`dropout` must be a float in [0, 1); got {dropout!r}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise ValueError(f"`seed` must be an int or None; got {seed!r}.")
+        num_heads, value_dim, dropout, seed = check_attention_args(
+            type(self).__name__, num_heads, value_dim, dropout, seed, kwargs
+        )
         super().__init__(
             num_heads=num_heads,
             key_dim=1,  # Placeholder: resolved in `build`.
             value_dim=value_dim,
-            dropout=float(dropout),
+            dropout=dropout,
             use_bias=use_bias,
             output_shape=output_shape,
             attention_axes=attention_axes,
@@ -167,7 +151,7 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
             kernel_constraint=kernel_constraint,
             bias_constraint=bias_constraint,
             use_gate=use_gate,
-            seed=None if seed is None else int(seed),
+            seed=seed,
             **kwargs,
         )
         self._key_dim = None
@@ -274,27 +258,9 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
     def _check_attention_mask(self, query: Any, key: Any, attention_mask: Any) -> None:
         if attention_mask is None:
             return
-        mask_shape = _shape(attention_mask)
-        query_shape = _shape(query)
-        key_shape = _shape(key)
-        if mask_shape is None or query_shape is None or key_shape is None:
-            return
-        attn_axes = tuple(self._attention_axes or ())
-        if len(query_shape) != 3 or attn_axes != (1,):
-            # High-dimensional attention: masks broadcast as in stock MHA.
-            return
-        expected = [query_shape[0], query_shape[1], key_shape[1]]
-        ok = 2 <= len(mask_shape) <= len(expected)
-        if ok:
-            for got, want in zip(reversed(mask_shape), reversed(expected), strict=False):
-                if got is not None and want is not None and got not in (1, want):
-                    ok = False
-        if not ok:
-            raise ValueError(
-                f"`attention_mask` of layer {self.name!r} has shape {list(mask_shape)}; "
-                f"expected [batch, query_length, key_length] = {expected} (or a shape "
-                "broadcastable to it)."
-            )
+        check_attention_mask_shape(
+            self.name, _shape(attention_mask), _shape(query), _shape(key), self._attention_axes
+        )
 
     # Key-side projections are split from the scores so a decoding cache can
     # store them: every tensor of the dict has time on axis 1.

@@ -12,12 +12,12 @@ tokenisation uses tensorflow-text.
 from __future__ import annotations
 
 import os
-import pathlib
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.data.pretrained import PRETRAINED, fetch_pretrained
+from headsize_tf.data.sentence_checkpoint import open_sentence_encoder
 from headsize_tf.keras3.pretrained.hf_bert import import_hf_bert
-from headsize_tf.keras3.pretrained.sentence_encoder import CHECKPOINT_FILE, SentenceEncoder
+from headsize_tf.keras3.pretrained.sentence_encoder import SentenceEncoder
 
 
 def load_sentence_encoder(
@@ -44,16 +44,7 @@ def load_sentence_encoder(
     >>> encoder.embed(["A man is eating food."]).shape
     (1, 384)
     """
-    if (model is None) == (checkpoint is None):
-        raise CheckpointError("Give exactly one of a model name or a checkpoint directory.")
-    if model is not None:
-        return import_hf_bert(fetch_pretrained(model, cache_dir), source=model)
-    directory = pathlib.Path(checkpoint)
-    if not directory.is_dir():
-        raise CheckpointError(f"Checkpoint directory {directory} does not exist.")
-    if (directory / CHECKPOINT_FILE).exists():
-        return SentenceEncoder.load(directory)
-    return import_hf_bert(directory)
+    return open_sentence_encoder(model, checkpoint, cache_dir, SentenceEncoder.load, import_hf_bert)
 
 
 __all__ = [

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import shutil
 import zipfile
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import keras
 import numpy as np
 from keras import ops
 
 from headsize_tf.core.errors import CheckpointError
-from headsize_tf.core.io import atomic_directory
-from headsize_tf.data.wordpiece import WordPieceTokenizer
+from headsize_tf.core.io import atomic_directory, check_output_free
+from headsize_tf.data import sentence_checkpoint
+from headsize_tf.data.sentence_checkpoint import SentenceEncoderSettings, TextSettings
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 
-CHECKPOINT_FILE = "headsize_checkpoint.json"
 CHECKPOINT_FORMAT = "keras3-1"
 BACKBONE_FILE = "backbone.keras"
-POOLINGS = ("mean", "cls")
+# Deprecated (one release): import these from headsize_tf.data.sentence_checkpoint.
+CHECKPOINT_FILE, POOLINGS = sentence_checkpoint.CHECKPOINT_FILE, sentence_checkpoint.POOLINGS
 # `embed` pads batches to a multiple of this many tokens (fewer shapes to compile).
 LENGTH_MULTIPLE = 16
 
 
-class SentenceEncoder:
+class SentenceEncoder(SentenceEncoderSettings):
     """A Keras 3 `BertBackbone` plus WordPiece tokenisation and pooling.
 
     The Keras 3 counterpart of `headsize_tf.pretrained.SentenceEncoder`:
@@ -62,25 +61,10 @@ class SentenceEncoder:
         self,
         backbone: BertBackbone,
         vocab_file: str | os.PathLike,
-        *,
-        lower_case: bool = True,
-        max_seq_length: int = 256,
-        pooling: str = "mean",
-        normalize: bool = True,
-        source: str = "",
+        **settings: Unpack[TextSettings],
     ):
-        if pooling not in POOLINGS:
-            raise ValueError(f"Unknown pooling {pooling!r}; expected one of {list(POOLINGS)}.")
         self.backbone = backbone
-        self.tokenizer = WordPieceTokenizer(
-            vocab_file, lower_case=lower_case, max_seq_length=max_seq_length
-        )
-        self.vocab_file = self.tokenizer.vocab_file
-        self.lower_case = lower_case
-        self.max_seq_length = max_seq_length
-        self.pooling = pooling
-        self.normalize = normalize
-        self.source = source
+        self.tokenizer = self._set_text_settings(vocab_file, **settings)
 
     @property
     def width(self) -> int:
@@ -89,15 +73,7 @@ class SentenceEncoder:
 
     def with_backbone(self, backbone: BertBackbone, source: str | None = None) -> SentenceEncoder:
         """The same tokenizer and pooling around another (converted, pruned) backbone."""
-        return SentenceEncoder(
-            backbone,
-            self.vocab_file,
-            lower_case=self.lower_case,
-            max_seq_length=self.max_seq_length,
-            pooling=self.pooling,
-            normalize=self.normalize,
-            source=self.source if source is None else source,
-        )
+        return SentenceEncoder(backbone, self.vocab_file, **self.text_settings(source))
 
     # ------------------------------------------------------------ tokenising
     def tokenize(
@@ -122,10 +98,7 @@ class SentenceEncoder:
         if not len(texts):
             return []
         inputs = self.tokenize(texts)
-        return [
-            row[: int(mask.sum())].tolist()
-            for row, mask in zip(inputs["token_ids"], inputs["padding_mask"], strict=True)
-        ]
+        return self._unpadded(inputs["token_ids"], inputs["padding_mask"])
 
     # --------------------------------------------------------------- encoding
     def pool(self, sequence_output: Any, padding_mask: Any) -> Any:
@@ -158,18 +131,12 @@ class SentenceEncoder:
         compiling per shape (JAX) compiles a few programs, not one per batch;
         padding is masked and does not change the vectors.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}.")
         texts = list(texts)
+        batches = self._length_batches(texts, batch_size, progress)
         out = np.zeros([len(texts), self.width], np.float32)
         if not texts:
             return out
-        order = np.argsort([len(t) for t in texts], kind="stable")[::-1]
-        from tqdm.auto import tqdm
-
-        starts = range(0, len(texts), batch_size)
-        for start in tqdm(starts, desc="embed", unit="batch", disable=not progress):
-            index = order[start : start + batch_size]
+        for index in batches:
             inputs = self.tokenize([texts[i] for i in index])
             inputs = _pad_batch(inputs, batch_size, self.backbone.max_sequence_length)
             outputs = self.backbone.predict_on_batch(inputs)
@@ -187,11 +154,7 @@ class SentenceEncoder:
             "format": CHECKPOINT_FORMAT,
             "backbone": BACKBONE_FILE,
             "backbone_config": self.backbone.get_config(),
-            "lower_case": self.lower_case,
-            "max_seq_length": self.max_seq_length,
-            "pooling": self.pooling,
-            "normalize": self.normalize,
-            "source": self.source,
+            **self.text_settings(),
         }
 
     def save(self, directory: str | os.PathLike, *, overwrite: bool = False) -> pathlib.Path:
@@ -203,8 +166,7 @@ class SentenceEncoder:
         `keras.saving.load_model` opens it).
         """
         final = pathlib.Path(directory)
-        if final.exists() and not overwrite:
-            raise FileExistsError(f"Output directory {final} exists; pass overwrite=True.")
+        check_output_free(final, overwrite)
         with atomic_directory(final) as tmp:
             self.write_into(tmp)
         return final
@@ -212,37 +174,20 @@ class SentenceEncoder:
     def write_into(self, directory: pathlib.Path) -> None:
         """Writes the checkpoint files into an existing (empty) `directory`: the body of
         `save`, for callers that add their own files before one atomic rename."""
-        shutil.copyfile(self.vocab_file, directory / "vocab.txt")
         self.backbone.save(str(directory / BACKBONE_FILE))
-        config = json.dumps(self.checkpoint_config(), indent=2)
-        (directory / CHECKPOINT_FILE).write_text(config + "\n")
+        self._write_checkpoint_files(directory, self.checkpoint_config())
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> SentenceEncoder:
         """Loads a directory written by `save` (`load_sentence_encoder` opens others too)."""
         directory = pathlib.Path(directory)
-        config_path = directory / CHECKPOINT_FILE
-        for required in (config_path, directory / "vocab.txt"):
-            if not required.exists():
-                raise CheckpointError(
-                    f"Checkpoint directory {directory} has no {required.name}; expected "
-                    f"{CHECKPOINT_FILE}, vocab.txt and {BACKBONE_FILE} (written by "
-                    "SentenceEncoder.save)."
-                )
-        try:
-            config = json.loads(config_path.read_text())
-        except json.JSONDecodeError as err:
-            raise CheckpointError(f"{config_path} is not valid JSON ({err}).") from None
-        if not isinstance(config, dict) or config.get("format") != CHECKPOINT_FORMAT:
-            found = config.get("format") if isinstance(config, dict) else None
-            hint = (
-                " (a tf_keras checkpoint: open it with headsize_tf.pretrained)"
-                if found == 1
-                else ""
-            )
-            raise CheckpointError(
-                f"{config_path} has format {found!r}; expected {CHECKPOINT_FORMAT!r}{hint}."
-            )
+        config, kwargs = cls._read_checkpoint(
+            directory,
+            CHECKPOINT_FORMAT,
+            required=(),
+            layout=f"headsize_checkpoint.json, vocab.txt and {BACKBONE_FILE} (written by "
+            "SentenceEncoder.save)",
+        )
         path = directory / config.get("backbone", BACKBONE_FILE)
         if not path.exists():
             raise CheckpointError(f"Checkpoint directory {directory} has no {path.name}.")
@@ -252,15 +197,7 @@ class SentenceEncoder:
             raise CheckpointError(f"{path} is not a loadable Keras model ({err}).") from None
         if not isinstance(backbone, BertBackbone):
             raise CheckpointError(f"{path} holds a {type(backbone).__name__}, not a BertBackbone.")
-        return cls(
-            backbone,
-            directory / "vocab.txt",
-            lower_case=config["lower_case"],
-            max_seq_length=config["max_seq_length"],
-            pooling=config["pooling"],
-            normalize=config["normalize"],
-            source=config.get("source", str(directory)),
-        )
+        return cls(backbone, **kwargs)
 
 
 def _pad_batch(
