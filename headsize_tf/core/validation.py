@@ -100,27 +100,33 @@ def check_attention_mask_shape(
     query_shape: Shape | None,
     key_shape: Shape | None,
     attention_axes: Sequence[int] | None,
+    num_heads: int | None = None,
 ) -> None:
-    """Raises ValueError unless the mask broadcasts to `[batch, query_length, key_length]`.
+    """Raises ValueError unless the mask broadcasts to the scores as in stock MHA.
 
-    A mask of rank 2 or 3 whose every known dimension is 1 or the expected
-    size passes; unknown dimensions (None) pass. See `expected_mask_shape`
-    for the cases that are not checked.
+    Stock `MultiHeadAttention` (both fronts) takes `[batch, query_length,
+    key_length]` (or a shape broadcastable to it, rank 2 or 3) and a per-head
+    `[batch, num_heads, query_length, key_length]`. Every known dimension
+    must be 1 or the expected size; unknown dimensions (None) pass. See
+    `expected_mask_shape` for the cases that are not checked.
     """
     expected = expected_mask_shape(query_shape, key_shape, attention_axes)
     if mask_shape is None or expected is None:
         return
     mask_shape = list(mask_shape)
-    ok = 2 <= len(mask_shape) <= len(expected)
+    per_head = [expected[0], num_heads, *expected[1:]]
+    want = per_head if len(mask_shape) == 4 else expected
+    ok = 2 <= len(mask_shape) <= 4
     if ok:
-        for got, want in zip(reversed(mask_shape), reversed(expected), strict=False):
-            if got is not None and want is not None and got not in (1, want):
+        for got, size in zip(reversed(mask_shape), reversed(want), strict=False):
+            if got is not None and size is not None and got not in (1, size):
                 ok = False
     if not ok:
         raise ValueError(
             f"`attention_mask` of layer {layer_name!r} has shape {mask_shape}; "
-            f"expected [batch, query_length, key_length] = {expected} (or a shape "
-            "broadcastable to it)."
+            f"expected [batch, query_length, key_length] = {expected} or per head "
+            f"[batch, num_heads, query_length, key_length] = {per_head} (or a shape "
+            "broadcastable to one of them)."
         )
 
 

@@ -241,6 +241,7 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
             static_shape(query),
             static_shape(key),
             self._attention_axes,
+            self._num_heads,
         )
 
     # Key-side projections are split from the scores so a decoding cache can

@@ -82,35 +82,39 @@ def test_attention_args_check_in_order_and_convert():
 dims = st.integers(min_value=1, max_value=6)
 
 
-@given(dims, dims, dims, st.data())
-def test_masks_broadcastable_to_batch_query_key_pass(batch, query, key, data):
-    expected = [batch, query, key]
-    rank = data.draw(st.integers(min_value=2, max_value=3))
+@given(dims, dims, dims, dims, st.data())
+def test_masks_broadcastable_to_the_scores_pass(batch, heads, query, key, data):
+    """[batch, query, key] masks (rank 2 or 3) and per-head [batch, heads, query, key] ones."""
+    rank = data.draw(st.integers(min_value=2, max_value=4))
+    expected = [batch, heads, query, key] if rank == 4 else [batch, query, key]
     mask = [data.draw(st.sampled_from([d, 1, None])) for d in expected[-rank:]]
     # Whether a broadcastable mask is accepted agrees with numpy's broadcasting.
     concrete = [1 if d is None else d for d in mask]
     np.broadcast_to(np.zeros(concrete), expected)
-    check_attention_mask_shape("attn", mask, [batch, query, 8], [batch, key, 8], (1,))
+    check_attention_mask_shape("attn", mask, [batch, query, 8], [batch, key, 8], (1,), heads)
 
 
-@given(dims, dims, dims, st.data())
-def test_masks_that_do_not_broadcast_are_named(batch, query, key, data):
-    expected = [batch, query, key]
-    axis = data.draw(st.integers(min_value=0, max_value=2))
+@given(dims, dims, dims, dims, st.data())
+def test_masks_that_do_not_broadcast_are_named(batch, heads, query, key, data):
+    rank = data.draw(st.integers(min_value=3, max_value=4))
+    expected = [batch, heads, query, key] if rank == 4 else [batch, query, key]
+    axis = data.draw(st.integers(min_value=0, max_value=rank - 1))
     mask = list(expected)
     mask[axis] = expected[axis] + data.draw(st.integers(min_value=1, max_value=3))
     with pytest.raises(ValueError) as info:
-        check_attention_mask_shape("attn", mask, [batch, query, 8], [batch, key, 8], (1,))
+        check_attention_mask_shape("attn", mask, [batch, query, 8], [batch, key, 8], (1,), heads)
     assert str(info.value) == (
         f"`attention_mask` of layer 'attn' has shape {mask}; expected "
-        f"[batch, query_length, key_length] = {expected} (or a shape broadcastable to it)."
+        f"[batch, query_length, key_length] = {[batch, query, key]} or per head "
+        f"[batch, num_heads, query_length, key_length] = {[batch, heads, query, key]} "
+        "(or a shape broadcastable to one of them)."
     )
 
 
-@pytest.mark.parametrize("mask", [[4], [1, 2, 3, 4]])
-def test_mask_rank_must_be_two_or_three(mask):
+@pytest.mark.parametrize("mask", [[4], [1, 1, 2, 3, 4]])
+def test_mask_rank_must_be_two_to_four(mask):
     with pytest.raises(ValueError, match="attention_mask"):
-        check_attention_mask_shape("attn", mask, [1, 2, 8], [1, 3, 8], (1,))
+        check_attention_mask_shape("attn", mask, [1, 2, 8], [1, 3, 8], (1,), 2)
 
 
 def test_masks_are_not_checked_where_shapes_are_unknown_or_high_dimensional():

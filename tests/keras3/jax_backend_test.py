@@ -30,6 +30,7 @@ JAX_FILES = [
         "hf_import",
         "tools",
         "quantize_lora",
+        "per_head_mask",
     )
 ]
 ROOT = pathlib.Path(__file__).resolve().parents[2]

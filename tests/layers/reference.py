@@ -5,13 +5,28 @@ from __future__ import annotations
 import numpy as np
 
 
-def softmax(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+def softmax(
+    scores: np.ndarray, mask: np.ndarray | None, fully_masked: str = "uniform"
+) -> np.ndarray:
+    """Softmax over keys of `scores` [B, h, T, S] where `mask` is True.
+
+    `mask` is [B, T, S] (every head) or per head [B, h, T, S] (or broadcastable to
+    either, as stock MHA takes it). A fully masked row gives uniform weights
+    ("uniform": tf_keras' MHA, which adds -1e9) or zeros ("zero": Keras 3's MHA).
+    """
     scores = scores.astype(np.float64)
     if mask is not None:
-        scores = np.where(mask[:, None, :, :], scores, -1e9)
+        mask = np.asarray(mask, bool)
+        if mask.ndim < 4:
+            mask = np.expand_dims(mask, -3)
+        mask = np.broadcast_to(mask, scores.shape)
+        scores = np.where(mask, scores, -1e9)
     scores = scores - scores.max(axis=-1, keepdims=True)
     e = np.exp(scores)
-    return e / e.sum(axis=-1, keepdims=True)
+    probs = e / e.sum(axis=-1, keepdims=True)
+    if mask is not None and fully_masked == "zero":
+        probs = np.where(mask.any(axis=-1, keepdims=True), probs, 0.0)
+    return probs
 
 
 def multihead(x, y, w, mask=None, gates=None):

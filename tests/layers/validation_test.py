@@ -116,8 +116,9 @@ class ValidationTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_mask_of_wrong_rank(self):
         x = tf.zeros([2, 3, 8])
-        with self.assertRaisesRegex(ValueError, r"has shape \[2, 1, 3, 3\]; expected"):
-            StandardAttention(num_heads=2)(x, x, attention_mask=np.ones((2, 1, 3, 3), bool))
+        # Per-head [batch, heads, query, key] masks are stock MHA's (per_head_mask_test.py).
+        with self.assertRaisesRegex(ValueError, r"has shape \[2, 1, 1, 3, 3\]; expected"):
+            StandardAttention(num_heads=2)(x, x, attention_mask=np.ones((2, 1, 1, 3, 3), bool))
 
     def test_broadcastable_mask_is_accepted(self):
         x = tf.random.normal([2, 3, 8])

@@ -106,6 +106,8 @@ class CollaborativeAttention(HeadAttentionBase):
       Concatenate", 2020. https://arxiv.org/abs/2006.16362
     """
 
+    _per_head_projections = False  # Shared [B, S, D] keys (see HeadAttentionBase).
+
     _dot_product_scores = False
 
     def __init__(

@@ -259,7 +259,12 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
         if attention_mask is None:
             return
         check_attention_mask_shape(
-            self.name, _shape(attention_mask), _shape(query), _shape(key), self._attention_axes
+            self.name,
+            _shape(attention_mask),
+            _shape(query),
+            _shape(key),
+            self._attention_axes,
+            self._num_heads,
         )
 
     # Key-side projections are split from the scores so a decoding cache can
@@ -381,6 +386,7 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
             # the inputs so the projections do not see (and warn about) them.
             query, value, key = ops.copy(query), ops.copy(value), ops.copy(key)
         self._check_attention_mask(query, key, attention_mask)
+        overridden = self._overrides_compute_attention()
         causal_only = (
             use_causal_mask
             and query_mask is None
@@ -388,6 +394,7 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
             and key_mask is None
             and attention_mask is None
             and self._sliding_window is None
+            and not overridden
         )
         if not causal_only:
             attention_mask = self._compute_attention_mask(
@@ -399,20 +406,63 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
                 attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
             )
-        context, attention_scores = self._attend_projected(
-            query,
-            self._project_key_value(key, value),
-            attention_mask,
-            training,
-            return_attention_scores=return_attention_scores,
-            use_causal_mask=causal_only,
-        )
+        if overridden:
+            context, attention_scores = self._call_compute_attention(
+                query, key, value, attention_mask, training, return_attention_scores
+            )
+        else:
+            context, attention_scores = self._attend_projected(
+                query,
+                self._project_key_value(key, value),
+                attention_mask,
+                training,
+                return_attention_scores=return_attention_scores,
+                use_causal_mask=causal_only,
+            )
         if self._use_gate:
             context = ops.multiply(context, self._gate_dense(query))
         attention_output = self._project_output(context)
         if return_attention_scores:
             return attention_output, attention_scores
         return attention_output
+
+    # Stock MHA's extension point: `_compute_attention(query, key, value, attention_mask,
+    # training, return_attention_scores)` on projected [B, T, N, H] tensors. A subclass that
+    # overrides it is called with this layer's projections; the head gates and the output
+    # projection follow as usual. (Incremental decoding, `call_cached`, keeps the built-in
+    # attention.)
+    _per_head_projections = True  # False where keys have no head axis (collaborative).
+
+    def _overrides_compute_attention(self) -> bool:
+        return (
+            type(self)._compute_attention is not keras.layers.MultiHeadAttention._compute_attention
+        )
+
+    def _call_compute_attention(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        attention_mask: Any,
+        training: Any,
+        return_attention_scores: bool,
+    ) -> tuple[Any, Any]:
+        if not self._per_head_projections:
+            raise NotImplementedError(
+                f"{type(self).__name__} overrides `_compute_attention`, but its keys are one "
+                "shared projection without a head axis, not the [B, S, N, H] tensors that "
+                "method takes; override `_logits_from_projected` (the scores before the "
+                "softmax) instead."
+            )
+        projected = self._project_key_value(key, value)
+        return self._compute_attention(
+            self._query_dense(query),
+            projected["key"],
+            projected["value"],
+            attention_mask,
+            training,
+            return_attention_scores,
+        )
 
     def compute_output_spec(
         self,
