@@ -168,7 +168,7 @@ def train_run(
     Args:
       attention: The model's `AttentionSpec` fields.
       width: Hidden size (feed-forward 4 x width).
-      preset: `reproduction.plan.Preset` (layers, sequence_length, batch_size,
+      preset: `reproduction.presets.Preset` (layers, sequence_length, batch_size,
         steps, curve_points, dropout, vocab_size).
       learning_rate: Peak learning rate.
       seed: Seed of the initialisation, dropout and data order.

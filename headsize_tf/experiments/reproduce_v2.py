@@ -14,14 +14,13 @@ from headsize_tf.core.io import write_json as write_json
 from headsize_tf.experiments._devices import cpu_description, device_description
 from headsize_tf.experiments.reproduction.__main__ import main
 from headsize_tf.experiments.reproduction.plan import (
-    PRESETS,
     Model,
-    Preset,
     plan,
     run_name,
     standard,
     unique_models,
 )
+from headsize_tf.experiments.reproduction.presets import PRESETS, Preset
 from headsize_tf.experiments.reproduction.report import (
     compare,
     markdown,

@@ -42,9 +42,10 @@ GPU's image: `benchmarks/reproduce_v2_device.sh`); its runs are a grid of
 their own (same protocol, another data order), never mixed with these.
 `--workers N` trains N runs at once (`scheduler`).
 
-Modules: `plan` (presets, models, run names), `runners` (one run, tf_keras or
-Keras 3), `sweep` (each model's learning rate, the runs to do), `summary`
-(rows, curves, orderings), `scheduler` (workers and their claims), `report`
-(verdicts, README, plots; shared with `reproduce`), `__main__` (the command).
+Modules: `presets` (shape and budget), `plan` (models, run names),
+`runners` (one run, tf_keras or Keras 3), `sweep` (each model's learning
+rate, the runs to do), `summary` (rows, curves, orderings), `scheduler`
+(workers and their claims), `report` (verdicts, README, plots; shared with
+`reproduce`), `__main__` (the command).
 `headsize_tf.experiments.reproduce_v2` re-exports their names.
 """

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from headsize_tf.core.io import native_logs_to, write_atomic, write_json
-from headsize_tf.experiments.reproduction.plan import PRESETS, plan
+from headsize_tf.experiments.reproduction.plan import plan
+from headsize_tf.experiments.reproduction.presets import PRESETS
 from headsize_tf.experiments.reproduction.report import markdown, plot, verdicts
 from headsize_tf.experiments.reproduction.runners import (
     FRAMEWORKS,

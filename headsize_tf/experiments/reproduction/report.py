@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from headsize_tf.core.io import save_figure
-from headsize_tf.experiments.reproduction.plan import Preset
+from headsize_tf.experiments.reproduction.presets import Preset
 from headsize_tf.experiments.reproduction.sweep import EDGE_EXTENSIONS
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from headsize_tf.experiments import lm_keras3
 from headsize_tf.experiments._devices import device_description
-from headsize_tf.experiments.reproduction.plan import Model, Preset, run_name
+from headsize_tf.experiments.reproduction.plan import Model, run_name
+from headsize_tf.experiments.reproduction.presets import Preset
 
 
 def _override(

@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 
 from headsize_tf.core.io import write_json
-from headsize_tf.experiments.reproduction.plan import Model, Preset, run_name
+from headsize_tf.experiments.reproduction.plan import Model, run_name
+from headsize_tf.experiments.reproduction.presets import Preset
 from headsize_tf.experiments.reproduction.runners import train_one
 from headsize_tf.experiments.reproduction.sweep import load_runs, pending
 

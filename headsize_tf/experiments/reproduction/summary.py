@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.experiments.reproduction.plan import Model, Preset, unique_models
+from headsize_tf.experiments.reproduction.plan import Model, unique_models
+from headsize_tf.experiments.reproduction.presets import Preset
 from headsize_tf.experiments.reproduction.report import r1_pairs
 from headsize_tf.experiments.reproduction.sweep import (
     best_learning_rate,

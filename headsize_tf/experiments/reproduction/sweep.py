@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.experiments.reproduction.plan import Model, Preset, unique_models
+from headsize_tf.experiments.reproduction.plan import Model, unique_models
+from headsize_tf.experiments.reproduction.presets import Preset
 
 # Preset fields that do not change what a run trains: a run stays valid when they change.
 NOT_SHAPE = ("learning_rates", "grid_note")
