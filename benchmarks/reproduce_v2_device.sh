@@ -49,7 +49,7 @@ run)
   python3 --version  # The wheels are cp312 (the image's Python 3.12).
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
   status=0
-  python3 -m headsize_tf.experiments.reproduce_v2 --preset gpu --framework keras3 \
+  python3 -m headsize_tf.experiments.reproduction --preset gpu --framework keras3 \
     --output "$OUTPUT" --data-dir .device/data --work-dir /tmp/headsize_reproduction_v2_gpu \
     --workers "$workers" --max-runs "$runs" || status=$?
   mkdir -p "${OUT:-/tmp/out}"

@@ -477,7 +477,8 @@ notebook(
         (
             "code",
             """
-from headsize_tf.experiments import reproduce_v2
+# The command `python -m headsize_tf.experiments.reproduction ARGS`, in this process.
+from headsize_tf.experiments.reproduction.__main__ import main as reproduction
 
 # On Colab, mount Drive and point OUTPUT there to resume across sessions, e.g.
 # from google.colab import drive; drive.mount("/content/drive")
@@ -486,7 +487,7 @@ OUTPUT = "reproduction_v2_gpu"
 argv = ["--preset", "test" if SMOKE else "gpu", "--framework", "keras3", "--output", OUTPUT]
 # SMOKE: two runs of a one-layer toy. A GPU: two runs at a time share it.
 argv += ["--max-runs", "2", "--keys", "std_w16_h4_p4"] if SMOKE else ["--workers", "2"]
-assert reproduce_v2.main(argv) == 0
+assert reproduction(argv) == 0
 """,
         ),
         (

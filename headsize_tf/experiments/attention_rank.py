@@ -172,14 +172,14 @@ def run(
 ) -> dict[str, Any]:
     """Measures every checkpoint of the reproduction's chosen runs; returns the summary."""
     from headsize_tf.core.io import write_json
-    from headsize_tf.experiments import reproduce_v2 as rv2
+    from headsize_tf.experiments.reproduction import plan, presets, runners
     from headsize_tf.training import train
 
     summary_path = runs_dir / "reproduction.json"
     if not summary_path.exists():
         raise ValueError(f"{summary_path} is missing: summarize the reproduction first.")
     summary = json.loads(summary_path.read_text())
-    preset = rv2.PRESETS[summary["preset"]]
+    preset = presets.PRESETS[summary["preset"]]
     rows = {r["key"]: r for name in ("R1", "R2") for r in summary[name]}
     tokens = _load_windows(data_dir, windows)
     models, missing = [], []
@@ -188,10 +188,10 @@ def run(
             continue
         per_seed = []
         for seed in row["seeds"]:
-            name = rv2.run_name(key, row["learning_rate"], seed)
+            name = plan.run_name(key, row["learning_rate"], seed)
             path = out / "runs" / f"{name}.json"
             if not path.exists():
-                model_dir = rv2.run_dir(work_dir, preset, key, row["learning_rate"], seed)
+                model_dir = runners.run_dir(work_dir, preset, key, row["learning_rate"], seed)
                 if not final_checkpoint(model_dir, preset.steps):
                     missing.append(name)
                     continue
@@ -349,12 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from headsize_tf.core.io import write_atomic, write_json
     from headsize_tf.data import corpora
-    from headsize_tf.experiments import reproduce_v2 as rv2
+    from headsize_tf.experiments.reproduction import presets
 
     runs_dir = pathlib.Path(args.runs)
     out = pathlib.Path(args.output) if args.output else runs_dir / "attention_rank"
     try:
-        preset = rv2.PRESETS[json.loads((runs_dir / "reproduction.json").read_text())["preset"]]
+        preset = presets.PRESETS[json.loads((runs_dir / "reproduction.json").read_text())["preset"]]
     except (OSError, KeyError, ValueError) as err:
         print(f"error: --runs {runs_dir} is not a reproduce_v2 output ({err}).", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
-"""One causal-LM run on Keras 3 (JAX or TensorFlow backend) with `reproduce_v2`'s protocol.
+"""One causal-LM run on Keras 3 (JAX or TensorFlow backend) with the reproduction's protocol.
 
-The Model Garden runner (`reproduce_v2.train_one`) needs TensorFlow; this one
+The Model Garden runner (`reproduction.runners.train_one`) needs TensorFlow; this one
 needs only Keras 3 and a backend, so the reproduction grid also runs where
 only JAX is installed (a lent GPU machine's image). It mirrors that runner:
 
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import atomic_path
+from headsize_tf.experiments import _devices
 
 SPLITS = ("train", "valid", "test")
 WEIGHT_DECAY, CLIP_NORM, EPSILON, END_LEARNING_RATE = 0.01, 1.0, 1e-7, 0.0
@@ -90,7 +91,7 @@ def load_lm_array(corpus_dir: str | pathlib.Path, split: str) -> np.ndarray:
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is missing: run `export_lm_arrays` where TensorFlow is installed (the "
-            "reproduce_v2 command does it when it prepares the corpus)."
+            "reproduction command does it when it prepares the corpus)."
         )
     return np.load(path)
 
@@ -142,17 +143,15 @@ def device_description() -> str:
     """The accelerator (or CPU) Keras 3's backend runs on."""
     import keras
 
-    from headsize_tf.experiments import reproduce_v2
-
     if keras.backend.backend() == "tensorflow":
-        return reproduce_v2.device_description()  # TensorFlow's own GPU lookup.
+        return _devices.device_description()  # TensorFlow's own GPU lookup.
     if keras.backend.backend() == "jax":
         import jax
 
         device = jax.devices()[0]
         if device.platform != "cpu":
             return f"{device.platform.upper()}: {device.device_kind}"
-    return reproduce_v2.cpu_description()
+    return _devices.cpu_description()
 
 
 def train_run(
@@ -169,7 +168,7 @@ def train_run(
     Args:
       attention: The model's `AttentionSpec` fields.
       width: Hidden size (feed-forward 4 x width).
-      preset: `reproduce_v2.Preset` (layers, sequence_length, batch_size,
+      preset: `reproduction.presets.Preset` (layers, sequence_length, batch_size,
         steps, curve_points, dropout, vocab_size).
       learning_rate: Peak learning rate.
       seed: Seed of the initialisation, dropout and data order.

@@ -29,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core.io import save_figure, write_atomic, write_json
+from headsize_tf.core.io import write_atomic, write_json
+
+# The verdict rules and the plot are shared with `reproduction` (its `report`); `compare`,
+# `r1_pairs`, `verdicts` and `plot` stay this module's names too.
+from headsize_tf.experiments.reproduction.report import compare as compare
+from headsize_tf.experiments.reproduction.report import plot_perplexity as plot
+from headsize_tf.experiments.reproduction.report import r1_pairs as r1_pairs
+from headsize_tf.experiments.reproduction.report import verdicts, verdicts_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,120 +237,6 @@ def summarize(out: pathlib.Path, experiments: dict[str, list[LMRun]]) -> dict:
     return summary
 
 
-def _fmt(row: dict) -> str:
-    return f"{row['mean']:.2f} ± {row['std']:.2f}"
-
-
-def compare(a: dict, b: dict) -> str:
-    """ "lower" / "higher" when a's mean perplexity is below / above b's by more
-    than their two standard deviations together (the 1-std bars do not
-    overlap); otherwise "tie"."""
-    if a["mean"] + a["std"] < b["mean"] - b["std"]:
-        return "lower"
-    if a["mean"] - a["std"] > b["mean"] + b["std"]:
-        return "higher"
-    return "tie"
-
-
-def r1_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
-    """R1's judged (baseline, fixed) pairs from rows planned as baseline, fixed, ...
-
-    Only pairs with a wider baseline test the claim: matching the narrowest baseline's
-    parameters gives a fixed-head model of the same width (fewer heads).
-    """
-    return [
-        (b, f)
-        for b, f in zip(rows[0::2], rows[1::2], strict=True)
-        if b["key"] != f["key"] and b["width"] > f["width"]
-    ]
-
-
-def verdicts(summary: dict) -> list[dict]:
-    """Each claim of the paper, judged from the summary's means and stds.
-
-    Rules (stated in the README): a difference counts only when the 1-std bars
-    do not overlap (`compare`). Call only with every planned run finished.
-    """
-    out = []
-    if "R1" in summary:
-        pairs = r1_pairs(summary["R1"])
-        results = [compare(f, b) for b, f in pairs]
-        verdict = (
-            "not reproduced"
-            if "higher" in results
-            else "reproduced"
-            if "lower" in results
-            else "tie"
-        )
-        width, size = (pairs[0][1]["width"], pairs[0][1]["head_size"]) if pairs else ("w", "p")
-        out.append(
-            {
-                "claim": f"R1: at equal parameters, width {width} with fixed head size {size} is at "
-                "least as good as the wider baselines (head = width / 4)",
-                "evidence": "; ".join(
-                    f"{f['key']} {_fmt(f)} vs {b['key']} {_fmt(b)} ({r})"
-                    for (b, f), r in zip(pairs, results, strict=True)
-                ),
-                "verdict": verdict,
-            }
-        )
-    if "R2" in summary:
-        rows = summary["R2"]
-        fixed = sorted(
-            (r for r in rows if r["attention_type"] == "fixed_head"), key=lambda r: r["heads"]
-        )
-        base = sorted(
-            (r for r in rows if r["attention_type"] == "standard"), key=lambda r: r["heads"]
-        )
-        first = next(r for r in base if r["heads"] == fixed[0]["heads"])
-        series = [first] + fixed if first["key"] != fixed[0]["key"] else fixed
-        result = compare(series[-1], series[0])
-        out.append(
-            {
-                "claim": f"R2a: with head size fixed at {fixed[-1]['head_size']}, more heads "
-                "improve perplexity (parameters grow with the heads)",
-                "evidence": ", ".join(f"{r['heads']} heads {_fmt(r)}" for r in series),
-                "verdict": {
-                    "lower": "reproduced",
-                    "higher": "not reproduced (reversed)",
-                    "tie": "not reproduced (no clear change)",
-                }[result],
-            }
-        )
-        best = min(base, key=lambda r: r["mean"])
-        # Most heads against the best baseline; when most heads is itself the best, against
-        # the fewest heads (lower there means the claim is reversed).
-        result = compare(base[-1], best) if base[-1] is not best else compare(base[-1], base[0])
-        out.append(
-            {
-                "claim": "R2b: with head size = width / heads, many heads make the model worse",
-                "evidence": ", ".join(
-                    f"{r['heads']} heads of {r['width'] // r['heads']} {_fmt(r)}" for r in base
-                ),
-                "verdict": {
-                    "higher": "reproduced",
-                    "lower": "not reproduced (reversed)",
-                    "tie": "not reproduced (no clear change)",
-                }[result],
-            }
-        )
-    if "R3" in summary:
-        rows = sorted(summary["R3"], key=lambda r: r["head_size"])
-        result = compare(rows[-1], rows[0])
-        out.append(
-            {
-                "claim": "R3: at 8 heads, a larger head size improves perplexity",
-                "evidence": ", ".join(f"head size {r['head_size']} {_fmt(r)}" for r in rows),
-                "verdict": {
-                    "lower": "reproduced",
-                    "higher": "not reproduced (reversed)",
-                    "tie": "not reproduced (no clear change)",
-                }[result],
-            }
-        )
-    return out
-
-
 def markdown(
     summary: dict,
     command: str,
@@ -382,57 +275,8 @@ def markdown(
                 f"{r['params']:,} | {ppl} | {','.join(map(str, r['seeds']))} |"
             )
         lines.append("")
-    if judged:
-        lines += [
-            "## Verdicts",
-            "",
-            "A difference counts only when the mean ± std bars do not overlap.",
-            "",
-            "| claim | here (test perplexity) | verdict |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {v['claim']} | {v['evidence']} | **{v['verdict']}** |" for v in judged]
-        lines.append("")
+    lines += verdicts_table(judged)
     return "\n".join(lines)
-
-
-def plot(summary: dict, path: pathlib.Path, titles: dict[str, str] | None = None) -> None:
-    """Test perplexity (mean ± std) per experiment: vs parameters (R1), heads (R2) or head
-    size (R3), baselines and fixed heads as two series; `titles` per experiment."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    field = {"R1": "params", "R2": "heads", "R3": "head_size"}
-    fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.8))
-    axes = np.atleast_1d(axes)
-    for ax, (name, rows) in zip(axes, summary.items(), strict=True):
-        for kind, label in (
-            ("standard", "baseline (head = width / heads)"),
-            ("fixed_head", "fixed head size"),
-        ):
-            pts = sorted(
-                (r for r in rows if r["attention_type"] == kind and r["mean"] is not None),
-                key=lambda r: r[field[name]],
-            )
-            ax.errorbar(
-                [r[field[name]] for r in pts],
-                [r["mean"] for r in pts],
-                yerr=[r["std"] for r in pts],
-                fmt="o-",
-                capsize=3,
-                label=label,
-            )
-        ax.set(
-            title=(titles or {}).get(name, name),
-            ylabel="test perplexity",
-            xlabel={"R1": "parameters", "R2": "heads", "R3": "head size"}[name],
-        )
-        if name != "R1":
-            ax.set_xscale("log", base=2)
-        ax.legend(fontsize=7)
-    save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

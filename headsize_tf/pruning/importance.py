@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from headsize_tf.core.pruning_plan import normalize_importance
 from headsize_tf.layers.head_attention import HeadAttentionBase
+from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 
 
 def attention_layers_of(model: tf.Module) -> list[HeadAttentionBase]:
@@ -100,6 +101,21 @@ def head_importance(
     return normalize_importance(totals, tokens, normalize=normalize)
 
 
+def head_columns(model) -> tuple[list[list[int]], int]:
+    """Per attention layer of `model`, the mask column of each head it holds, and the width.
+
+    A `HeadsizeBertEncoder`'s columns are the original head numbers (removed
+    heads keep their columns, at 0); other models' are the head positions.
+    """
+    if isinstance(model, HeadsizeBertEncoder):
+        model.build_weights()
+        return [b.kept_heads for b in model.transformer_layers], model.attention_spec.num_heads
+    layers = attention_layers_of(model)
+    return [list(range(layer.num_heads)) for layer in layers], max(
+        layer.num_heads for layer in layers
+    )
+
+
 def mask_importance(
     model: Callable,
     dataset: Iterable[tuple[Any, Any]],
@@ -109,8 +125,6 @@ def mask_importance(
 ) -> np.ndarray:
     """`head_importance` of `attention`'s layers (default: `model`'s) laid out as
     `pruning.remove.head_mask(attention)`: NaN where a column has no head."""
-    from headsize_tf.pruning.remove import head_columns
-
     attention = model if attention is None else attention
     columns, width = head_columns(attention)
     layers = attention_layers_of(attention)

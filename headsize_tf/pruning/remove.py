@@ -19,7 +19,7 @@ from headsize_tf.core.pruning_plan import slice_heads
 from headsize_tf.layers import CollaborativeAttention
 from headsize_tf.layers.head_attention import HeadAttentionBase
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
-from headsize_tf.pruning.importance import attention_layers_of
+from headsize_tf.pruning.importance import attention_layers_of, head_columns
 
 
 def _weights_by_role(layer: HeadAttentionBase) -> dict[str, object]:
@@ -68,21 +68,6 @@ def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: 
         d_var.assign(value)
     if not keep:
         target.set_head_mask([0.0])
-
-
-def head_columns(model) -> tuple[list[list[int]], int]:
-    """Per attention layer of `model`, the mask column of each head it holds, and the width.
-
-    A `HeadsizeBertEncoder`'s columns are the original head numbers (removed
-    heads keep their columns, at 0); other models' are the head positions.
-    """
-    if isinstance(model, HeadsizeBertEncoder):
-        model.build_weights()
-        return [b.kept_heads for b in model.transformer_layers], model.attention_spec.num_heads
-    layers = attention_layers_of(model)
-    return [list(range(layer.num_heads)) for layer in layers], max(
-        layer.num_heads for layer in layers
-    )
 
 
 def original_heads(model) -> list[list[int]]:

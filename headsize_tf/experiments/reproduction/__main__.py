@@ -1,0 +1,160 @@
+"""Bhojanapalli et al. (2020) R1 and R2 at a budget chosen from learning curves.
+
+The command: trains the pending runs (unless `--summarize-only`), then rebuilds
+`reproduction.json`, README.md and the plots in `--output` from the run files.
+
+    python -m headsize_tf.experiments.reproduction --preset cpu --output results/reproduction_v2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+
+from headsize_tf.core.io import native_logs_to, write_atomic, write_json
+from headsize_tf.experiments.reproduction.plan import plan
+from headsize_tf.experiments.reproduction.presets import PRESETS
+from headsize_tf.experiments.reproduction.report import markdown, plot, verdicts
+from headsize_tf.experiments.reproduction.runners import (
+    FRAMEWORKS,
+    check_output,
+    keras_backend,
+    prepare_data,
+    quiet_tensorflow,
+    runner,
+)
+from headsize_tf.experiments.reproduction.scheduler import (
+    result_arguments,
+    run_pending,
+    run_workers,
+)
+from headsize_tf.experiments.reproduction.summary import orderings, summarize
+from headsize_tf.experiments.reproduction.sweep import load_runs, pending
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--output", default="results/reproduction_v2")
+    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        help="stop after this many new runs (the rest resumes later); with --workers, per worker",
+    )
+    parser.add_argument("--keys", nargs="*", default=None, help="train only these models")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="TensorFlow intra- and inter-op threads (default: all cores; with --workers: 1)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="train with this many processes at once (each with --threads, "
+        "default 1; runs are claimed, so none is trained twice)",
+    )
+    parser.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="tf_keras",
+        help="tf_keras: Model Garden's trainer (default); keras3: the Keras 3 "
+        "runner on KERAS_BACKEND (e.g. jax, where TensorFlow is absent); "
+        "its runs form a grid of their own",
+    )
+    parser.add_argument("--summarize-only", action="store_true")
+    args = parser.parse_args(argv)
+    # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the
+    # console; workers inherit this, and later native logs go to work_dir/native.log.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from headsize_tf.data import corpora
+
+    quiet_tensorflow()
+    if args.threads and (args.framework == "tf_keras" or keras_backend() == "tensorflow"):
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    preset = PRESETS[args.preset]
+    experiments = plan(preset)
+    out = pathlib.Path(args.output)
+    try:
+        check_output(out, args.framework)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
+    if preset.sequence_length != corpora.PrepareOptions().seq_length:
+        data_dir = data_dir / f"seq{preset.sequence_length}"
+    if not args.summarize_only:
+        prepare_data(data_dir, preset, args.framework)
+        if args.workers and args.workers > 1:
+            code = run_workers(args)
+            if code:
+                return code
+        else:
+            with native_logs_to(pathlib.Path(args.work_dir) / "native.log"):
+                run_pending(args, preset, experiments, out, data_dir)
+    runs = load_runs(out, preset, args.framework)
+    summary = summarize(preset, experiments, runs)
+    left = pending(preset, experiments, runs)
+    complete = not left
+    # An experiment is judged once none of its models has a run left (a finished sweep
+    # lists its seeds, a moved grid its new rate, so nothing hides behind an empty list).
+    busy = {model.key for model, _, _ in left}
+    finished = [k for k in ("R1", "R2") if not busy & {m.key for m in experiments[k]}]
+    status = (
+        f"Status: {len(runs)} run{'' if len(runs) == 1 else 's'} finished on "
+        f"{', '.join(sorted({r['device'] for r in runs.values()})) or 'no device yet'}; "
+        + (
+            "all planned runs are in."
+            if complete
+            else f"at least {len(left)} to go (more follow once each sweep is complete): rerun "
+            "the command to continue; no claim is judged before all its experiment's "
+            "runs are in" + (f" ({', '.join(finished)}: complete, judged)." if finished else ".")
+        )
+    )
+    judged = verdicts({k: summary[k] for k in finished})
+    ordered = orderings(summary)
+    command = "python -m headsize_tf.experiments.reproduction " + " ".join(
+        result_arguments(sys.argv[1:] if argv is None else argv)
+    )
+    write_json(
+        out / "reproduction.json",
+        {
+            "command": command,
+            "preset": args.preset,
+            **summary,
+            "orderings": ordered,
+            "verdicts": judged,
+            "complete": complete,
+            "judged": finished,
+        },
+    )
+    write_atomic(
+        out / "README.md",
+        markdown(
+            summary,
+            args.preset,
+            preset,
+            command,
+            status,
+            judged,
+            ordered,
+            runner(args.framework, runs),
+        ),
+    )
+    plot(summary, out)
+    print(status)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
