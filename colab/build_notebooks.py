@@ -376,6 +376,16 @@ devices = jax.devices()
 print("Keras", keras.__version__, "on", keras.backend.backend(), "| devices:", devices)
 keras.utils.set_random_seed(0)""".replace("{repo}", REPO)
 
+# Notebook 07 trains in this process: with several accelerators (a TPU's cores, several GPUs)
+# every batch is split over them (keras.distribution; docs/distribution.md).
+JAX_SETUP_DATA_PARALLEL = (
+    JAX_SETUP
+    + """
+if len(devices) > 1:
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    print("DataParallel over", len(devices), "devices")"""
+)
+
 notebook(
     "07_keras3_jax",
     "Keras 3 on JAX: fixed-head and collaborative MiniLM, compressed and pruned",
@@ -396,6 +406,7 @@ from headsize_tf.training.finetune import rotten_tomatoes_splits  # data only (n
 minilm = load_sentence_encoder("minilm-l6")
 splits = rotten_tomatoes_splits()
 n_train, n_dev = (64, 64) if SMOKE else (len(splits["train"][0]), len(splits["dev"][0]))
+n_train, n_dev = n_train - n_train % 32, n_dev - n_dev % 32  # Whole batches split over devices.
 def inputs_of(split, n):
     texts, labels = splits[split]
     return minilm.tokenize(texts[:n], max_seq_length=32 if SMOKE else 64), labels[:n]
@@ -459,7 +470,7 @@ print(f"backbone params {minilm.backbone.count_params():,} -> {smaller.count_par
 """,
         ),
     ],
-    setup=JAX_SETUP,
+    setup=JAX_SETUP_DATA_PARALLEL,
 )
 
 notebook(
