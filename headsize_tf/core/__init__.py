@@ -7,6 +7,9 @@ Both fronts, `headsize_tf` on tf_keras and the Keras 3 one, build on it:
   and its resolution to concrete sizes.
 * `params`: parameter formulas of layers, encoders and LMs; parameter matching.
 * `cp`: CP decomposition of stacked per-head W_Q W_K^T (collaborative heads).
+* `kv_sharing`: multi-head -> grouped-query (mean pooling, per-group SVD) and
+  shared-latent (joint SVD) key/value weights, biases exact.
+* `kv_cache`: the decoding cache's bytes per token of every kind.
 * `pruning_plan`: importance normalisation, iterative pruning schedules and
   head-index slicing plans.
 * `io`: atomic file writes and the cache root.

@@ -8,6 +8,11 @@ The formulas mirror the weights the layers create, so they agree with
   output: h v d + d. For v = p: 4 d h p + 3 h p + d (the paper's count).
 * collaborative (shared key dim D): W_Q, W_K: 2 d D; mixing: h D; content
   bias: d h; V: d h v + h v; output: h v d + d.
+* grouped (G key/value heads): Q: d h p + h p; K: d G p; V: d G v; output:
+  h v d + d; per-head output bias (the value bias folded, see
+  `core.kv_sharing`): h d. No key bias (it cannot change a softmax).
+* latent (latent size r): Q: d h p + h p; down-projection: d r; key and value
+  up-projections: r h p + r h v; output: h v d + d; per-head output bias: h d.
 
 The per-head gates used for pruning are not weights and are not counted.
 Pure Python: shared by the tf_keras and Keras 3 fronts.
@@ -104,7 +109,8 @@ def attention_params(
     Args:
       spec: An `AttentionSpec` (scalar), or a kind ("standard",
         "fixed_head", "collaborative") with `num_heads`, `head_size`,
-        `shared_key_dim` and `value_dim` given as arguments.
+        `shared_key_dim` and `value_dim` given as arguments (grouped and
+        latent layers need a spec: they have more sizes).
       width: Query width `d`.
       num_heads, head_size, shared_key_dim, value_dim: With a kind string.
       use_bias: Whether the layer has biases.
@@ -130,6 +136,15 @@ def attention_params(
     b = 1 if use_bias else 0
     value = vw * h * v + b * h * v
     output = h * v * ow + b * ow
+    if spec.kind in ("grouped", "latent"):
+        # No key or value bias: the value bias is folded per head into the output.
+        query = width * h * p + b * h * p
+        head_bias = b * h * ow
+        if spec.kind == "grouped":
+            kv = kw * resolved.num_kv_heads * p + vw * resolved.num_kv_heads * v
+        else:
+            kv = vw * resolved.kv_latent_dim + resolved.kv_latent_dim * h * (p + v)
+        return ParamCount(trainable=query + kv + output + head_bias)
     if spec.kind == "collaborative":
         d_shared = resolved.shared_key_dim
         qk = width * d_shared + kw * d_shared + h * d_shared + b * kw * h

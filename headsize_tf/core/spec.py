@@ -16,12 +16,20 @@ Head-size rules (the only place they are coded):
 * ``collaborative``: heads share a query/key space of `shared_key_dim` D;
   `head_size` (softmax scale and default value head size) defaults to
   width // num_heads.
+* ``grouped``: grouped-query attention (Ainslie et al., 2023): the query
+  heads fall into `num_kv_heads` contiguous groups of equal size, each group
+  sharing one key/value head (`num_kv_heads=1` is multi-query attention);
+  `head_size` defaults to width // num_heads.
+* ``latent``: a shared latent key/value (DeepSeek-V2's MLA, without RoPE):
+  every head's keys and values are up-projections of one `kv_latent_dim`-sized
+  latent per position, the only thing a decoder caches; `head_size` defaults
+  to width // num_heads.
 
 `value_dim` sets the per-head value size independently (default: the head
 size), as in `MultiHeadAttention(value_dim=...)`.
 
-Per-layer settings: `num_heads` and `head_size` may be sequences with one
-entry per layer (`for_layer(i)` gives layer i's scalar spec), so a pruned
+Per-layer settings: `num_heads`, `head_size`, `num_kv_heads` and
+`kv_latent_dim` may be sequences with one entry per layer (`for_layer(i)` gives layer i's scalar spec), so a pruned
 model or a spec with varying heads per layer is an ordinary spec.
 """
 
@@ -32,7 +40,11 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-KINDS = ("standard", "fixed_head", "collaborative")
+KINDS = ("standard", "fixed_head", "collaborative", "grouped", "latent")
+# Kinds whose optional `head_size` is an int (default width // num_heads).
+OPTIONAL_HEAD_SIZE_KINDS = ("collaborative", "grouped", "latent")
+# Fields that may hold one entry per layer.
+PER_LAYER_FIELDS = ("num_heads", "head_size", "num_kv_heads", "kv_latent_dim")
 SEQUENCE_LENGTH = "sequence_length"
 MIXING_INITIALIZERS = ("concatenate", "ones", "uniform", "normal")
 
@@ -85,6 +97,8 @@ class ResolvedAttention:
     head_size: int
     value_dim: int
     shared_key_dim: int | None = None
+    num_kv_heads: int | None = None
+    kv_latent_dim: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +115,10 @@ class AttentionSpec:
       shared_key_dim: collaborative only: the shared query/key size D.
       mixing_initializer: collaborative only: "concatenate", "ones",
         "uniform", "normal" or a Keras initializer name.
+      num_kv_heads: grouped only: the number G of key/value heads (groups of
+        query heads); must divide `num_heads`. May be a per-layer list.
+      kv_latent_dim: latent only: the size r of the shared key/value latent.
+        May be a per-layer list.
 
     Example:
 
@@ -109,6 +127,8 @@ class AttentionSpec:
     32
     >>> AttentionSpec("standard", num_heads=8).resolve(width=64).head_size
     8
+    >>> AttentionSpec("grouped", num_heads=8, num_kv_heads=2).resolve(width=64).num_kv_heads
+    2
     """
 
     kind: str = "standard"
@@ -117,6 +137,8 @@ class AttentionSpec:
     value_dim: int | None = None
     shared_key_dim: int | None = None
     mixing_initializer: str = "uniform"
+    num_kv_heads: int | tuple[int, ...] | None = None
+    kv_latent_dim: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -136,11 +158,11 @@ class AttentionSpec:
             )
         elif self.kind == "fixed_head":
             raise SpecError("fixed_head attention needs `head_size` (an int or 'sequence_length').")
-        if self.kind == "collaborative" and self.head_size is not None:
+        if self.kind in OPTIONAL_HEAD_SIZE_KINDS and self.head_size is not None:
             sizes = self.head_size if isinstance(self.head_size, tuple) else (self.head_size,)
             if SEQUENCE_LENGTH in sizes:
                 raise SpecError(
-                    f'collaborative attention takes an int head_size; "{SEQUENCE_LENGTH}" is '
+                    f'{self.kind} attention takes an int head_size; "{SEQUENCE_LENGTH}" is '
                     "for fixed_head."
                 )
         if self.value_dim is not None:
@@ -159,18 +181,53 @@ class AttentionSpec:
                 f"`mixing_initializer` must be one of {list(MIXING_INITIALIZERS)} or a Keras "
                 f"initializer name or config; got {self.mixing_initializer!r}."
             )
-        lengths = {len(v) for v in (self.num_heads, self.head_size) if isinstance(v, tuple)}
-        if len(lengths) > 1:
+        self._check_kind_field("num_kv_heads", "grouped")
+        self._check_kind_field("kv_latent_dim", "latent")
+        lists = {
+            name: getattr(self, name)
+            for name in PER_LAYER_FIELDS
+            if isinstance(getattr(self, name), tuple)
+        }
+        if len({len(v) for v in lists.values()}) > 1:
             raise SpecError(
-                f"Per-layer num_heads {list(self.num_heads)} and head_size "
-                f"{list(self.head_size)} have different lengths."
+                "Per-layer lists have different lengths: "
+                + ", ".join(f"{name} {list(value)}" for name, value in lists.items())
+                + "."
             )
+        if self.kind == "grouped":
+            self._check_groups()
+
+    def _check_kind_field(self, name: str, kind: str) -> None:
+        """`name` is required for `kind` (positive ints, per layer allowed) and an error elsewhere."""
+        value = getattr(self, name)
+        if self.kind == kind:
+            if value is None:
+                raise SpecError(f"{kind} attention needs `{name}`; got None.")
+            object.__setattr__(self, name, _per_layer(name, value, check_positive_int))
+        elif value is not None:
+            raise SpecError(f"{name}={value!r} is only for kind {kind!r} (kind is {self.kind!r}).")
+
+    def _check_groups(self) -> None:
+        """Every layer's `num_kv_heads` divides its `num_heads` (equal, contiguous groups)."""
+        length = self.per_layer_length or 1
+        for i in range(length):
+            heads = self.num_heads[i] if isinstance(self.num_heads, tuple) else self.num_heads
+            groups = (
+                self.num_kv_heads[i] if isinstance(self.num_kv_heads, tuple) else self.num_kv_heads
+            )
+            if heads % groups:
+                where = f" in layer {i}" if self.per_layer_length else ""
+                raise SpecError(
+                    f"num_kv_heads={groups}{where} does not divide num_heads={heads}; grouped "
+                    "attention needs groups of equal size (a divisor of num_heads)."
+                )
 
     # ------------------------------------------------------------ per layer
     @property
     def per_layer_length(self) -> int | None:
         """The number of layers the per-layer lists are for (None: no lists)."""
-        for value in (self.num_heads, self.head_size):
+        for name in PER_LAYER_FIELDS:
+            value = getattr(self, name)
             if isinstance(value, tuple):
                 return len(value)
         return None
@@ -185,13 +242,13 @@ class AttentionSpec:
             )
 
     def for_layer(self, index: int) -> AttentionSpec:
-        """Layer `index`'s spec (scalar num_heads and head_size)."""
+        """Layer `index`'s spec (scalar entries for every per-layer field)."""
 
         def pick(value):
             return value[index] if isinstance(value, tuple) else value
 
         return dataclasses.replace(
-            self, num_heads=pick(self.num_heads), head_size=pick(self.head_size)
+            self, **{name: pick(getattr(self, name)) for name in PER_LAYER_FIELDS}
         )
 
     def layers(self, num_layers: int) -> list[AttentionSpec]:
@@ -230,7 +287,7 @@ class AttentionSpec:
                 'head_size="sequence_length" needs a sequence length (a model\'s '
                 "max_sequence_length, or a static key length)."
             )
-        if spec.head_size is None:  # standard, or collaborative by default.
+        if spec.head_size is None:  # standard, or an optional head size left out.
             if width % h:
                 raise SpecError(
                     f"width ({width}) is not a multiple of num_heads ({h}); {self.kind} "
@@ -250,6 +307,8 @@ class AttentionSpec:
             head_size=head_size,
             value_dim=self.value_dim or head_size,
             shared_key_dim=self.shared_key_dim,
+            num_kv_heads=self.num_kv_heads,
+            kv_latent_dim=self.kv_latent_dim,
         )
 
     def layer_kwargs(self) -> dict[str, Any]:
@@ -263,6 +322,12 @@ class AttentionSpec:
             kwargs["shared_key_dim"] = self.shared_key_dim
             kwargs["head_size"] = self.head_size
             kwargs["mixing_initializer"] = self.mixing_initializer
+        elif self.kind == "grouped":
+            kwargs["num_kv_heads"] = self.num_kv_heads
+            kwargs["head_size"] = self.head_size
+        elif self.kind == "latent":
+            kwargs["kv_latent_dim"] = self.kv_latent_dim
+            kwargs["head_size"] = self.head_size
         if self.value_dim is not None:
             kwargs["value_dim"] = self.value_dim
         return kwargs
@@ -271,7 +336,7 @@ class AttentionSpec:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (lists for per-layer entries), for configs and JSON."""
         out = dataclasses.asdict(self)
-        for key in ("num_heads", "head_size"):
+        for key in PER_LAYER_FIELDS:
             if isinstance(out[key], tuple):
                 out[key] = list(out[key])
         return out

@@ -1,0 +1,322 @@
+"""Multi-head attention -> shared key/value heads, on numpy weights (both fronts use it).
+
+A decoder caches every layer's keys and values. Sharing them between heads
+shrinks the cache; these functions turn a trained multi-head layer into the
+two forms deployed today, training-free (uptraining then recovers quality):
+
+* **Grouped-query attention** (Ainslie et al., 2023): the `h` query heads fall
+  into `G` contiguous groups of `h / G`, each sharing one key/value head.
+  - `method="mean"`: Ainslie's recipe, the group's key and value kernels are
+    the mean of its heads' kernels.
+  - `method="svd"`: per group, the shared key kernel is the best rank-`p`
+    subspace of the group's *attention operators* `W_Q^(i) W_K^(i)T` (query
+    bias included) and the shared value kernel the best rank-`v` subspace of
+    the group's *output operators* `W_V^(i) W_O^(i)`; each query kernel and
+    each output kernel absorbs its head's coordinates in that subspace, so
+    the projection error is the only error, and it is the smallest a shared
+    `p`-dimensional key (`v`-dimensional value) can have for those operators
+    (Eckart-Young). With one head per group it is exact.
+* **A shared latent key/value** (DeepSeek-V2's MLA, no RoPE): one `r`-sized
+  latent per position, `c = x W_DKV`, with per-head up-projections
+  `k^(i) = c W_UK^(i)`, `v^(i) = c W_UV^(i)`. MHA2MLA's joint SVD of the
+  stacked key and value kernels `[W_K, W_V]` gives `W_DKV` (its top-`r` left
+  singular vectors) and the up-projections (the kernels in that basis); the
+  keys are first scaled to the values' Frobenius norm (TransMLA's balancing),
+  so neither dominates the shared subspace. At `r = rank([W_K, W_V])` it is
+  exact.
+
+Biases, exactly:
+
+* The key bias is dropped: `q . (k_s + b)` shifts all of a query's scores by
+  the same `q . b`, which the softmax ignores.
+* The value bias folds into the output per head: head `i` adds
+  `(sum_s a_is) b_V^(i) W_O^(i)` to the output, where `sum_s a_is` is 1 except
+  on fully masked rows (0 on Keras 3, 1 on tf_keras, as in the stock layers)
+  and under attention dropout. The converted layers keep `head_bias[i] =
+  b_V^(i) W_O^(i)` (`[h, width]`) and scale it by the head's gate and its
+  row sum, so gates, dropout and head removal stay exact.
+* The query bias is kept (with `method="svd"` it moves into the new basis).
+
+Weights in use the core's role -> array layout (`headsize_tf.core.convert`):
+`query_kernel` `[d, h, p]`, `query_bias` `[h, p]`, `key_kernel` `[e, h, p]`,
+`key_bias`, `value_kernel` `[e, h, v]`, `value_bias` `[h, v]`,
+`output_kernel` `[h, v, o]`, `output_bias` `[o]`, `head_gates` `[h]`. Out:
+
+* grouped: `query_kernel`, `query_bias`, `key_kernel` `[e, G, p]`,
+  `value_kernel` `[e, G, v]`, `output_kernel`, `output_bias`, `head_bias`
+  `[h, o]`, `head_gates`;
+* latent: `query_kernel`, `query_bias`, `latent_kernel` `[e, r]`,
+  `key_up_kernel` `[r, h, p]`, `value_up_kernel` `[r, h, v]`,
+  `output_kernel`, `output_bias`, `head_bias`, `head_gates`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core.spec import SpecError, check_positive_int
+
+GROUPED_METHODS = ("mean", "svd")
+
+Weights = Mapping[str, np.ndarray | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class SharingReport:
+    """What one layer's conversion kept.
+
+    Attributes:
+      kind: "grouped" or "latent".
+      method: "mean" or "svd" (grouped), "joint_svd" (latent).
+      size: G (grouped) or r (latent).
+      key_energy: Fraction of the key-side operators' squared Frobenius norm
+        the shared keys keep (1.0: exact).
+      value_energy: The same for the value side.
+    """
+
+    kind: str
+    method: str
+    size: int
+    key_energy: float
+    value_energy: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_rank3(weights: Weights, roles: tuple[str, ...], name: str) -> None:
+    for role in roles:
+        if np.ndim(weights[role]) != 3:
+            raise ValueError(
+                f"Attention layer {name!r} has a {role} of shape {np.shape(weights[role])}; only "
+                "per-head kernels [width, heads, head_size] (attention over axis 1) convert."
+            )
+
+
+def check_num_kv_heads(num_kv_heads: Any, num_heads: int) -> int:
+    """`num_kv_heads` as an int that divides `num_heads`, or a `SpecError` naming it."""
+    groups = check_positive_int("num_kv_heads", num_kv_heads)
+    if num_heads % groups:
+        raise SpecError(
+            f"num_kv_heads={groups} does not divide num_heads={num_heads}; grouped attention "
+            "needs groups of equal size (a divisor of num_heads)."
+        )
+    return groups
+
+
+def latent_full_rank(weights: Weights) -> int:
+    """The largest useful latent size: min(e, h (p + v)), where the joint SVD is exact."""
+    e, h, p = np.shape(weights["key_kernel"])
+    v = np.shape(weights["value_kernel"])[2]
+    return int(min(e, h * (p + v)))
+
+
+def check_latent_rank(kv_latent_dim: Any, full_rank: int) -> int:
+    """A latent size in [1, full_rank], or a `SpecError` naming it and the range."""
+    if (
+        isinstance(kv_latent_dim, bool)
+        or not isinstance(kv_latent_dim, int | np.integer)
+        or not 1 <= kv_latent_dim <= full_rank
+    ):
+        raise SpecError(
+            f"kv_latent_dim={kv_latent_dim!r} is outside [1, {full_rank}]: a latent rank is a "
+            f"positive int at most the full rank min(width, heads * (key size + value size)) "
+            f"= {full_rank}."
+        )
+    return int(kv_latent_dim)
+
+
+def fold_value_bias(weights: Weights) -> np.ndarray | None:
+    """Per-head output bias `b_V^(i) W_O^(i)` `[h, o]` (None without a value bias)."""
+    value_bias = weights.get("value_bias")
+    if value_bias is None:
+        return None
+    return np.einsum("hv,hvo->ho", value_bias, weights["output_kernel"]).astype(np.float32)
+
+
+def _gates(weights: Weights, heads: int) -> np.ndarray:
+    gates = weights.get("head_gates")
+    return np.ones([heads], np.float32) if gates is None else np.asarray(gates, np.float32)
+
+
+def _top_subspace(matrix: np.ndarray, rank: int) -> tuple[np.ndarray, float]:
+    """Top-`rank` left singular vectors of `matrix` and the energy fraction they keep."""
+    u, s, _ = np.linalg.svd(matrix.astype(np.float64), full_matrices=False)
+    energy = float(np.sum(s[:rank] ** 2) / max(np.sum(s**2), 1e-300))
+    basis = u[:, :rank]
+    if basis.shape[1] < rank:  # Fewer singular vectors than asked: pad orthonormally.
+        pad = np.linalg.qr(np.concatenate([basis, np.eye(matrix.shape[0])], axis=1))[0]
+        basis = pad[:, :rank]
+    return basis, min(energy, 1.0)
+
+
+def grouped_weights(
+    weights: Weights,
+    num_kv_heads: int,
+    *,
+    method: str = "mean",
+    name: str = "attention",
+) -> tuple[dict[str, np.ndarray | None], SharingReport]:
+    """The grouped-query weights of a multi-head layer.
+
+    Args:
+      weights: The layer's weights in the core layout (module docstring).
+      num_kv_heads: G, the number of key/value heads; must divide the heads.
+        Query head i belongs to group `i // (h / G)`.
+      method: "mean" (Ainslie et al.'s mean pooling) or "svd" (the
+        per-group operator subspaces of the module docstring).
+      name: The layer's name, for error messages.
+
+    Returns:
+      (grouped weights, report). With G = h both methods give a layer equal
+      to the original (to float32 rounding).
+
+    Example:
+
+    >>> rng = np.random.default_rng(0)
+    >>> w = {"query_kernel": rng.normal(size=(16, 4, 8)), "key_kernel": rng.normal(size=(16, 4, 8)),
+    ...      "value_kernel": rng.normal(size=(16, 4, 8)), "output_kernel": rng.normal(size=(4, 8, 16))}
+    >>> grouped_weights(w, 2)[0]["key_kernel"].shape
+    (16, 2, 8)
+    """
+    if method not in GROUPED_METHODS:
+        raise ValueError(f"Unknown grouping method {method!r}; expected one of {GROUPED_METHODS}.")
+    _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
+    query = np.asarray(weights["query_kernel"], np.float64)
+    key = np.asarray(weights["key_kernel"], np.float64)
+    value = np.asarray(weights["value_kernel"], np.float64)
+    output = np.asarray(weights["output_kernel"], np.float64)
+    heads = query.shape[1]
+    groups = check_num_kv_heads(num_kv_heads, heads)
+    size = heads // groups
+    query_bias = weights.get("query_bias")
+    query_bias = None if query_bias is None else np.asarray(query_bias, np.float64)
+    new_query, new_query_bias, new_output = query.copy(), query_bias, output.copy()
+    if query_bias is not None:
+        new_query_bias = query_bias.copy()
+    keys, values, key_energy, value_energy = [], [], [], []
+    for g in range(groups):
+        members = range(g * size, (g + 1) * size)
+        if method == "mean":
+            keys.append(key[:, list(members)].mean(axis=1))
+            values.append(value[:, list(members)].mean(axis=1))
+            continue
+        # Keys: the subspace of the group's attention operators [W_Q; b_Q] W_K^T.
+        operators = []
+        for i in members:
+            rows = query[:, i] if query_bias is None else np.vstack([query[:, i], query_bias[i]])
+            operators.append(rows @ key[:, i].T)  # [d(+1), e]
+        basis, energy = _top_subspace(np.vstack(operators).T, key.shape[2])  # [e, p]
+        keys.append(basis)
+        key_energy.append(energy)
+        for i in members:
+            absorbed = key[:, i].T @ basis  # [p, p]: head i's keys in the shared basis.
+            new_query[:, i] = query[:, i] @ absorbed
+            if query_bias is not None:
+                new_query_bias[i] = query_bias[i] @ absorbed
+        # Values: the subspace of the group's output operators W_V W_O.
+        products = [value[:, i] @ output[i] for i in members]  # [e, o] each
+        basis, energy = _top_subspace(np.hstack(products), value.shape[2])  # [e, v]
+        values.append(basis)
+        value_energy.append(energy)
+        for i in members:
+            new_output[i] = basis.T @ products[i - members.start]
+    f32 = np.float32
+    out = {
+        "query_kernel": new_query.astype(f32),
+        "query_bias": None if new_query_bias is None else new_query_bias.astype(f32),
+        "key_kernel": np.stack(keys, axis=1).astype(f32),
+        "value_kernel": np.stack(values, axis=1).astype(f32),
+        "output_kernel": new_output.astype(f32),
+        "output_bias": weights.get("output_bias"),
+        "head_bias": fold_value_bias(weights),
+        "head_gates": _gates(weights, heads),
+    }
+    if method == "mean":
+        key_energy = [_kept_energy(key, out["key_kernel"], size)]
+        value_energy = [_kept_energy(value, out["value_kernel"], size)]
+    report = SharingReport(
+        "grouped", method, groups, float(np.mean(key_energy)), float(np.mean(value_energy))
+    )
+    return out, report
+
+
+def _kept_energy(per_head: np.ndarray, pooled: np.ndarray, size: int) -> float:
+    """1 - ||W - repeat(pooled)||^2 / ||W||^2 for mean pooling (1.0 when exact)."""
+    repeated = np.repeat(pooled.astype(np.float64), size, axis=1)
+    error = np.sum((per_head - repeated) ** 2) / max(np.sum(per_head**2), 1e-300)
+    return float(1.0 - error)
+
+
+def latent_weights(
+    weights: Weights,
+    kv_latent_dim: int,
+    *,
+    balance: bool = True,
+    name: str = "attention",
+) -> tuple[dict[str, np.ndarray | None], SharingReport]:
+    """The shared-latent weights of a multi-head layer (joint SVD of keys and values).
+
+    Args:
+      weights: The layer's weights in the core layout; key and value inputs
+        must have the same width (the latent is computed from one input).
+      kv_latent_dim: r, the latent size, in [1, `latent_full_rank(weights)`].
+      balance: Scale the keys to the values' Frobenius norm before the SVD
+        (TransMLA); False is MHA2MLA's plain joint SVD.
+      name: The layer's name, for error messages.
+
+    Returns:
+      (latent weights, report). At full rank the layer equals the original
+      (to float32 rounding).
+
+    Example:
+
+    >>> rng = np.random.default_rng(0)
+    >>> w = {"query_kernel": rng.normal(size=(16, 4, 8)), "key_kernel": rng.normal(size=(16, 4, 8)),
+    ...      "value_kernel": rng.normal(size=(16, 4, 8)), "output_kernel": rng.normal(size=(4, 8, 16))}
+    >>> latent_weights(w, 8)[0]["latent_kernel"].shape
+    (16, 8)
+    """
+    _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
+    key = np.asarray(weights["key_kernel"], np.float64)
+    value = np.asarray(weights["value_kernel"], np.float64)
+    e, heads, p = key.shape
+    if value.shape[0] != e:
+        raise ValueError(
+            f"Attention layer {name!r} has key width {e} and value width {value.shape[0]}; a "
+            "shared latent is computed from one input, so they must be equal."
+        )
+    rank = check_latent_rank(kv_latent_dim, latent_full_rank(weights))
+    flat_key = key.reshape(e, -1)
+    flat_value = value.reshape(e, -1)
+    scale = 1.0
+    if balance:
+        key_norm = np.linalg.norm(flat_key)
+        scale = np.linalg.norm(flat_value) / key_norm if key_norm > 0 else 1.0
+    basis, _ = _top_subspace(np.hstack([scale * flat_key, flat_value]), rank)  # [e, r]
+    key_up = basis.T @ flat_key  # [r, h p]
+    value_up = basis.T @ flat_value
+    f32 = np.float32
+    out = {
+        "query_kernel": np.asarray(weights["query_kernel"], f32),
+        "query_bias": weights.get("query_bias"),
+        "latent_kernel": basis.astype(f32),
+        "key_up_kernel": key_up.reshape(rank, heads, p).astype(f32),
+        "value_up_kernel": value_up.reshape(rank, heads, -1).astype(f32),
+        "output_kernel": np.asarray(weights["output_kernel"], f32),
+        "output_bias": weights.get("output_bias"),
+        "head_bias": fold_value_bias(weights),
+        "head_gates": _gates(weights, heads),
+    }
+    report = SharingReport(
+        "latent",
+        "joint_svd",
+        rank,
+        float(np.sum(key_up**2) / max(np.sum(flat_key**2), 1e-300)),
+        float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
+    )
+    return out, report

@@ -1,0 +1,259 @@
+"""core.kv_sharing and core.kv_cache against the numpy oracles of the papers' equations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headsize_tf.core import kv_cache, kv_sharing
+from headsize_tf.core.params import attention_params
+from headsize_tf.core.spec import AttentionSpec, SpecError
+from tests import kv_oracle
+
+
+def _inputs(rng, batch=2, length=5, keys=7, width=16):
+    return rng.normal(size=(batch, length, width)), rng.normal(size=(batch, keys, width))
+
+
+def _relative(a, b):
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-12))
+
+
+@pytest.mark.parametrize("method", kv_sharing.GROUPED_METHODS)
+@pytest.mark.parametrize("masked_rows", ["zero", "uniform"])
+def test_grouped_with_one_head_per_group_is_exact(method, masked_rows):
+    rng = np.random.default_rng(0)
+    w = kv_oracle.random_mha_weights(rng, width=16, heads=4, head_size=6, value_dim=5)
+    w["head_gates"] = np.array([1.0, 0.0, 0.5, 1.0])
+    x, y = _inputs(rng)
+    mask = rng.random((2, 5, 7)) > 0.4
+    mask[0, 1] = False  # A fully masked row.
+    converted, report = kv_sharing.grouped_weights(w, 4, method=method)
+    np.testing.assert_allclose(
+        kv_oracle.grouped_logits(converted, x, y),
+        # The key bias is dropped: logits differ by a per-query constant only.
+        kv_oracle.mha_logits({**w, "key_bias": None}, x, y),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        kv_oracle.grouped(converted, x, y, mask, masked_rows),
+        kv_oracle.mha(w, x, y, mask, masked_rows),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert converted["key_kernel"].shape == (16, 4, 6)
+    assert "key_bias" not in converted and "value_bias" not in converted
+    assert report.key_energy == pytest.approx(1.0, abs=1e-6)
+    assert report.value_energy == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("masked_rows", ["zero", "uniform"])
+@pytest.mark.parametrize("balance", [True, False])
+def test_latent_at_full_rank_is_exact(masked_rows, balance):
+    rng = np.random.default_rng(1)
+    w = kv_oracle.random_mha_weights(rng, width=16, heads=4, head_size=3, value_dim=2)
+    x, y = _inputs(rng)
+    mask = rng.random((2, 4, 5, 7)) > 0.3  # Per-head mask [B, N, T, S].
+    mask[1, 2, 0] = False
+    full = kv_sharing.latent_full_rank(w)
+    assert full == min(16, 4 * (3 + 2)) == 16
+    converted, report = kv_sharing.latent_weights(w, full, balance=balance)
+    np.testing.assert_allclose(
+        kv_oracle.latent_logits(converted, x, y),
+        kv_oracle.mha_logits({**w, "key_bias": None}, x, y),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        kv_oracle.latent(converted, x, y, mask, masked_rows),
+        kv_oracle.mha(w, x, y, mask, masked_rows),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert report.key_energy == pytest.approx(1.0) and report.value_energy == pytest.approx(1.0)
+
+
+def test_latent_is_exact_at_the_kernels_rank_below_the_width():
+    # 2 heads of 3 + 3: rank([W_K, W_V]) = 12 < width 32, so r = 12 is exact.
+    rng = np.random.default_rng(2)
+    w = kv_oracle.random_mha_weights(rng, width=32, heads=2, head_size=3)
+    x, y = _inputs(rng, width=32)
+    converted, _ = kv_sharing.latent_weights(w, 12)
+    assert converted["latent_kernel"].shape == (32, 12)
+    np.testing.assert_allclose(
+        kv_oracle.latent(converted, x, y), kv_oracle.mha(w, x, y), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_latent_error_falls_with_rank():
+    rng = np.random.default_rng(3)
+    w = kv_oracle.random_mha_weights(rng, width=24, heads=4, head_size=6)
+    x, y = _inputs(rng, width=24)
+    reference = kv_oracle.mha(w, x, y)
+    errors = [
+        _relative(kv_oracle.latent(kv_sharing.latent_weights(w, r)[0], x, y), reference)
+        for r in (2, 6, 12, 18, 24)
+    ]
+    assert errors == sorted(errors, reverse=True)
+    assert errors[-1] < 1e-5 < errors[0]
+
+
+def test_balancing_keeps_values_when_keys_are_large():
+    # Keys 30x the values' norm: an unbalanced joint SVD spends the latent on keys.
+    rng = np.random.default_rng(4)
+    w = kv_oracle.random_mha_weights(rng, width=24, heads=4, head_size=6)
+    w["key_kernel"] = w["key_kernel"] * 30.0
+    balanced = kv_sharing.latent_weights(w, 12, balance=True)[1]
+    plain = kv_sharing.latent_weights(w, 12, balance=False)[1]
+    assert plain.key_energy > balanced.key_energy
+    assert balanced.value_energy > plain.value_energy + 0.1
+    # Both sides keep at least a third of their energy once balanced.
+    assert min(balanced.key_energy, balanced.value_energy) > 1 / 3
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    heads_per_group=st.sampled_from([2, 3, 4]),
+    groups=st.sampled_from([1, 2]),
+    head_size=st.integers(2, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_svd_grouping_beats_mean_pooling_on_the_attention_operators_25_examples(
+    heads_per_group, groups, head_size, seed
+):
+    """25 drawn layers: per-group SVD never approximates the logits and outputs worse."""
+    rng = np.random.default_rng(seed)
+    heads = heads_per_group * groups
+    w = kv_oracle.random_mha_weights(rng, width=12, heads=heads, head_size=head_size)
+    x, y = _inputs(rng, width=12, length=6, keys=6)
+    reference = kv_oracle.mha_logits({**w, "key_bias": None}, x, y)
+    svd = kv_sharing.grouped_weights(w, groups, method="svd")[0]
+    mean = kv_sharing.grouped_weights(w, groups, method="mean")[0]
+
+    def operator_error(converted):
+        # || W_Q^i W_K^i^T - W'_Q^i W'_K^g^T ||, the quantity the SVD minimises.
+        total = 0.0
+        for i in range(heads):
+            g = i // heads_per_group
+            a = np.vstack([w["query_kernel"][:, i], w["query_bias"][i]]) @ w["key_kernel"][:, i].T
+            b = np.vstack([converted["query_kernel"][:, i], converted["query_bias"][i]])
+            total += np.sum((a - b @ converted["key_kernel"][:, g].T) ** 2)
+        return total
+
+    assert operator_error(svd) <= operator_error(mean) * (1 + 1e-6)
+    assert np.all(np.isfinite(kv_oracle.grouped_logits(svd, x, y)))
+    assert kv_oracle.grouped_logits(svd, x, y).shape == reference.shape
+
+
+def test_mean_pooling_is_ainslies_recipe():
+    rng = np.random.default_rng(5)
+    w = kv_oracle.random_mha_weights(rng, width=8, heads=6, head_size=4)
+    converted, report = kv_sharing.grouped_weights(w, 2, method="mean")
+    np.testing.assert_allclose(converted["key_kernel"][:, 1], w["key_kernel"][:, 3:6].mean(1))
+    np.testing.assert_allclose(converted["value_kernel"][:, 0], w["value_kernel"][:, 0:3].mean(1))
+    np.testing.assert_array_equal(converted["query_kernel"], w["query_kernel"].astype(np.float32))
+    np.testing.assert_allclose(
+        converted["head_bias"], np.einsum("hv,hvo->ho", w["value_bias"], w["output_kernel"])
+    )
+    assert 0.0 < report.key_energy < 1.0
+
+
+def test_value_bias_fold_keeps_gates_exact():
+    # Gating a head after the conversion removes exactly its share, folded bias included.
+    rng = np.random.default_rng(6)
+    w = kv_oracle.random_mha_weights(rng, width=16, heads=4, head_size=4)
+    x, y = _inputs(rng)
+    converted, _ = kv_sharing.latent_weights(w, 16)
+    gates = np.array([0.0, 1.0, 0.25, 1.0])
+    np.testing.assert_allclose(
+        kv_oracle.latent({**converted, "head_gates": gates}, x, y),
+        kv_oracle.mha({**w, "head_gates": gates}, x, y),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("groups", [0, 3, -1, 2.0, True])
+def test_bad_group_counts_name_the_value(groups):
+    w = kv_oracle.random_mha_weights(np.random.default_rng(0), 8, 4, 2)
+    with pytest.raises(SpecError, match=f"num_kv_heads.*{groups!r}|num_kv_heads={groups}"):
+        kv_sharing.grouped_weights(w, groups)
+
+
+@pytest.mark.parametrize("rank", [0, 17, -2, 3.5])
+def test_bad_latent_ranks_name_the_value_and_the_range(rank):
+    w = kv_oracle.random_mha_weights(np.random.default_rng(0), 16, 4, 4)
+    with pytest.raises(SpecError, match=rf"kv_latent_dim={rank!r} is outside \[1, 16\]"):
+        kv_sharing.latent_weights(w, rank)
+
+
+def test_unknown_method_and_unequal_widths():
+    rng = np.random.default_rng(0)
+    w = kv_oracle.random_mha_weights(rng, 8, 4, 2)
+    with pytest.raises(ValueError, match="'median'"):
+        kv_sharing.grouped_weights(w, 2, method="median")
+    w["value_kernel"] = rng.normal(size=(6, 4, 2))
+    with pytest.raises(ValueError, match="key width 8 and value width 6"):
+        kv_sharing.latent_weights(w, 4)
+
+
+# ---------------------------------------------------------------- cache formula
+@pytest.mark.parametrize(
+    "spec, per_token",
+    [
+        (AttentionSpec("standard", num_heads=8), 8 * (8 + 8)),
+        (AttentionSpec("fixed_head", num_heads=4, head_size=32, value_dim=16), 4 * (32 + 16)),
+        (AttentionSpec("collaborative", num_heads=8, shared_key_dim=24), 24 + 8 + 8 * 8),
+        (AttentionSpec("grouped", num_heads=8, num_kv_heads=2), 2 * (8 + 8)),
+        (AttentionSpec("grouped", num_heads=8, num_kv_heads=1, head_size=16), 16 + 16),
+        (AttentionSpec("latent", num_heads=8, kv_latent_dim=40), 40),
+    ],
+)
+def test_cache_bytes_per_token(spec, per_token):
+    assert kv_cache.kv_cache_bytes_per_token(spec, 64) == 4 * per_token
+    assert kv_cache.kv_cache_bytes_per_token(spec, 64, num_layers=3, dtype="bfloat16") == (
+        3 * 2 * per_token
+    )
+
+
+def test_cache_of_a_pruned_model_counts_each_layers_heads():
+    spec = AttentionSpec("standard", num_heads=[8, 4, 2])  # Heads of 64 // h.
+    assert kv_cache.kv_cache_bytes_per_token(spec, 64, num_layers=3, dtype="float16") == 2 * (
+        8 * 16 + 4 * 32 + 2 * 64
+    )
+    with pytest.raises(SpecError, match="per-layer lists of 3 entries"):
+        kv_cache.kv_cache_bytes_per_token(spec, 64, num_layers=2)
+
+
+def test_collaborative_cache_without_biases_has_no_content_term():
+    resolved = AttentionSpec("collaborative", num_heads=4, shared_key_dim=8).resolve(16)
+    assert kv_cache.cache_entries(resolved, use_bias=False) == {"key": 8, "value": 16}
+
+
+@pytest.mark.parametrize("dtype", ["mixed_float16", "float16", "bfloat16", "mixed_bfloat16"])
+def test_dtype_bytes_of_policies(dtype):
+    assert kv_cache.dtype_bytes(dtype) == 2
+
+
+def test_unknown_dtype_is_named():
+    with pytest.raises(SpecError, match="'complex64'"):
+        kv_cache.dtype_bytes("complex64")
+
+
+# ------------------------------------------------------------------ parameters
+def test_parameters_of_converted_weights_match_the_formulas():
+    rng = np.random.default_rng(0)
+    w = kv_oracle.random_mha_weights(rng, width=16, heads=4, head_size=6, value_dim=5)
+
+    def count(weights):
+        return sum(np.size(v) for k, v in weights.items() if v is not None and k != "head_gates")
+
+    grouped = kv_sharing.grouped_weights(w, 2)[0]
+    spec = AttentionSpec("grouped", num_heads=4, num_kv_heads=2, head_size=6, value_dim=5)
+    assert count(grouped) == attention_params(spec, 16).trainable
+    latent = kv_sharing.latent_weights(w, 10)[0]
+    spec = AttentionSpec("latent", num_heads=4, kv_latent_dim=10, head_size=6, value_dim=5)
+    assert count(latent) == attention_params(spec, 16).trainable
