@@ -5,8 +5,8 @@ Written from the papers' equations, independently of the library's layers:
 * multi-head (Vaswani et al.): `a_i = softmax((x W_Q^i + b_Q^i)(y W_K^i + b_K^i)^T
   / sqrt(p))`, `out = sum_i xi_i (a_i (y W_V^i + b_V^i)) W_O^i + b_O`;
 * grouped-query (Ainslie et al.): query head i reads key/value head
-  `i // (h / G)`; the value bias is the per-head `head_bias` `[h, o]`, scaled
-  by the gate and the row sum of the attention weights;
+  `i // (h / G)`; the value bias `[h, v]` is per query head, added to the
+  head's context scaled by the row sum of its attention weights;
 * shared latent (DeepSeek-V2's MLA without RoPE): `c = y W_DKV`,
   `k^i = c W_UK^i`, `v^i = c W_UV^i`.
 
@@ -70,13 +70,13 @@ def mha(w: dict, x, y, mask=None, masked_rows: str = "zero") -> np.ndarray:
 
 
 def _shared_output(w: dict, a: np.ndarray, context: np.ndarray) -> np.ndarray:
-    """Gated output with the folded per-head value bias scaled by the row sums of `a`."""
+    """Gated output; the per-head value bias enters scaled by the row sums of `a`."""
     heads = a.shape[1]
+    if w.get("value_bias") is not None:
+        row_sums = a.sum(-1)  # [B, N, T]
+        context = context + np.einsum("bht,hv->bthv", row_sums, w["value_bias"])
     gates = np.ones(heads) if w.get("head_gates") is None else w["head_gates"]
     out = np.einsum("bthv,hvo->bto", context * gates[:, None], w["output_kernel"])
-    if w.get("head_bias") is not None:
-        row_sums = a.sum(-1)  # [B, N, T]
-        out = out + np.einsum("bht,h,ho->bto", row_sums, gates, w["head_bias"])
     return out + (0.0 if w.get("output_bias") is None else w["output_bias"])
 
 

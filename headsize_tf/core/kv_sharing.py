@@ -29,12 +29,14 @@ Biases, exactly:
 
 * The key bias is dropped: `q . (k_s + b)` shifts all of a query's scores by
   the same `q . b`, which the softmax ignores.
-* The value bias folds into the output per head: head `i` adds
-  `(sum_s a_is) b_V^(i) W_O^(i)` to the output, where `sum_s a_is` is 1 except
-  on fully masked rows (0 on Keras 3, 1 on tf_keras, as in the stock layers)
-  and under attention dropout. The converted layers keep `head_bias[i] =
-  b_V^(i) W_O^(i)` (`[h, width]`) and scale it by the head's gate and its
-  row sum, so gates, dropout and head removal stay exact.
+* The value bias stays per query head, `[h, v]`, added to each head's context
+  after attention: head `i` gets `(sum_s a_is) b_V^(i)`, exactly what stock
+  attention computes (`sum_s a_is` is 1 except on fully masked rows, 0 on
+  Keras 3 and 1 on tf_keras as in the stock layers, and under attention
+  dropout). It is the value bias folded into the output per head,
+  `b_V^(i) W_O^(i)`, scaled by the head's gate, so gates, dropout and head
+  removal stay exact. (With `method="svd"` the bias is re-expressed for the
+  new output kernel by least squares; exact with one head per group.)
 * The query bias is kept (with `method="svd"` it moves into the new basis).
 
 Weights in use the core's role -> array layout (`headsize_tf.core.convert`):
@@ -43,11 +45,11 @@ Weights in use the core's role -> array layout (`headsize_tf.core.convert`):
 `output_kernel` `[h, v, o]`, `output_bias` `[o]`, `head_gates` `[h]`. Out:
 
 * grouped: `query_kernel`, `query_bias`, `key_kernel` `[e, G, p]`,
-  `value_kernel` `[e, G, v]`, `output_kernel`, `output_bias`, `head_bias`
-  `[h, o]`, `head_gates`;
+  `value_kernel` `[e, G, v]`, `value_bias` `[h, v]` (per query head),
+  `output_kernel`, `output_bias`, `head_gates`;
 * latent: `query_kernel`, `query_bias`, `latent_kernel` `[e, r]`,
-  `key_up_kernel` `[r, h, p]`, `value_up_kernel` `[r, h, v]`,
-  `output_kernel`, `output_bias`, `head_bias`, `head_gates`.
+  `key_up_kernel` `[r, h, p]`, `value_up_kernel` `[r, h, v]`, `value_bias`
+  `[h, v]`, `output_kernel`, `output_bias`, `head_gates`.
 """
 
 from __future__ import annotations
@@ -130,12 +132,17 @@ def check_latent_rank(kv_latent_dim: Any, full_rank: int) -> int:
     return int(kv_latent_dim)
 
 
-def fold_value_bias(weights: Weights) -> np.ndarray | None:
-    """Per-head output bias `b_V^(i) W_O^(i)` `[h, o]` (None without a value bias)."""
+def _value_bias(weights: Weights) -> np.ndarray | None:
     value_bias = weights.get("value_bias")
-    if value_bias is None:
-        return None
-    return np.einsum("hv,hvo->ho", value_bias, weights["output_kernel"]).astype(np.float32)
+    return None if value_bias is None else np.asarray(value_bias, np.float32)
+
+
+def _refit_value_bias(value_bias: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """b' with b' new_i ~= b old_i per head (least squares; exact where possible)."""
+    target = np.einsum("hv,hvo->ho", value_bias, old)
+    return np.stack(
+        [np.linalg.lstsq(new[i].T, target[i], rcond=None)[0] for i in range(len(target))]
+    )
 
 
 def _gates(weights: Weights, heads: int) -> np.ndarray:
@@ -195,9 +202,8 @@ def grouped_weights(
     size = heads // groups
     query_bias = weights.get("query_bias")
     query_bias = None if query_bias is None else np.asarray(query_bias, np.float64)
-    new_query, new_query_bias, new_output = query.copy(), query_bias, output.copy()
-    if query_bias is not None:
-        new_query_bias = query_bias.copy()
+    new_query, new_output = query.copy(), output.copy()
+    new_query_bias = None if query_bias is None else query_bias.copy()
     keys, values, key_energy, value_energy = [], [], [], []
     for g in range(groups):
         members = range(g * size, (g + 1) * size)
@@ -226,14 +232,17 @@ def grouped_weights(
         for i in members:
             new_output[i] = basis.T @ products[i - members.start]
     f32 = np.float32
+    value_bias = _value_bias(weights)
+    if value_bias is not None and method == "svd":
+        value_bias = _refit_value_bias(value_bias.astype(np.float64), output, new_output)
     out = {
         "query_kernel": new_query.astype(f32),
         "query_bias": None if new_query_bias is None else new_query_bias.astype(f32),
         "key_kernel": np.stack(keys, axis=1).astype(f32),
         "value_kernel": np.stack(values, axis=1).astype(f32),
+        "value_bias": None if value_bias is None else value_bias.astype(f32),
         "output_kernel": new_output.astype(f32),
         "output_bias": weights.get("output_bias"),
-        "head_bias": fold_value_bias(weights),
         "head_gates": _gates(weights, heads),
     }
     if method == "mean":
@@ -307,9 +316,9 @@ def latent_weights(
         "latent_kernel": basis.astype(f32),
         "key_up_kernel": key_up.reshape(rank, heads, p).astype(f32),
         "value_up_kernel": value_up.reshape(rank, heads, -1).astype(f32),
+        "value_bias": _value_bias(weights),
         "output_kernel": np.asarray(weights["output_kernel"], f32),
         "output_bias": weights.get("output_bias"),
-        "head_bias": fold_value_bias(weights),
         "head_gates": _gates(weights, heads),
     }
     report = SharingReport(

@@ -8,11 +8,11 @@ The formulas mirror the weights the layers create, so they agree with
   output: h v d + d. For v = p: 4 d h p + 3 h p + d (the paper's count).
 * collaborative (shared key dim D): W_Q, W_K: 2 d D; mixing: h D; content
   bias: d h; V: d h v + h v; output: h v d + d.
-* grouped (G key/value heads): Q: d h p + h p; K: d G p; V: d G v; output:
-  h v d + d; per-head output bias (the value bias folded, see
-  `core.kv_sharing`): h d. No key bias (it cannot change a softmax).
+* grouped (G key/value heads): Q: d h p + h p; K: d G p; V: d G v; value
+  bias per query head: h v; output: h v d + d. No key bias (it cannot change
+  a softmax; see `core.kv_sharing`).
 * latent (latent size r): Q: d h p + h p; down-projection: d r; key and value
-  up-projections: r h p + r h v; output: h v d + d; per-head output bias: h d.
+  up-projections: r h p + r h v; value bias per head: h v; output: h v d + d.
 
 The per-head gates used for pruning are not weights and are not counted.
 Pure Python: shared by the tf_keras and Keras 3 fronts.
@@ -137,9 +137,9 @@ def attention_params(
     value = vw * h * v + b * h * v
     output = h * v * ow + b * ow
     if spec.kind in ("grouped", "latent"):
-        # No key or value bias: the value bias is folded per head into the output.
+        # No key bias; the value bias is per query head, applied after attention.
         query = width * h * p + b * h * p
-        head_bias = b * h * ow
+        head_bias = b * h * v
         if spec.kind == "grouped":
             kv = kw * resolved.num_kv_heads * p + vw * resolved.num_kv_heads * v
         else:
