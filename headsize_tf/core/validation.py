@@ -186,16 +186,18 @@ def collaborative_head_size(
     key_shape: Shape | None,
     num_heads: int,
     head_size: int | None,
+    owner: str = "CollaborativeAttention",
 ) -> int:
-    """The head size of a collaborative layer: `head_size`, else width // num_heads.
+    """The head size of a layer whose head size is optional: `head_size`, else width // num_heads.
 
-    Raises ValueError unless query and key are rank 3 and (without
-    `head_size`) the query width is a multiple of `num_heads`.
+    Used by the collaborative, grouped and latent layers (`owner` names the
+    class in messages). Raises ValueError unless query and key are rank 3 and
+    (without `head_size`) the query width is a multiple of `num_heads`.
     """
     for role, shape in (("query", query_shape), ("key", key_shape)):
         if shape is None or len(shape) != 3:
             raise ValueError(
-                f"CollaborativeAttention {layer_name!r} expects rank-3 {role} inputs "
+                f"{owner} {layer_name!r} expects rank-3 {role} inputs "
                 f"[batch, length, width]; got shape {_shape_text(shape)}."
             )
     if head_size is not None:
@@ -203,7 +205,7 @@ def collaborative_head_size(
     width = query_shape[-1]
     if width is None or width % num_heads:
         raise ValueError(
-            f"CollaborativeAttention {layer_name!r}: head_size defaults to width // num_heads, "
+            f"{owner} {layer_name!r}: head_size defaults to width // num_heads, "
             f"but the query width ({width}) is not a multiple of num_heads "
             f"({num_heads}); pass head_size explicitly."
         )

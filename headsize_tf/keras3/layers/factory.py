@@ -8,13 +8,17 @@ from typing import Any
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.layers.collaborative_attention import CollaborativeAttention
 from headsize_tf.keras3.layers.fixed_head_attention import FixedHeadAttention
+from headsize_tf.keras3.layers.grouped_attention import GroupedAttention
 from headsize_tf.keras3.layers.head_attention import HeadAttentionBase
+from headsize_tf.keras3.layers.latent_attention import LatentAttention
 from headsize_tf.keras3.layers.standard_attention import StandardAttention
 
 ATTENTION_CLASSES: dict[str, type[HeadAttentionBase]] = {
     "standard": StandardAttention,
     "fixed_head": FixedHeadAttention,
     "collaborative": CollaborativeAttention,
+    "grouped": GroupedAttention,
+    "latent": LatentAttention,
 }
 
 

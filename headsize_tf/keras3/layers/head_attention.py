@@ -563,12 +563,20 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
                 updated[name] = tensor * (1 - where) + ops.cast(new[name], tensor.dtype) * where
             cache = updated
         if attention_mask is not None:
-            self._check_attention_mask(query, cache["value"], attention_mask)
+            # Every cache entry has time on axis 1.
+            self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
             attention_mask = ops.convert_to_tensor(attention_mask)
-        context, _ = self._attend_projected(query, cache, attention_mask, training)
+        context = self._attend_cached(query, cache, attention_mask, training)
         if self._use_gate:
             context = ops.multiply(context, self._gate_dense(query))
         return self._project_output(context), cache
+
+    def _attend_cached(
+        self, query: Any, cache: dict[str, Any], attention_mask: Any, training: Any
+    ) -> Any:
+        """Context [B, T_new, N, H] of the new positions over the cache (a decoding hook)."""
+        context, _ = self._attend_projected(query, cache, attention_mask, training)
+        return context
 
     # --------------------------------------------------------------- config
     def get_config(self) -> dict[str, Any]:

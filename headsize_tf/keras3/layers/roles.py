@@ -5,7 +5,10 @@ names `headsize_tf.core.pruning_plan.HEAD_AXES` and `headsize_tf.core.convert`
 use: `query_kernel`, `query_bias`, `key_kernel`, `key_bias`, `value_kernel`,
 `value_bias`, `output_kernel`, `output_bias` (standard and fixed-head heads),
 and for collaborative heads the shared `query_kernel` / `key_kernel`, `mixing`
-and `content_bias` instead of per-head query/key tensors.
+and `content_bias` instead of per-head query/key tensors. Grouped layers have
+`key_kernel` / `value_kernel` `[e, G, p]` without biases and a per-query-head
+`value_bias`; latent layers have `latent_kernel`, `key_up_kernel`,
+`value_up_kernel` instead of key/value kernels (`headsize_tf.core.kv_sharing`).
 """
 
 from __future__ import annotations
@@ -16,11 +19,19 @@ import keras
 import numpy as np
 
 from headsize_tf.keras3.layers.collaborative_attention import CollaborativeAttention
+from headsize_tf.keras3.layers.grouped_attention import GroupedAttention
+from headsize_tf.keras3.layers.latent_attention import LatentAttention
 
 
 def kind_of(layer: keras.layers.Layer) -> str:
-    """ "collaborative" or "standard" (per-head query/key kernels)."""
-    return "collaborative" if isinstance(layer, CollaborativeAttention) else "standard"
+    """ "collaborative", "grouped", "latent" or "standard" (per-head query/key/value kernels)."""
+    if isinstance(layer, CollaborativeAttention):
+        return "collaborative"
+    if isinstance(layer, GroupedAttention):
+        return "grouped"
+    if isinstance(layer, LatentAttention):
+        return "latent"
+    return "standard"
 
 
 def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
@@ -38,6 +49,19 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
     if getattr(layer, "_use_gate", False):
         raise ValueError(f"Attention layer {layer.name!r} uses gated attention (use_gate=True).")
     roles: dict[str, Any] = {}
+    if isinstance(layer, GroupedAttention | LatentAttention):
+        sublayers = (
+            ("query", "key", "value")
+            if isinstance(layer, GroupedAttention)
+            else ("query", "latent", "key_up", "value_up")
+        )
+        for role in (*sublayers, "output"):
+            dense = getattr(layer, f"_{role}_dense")
+            roles[f"{role}_kernel"] = dense.kernel
+        roles["query_bias"] = layer._query_dense.bias
+        roles["value_bias"] = layer.value_bias
+        roles["output_bias"] = layer._output_dense.bias
+        return roles
     for role in ("query", "key", "value", "output"):
         dense = getattr(layer, f"_{role}_dense")
         roles[f"{role}_kernel"] = dense.kernel

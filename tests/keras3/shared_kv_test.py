@@ -1,0 +1,298 @@
+"""Keras 3 grouped-query and shared-latent attention: oracles, conversions, cache, stock GQA."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from headsize_tf.core import kv_cache, kv_sharing
+from headsize_tf.core import params as hs_params
+from headsize_tf.core.spec import AttentionSpec
+from headsize_tf.keras3.layers import GroupedAttention, LatentAttention, StandardAttention
+from headsize_tf.keras3.layers.factory import make_attention
+from headsize_tf.keras3.layers.roles import assign_weights, numpy_weights
+from tests import kv_oracle
+from tests.keras3 import util
+
+WIDTH = util.WIDTH
+
+
+def _built(layer, x, y):
+    layer(x, y)
+    return layer
+
+
+def _random_biases(layer, seed=0):
+    rng = np.random.default_rng(seed)
+    for weight in layer.weights:
+        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
+
+
+def _source(x, y, seed=0):
+    """A StandardAttention with random weights and biases (4 heads of 4)."""
+    source = _built(StandardAttention(num_heads=4), x, y)
+    # Stock Keras 3 MHA gives fully masked rows zero weights on its einsum path (and another
+    # answer through `ops.dot_product_attention`): compare with the einsum path.
+    source._force_einsum = True
+    _random_biases(source, seed)
+    source.set_head_mask([1.0, 0.0, 0.5, 1.0])
+    return source
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_grouped_matches_the_oracle(groups):
+    x, y = util.data()
+    layer = _built(GroupedAttention(num_heads=4, num_kv_heads=groups, value_dim=3), x, y)
+    _random_biases(layer, 1)
+    layer.set_head_mask([1.0, 0.3, 0.0, 1.0])
+    mask = util.padding_mask(2, 5, 7)
+    mask[1, 2] = False  # A fully masked row: zero weights, as stock Keras 3 MHA.
+    w = numpy_weights(layer)
+    assert w["key_kernel"].shape == (WIDTH, groups, 4) and w["value_bias"].shape == (4, 3)
+    out, scores = layer(x, y, attention_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(
+        util.np_(out), kv_oracle.grouped(w, x, y, mask, "zero"), rtol=1e-4, atol=1e-5
+    )
+    assert tuple(scores.shape) == (2, 4, 5, 7)
+
+
+def test_latent_matches_the_oracle_with_a_per_head_mask():
+    x, y = util.data()
+    layer = _built(LatentAttention(num_heads=4, kv_latent_dim=6, head_size=5), x, y)
+    _random_biases(layer, 2)
+    mask = np.random.default_rng(0).random((2, 4, 5, 7)) > 0.3
+    mask[0, 3, 1] = False
+    w = numpy_weights(layer)
+    np.testing.assert_allclose(
+        util.np_(layer(x, y, attention_mask=mask)),
+        kv_oracle.latent(w, x, y, mask, "zero"),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("method", kv_sharing.GROUPED_METHODS)
+def test_converted_grouped_layer_with_one_head_per_group_equals_the_source(method):
+    x, y = util.data()
+    source = _source(x, y)
+    converted, _ = kv_sharing.grouped_weights(numpy_weights(source), 4, method=method)
+    layer = _built(GroupedAttention(num_heads=4, num_kv_heads=4), x, y)
+    assign_weights(layer, converted)
+    mask = util.padding_mask(2, 5, 7)
+    mask[0, 0] = False
+    np.testing.assert_allclose(
+        util.np_(layer(x, y, attention_mask=mask)),
+        util.np_(source(x, y, attention_mask=mask)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_converted_latent_layer_at_full_rank_equals_the_source_and_logits_agree():
+    x, y = util.data()
+    source = _source(x, y, seed=3)
+    weights = numpy_weights(source)
+    full = kv_sharing.latent_full_rank(weights)
+    converted, _ = kv_sharing.latent_weights(weights, full)
+    layer = _built(LatentAttention(num_heads=4, kv_latent_dim=full), x, y)
+    assign_weights(layer, converted)
+    np.testing.assert_allclose(
+        util.np_(layer(x, y, use_causal_mask=False)),
+        util.np_(source(x, y)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    logits = layer._logits_from_projected(x, layer._project_key_value(y, y))
+    np.testing.assert_allclose(
+        util.np_(logits),
+        kv_oracle.mha_logits({**weights, "key_bias": None}, x, y),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def _decode_step_by_step(layer, x, fixed_length=False):
+    batch, length, _ = x.shape
+    cache = layer.init_cache(batch, length if fixed_length else 0)
+    outputs = []
+    for t in range(length):
+        if fixed_length:
+            mask = np.broadcast_to(np.arange(length) <= t, (batch, 1, length))
+            out, cache = layer.call_cached(x[:, t : t + 1], cache, mask, decode_loop_step=t)
+        else:
+            out, cache = layer.call_cached(x[:, t : t + 1], cache)
+        outputs.append(util.np_(out))
+    return np.concatenate(outputs, axis=1), cache
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GroupedAttention(num_heads=4, num_kv_heads=2),
+        lambda: LatentAttention(num_heads=4, kv_latent_dim=6),
+        lambda: LatentAttention(num_heads=4, kv_latent_dim=6, absorb=False),
+    ],
+    ids=["grouped", "latent_absorbed", "latent_up_projected"],
+)
+@pytest.mark.parametrize("fixed_length", [False, True])
+def test_cached_decoding_equals_the_causal_call(make, fixed_length):
+    x, _ = util.data(t=6, s=6)
+    layer = _built(make(), x, x)
+    _random_biases(layer, 4)
+    full = util.np_(layer(x, x, use_causal_mask=True))
+    decoded, cache = _decode_step_by_step(layer, x, fixed_length)
+    np.testing.assert_allclose(decoded, full, rtol=1e-4, atol=1e-5)
+    assert all(v.shape[1] == 6 for v in cache.values())
+
+
+def test_absorbed_and_up_projected_decoding_agree_on_one_latent():
+    x, _ = util.data(t=6, s=6, seed=5)
+    absorbed = _built(LatentAttention(num_heads=4, kv_latent_dim=6), x, x)
+    _random_biases(absorbed, 5)
+    plain = _built(LatentAttention(num_heads=4, kv_latent_dim=6, absorb=False), x, x)
+    plain.set_weights(absorbed.get_weights())
+    mask = util.causal_mask(2, 6, 6)
+    mask[1, 3] = False  # A fully masked row: the value bias drops out on both paths.
+    a, _ = absorbed.call_cached(x, None, mask)
+    b, _ = plain.call_cached(x, None, mask)
+    np.testing.assert_allclose(util.np_(a), util.np_(b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        AttentionSpec("grouped", num_heads=4, num_kv_heads=2, head_size=6, value_dim=5),
+        AttentionSpec("grouped", num_heads=4, num_kv_heads=1),
+        AttentionSpec("latent", num_heads=4, kv_latent_dim=5),
+        AttentionSpec("latent", num_heads=2, kv_latent_dim=12, head_size=3),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_cache_holds_exactly_the_formulas_bytes(spec, dtype):
+    x, _ = util.data(t=4, s=4)
+    layer = make_attention(spec, dtype=dtype)
+    layer(x, x)
+    _, cache = _decode_step_by_step(layer, x)
+    entries = kv_cache.cache_entries(spec.resolve(WIDTH))
+    assert sorted(cache) == sorted(entries)
+    itemsize = kv_cache.dtype_bytes(dtype)
+    for name, tensor in cache.items():
+        array = keras.ops.convert_to_numpy(tensor)
+        assert array.nbytes == 2 * 4 * entries[name] * itemsize, name
+    total = sum(keras.ops.convert_to_numpy(t).nbytes for t in cache.values())
+    assert total == 2 * 4 * kv_cache.kv_cache_bytes_per_token(spec, WIDTH, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        AttentionSpec("grouped", num_heads=4, num_kv_heads=2, head_size=6, value_dim=5),
+        AttentionSpec("latent", num_heads=4, kv_latent_dim=5),
+    ],
+)
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_count_params_is_the_formula_and_config_round_trips(spec, use_bias):
+    x, _ = util.data()
+    layer = make_attention(spec, use_bias=use_bias)
+    layer(x, x)
+    assert layer.count_params() == hs_params.attention_params(spec, WIDTH, use_bias=use_bias).total
+    clone = type(layer).from_config(layer.get_config())
+    clone(x, x)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(util.np_(clone(x, x)), util.np_(layer(x, x)), atol=1e-6)
+    assert clone.get_config() == layer.get_config()
+
+
+def test_saved_model_file_round_trip(tmp_path):
+    inputs = keras.Input((5, WIDTH))
+    x = GroupedAttention(num_heads=4, num_kv_heads=2, name="gqa")(inputs, inputs)
+    x = LatentAttention(num_heads=4, kv_latent_dim=6, name="mla")(x, x)
+    model = keras.Model(inputs, x)
+    data, _ = util.data()
+    for layer in model.layers[1:]:
+        _random_biases(layer, 7)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(util.np_(loaded(data)), util.np_(model(data)), atol=1e-6)
+    assert isinstance(loaded.get_layer("mla"), LatentAttention)
+    assert loaded.get_layer("gqa").num_kv_heads == 2
+
+
+def test_stock_grouped_query_attention_weights_map_in_exactly():
+    x, y = util.data()
+    stock = keras.layers.GroupQueryAttention(
+        head_dim=4, num_query_heads=4, num_key_value_heads=2, bias_initializer="random_normal"
+    )
+    stock(x, y)
+    ours = _built(GroupedAttention(num_heads=4, num_kv_heads=2), x, y)
+    kernels = {
+        "query_kernel": stock._query_dense.kernel,
+        "query_bias": stock._query_dense.bias,
+        "key_kernel": stock._key_dense.kernel,  # The key bias cannot change a softmax.
+        "value_kernel": stock._value_dense.kernel,
+        "value_bias": np.repeat(util.np_(stock._value_dense.bias), 2, axis=0),
+        "output_kernel": stock._output_dense.kernel,
+        "output_bias": stock._output_dense.bias,
+    }
+    assign_weights(ours, {k: util.np_(v).astype("float32") for k, v in kernels.items()})
+    mask = util.padding_mask(2, 5, 7)
+    np.testing.assert_allclose(
+        util.np_(ours(x, y, attention_mask=mask)),
+        util.np_(stock(x, y, attention_mask=mask)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_gating_a_head_removes_its_share_value_bias_included():
+    x, y = util.data()
+    layer = _built(GroupedAttention(num_heads=4, num_kv_heads=2), x, y)
+    _random_biases(layer, 8)
+    full = util.np_(layer(x, y))
+    layer.set_head_mask([1.0, 0.0, 1.0, 1.0])
+    gated = util.np_(layer(x, y))
+    layer.set_head_mask(np.ones(4))
+    w = numpy_weights(layer)
+    w["output_kernel"][1] = 0.0
+    np.testing.assert_allclose(gated, kv_oracle.grouped(w, x, y), rtol=1e-4, atol=1e-5)
+    assert np.max(np.abs(gated - full)) > 1e-3
+
+
+def test_fit_trains_both_layers():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6, 8))
+    h = GroupedAttention(num_heads=4, num_kv_heads=2)(inputs, inputs, use_causal_mask=True)
+    h = LatentAttention(num_heads=2, kv_latent_dim=4)(h, h, use_causal_mask=True)
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Flatten()(h)))
+    model.compile(keras.optimizers.Adam(1e-2), "mse")
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(64, 6, 8)).astype("float32")
+    target = data[:, :, 0].sum(-1, keepdims=True)
+    before = model.evaluate(data, target, verbose=0)
+    model.fit(data, target, epochs=15, batch_size=16, verbose=0)
+    assert model.evaluate(data, target, verbose=0) < 0.5 * before
+
+
+def test_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match="num_kv_heads=3 does not divide num_heads=4"):
+        GroupedAttention(num_heads=4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="kv_latent_dim"):
+        LatentAttention(num_heads=4, kv_latent_dim=0)
+    x, y = util.data()
+    layer = LatentAttention(num_heads=4, kv_latent_dim=4)
+    with pytest.raises(ValueError, match="from one input"):
+        layer(x, y, key=x)
+    with pytest.raises(ValueError, match="not a multiple of num_heads"):
+        GroupedAttention(num_heads=3, num_kv_heads=1)(x, y)
+
+
+def test_compute_attention_override_names_the_alternative():
+    class Custom(GroupedAttention):
+        def _compute_attention(self, *args, **kwargs):
+            raise AssertionError("never called")
+
+    x, y = util.data()
+    with pytest.raises(NotImplementedError, match="_logits_from_projected"):
+        Custom(num_heads=4, num_kv_heads=2)(x, y)
