@@ -242,7 +242,7 @@ class CausalLM(keras.Model):
           (logits `[batch, 1, vocabulary_size]`, the updated caches).
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
-        length = caches[0]["value"].shape[1]
+        length = next(iter(caches[0].values())).shape[1]  # Time is axis 1 of every entry.
         if tuple(token_ids.shape[1:]) != (1,) or not 0 <= int(index) < length:
             raise ValueError(
                 f"decode_step takes [batch, 1] tokens at an index in [0, {length}) (the "
@@ -252,7 +252,7 @@ class CausalLM(keras.Model):
 
     def _decode(self, token_ids, caches, index):
         """`decode_step` without its checks: `index` may be a traced scalar."""
-        length = caches[0]["value"].shape[1]
+        length = next(iter(caches[0].values())).shape[1]  # Time is axis 1 of every entry.
         visible = ops.arange(length) <= index
         mask = ops.broadcast_to(visible[None, None], (ops.shape(token_ids)[0], 1, length))
         x, updated = self._embed(token_ids, index), []

@@ -1,10 +1,13 @@
-"""Rewrite trained Keras 3 multi-head attention as collaborative attention.
+"""Rewrite trained Keras 3 multi-head attention as shared heads: collaborative, grouped, latent.
 
-The numerics are the framework-neutral `headsize_tf.core.convert` (a CP of
-the stacked W_Q^(h) W_K^(h)^T, exact at full rank; the query bias becomes the
-content bias W_K^(h) b_Q^(h); the original softmax scale is kept), the same
-code the tf_keras front uses. This module reads Keras 3 layers into the
-core's layout and writes the result into `CollaborativeAttention` layers.
+The numerics are framework-neutral, the same code the tf_keras front uses:
+`headsize_tf.core.conversion.ConversionTarget` (one driver for every kind)
+over `headsize_tf.core.convert` (collaborative: a CP of the stacked
+W_Q^(h) W_K^(h)^T, exact at full rank; the query bias becomes the content
+bias; the original softmax scale is kept) and `headsize_tf.core.kv_sharing`
+(grouped key/value heads, a shared key/value latent). This module reads
+Keras 3 layers into the core's layout and writes the result into the new
+model's layers.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from typing import Any
 
 import keras
 
+from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.core.convert import ConversionReport, convert_weights
-from headsize_tf.core.spec import AttentionSpec, SpecError
+from headsize_tf.core.spec import ResolvedAttention, SpecError
 from headsize_tf.keras3.layers import CollaborativeAttention
 from headsize_tf.keras3.layers.roles import assign_weights, kind_of, numpy_weights
 from headsize_tf.keras3.modeling.surgery import AttentionModel, with_attention
@@ -82,31 +86,79 @@ def to_collaborative(
     return new, report
 
 
+def _resolved(layer: keras.layers.Layer) -> ResolvedAttention:
+    kind = kind_of(layer)
+    if kind != "standard":
+        raise SpecError(
+            f"Layer {layer.name!r} has {kind} attention; only multi-head attention converts."
+        )
+    return ResolvedAttention("standard", layer.num_heads, layer.head_size, layer.value_dim)
+
+
+def convert_model(
+    model: AttentionModel, target: ConversionTarget, **kwargs: Any
+) -> tuple[AttentionModel, list[dict[str, Any]]]:
+    """`model` (a `CausalLM` or `BertBackbone`) with every attention layer converted to `target`.
+
+    The one conversion driver of the Keras 3 front: the new model has
+    `target.spec(...)` as its attention (per-layer lists where layers
+    differ, e.g. after pruning) and `model`'s other weights; each attention
+    layer gets `target.convert_layer` of the original's weights. Grouped at
+    `num_kv_heads = heads`, latent at full rank and collaborative at
+    `heads x head size` compute exactly what `model` computes.
+
+    Args:
+      model: A multi-head (standard or fixed-head) `CausalLM` or `BertBackbone`.
+      target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
+      **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
+
+    Returns:
+      The converted model and one report dict per layer.
+
+    Example:
+
+    >>> lm = CausalLM(vocabulary_size=100, num_layers=2, hidden_dim=32,
+    ...               attention={"num_heads": 4}, max_sequence_length=64)
+    >>> grouped, reports = convert_model(lm, ConversionTarget("grouped", 1))
+    >>> grouped.attention_spec.num_kv_heads
+    1
+    """
+    layers = model.attention_layers
+    resolved = [_resolved(layer) for layer in layers]
+    width = min(int(layer._value_dense.kernel.shape[0]) for layer in layers)
+    new = with_attention(model, target.spec(resolved, width=width))
+    reports = []
+    for index, (source, dest) in enumerate(zip(layers, new.attention_layers, strict=True)):
+        converted, report = target.convert_layer(
+            numpy_weights(source), index, name=source.name, **kwargs
+        )
+        assign_weights(dest, converted)
+        reports.append(report)
+    return new, reports
+
+
 def compress_backbone(
     backbone: AttentionModel, shared_key_dim: int, **kwargs: Any
 ) -> tuple[AttentionModel, list[ConversionReport]]:
     """A `BertBackbone` (or `CausalLM`) with collaborative heads sharing a `shared_key_dim` space.
 
-    Every block's attention is converted layer by layer (`to_collaborative`'s
-    numerics); everything else is copied. At `shared_key_dim >= heads *
-    head_size` the result computes exactly what `backbone` computes.
+    `convert_model` with a collaborative `ConversionTarget`. At
+    `shared_key_dim >= heads * head_size` the result computes exactly what
+    `backbone` computes.
 
     Args:
       backbone: A standard or fixed-head `BertBackbone` or `CausalLM` (per-layer heads
         allowed).
       shared_key_dim: `D`, between 1 and the full rank heads x head size.
-      **kwargs: As `to_collaborative`.
+      **kwargs: As `to_collaborative` (`method`, `max_iter`, `tol`, `tolerance`, `seed`).
 
     Returns:
       The collaborative backbone and one `ConversionReport` per layer.
     """
-    spec = backbone.attention_spec
-    if spec.kind == "collaborative":
+    if backbone.attention_spec.kind == "collaborative":
         raise ValueError("The backbone already has collaborative attention.")
     layers = backbone.attention_layers
-    head_sizes = [layer.head_size for layer in layers]
-    heads = [layer.num_heads for layer in layers]
-    full_rank = max(h * p for h, p in zip(heads, head_sizes, strict=True))
+    full_rank = max(layer.num_heads * layer.head_size for layer in layers)
     if (
         isinstance(shared_key_dim, bool)
         or not isinstance(shared_key_dim, int)
@@ -116,23 +168,16 @@ def compress_backbone(
             f"shared_key_dim must be an int in [1, {full_rank}] (the full rank heads x head "
             f"size); got {shared_key_dim!r}."
         )
-    per_layer = len(set(heads)) > 1 or len(set(head_sizes)) > 1
-    new_spec = AttentionSpec(
-        "collaborative",
-        num_heads=tuple(heads) if per_layer else heads[0],
-        head_size=tuple(head_sizes) if per_layer else head_sizes[0],
-        shared_key_dim=shared_key_dim,
-        mixing_initializer="uniform",
-    )
-    new = with_attention(backbone, new_spec)
-    reports = []
-    for source, target in zip(layers, new.attention_layers, strict=True):
-        converted, report = convert_weights(
-            _standard_weights(source), shared_key_dim, name=source.name, **kwargs
-        )
-        assign_weights(target, converted)
-        reports.append(report)
-    return new, reports
+    method = kwargs.pop("method", None)
+    target = ConversionTarget("collaborative", shared_key_dim, method)
+    new, reports = convert_model(backbone, target, **kwargs)
+    return new, [ConversionReport(**report) for report in reports]
 
 
-__all__ = ["ConversionReport", "compress_backbone", "to_collaborative"]
+__all__ = [
+    "ConversionReport",
+    "ConversionTarget",
+    "compress_backbone",
+    "convert_model",
+    "to_collaborative",
+]
