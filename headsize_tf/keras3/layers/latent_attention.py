@@ -79,9 +79,8 @@ class LatentAttention(SharedKVAttentionBase):
     ):
         super().__init__(num_heads=num_heads, head_size=head_size, **kwargs)
         self._kv_latent_dim = check_positive_int("kv_latent_dim", kv_latent_dim)
-        if not isinstance(absorb, bool):
-            raise ValueError(f"`absorb` must be True or False; got {absorb!r}.")
-        self._absorb = absorb
+        self._absorb = True
+        self.absorb = absorb
         self._latent_dense = None
         self._key_up_dense = None
         self._value_up_dense = None
@@ -92,7 +91,14 @@ class LatentAttention(SharedKVAttentionBase):
 
     @property
     def absorb(self) -> bool:
+        """Whether `call_cached` attends in latent space (settable; compiled steps retrace)."""
         return self._absorb
+
+    @absorb.setter
+    def absorb(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"`absorb` must be True or False; got {value!r}.")
+        self._absorb = value
 
     def _build_projections(self, query_shape: Shape, value_shape: Shape, key_shape: Shape) -> None:
         if tuple(key_shape) != tuple(value_shape):
