@@ -154,6 +154,82 @@ def device_description() -> str:
     return _devices.cpu_description()
 
 
+def compile_lm(lm: Any, learning_rate: float, steps: int) -> None:
+    """Compiles `lm` with the protocol's AdamW and warm-up + linear decay over `steps`."""
+    import keras
+
+    schedule = learning_rate_schedule(learning_rate, steps, max(1, steps // 10))
+    cross_entropy = keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent")
+    lm.compile(
+        optimizer=adamw(schedule),
+        metrics=[cross_entropy],
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+
+
+def perplexity(lm: Any, array: np.ndarray) -> tuple[float, float]:
+    """(perplexity, loss) of a compiled LM: the token mean over all windows of `array`.
+
+    Every window has n tokens, so this is Model Garden's perplexity; its
+    `validation_loss` is a mean over batches instead.
+    """
+    result = lm.evaluate(
+        array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0, return_dict=True
+    )
+    return float(np.exp(result["xent"])), float(result["xent"])
+
+
+def fit_windows(
+    lm: Any,
+    train: np.ndarray,
+    steps: int,
+    batch_size: int,
+    seed: int,
+    checkpoints: list[int],
+    evaluate: Callable[[], tuple[float, float]],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Trains a compiled LM `steps` batches of seeded windows; evaluates at `checkpoints`.
+
+    Returns the validation curve and the training curve (the mean loss over
+    each chunk's steps, dropout on: Model Garden's `training_loss`).
+    """
+    order = window_stream(len(train), steps * batch_size, seed)
+    curve, train_curve, done = [], [], 0
+    for step in checkpoints:
+        chunk = train[order[done * batch_size : step * batch_size]]
+        history = lm.fit(
+            chunk[:, :-1], chunk[:, 1:], batch_size=batch_size, epochs=1, shuffle=False, verbose=0
+        ).history
+        train_curve.append(
+            {
+                "step": step,
+                "loss": float(history["loss"][-1]),
+                "perplexity": float(np.exp(history["xent"][-1])),
+            }
+        )
+        done = step
+        ppl, loss = evaluate()
+        curve.append({"step": step, "perplexity": ppl, "loss": loss})
+        if progress:
+            progress(f"step {step}/{steps}: validation perplexity {ppl:.2f}")
+    return curve, train_curve
+
+
+def check_lm_arrays(arrays: dict[str, np.ndarray], sequence_length: int, vocab_size: int) -> None:
+    """Raises unless every split is [windows, n + 1] ids in [0, vocab_size)."""
+    n = sequence_length
+    for name, array in arrays.items():
+        if array.ndim != 2 or array.shape[1] != n + 1:
+            raise ValueError(f"lm_{name}.npy has shape {array.shape}; expected [windows, {n + 1}].")
+        if array.min() < 0 or array.max() >= vocab_size:
+            # JAX looks an out-of-range id up as NaN instead of failing: refuse it here.
+            raise ValueError(
+                f"lm_{name}.npy holds token ids from {array.min()} to {array.max()}; expected "
+                f"ids in [0, {vocab_size}) (a corpus prepared with another vocabulary?)."
+            )
+
+
 def train_run(
     attention: dict[str, Any],
     width: int,
@@ -162,6 +238,7 @@ def train_run(
     seed: int,
     corpus_dir: str | pathlib.Path,
     progress: Callable[[str], None] | None = None,
+    model_path: str | pathlib.Path | None = None,
 ) -> dict[str, Any]:
     """Trains one LM from scratch; returns its curve, test perplexity and seconds.
 
@@ -174,22 +251,15 @@ def train_run(
       seed: Seed of the initialisation, dropout and data order.
       corpus_dir: Directory with `lm_{train,valid,test}.npy`.
       progress: Called with a line at every curve point.
+      model_path: Where to save the trained model (`.keras`, atomically), if given.
     """
     import keras
 
     from headsize_tf.keras3.modeling import CausalLM
 
-    train, valid, test = (load_lm_array(corpus_dir, s) for s in SPLITS)
-    n = preset.sequence_length
-    for name, array in (("train", train), ("valid", valid), ("test", test)):
-        if array.ndim != 2 or array.shape[1] != n + 1:
-            raise ValueError(f"lm_{name}.npy has shape {array.shape}; expected [windows, {n + 1}].")
-        if array.min() < 0 or array.max() >= preset.vocab_size:
-            # JAX looks an out-of-range id up as NaN instead of failing: refuse it here.
-            raise ValueError(
-                f"lm_{name}.npy holds token ids from {array.min()} to {array.max()}; expected "
-                f"ids in [0, {preset.vocab_size}) (a corpus prepared with another vocabulary?)."
-            )
+    arrays = {split: load_lm_array(corpus_dir, split) for split in SPLITS}
+    check_lm_arrays(arrays, preset.sequence_length, preset.vocab_size)
+    train, valid, test = (arrays[s] for s in SPLITS)
     keras.utils.set_random_seed(seed)
     lm = CausalLM(
         vocabulary_size=preset.vocab_size,
@@ -197,55 +267,28 @@ def train_run(
         hidden_dim=width,
         attention=attention,
         intermediate_dim=4 * width,
-        max_sequence_length=n,
+        max_sequence_length=preset.sequence_length,
         dropout=preset.dropout,
     )
-    schedule = learning_rate_schedule(learning_rate, preset.steps, max(1, preset.steps // 10))
-    optimizer = adamw(schedule)
-    cross_entropy = keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent")
-    lm.compile(
-        optimizer=optimizer,
-        metrics=[cross_entropy],
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-
-    def perplexity(array: np.ndarray) -> tuple[float, float]:
-        # The token mean over the whole split (every window has n tokens), as Model
-        # Garden's perplexity; its `validation_loss` is a mean over batches instead.
-        result = lm.evaluate(
-            array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0, return_dict=True
-        )
-        return float(np.exp(result["xent"])), float(result["xent"])
-
-    order = window_stream(len(train), preset.steps * preset.batch_size, seed)
+    compile_lm(lm, learning_rate, preset.steps)
     interval = max(1, preset.steps // preset.curve_points)
     checkpoints = sorted({*range(interval, preset.steps + 1, interval), preset.steps})
-    curve, train_curve, done, start = [], [], 0, time.perf_counter()
-    for step in checkpoints:
-        chunk = train[order[done * preset.batch_size : step * preset.batch_size]]
-        history = lm.fit(
-            chunk[:, :-1],
-            chunk[:, 1:],
-            batch_size=preset.batch_size,
-            epochs=1,
-            shuffle=False,
-            verbose=0,
-        ).history
-        # The mean over the chunk's steps, dropout on (Model Garden's training_loss).
-        train_curve.append(
-            {
-                "step": step,
-                "loss": float(history["loss"][-1]),
-                "perplexity": float(np.exp(history["xent"][-1])),
-            }
-        )
-        done = step
-        ppl, loss = perplexity(valid)
-        curve.append({"step": step, "perplexity": ppl, "loss": loss})
-        if progress:
-            progress(f"step {step}/{preset.steps}: validation perplexity {ppl:.2f}")
+    start = time.perf_counter()
+    curve, train_curve = fit_windows(
+        lm,
+        train,
+        preset.steps,
+        preset.batch_size,
+        seed,
+        checkpoints,
+        lambda: perplexity(lm, valid),
+        progress,
+    )
     seconds = time.perf_counter() - start
-    test_ppl, test_loss = perplexity(test)
+    test_ppl, test_loss = perplexity(lm, test)
+    if model_path is not None:
+        with atomic_path(model_path) as tmp:
+            lm.save(tmp)
     return {
         "curve": curve,
         "train_curve": train_curve,
