@@ -11,6 +11,7 @@ from official.modeling import tf_utils
 from official.nlp.modeling import networks
 
 from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
+from headsize_tf.modeling import encoder_checkpoint
 from headsize_tf.modeling._tracking import replace_sublayer
 from headsize_tf.modeling.transformer_block import HeadsizeTransformerBlock
 
@@ -134,6 +135,14 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
             ids = np.zeros([1, 2], np.int32)
             self({"input_word_ids": ids, "input_mask": ids + 1, "input_type_ids": ids})
         return self
+
+    def _checkpoint_adapter(self, path: str):
+        # TensorFlow asks every object being restored for an adapter before its variables are
+        # read: the moment to report every attention layer whose shapes cannot restore (not
+        # only TensorFlow's shape error for the first variable), also under Model Garden's
+        # `task.initialize`.
+        encoder_checkpoint.check_on_restore(self, path)
+        return super()._checkpoint_adapter(path)
 
     def non_attention_layers(self) -> list[tf_keras.layers.Layer]:
         """The weight-carrying sub-layers other than attention, in a fixed order.

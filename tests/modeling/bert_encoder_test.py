@@ -228,7 +228,8 @@ class HeadCountWarningTest(tf.test.TestCase):
     """Model Garden's "input size is not a multiple of the number of attention heads"
     warning applies to width // heads head sizes only."""
 
-    def _warnings(self, attention):
+    def _warnings(self, attention, width=32):
+        """The head-count warnings logged while a block builds (and calls) on `width`."""
         from headsize_tf.modeling.transformer_block import HeadsizeTransformerBlock
 
         records = []
@@ -244,10 +245,51 @@ class HeadCountWarningTest(tf.test.TestCase):
             block = HeadsizeTransformerBlock(
                 attention=attention, inner_dim=64, inner_activation="relu"
             )
-            block(tf.zeros([2, 5, 32]))
+            block(tf.zeros([2, 5, width]))
         finally:
             logger.removeHandler(handler)
+            self.last_records = records
         return [m for m in records if "number of attention heads" in m]
+
+    def test_standard_heads_that_do_not_divide_the_width_warn_and_fail(self):
+        from headsize_tf.core.spec import AttentionSpec
+
+        # The stock path keeps Model Garden's warning where it applies, and our layer refuses.
+        with self.assertRaisesRegex(
+            ValueError, r"'self_attention'.*query width \(32\) is not a multiple of num_heads \(6\)"
+        ):
+            self._warnings(AttentionSpec("standard", num_heads=6))
+        self.assertEqual(
+            [m for m in self.last_records if "number of attention heads" in m],
+            ["The input size (32) is not a multiple of the number of attention heads (6)"],
+        )
+
+    def test_standard_heads_that_divide_the_width_log_no_warning(self):
+        from headsize_tf.core.spec import AttentionSpec
+
+        self.assertEqual(self._warnings(AttentionSpec("standard", num_heads=4)), [])
+
+    def test_without_log_drops_only_its_text_and_only_inside(self):
+        from headsize_tf.modeling.transformer_block import _HEAD_COUNT_WARNING, _without_log
+
+        records = []
+
+        class Capture(logging.Handler):
+            def emit(self, record):
+                records.append(record.getMessage())
+
+        logger = logging.getLogger("headsize_tf.test_without_log")
+        logger.propagate = False
+        logger.addHandler(Capture(level=logging.WARNING))
+        warning = f"The input size (32) {_HEAD_COUNT_WARNING} (6)"
+        with self.assertRaises(RuntimeError):
+            with _without_log(logger, _HEAD_COUNT_WARNING):
+                logger.warning(warning)
+                logger.warning("another warning")
+                raise RuntimeError("the filter goes even on errors")
+        logger.warning(warning)
+        self.assertEqual(records, ["another warning", warning])
+        self.assertEqual(logger.filters, [])
 
     def test_fixed_heads_of_any_count_log_no_head_count_warning(self):
         from headsize_tf.core.spec import AttentionSpec

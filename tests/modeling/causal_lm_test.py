@@ -12,6 +12,7 @@ from headsize_tf.core import AttentionSpec
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.modeling.decoding import beam_search_decode, greedy_decode, greedy_decode_loop
+from tests.modeling import checkpoint_util
 
 # Width 64 with 4 heads: fixed head size 32 != 64 / 4.
 TYPES = [
@@ -133,6 +134,23 @@ class CausalLMTest(tf.test.TestCase, parameterized.TestCase):
             path = tf.train.Checkpoint(model=model).write(os.path.join(tmp, "ckpt"))
             tf.train.Checkpoint(model=clone).read(path).assert_consumed()
         self.assertAllClose(clone(PROMPT), expected, atol=1e-6)
+
+    @parameterized.named_parameters(*TYPES)
+    def test_unmasked_checkpoint_restores_under_both_checks(self, kwargs, cls):
+        # Written before any mask was set: no gates in the checkpoint, nothing left over.
+        checkpoint_util.assert_unmasked_checkpoint_restores(
+            self, lambda: _lm(**kwargs), lambda model: model(PROMPT)
+        )
+
+    @parameterized.named_parameters(*TYPES)
+    def test_masked_checkpoint_keeps_its_mask(self, kwargs, cls):
+        checkpoint_util.assert_masked_checkpoint_keeps_its_mask(
+            self,
+            lambda: _lm(**kwargs),
+            lambda model: model(PROMPT),
+            lambda model: model.attention_layers,
+            {1: [0.0, 1.0, 1.0, 0.0]},
+        )
 
     def test_bad_decode_input(self):
         model = _lm()

@@ -9,6 +9,7 @@ from headsize_tf.core import AttentionSpec
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 from headsize_tf.modeling.decoding import beam_search_decode, greedy_decode
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
+from tests.modeling import checkpoint_util
 
 TYPES = [
     ("standard", {"attention_type": "standard"}, StandardAttention),
@@ -34,6 +35,10 @@ def _model(attention_type="standard", **sizes):
         max_sequence_length=16,
         initializer_range=0.5,
     )
+
+
+def _logits(model):
+    return model({"inputs": SOURCE, "targets": SOURCE})
 
 
 class Seq2SeqTest(tf.test.TestCase, parameterized.TestCase):
@@ -92,6 +97,22 @@ class Seq2SeqTest(tf.test.TestCase, parameterized.TestCase):
         trained = copy_accuracy()
         print(f"copy accuracy: untrained {untrained:.3f}, trained {trained:.3f}")
         self.assertGreater(trained, untrained + 0.45)
+
+    @parameterized.named_parameters(*TYPES)
+    def test_unmasked_checkpoint_restores_under_both_checks(self, kwargs, cls):
+        # Written before any mask was set: no gates in the checkpoint, nothing left over.
+        checkpoint_util.assert_unmasked_checkpoint_restores(self, lambda: _model(**kwargs), _logits)
+
+    @parameterized.named_parameters(*TYPES)
+    def test_masked_checkpoint_keeps_its_mask(self, kwargs, cls):
+        # Layers: encoder self-attention x2, then per decoder block self- and cross-attention.
+        checkpoint_util.assert_masked_checkpoint_keeps_its_mask(
+            self,
+            lambda: _model(**kwargs),
+            _logits,
+            lambda model: model.attention_layers,
+            {0: [1.0, 0.0, 1.0, 1.0], 3: [0.0, 1.0, 1.0, 0.0]},
+        )
 
     def test_init_cache_needs_memory_for_cross_attention(self):
         model = _model()
