@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _verbose_requested(argv: Sequence[str]) -> bool:
     """Whether `--verbose` (or an abbreviation) comes before the command.
 
-    Read before parsing: parsing a `--model` value reads the pretrained
-    registry, which imports TensorFlow.
+    Read before parsing, so that the log levels hold for whatever parsing
+    loads.
     """
     for token in argv:
         if not token.startswith("-") or token == "--":

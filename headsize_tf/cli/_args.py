@@ -48,14 +48,16 @@ def _open_fraction(text: str) -> float:
 
 
 class _PretrainedNames(Sequence):
-    """The registered pretrained encoders, read when argparse first needs them.
+    """The registered pretrained encoders, read when argparse needs them.
 
-    `headsize_tf.pretrained` imports TensorFlow, so the registry is read only
-    when a `--model` value is checked or a command's help lists the names.
+    The registry is the framework-neutral `headsize_tf.data.pretrained` (not
+    `headsize_tf.pretrained`, which loads tf_keras: `--framework keras3` must
+    not), read when a `--model` value is checked or a command's help lists the
+    names, so that checkpoints registered after the parser is built count.
     """
 
     def _names(self) -> list[str]:
-        from headsize_tf.pretrained.registry import PRETRAINED
+        from headsize_tf.data.pretrained import PRETRAINED
 
         return sorted(PRETRAINED)
 
