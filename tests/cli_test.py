@@ -78,3 +78,13 @@ class CliTest(tf.test.TestCase):
         )
         self.assertEqual(code, 2)
         self.assertIn("width (10) is not a multiple of num_heads (4)", err)
+
+    def test_library_arguments_show_as_the_flags_that_set_them(self):
+        for message, shown in (
+            ("step= must be a fraction in (0, 1); got 0.", "--step must be"),
+            ("match_params=True needs budget_params=.", "--match-params needs --budget-params."),
+            ("model_dir= is required.", "--model_dir is required."),
+            ("no column 'x' (text_pair_column=);", "(--text-pair-column);"),
+            ("`key_dim=16` and a.b=value stay", "`key_dim=16` and a.b=value stay"),
+        ):
+            self.assertIn(shown, cli._as_flags(message))
