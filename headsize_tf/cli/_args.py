@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 
 def _positive_int(text: str) -> int:
@@ -119,3 +120,33 @@ def add_framework(p: argparse.ArgumentParser) -> None:
         help="tf_keras (Model Garden, default) or keras3 (`import keras`; the backend is "
         "$KERAS_BACKEND: tensorflow or jax)",
     )
+
+
+# `prune`'s data flags, by their `headsize_tf.data.text_tasks.load_task` argument names.
+TASK_DATA = (
+    "task",
+    "data",
+    "data_dir",
+    "data_file",
+    "data_format",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "split_column",
+    "tfds",
+)
+
+
+def task_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`prune`'s data flags as `load_task` keyword arguments (both frameworks)."""
+    return {name: getattr(args, name) for name in TASK_DATA}
+
+
+def schedule_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`prune`'s schedule flags as the keyword arguments every pruning driver takes."""
+    return {
+        "target_fraction": args.target_fraction,
+        "step": args.step,
+        "recompute": not args.no_recompute,
+        "min_heads_per_layer": args.min_heads_per_layer,
+    }

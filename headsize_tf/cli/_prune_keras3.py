@@ -8,32 +8,21 @@ from __future__ import annotations
 
 import argparse
 
+from headsize_tf.cli._args import schedule_arguments, task_arguments
 
-def run(args: argparse.Namespace) -> dict:
+
+def prune_pretrained(args: argparse.Namespace) -> dict:
+    """Fine-tunes and prunes a pretrained encoder (`--model` / `--checkpoint`) on the task."""
     from headsize_tf.core.io import check_output_free
     from headsize_tf.data.text_tasks import load_task
     from headsize_tf.keras3.pretrained import load_sentence_encoder
     from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
 
     check_output_free(args.output, args.overwrite)
-    task = load_task(
-        task=args.task,
-        data=args.data,
-        data_dir=args.data_dir,
-        data_file=args.data_file,
-        data_format=args.data_format,
-        text_column=args.text_column,
-        text_pair_column=args.text_pair_column,
-        label_column=args.label_column,
-        split_column=args.split_column,
-        tfds=args.tfds,
-    )
+    task = load_task(**task_arguments(args))
     encoder = load_sentence_encoder(args.model, args.checkpoint)
     settings = PruneSettings(
-        target_fraction=args.target_fraction,
-        step=args.step,
-        recompute=not args.no_recompute,
-        min_heads_per_layer=args.min_heads_per_layer,
+        **schedule_arguments(args),
         finetune_epochs=args.finetune_epochs,
         importance_examples=args.importance_examples,
     )

@@ -1,88 +1,71 @@
-"""`headsize-tf prune` on the tf_keras front: pretrained encoders and model_dirs."""
+"""`headsize-tf prune` on the tf_keras front: pretrained encoders and model_dirs.
+
+Each runner takes the parsed arguments and returns the prune report; the
+registry in `headsize_tf.cli.prune` picks one. The tf_keras front is imported
+inside them, so importing this module (as `prune` does) loads no tf_keras.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-# The one registry of what `prune` takes: a `headsize-tf train` model_dir (by its
-# experiment) or a pretrained name / checkpoint (by framework). Later: `.keras` files and
-# keras-hub presets.
-MODEL_DIR_DRIVERS = {
-    "headsize_bert/sentence_prediction": "headsize_tf.pruning.classifier_dir:prune_classifier_dir",
-    "headsize_bert/pretraining": "headsize_tf.pruning.classifier_dir:prune_classifier_dir",
-    "headsize_lm/language_modeling": "headsize_tf.pruning.language_model:prune_language_model",
-    "headsize_seq2seq/translation": "headsize_tf.pruning.translation:prune_translation_model",
-}
+from headsize_tf.cli._args import schedule_arguments, task_arguments
 
 
-def _driver(name: str):
-    import importlib
+def model_dir_experiment(model_dir: str) -> str:
+    """The experiment a `headsize-tf train` model_dir was trained with."""
+    import json
+    import pathlib
 
-    module, function = name.split(":")
-    return getattr(importlib.import_module(module), function)
+    from headsize_tf.training.train import EXPERIMENT_FILE
+
+    marker = pathlib.Path(model_dir) / EXPERIMENT_FILE
+    if not marker.exists():
+        raise ValueError(
+            f"--model_dir {model_dir} is not a `headsize-tf train` model_dir "
+            f"(no {EXPERIMENT_FILE})."
+        )
+    return json.loads(marker.read_text())["experiment"]
 
 
-def run(args: argparse.Namespace) -> dict:
+def prune_pretrained(args: argparse.Namespace) -> dict:
+    """Fine-tunes and prunes a pretrained encoder (`--model` / `--checkpoint`) on the task."""
     from headsize_tf.pruning import prune
 
     return prune.prune_task(
         args.output,
         model=args.model,
         checkpoint=args.checkpoint,
-        task=args.task,
-        data=args.data,
-        data_dir=args.data_dir,
-        data_file=args.data_file,
-        data_format=args.data_format,
-        text_column=args.text_column,
-        text_pair_column=args.text_pair_column,
-        label_column=args.label_column,
-        split_column=args.split_column,
-        tfds=args.tfds,
-        target_fraction=args.target_fraction,
-        step=args.step,
-        recompute=not args.no_recompute,
-        min_heads_per_layer=args.min_heads_per_layer,
+        **task_arguments(args),
+        **schedule_arguments(args),
         finetune_epochs=args.finetune_epochs,
         importance_examples=args.importance_examples,
         overwrite=args.overwrite,
     )
 
 
-def run_model_dir(args: argparse.Namespace) -> dict:
-    import json
-    import pathlib
+def prune_classifier_dir(args: argparse.Namespace) -> dict:
+    """Prunes a sentence classifier or masked-LM model_dir."""
+    from headsize_tf.pruning.classifier_dir import prune_classifier_dir
 
-    from headsize_tf.training.train import EXPERIMENT_FILE
+    schedule = schedule_arguments(args)
+    return prune_classifier_dir(args.model_dir, args.output, **schedule, overwrite=args.overwrite)
 
-    marker = pathlib.Path(args.model_dir) / EXPERIMENT_FILE
-    if not marker.exists():
-        raise ValueError(
-            f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
-            f"(no {EXPERIMENT_FILE})."
-        )
-    experiment = json.loads(marker.read_text())["experiment"]
-    if experiment not in MODEL_DIR_DRIVERS:
-        raise ValueError(
-            f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
-            f"takes {', '.join(MODEL_DIR_DRIVERS)} runs."
-        )
-    if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
-        raise ValueError(
-            "--model_dir prunes the model on its own data: drop --framework keras3 "
-            "and the data options."
-        )
-    schedule = dict(
-        target_fraction=args.target_fraction,
-        step=args.step,
-        recompute=not args.no_recompute,
-        min_heads_per_layer=args.min_heads_per_layer,
-        overwrite=args.overwrite,
+
+def prune_language_model(args: argparse.Namespace) -> dict:
+    """Prunes a causal LM model_dir."""
+    from headsize_tf.pruning.language_model import prune_language_model
+
+    schedule = schedule_arguments(args)
+    return prune_language_model(args.model_dir, args.output, **schedule, overwrite=args.overwrite)
+
+
+def prune_translation_model(args: argparse.Namespace) -> dict:
+    """Prunes a translation model_dir (`--attention-kinds`: the kinds of attention pruned)."""
+    from headsize_tf.pruning.translation import prune_translation_model
+
+    kinds = {"kinds": args.attention_kinds} if args.attention_kinds else {}
+    schedule = schedule_arguments(args)
+    return prune_translation_model(
+        args.model_dir, args.output, **schedule, overwrite=args.overwrite, **kinds
     )
-    if args.attention_kinds and experiment != "headsize_seq2seq/translation":
-        raise ValueError(
-            "--attention-kinds is for translation model_dirs; this model has self-attention only."
-        )
-    if args.attention_kinds:
-        schedule["kinds"] = args.attention_kinds
-    return _driver(MODEL_DIR_DRIVERS[experiment])(args.model_dir, args.output, **schedule)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from headsize_tf.cli import _prune_keras3, _prune_tf_keras
 from headsize_tf.cli._args import _fraction, _positive_int, add_framework, add_model_source
@@ -91,15 +92,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+# The one registry of what `prune` takes, each source to its runner (parsed arguments ->
+# report): a `headsize-tf train` model_dir by its experiment, a pretrained name or
+# checkpoint by its framework. Later: `.keras` files and keras-hub presets.
+RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "headsize_bert/sentence_prediction": _prune_tf_keras.prune_classifier_dir,
+    "headsize_bert/pretraining": _prune_tf_keras.prune_classifier_dir,
+    "headsize_lm/language_modeling": _prune_tf_keras.prune_language_model,
+    "headsize_seq2seq/translation": _prune_tf_keras.prune_translation_model,
+    "pretrained/tf_keras": _prune_tf_keras.prune_pretrained,
+    "pretrained/keras3": _prune_keras3.prune_pretrained,
+}
+
+
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "model_dir", None):
-        report = _prune_tf_keras.run_model_dir(args)
-    elif args.framework == "keras3":
-        report = _prune_keras3.run(args)
-    else:
-        report = _prune_tf_keras.run(args)
+    report = RUNNERS[_source(args)](args)
     _print_report(args, report)
     return 0
+
+
+def _source(args: argparse.Namespace) -> str:
+    """The registry key of what the arguments name (a model_dir's options checked)."""
+    if not getattr(args, "model_dir", None):
+        return f"pretrained/{args.framework}"
+    experiment = _prune_tf_keras.model_dir_experiment(args.model_dir)
+    if experiment.startswith("pretrained/") or experiment not in RUNNERS:
+        model_dirs = [name for name in RUNNERS if not name.startswith("pretrained/")]
+        raise ValueError(
+            f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
+            f"takes {', '.join(model_dirs)} runs."
+        )
+    if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
+        raise ValueError(
+            "--model_dir prunes the model on its own data: drop --framework keras3 "
+            "and the data options."
+        )
+    if args.attention_kinds and experiment != "headsize_seq2seq/translation":
+        raise ValueError(
+            "--attention-kinds is for translation model_dirs; this model has self-attention only."
+        )
+    return experiment
 
 
 def _print_report(args: argparse.Namespace, report: dict) -> None:
