@@ -2,6 +2,8 @@
 
 import contextlib
 import io
+import json
+import pathlib
 import subprocess
 import sys
 
@@ -78,3 +80,31 @@ class CliTest(tf.test.TestCase):
         )
         self.assertEqual(code, 2)
         self.assertIn("width (10) is not a multiple of num_heads (4)", err)
+
+    def test_library_arguments_show_as_the_flags_that_set_them(self):
+        for message, shown in (
+            ("step= must be a fraction in (0, 1); got 0.", "--step must be"),
+            ("match_params=True needs budget_params=.", "--match-params needs --budget-params."),
+            ("model_dir= is required.", "--model_dir is required."),
+            ("no column 'x' (text_pair_column=);", "(--text-pair-column);"),
+            ("`key_dim=16` and a.b=value stay", "`key_dim=16` and a.b=value stay"),
+        ):
+            self.assertIn(shown, cli._as_flags(message))
+
+    def test_prune_looks_every_source_up_in_one_registry(self):
+        from headsize_tf.cli import prune
+
+        parse = cli.build_parser().parse_args
+        for framework in ("tf_keras", "keras3"):
+            args = parse(
+                ["prune", "--framework", framework, "--model", "minilm-l6", "--output", "o"]
+            )
+            self.assertIs(
+                prune.RUNNERS[prune._source(args)], prune.RUNNERS[f"pretrained/{framework}"]
+            )
+        model_dir = pathlib.Path(self.get_temp_dir())
+        (model_dir / "headsize_experiment.json").write_text(
+            json.dumps({"experiment": "headsize_lm/language_modeling"})
+        )
+        args = parse(["prune", "--model_dir", str(model_dir), "--output", "o"])
+        self.assertEqual(prune._source(args), "headsize_lm/language_modeling")

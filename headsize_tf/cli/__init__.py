@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _verbose_requested(argv: Sequence[str]) -> bool:
     """Whether `--verbose` (or an abbreviation) comes before the command.
 
-    Read before parsing: parsing a `--model` value reads the pretrained
-    registry, which imports TensorFlow.
+    Read before parsing, so that the log levels hold for whatever parsing
+    loads.
     """
     for token in argv:
         if not token.startswith("-") or token == "--":
@@ -122,17 +122,19 @@ def quiet_logs(verbose: bool = False) -> Iterator[None]:
             logger.setLevel(level)
 
 
+# Flags spelled as their Python argument (Model Garden's names; `--model-dir` etc. work too).
+_UNDERSCORE_FLAGS = ("model_dir", "config_file", "params_override")
+
+
+def _flag(argument: str) -> str:
+    return "--" + (argument if argument in _UNDERSCORE_FLAGS else argument.replace("_", "-"))
+
+
 def _as_flags(message: str) -> str:
-    """A library message names Python arguments (`overwrite=True`, `version=`); the CLI
-    user sees the flags that set them (`--overwrite`, `--version`)."""
-    message = re.sub(
-        r"\b([a-z][a-z0-9_]*)=True\b", lambda m: "--" + m.group(1).replace("_", "-"), message
-    )
-    return re.sub(
-        r"\b([a-z][a-z0-9_]*)=(?=[\s.,;)]|$)",
-        lambda m: "--" + m.group(1).replace("_", "-"),
-        message,
-    )
+    """A library message names Python arguments (`overwrite=True`, `step=`, `model_dir=`);
+    the CLI user sees the flags that set them (`--overwrite`, `--step`, `--model_dir`)."""
+    message = re.sub(r"\b([a-z][a-z0-9_]*)=True\b", lambda m: _flag(m.group(1)), message)
+    return re.sub(r"\b([a-z][a-z0-9_]*)=(?=[\s.,;)]|$)", lambda m: _flag(m.group(1)), message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

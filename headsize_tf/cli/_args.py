@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 
 def _positive_int(text: str) -> int:
@@ -48,14 +49,16 @@ def _open_fraction(text: str) -> float:
 
 
 class _PretrainedNames(Sequence):
-    """The registered pretrained encoders, read when argparse first needs them.
+    """The registered pretrained encoders, read when argparse needs them.
 
-    `headsize_tf.pretrained` imports TensorFlow, so the registry is read only
-    when a `--model` value is checked or a command's help lists the names.
+    The registry is the framework-neutral `headsize_tf.data.pretrained` (not
+    `headsize_tf.pretrained`, which loads tf_keras: `--framework keras3` must
+    not), read when a `--model` value is checked or a command's help lists the
+    names, so that checkpoints registered after the parser is built count.
     """
 
     def _names(self) -> list[str]:
-        from headsize_tf.pretrained.registry import PRETRAINED
+        from headsize_tf.data.pretrained import PRETRAINED
 
         return sorted(PRETRAINED)
 
@@ -117,3 +120,33 @@ def add_framework(p: argparse.ArgumentParser) -> None:
         help="tf_keras (Model Garden, default) or keras3 (`import keras`; the backend is "
         "$KERAS_BACKEND: tensorflow or jax)",
     )
+
+
+# `prune`'s data flags, by their `headsize_tf.data.text_tasks.load_task` argument names.
+TASK_DATA = (
+    "task",
+    "data",
+    "data_dir",
+    "data_file",
+    "data_format",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "split_column",
+    "tfds",
+)
+
+
+def task_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`prune`'s data flags as `load_task` keyword arguments (both frameworks)."""
+    return {name: getattr(args, name) for name in TASK_DATA}
+
+
+def schedule_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`prune`'s schedule flags as the keyword arguments every pruning driver takes."""
+    return {
+        "target_fraction": args.target_fraction,
+        "step": args.step,
+        "recompute": not args.no_recompute,
+        "min_heads_per_layer": args.min_heads_per_layer,
+    }

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
+from headsize_tf.cli import _prune_keras3, _prune_tf_keras
 from headsize_tf.cli._args import _fraction, _positive_int, add_framework, add_model_source
 from headsize_tf.data.text_tasks import FORMATS, GLUE_TASKS
 
@@ -90,137 +92,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _run_keras3(args: argparse.Namespace) -> dict:
-    from headsize_tf.core.io import check_output_free
-    from headsize_tf.data.text_tasks import load_task
-    from headsize_tf.keras3.pretrained import load_sentence_encoder
-    from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
-
-    check_output_free(args.output, args.overwrite)
-    task = load_task(
-        task=args.task,
-        data=args.data,
-        data_dir=args.data_dir,
-        data_file=args.data_file,
-        data_format=args.data_format,
-        text_column=args.text_column,
-        text_pair_column=args.text_pair_column,
-        label_column=args.label_column,
-        split_column=args.split_column,
-        tfds=args.tfds,
-    )
-    encoder = load_sentence_encoder(args.model, args.checkpoint)
-    settings = PruneSettings(
-        target_fraction=args.target_fraction,
-        step=args.step,
-        recompute=not args.no_recompute,
-        min_heads_per_layer=args.min_heads_per_layer,
-        finetune_epochs=args.finetune_epochs,
-        importance_examples=args.importance_examples,
-    )
-    report = prune_classifier(encoder, task, args.output, settings, overwrite=args.overwrite)
-    data = report["data"]
-    report["data_info"] = {
-        "source": data["source"],
-        "train_examples": len(task.train_labels),
-        "dev_examples": len(task.dev_labels),
-    }
-    return report
-
-
-# The one registry of what `prune` takes: a `headsize-tf train` model_dir (by its
-# experiment) or a pretrained name / checkpoint (by framework). Later: `.keras` files and
-# keras-hub presets.
-MODEL_DIR_DRIVERS = {
-    "headsize_bert/sentence_prediction": "headsize_tf.pruning.classifier_dir:prune_classifier_dir",
-    "headsize_bert/pretraining": "headsize_tf.pruning.classifier_dir:prune_classifier_dir",
-    "headsize_lm/language_modeling": "headsize_tf.pruning.language_model:prune_language_model",
-    "headsize_seq2seq/translation": "headsize_tf.pruning.translation:prune_translation_model",
+# The one registry of what `prune` takes, each source to its runner (parsed arguments ->
+# report): a `headsize-tf train` model_dir by its experiment, a pretrained name or
+# checkpoint by its framework. Later: `.keras` files and keras-hub presets.
+RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "headsize_bert/sentence_prediction": _prune_tf_keras.prune_classifier_dir,
+    "headsize_bert/pretraining": _prune_tf_keras.prune_classifier_dir,
+    "headsize_lm/language_modeling": _prune_tf_keras.prune_language_model,
+    "headsize_seq2seq/translation": _prune_tf_keras.prune_translation_model,
+    "pretrained/tf_keras": _prune_tf_keras.prune_pretrained,
+    "pretrained/keras3": _prune_keras3.prune_pretrained,
 }
 
 
-def _driver(name: str):
-    import importlib
-
-    module, function = name.split(":")
-    return getattr(importlib.import_module(module), function)
-
-
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "model_dir", None):
-        report = _run_model_dir(args)
-    elif args.framework == "keras3":
-        report = _run_keras3(args)
-    else:
-        report = _run_tf_keras(args)
+    report = RUNNERS[_source(args)](args)
     _print_report(args, report)
     return 0
 
 
-def _run_tf_keras(args: argparse.Namespace) -> dict:
-    from headsize_tf.pruning import prune
-
-    return prune.prune_task(
-        args.output,
-        model=args.model,
-        checkpoint=args.checkpoint,
-        task=args.task,
-        data=args.data,
-        data_dir=args.data_dir,
-        data_file=args.data_file,
-        data_format=args.data_format,
-        text_column=args.text_column,
-        text_pair_column=args.text_pair_column,
-        label_column=args.label_column,
-        split_column=args.split_column,
-        tfds=args.tfds,
-        target_fraction=args.target_fraction,
-        step=args.step,
-        recompute=not args.no_recompute,
-        min_heads_per_layer=args.min_heads_per_layer,
-        finetune_epochs=args.finetune_epochs,
-        importance_examples=args.importance_examples,
-        overwrite=args.overwrite,
-    )
-
-
-def _run_model_dir(args: argparse.Namespace) -> dict:
-    import json
-    import pathlib
-
-    from headsize_tf.training.train import EXPERIMENT_FILE
-
-    marker = pathlib.Path(args.model_dir) / EXPERIMENT_FILE
-    if not marker.exists():
-        raise ValueError(
-            f"--model_dir {args.model_dir} is not a `headsize-tf train` model_dir "
-            f"(no {EXPERIMENT_FILE})."
-        )
-    experiment = json.loads(marker.read_text())["experiment"]
-    if experiment not in MODEL_DIR_DRIVERS:
+def _source(args: argparse.Namespace) -> str:
+    """The registry key of what the arguments name (a model_dir's options checked)."""
+    if not getattr(args, "model_dir", None):
+        return f"pretrained/{args.framework}"
+    experiment = _prune_tf_keras.model_dir_experiment(args.model_dir)
+    if experiment.startswith("pretrained/") or experiment not in RUNNERS:
+        model_dirs = [name for name in RUNNERS if not name.startswith("pretrained/")]
         raise ValueError(
             f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
-            f"takes {', '.join(MODEL_DIR_DRIVERS)} runs."
+            f"takes {', '.join(model_dirs)} runs."
         )
     if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
         raise ValueError(
             "--model_dir prunes the model on its own data: drop --framework keras3 "
             "and the data options."
         )
-    schedule = dict(
-        target_fraction=args.target_fraction,
-        step=args.step,
-        recompute=not args.no_recompute,
-        min_heads_per_layer=args.min_heads_per_layer,
-        overwrite=args.overwrite,
-    )
     if args.attention_kinds and experiment != "headsize_seq2seq/translation":
         raise ValueError(
             "--attention-kinds is for translation model_dirs; this model has self-attention only."
         )
-    if args.attention_kinds:
-        schedule["kinds"] = args.attention_kinds
-    return _driver(MODEL_DIR_DRIVERS[experiment])(args.model_dir, args.output, **schedule)
+    return experiment
 
 
 def _print_report(args: argparse.Namespace, report: dict) -> None:

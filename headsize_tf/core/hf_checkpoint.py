@@ -23,7 +23,7 @@ the transpose, split into heads for attention:
 Optional `tokenizer_config.json` (do_lower_case), `sentence_bert_config.json`
 (max_seq_length) and `1_Pooling/config.json` (pooling) give the sentence
 encoder's settings. Pure numpy: the tf_keras and Keras 3 importers assign
-these arrays to their variables.
+these arrays to their variables (`assign_arrays`, given the variables by role).
 
 Example:
 
@@ -251,6 +251,37 @@ def bert_arrays(
         arrays[role.role] = to_keras_layout(value, role.layout, num_heads).astype(np.float32)
         used.add(key)
     return arrays, sorted(set(tensors) - used)
+
+
+def assign_arrays(
+    variables: Mapping[str, Any], arrays: Mapping[str, np.ndarray], source: str, model: str
+) -> None:
+    """Assigns arrays by role (from `bert_arrays`) to a model's variables, on either front.
+
+    Args:
+      variables: Role -> variable (a tf_keras or Keras 3 variable: anything
+        with `shape`, `name` or `path`, and `assign`).
+      arrays: Role -> array; every role but the pooler must be present.
+      source: Named in errors (the file the arrays came from).
+      model: What the variables belong to, named in errors ("encoder").
+
+    Raises:
+      CheckpointError: an array is missing or does not have its variable's shape.
+    """
+    for role, variable in variables.items():
+        if role not in arrays:
+            if role.startswith("pooler/"):
+                continue
+            raise CheckpointError(f"{source}: no array for the {model} weight {role!r}.")
+        value = np.asarray(arrays[role])
+        if tuple(value.shape) != tuple(variable.shape):
+            name = getattr(variable, "path", None) or variable.name
+            raise CheckpointError(
+                f"{source}: {role} has shape {tuple(value.shape)}, which does not fit the {model} "
+                f"weight {name} of shape {tuple(variable.shape)} (check config.json against the "
+                "weights)."
+            )
+        variable.assign(value.astype(np.float32))
 
 
 def read_json_object(path: pathlib.Path) -> dict[str, Any]:

@@ -130,6 +130,21 @@ def check_attention_mask_shape(
         )
 
 
+def check_head_mask_shape(layer_name: str, mask_shape: Shape | None, num_heads: int) -> None:
+    """Raises ValueError unless a `set_head_mask` mask is `[num_heads]` (one value per head).
+
+    Example:
+
+    >>> check_head_mask_shape("attention", [4], 4)
+    """
+    if mask_shape is None or len(mask_shape) != 1 or mask_shape[0] != num_heads:
+        shown = "<unknown>" if mask_shape is None else list(mask_shape)
+        raise ValueError(
+            f"Head mask for layer {layer_name!r} has shape {shown}; "
+            f"expected [{num_heads}] (one value per head)."
+        )
+
+
 # ------------------------------------------------------------ collaborative
 def check_mixing_initializer(value: Any, get_initializer: Callable[[Any], Any]) -> Any:
     """`value` if it is one of `MIXING_INITIALIZERS` or `get_initializer` accepts it.

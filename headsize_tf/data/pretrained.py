@@ -83,8 +83,8 @@ def fetch_pretrained(name: str, cache_dir: str | os.PathLike | None = None) -> p
     """
     if name not in PRETRAINED:
         raise CheckpointError(
-            f"Unknown pretrained model {name!r}; expected one of {sorted(PRETRAINED)} or "
-            "--checkpoint DIR."
+            f"Unknown pretrained model {name!r}; expected one of {sorted(PRETRAINED)}, or a "
+            "directory as checkpoint=."
         )
     spec = PRETRAINED[name]
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()

@@ -195,8 +195,7 @@ def open_sentence_encoder(
     """
     if (model is None) == (checkpoint is None):
         raise CheckpointError(
-            "Give exactly one of a model name (`model`, --model) or a checkpoint directory "
-            "(`checkpoint`, --checkpoint DIR)."
+            "Give exactly one of a model name (model=) or a checkpoint directory (checkpoint=)."
         )
     if model is not None:
         return import_hf_bert(fetch_pretrained(model, cache_dir), source=model)

@@ -93,7 +93,7 @@ def file_format(path: str | os.PathLike, data_format: str | None = None) -> str:
     if suffix not in EXTENSIONS:
         raise TextTaskError(
             f"Data file {str(path)!r} has an unknown extension {suffix or '(none)'!r}; expected "
-            f"{', '.join(EXTENSIONS)} or a --data-format ({', '.join(FORMATS)})."
+            f"{', '.join(EXTENSIONS)} or a data_format= ({', '.join(FORMATS)})."
         )
     return EXTENSIONS[suffix]
 
@@ -118,10 +118,10 @@ def _read_text(path: pathlib.Path) -> str:
 
 
 def _missing_column(
-    path: pathlib.Path, column: str, flag: str, available: Sequence[str]
+    path: pathlib.Path, column: str, argument: str, available: Sequence[str]
 ) -> TextTaskError:
     return TextTaskError(
-        f"Data file {str(path)!r} has no column {column!r} ({flag}); its columns are "
+        f"Data file {str(path)!r} has no column {column!r} ({argument}); its columns are "
         f"{list(available)}."
     )
 
@@ -136,9 +136,9 @@ def _rows_csv(
         header = [name.strip() for name in next(reader, [])]
         if not any(header):
             raise TextTaskError(f"Data file {str(path)!r} is empty; expected a header row.")
-        for flag, column in columns.items():
+        for argument, column in columns.items():
             if column not in header:
-                raise _missing_column(path, column, flag, header)
+                raise _missing_column(path, column, argument, header)
         index = {column: header.index(column) for column in columns.values()}
         for fields in reader:
             if not fields:
@@ -177,9 +177,9 @@ def _rows_jsonl(
             )
         records.append((number, record))
     available = list(dict.fromkeys(key for _, record in records for key in record))
-    for flag, column in columns.items():
+    for argument, column in columns.items():
         if column not in available:
-            raise _missing_column(path, column, flag, available)
+            raise _missing_column(path, column, argument, available)
     for number, record in records:
         yield number, {column: record.get(column) for column in columns.values()}
 
@@ -229,15 +229,19 @@ def load_text_file(
     """
     path = pathlib.Path(path)
     fmt = file_format(path, data_format)
-    columns = {"--text-column": text_column}
+    columns = {"text_column=": text_column}
     if text_pair_column is not None:
-        columns["--text-pair-column"] = text_pair_column
-    columns["--label-column"] = label_column
+        columns["text_pair_column="] = text_pair_column
+    columns["label_column="] = label_column
     if split_column is not None:
-        columns["--split-column"] = split_column
+        columns["split_column="] = split_column
     names = list(columns.values())
-    if len(set(names)) != len(names):
-        raise TextTaskError(f"The column options name the same column twice: {columns}.")
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        arguments = " and ".join(arg for arg, name in columns.items() if name == twice)
+        raise TextTaskError(
+            f"The column arguments name the same column twice: {twice!r} by {arguments}."
+        )
     text = _read_text(path)
     if not text.strip():
         raise TextTaskError(f"Data file {str(path)!r} is empty.")
@@ -296,7 +300,7 @@ def load_text_file(
     )
     for split in ("train", "dev"):
         if not texts[split]:
-            hint = "" if split_column is not None else " (add rows, or a --split-column)"
+            hint = "" if split_column is not None else " (add rows, or a split_column=)"
             raise TextTaskError(
                 f"Data file {str(path)!r} has no {split} rows by the split {rule}{hint}."
             )
@@ -405,20 +409,20 @@ def load_task(
       TextTaskError: Conflicting sources, options for another source, or bad data.
     """
     file_options = {
-        "--data-format": data_format,
-        "--text-column": text_column,
-        "--text-pair-column": text_pair_column,
-        "--label-column": label_column,
-        "--split-column": split_column,
+        "data_format=": data_format,
+        "text_column=": text_column,
+        "text_pair_column=": text_pair_column,
+        "label_column=": label_column,
+        "split_column=": split_column,
     }
-    sources = [flag for flag, v in (("--data-file", data_file), ("--tfds", tfds)) if v is not None]
-    builtin = [flag for flag, v in (("--task", task), ("--data", data)) if v is not None]
+    sources = [arg for arg, v in (("data_file=", data_file), ("tfds=", tfds)) if v is not None]
+    builtin = [arg for arg, v in (("task=", task), ("data=", data)) if v is not None]
     if len(sources) > 1 or (sources and builtin):
         raise TextTaskError(f"Pass one data source; got {' and '.join(builtin + sources)}.")
     if data_file is None:
-        extra = [flag for flag, value in file_options.items() if value is not None]
+        extra = [arg for arg, value in file_options.items() if value is not None]
         if extra:
-            raise TextTaskError(f"{', '.join(extra)} only apply to --data-file.")
+            raise TextTaskError(f"{', '.join(extra)} only apply to data_file=.")
     if data_file is not None:
         return load_text_file(
             data_file,

@@ -31,7 +31,11 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.validation import check_attention_args, check_attention_mask_shape
+from headsize_tf.core.validation import (
+    check_attention_args,
+    check_attention_mask_shape,
+    check_head_mask_shape,
+)
 
 _GATES_KEY = "head_gate_values"  # The gates' name in checkpoints.
 
@@ -141,11 +145,8 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
                 f"Layer {self.name!r} is not built yet: call it on inputs before set_head_mask."
             )
         values = tf.cast(tf.convert_to_tensor(mask), tf.float32)
-        if values.shape.rank != 1 or values.shape[0] != self._num_heads:
-            raise ValueError(
-                f"Head mask for layer {self.name!r} has shape {values.shape.as_list()}; "
-                f"expected [{self._num_heads}] (one value per head)."
-            )
+        shape = None if values.shape.rank is None else values.shape.as_list()
+        check_head_mask_shape(self.name, shape, self._num_heads)
         self._head_gates.assign(tf.cast(values, self._head_gates.dtype))
 
     # ---------------------------------------------------------------- build

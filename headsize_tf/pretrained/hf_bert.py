@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core import hf_checkpoint
-from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.hf_checkpoint import REQUIRED_FILES, read_config  # noqa: F401 (re-exported)
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
@@ -106,21 +105,10 @@ def assign_arrays(
 ) -> None:
     """Assigns `hf_checkpoint` arrays (by role) to the encoder's variables.
 
-    Every role but the pooler must be present; shapes must match.
+    Every role but the pooler must be present; shapes must match
+    (`hf_checkpoint.assign_arrays`).
     """
-    for role, variable in encoder_variables(encoder).items():
-        if role not in arrays:
-            if role.startswith("pooler/"):
-                continue
-            raise CheckpointError(f"{source}: no array for the encoder weight {role!r}.")
-        value = np.asarray(arrays[role])
-        if tuple(value.shape) != tuple(variable.shape):
-            raise CheckpointError(
-                f"{source}: {role} has shape {tuple(value.shape)}, which does not fit the encoder "
-                f"weight {variable.name} of shape {tuple(variable.shape)} (check config.json "
-                "against the weights)."
-            )
-        variable.assign(value.astype(np.float32))
+    hf_checkpoint.assign_arrays(encoder_variables(encoder), arrays, source, "encoder")
 
 
 def load_weights(

@@ -311,14 +311,4 @@ def prune_classifier_dir(
     return report
 
 
-def __getattr__(name: str):
-    # Deprecated (one release): `compress_classifier_dir` moved to `headsize_tf.reparam.classifier_dir`
-    # (imported by name so that `pruning` does not import `reparam`: no import cycle).
-    if name == "compress_classifier_dir":
-        import importlib
-
-        return importlib.import_module("headsize_tf.reparam.classifier_dir").compress_classifier_dir
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["ModelDirAdapter", "prune_classifier_dir"]

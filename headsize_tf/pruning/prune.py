@@ -336,7 +336,7 @@ def prune_task(
 
     check_output(output, overwrite)
     if step == 0:
-        raise ValueError("--step must be a fraction in (0, 1); got 0.")
+        raise ValueError("step= must be a fraction in (0, 1); got 0.")
     text_task = load_task(
         task=task,
         data=data,

@@ -127,7 +127,7 @@ def make_strategy(
     if name not in STRATEGIES:
         raise ConfigError(f"Unknown strategy {name!r}; expected one of {list(STRATEGIES)}.")
     if cpu_devices < 1:
-        raise ConfigError(f"--cpu-devices must be >= 1; got {cpu_devices}.")
+        raise ConfigError(f"cpu_devices= must be >= 1; got {cpu_devices}.")
     if cpu_devices > 1:
         split_cpu(cpu_devices)
     if name == "default":
@@ -264,7 +264,7 @@ def run(
     if mode not in MODES:
         raise ConfigError(f"Unknown mode {mode!r}; expected one of {list(MODES)}.")
     if not model_dir:
-        raise ConfigError("--model_dir is required.")
+        raise ConfigError("model_dir= is required.")
     params = build_params(experiment, config_files, params_override, data_dir)
     dist = make_strategy(strategy, cpu_devices, tpu)
     if seed is not None:

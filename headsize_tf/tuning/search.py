@@ -203,7 +203,7 @@ class TrialRunner:
         if self.objective.name not in metrics:
             raise keras_tuner.errors.FatalError(
                 f"Objective {self.objective.name!r} is not among the experiment's metrics "
-                f"{sorted(metrics)}; pass --objective."
+                f"{sorted(metrics)}; pass objective=."
             )
         record.update(status="ok", metrics=metrics, override=override)
         write_json(trial_dir / "record.json", record)
@@ -287,7 +287,7 @@ def tune(
     if tuner not in TUNERS:
         raise SearchSpaceError(f"Unknown tuner {tuner!r}; expected one of {list(TUNERS)}.")
     if match_params and not budget_params:
-        raise SearchSpaceError("--match-params needs --budget-params.")
+        raise SearchSpaceError("match_params=True needs budget_params=.")
     output = pathlib.Path(output)
     params = train.build_params(experiment, config_files, None, data_dir)
     hypermodel = HeadsizeHyperModel(search_space, defaults_from_params(params))

@@ -13,6 +13,7 @@ from headsize_tf.core.validation import (
     check_attention_mask_shape,
     check_collaborative_args,
     check_dropout,
+    check_head_mask_shape,
     check_mixing_initializer,
     check_no_key_dim,
     check_seed,
@@ -125,6 +126,15 @@ def test_masks_are_not_checked_where_shapes_are_unknown_or_high_dimensional():
     check_attention_mask_shape("a", [None, 2, 3], [None, None, 8], [None, None, 8], (1,))
     assert expected_mask_shape([1, 2, 8], None, (1,)) == [1, 2, None]
     assert expected_mask_shape([1, 2, 8], [1, 3, 8], None) is None
+
+
+@pytest.mark.parametrize("shape", [[3], [4, 1], [], None])
+def test_head_mask_is_one_value_per_head(shape):
+    check_head_mask_shape("attn", [4], 4)
+    with pytest.raises(
+        ValueError, match=r"Head mask for layer 'attn' has shape .*; expected \[4\]"
+    ):
+        check_head_mask_shape("attn", shape, 4)
 
 
 # ---------------------------------------------------------- collaborative

@@ -156,7 +156,7 @@ def test_missing_file(tmp_path):
 def test_unknown_extension(tmp_path):
     with pytest.raises(TextTaskError) as err:
         load_text_file(_write(tmp_path / "data.xlsx", _csv_rows()))
-    _one_line_error(err, "data.xlsx", "unknown extension '.xlsx'", "--data-format")
+    _one_line_error(err, "data.xlsx", "unknown extension '.xlsx'", "data_format=")
 
 
 def test_unknown_format(tmp_path):
@@ -182,14 +182,14 @@ def test_missing_column_lists_the_columns(tmp_path):
     path = _write(tmp_path / "r.csv", _csv_rows())
     with pytest.raises(TextTaskError) as err:
         load_text_file(path, "sentence", "label")
-    _one_line_error(err, "r.csv", "no column 'sentence' (--text-column)", "['text', 'label']")
+    _one_line_error(err, "r.csv", "no column 'sentence' (text_column=)", "['text', 'label']")
     with pytest.raises(TextTaskError) as err:
         load_text_file(path, text_pair_column="hypothesis")
-    _one_line_error(err, "no column 'hypothesis' (--text-pair-column)")
+    _one_line_error(err, "no column 'hypothesis' (text_pair_column=)")
     path = _write(tmp_path / "r.jsonl", '{"text": "a", "y": 1}\n{"text": "b", "y": 0}\n')
     with pytest.raises(TextTaskError) as err:
         load_text_file(path, "text", "label")
-    _one_line_error(err, "r.jsonl", "no column 'label' (--label-column)", "['text', 'y']")
+    _one_line_error(err, "r.jsonl", "no column 'label' (label_column=)", "['text', 'y']")
 
 
 def test_one_class_only(tmp_path):
@@ -270,13 +270,13 @@ def test_no_dev_rows(tmp_path):
     rows = ["text,label"] + [f"review number {i},{i % 2}" for i in range(10)]
     with pytest.raises(TextTaskError) as err:
         load_text_file(_write(tmp_path / "few.csv", "\n".join(rows)))
-    _one_line_error(err, "few.csv", "no dev rows", "--split-column")
+    _one_line_error(err, "few.csv", "no dev rows", "split_column=")
 
 
 def test_same_column_twice(tmp_path):
     with pytest.raises(TextTaskError) as err:
         load_text_file(_write(tmp_path / "r.csv", _csv_rows()), "text", "text")
-    _one_line_error(err, "same column twice")
+    _one_line_error(err, "same column twice", "'text' by text_column= and label_column=")
 
 
 # -------------------------------------------------------------------- TFDS

@@ -7,10 +7,14 @@ import sys
 
 SCRIPT = """
 import sys
-from headsize_tf.cli import prune
+from headsize_tf.cli import build_parser, prune
 from headsize_tf.data.text_tasks import load_task
 from headsize_tf.core import prune_loop, prune_report
 import headsize_tf.keras3.pruning.classifier
+import headsize_tf.cli._prune_keras3
+build_parser().parse_args(
+    ['prune', '--framework', 'keras3', '--model', 'minilm-l6', '--output', 'out']
+)
 assert 'tf_keras' not in sys.modules, sorted(m for m in sys.modules if m.startswith('tf_keras'))
 """
 

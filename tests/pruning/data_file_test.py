@@ -179,11 +179,11 @@ class PruneDataFileTest(tf.test.TestCase):
         for kwargs, fragment in (
             (
                 dict(task="sentiment", data_file="f.csv"),
-                "one data source; got --task and --data-file",
+                "one data source; got task= and data_file=",
             ),
-            (dict(tfds="glue/sst2", data_file="f.csv"), "got --data-file and --tfds"),
-            (dict(text_column="t"), "--text-column only apply to --data-file"),
-            (dict(tfds="glue/sst2", split_column="s"), "--split-column only apply"),
+            (dict(tfds="glue/sst2", data_file="f.csv"), "got data_file= and tfds="),
+            (dict(text_column="t"), "text_column= only apply to data_file="),
+            (dict(tfds="glue/sst2", split_column="s"), "split_column= only apply"),
         ):
             with self.assertRaisesRegex(TextTaskError, fragment):
                 prune.prune_task(self.tmp / "out", checkpoint=self.tmp / "bert", **kwargs)

@@ -43,7 +43,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from headsize_tf.core.validation import check_attention_args, check_attention_mask_shape
+from headsize_tf.core.validation import (
+    check_attention_args,
+    check_attention_mask_shape,
+    check_head_mask_shape,
+)
 
 Shape = tuple[int | None, ...]
 
@@ -201,11 +205,7 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
                 f"Layer {self.name!r} is not built yet: call it on inputs before set_head_mask."
             )
         values = np.asarray(mask, dtype=np.float32)
-        if values.ndim != 1 or values.shape[0] != self._num_heads:
-            raise ValueError(
-                f"Head mask for layer {self.name!r} has shape {list(values.shape)}; "
-                f"expected [{self._num_heads}] (one value per head)."
-            )
+        check_head_mask_shape(self.name, values.shape, self._num_heads)
         self._head_gates.assign(values)
 
     @property

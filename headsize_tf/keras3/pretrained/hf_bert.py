@@ -16,7 +16,6 @@ import keras
 import numpy as np
 
 from headsize_tf.core import hf_checkpoint
-from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.pretrained.sentence_encoder import SentenceEncoder
@@ -77,20 +76,10 @@ def backbone_variables(backbone: BertBackbone) -> dict[str, keras.Variable]:
 def assign_arrays(backbone: BertBackbone, arrays: Mapping[str, np.ndarray], source: str) -> None:
     """Assigns `hf_checkpoint` arrays (by role) to a standard-attention backbone.
 
-    Every role but the pooler must be present, with the variable's shape.
+    Every role but the pooler must be present, with the variable's shape
+    (`hf_checkpoint.assign_arrays`).
     """
-    for role, variable in backbone_variables(backbone).items():
-        if role not in arrays:
-            if role.startswith("pooler/"):
-                continue
-            raise CheckpointError(f"{source}: no array for the backbone weight {role!r}.")
-        value = np.asarray(arrays[role])
-        if tuple(value.shape) != tuple(variable.shape):
-            raise CheckpointError(
-                f"{source}: {role} has shape {tuple(value.shape)}, which does not fit the "
-                f"backbone weight {variable.path} of shape {tuple(variable.shape)}."
-            )
-        variable.assign(value.astype(variable.dtype))
+    hf_checkpoint.assign_arrays(backbone_variables(backbone), arrays, source, "backbone")
 
 
 def import_hf_bert(directory: str | os.PathLike, source: str | None = None) -> SentenceEncoder:
