@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.core.kv_sharing import check_num_kv_heads
 from headsize_tf.core.spec import MIXING_INITIALIZERS, check_positive_int
 
 Shape = Sequence[int | None]
@@ -209,6 +210,41 @@ def collaborative_head_size(
     class in messages). Raises ValueError unless query and key are rank 3 and
     (without `head_size`) the query width is a multiple of `num_heads`.
     """
+    return optional_head_size(
+        "CollaborativeAttention", layer_name, query_shape, key_shape, num_heads, head_size
+    )
+
+
+def optional_head_size(
+    owner: str,
+    layer_name: str,
+    query_shape: Shape | None,
+    key_shape: Shape | None,
+    num_heads: int,
+    head_size: int | None,
+) -> int:
+    """The head size of a layer of rank-3 inputs with an optional `head_size`.
+
+    `head_size` if given, else width // num_heads (collaborative, grouped and
+    latent layers: `headsize_tf.core.spec.OPTIONAL_HEAD_SIZE_KINDS`).
+
+    Args:
+      owner: The layer class name, for the messages.
+      layer_name: The layer's name, for the messages.
+      query_shape: The query's shape (None: unknown rank).
+      key_shape: The key's shape (None: unknown rank).
+      num_heads: The number of (query) heads.
+      head_size: The layer's `head_size` argument (None: the default).
+
+    Raises:
+      ValueError: Unless query and key are rank 3 and (without `head_size`)
+        the query width is a multiple of `num_heads`.
+
+    Example:
+
+    >>> optional_head_size("GroupedAttention", "attn", [2, 5, 16], [2, 7, 16], 4, None)
+    4
+    """
     for role, shape in (("query", query_shape), ("key", key_shape)):
         if shape is None or len(shape) != 3:
             raise ValueError(
@@ -264,3 +300,57 @@ def mixing_initializer_identifier(
         return {"class_name": "RandomNormal", "config": {"mean": 0.0, "stddev": std}}
     limit = math.sqrt(3.0) * std
     return {"class_name": "RandomUniform", "config": {"minval": -limit, "maxval": limit}}
+
+
+# ------------------------------------------------- shared keys and values
+def check_rank3_axes(owner: str, attention_axes: Any) -> None:
+    """Raises ValueError unless `attention_axes` is None or axis 1 (rank-3 inputs)."""
+    if attention_axes not in (None, 1, (1,), [1]):
+        raise ValueError(
+            f"{owner} supports attention over axis 1 of rank-3 inputs only; "
+            f"got attention_axes={attention_axes!r}."
+        )
+
+
+def check_grouped_args(
+    num_heads: Any, num_kv_heads: Any, head_size: Any, attention_axes: Any
+) -> tuple[int, int | None]:
+    """The checked `(num_kv_heads, head_size)` of a grouped-query layer.
+
+    Args:
+      num_heads: The layer's query heads (checked by `check_attention_args`).
+      num_kv_heads: The number G of key/value heads; must divide `num_heads`.
+      head_size: None or a positive int.
+      attention_axes: None or axis 1 (rank-3 inputs only).
+
+    Raises:
+      SpecError: (a ValueError) naming a bad `num_kv_heads` or `head_size`.
+
+    Example:
+
+    >>> check_grouped_args(8, 2, None, None)
+    (2, None)
+    """
+    num_heads = check_positive_int("num_heads", num_heads)
+    groups = check_num_kv_heads(num_kv_heads, num_heads)
+    if head_size is not None:
+        head_size = check_positive_int("head_size", head_size)
+    check_rank3_axes("GroupedAttention", attention_axes)
+    return groups, head_size
+
+
+def check_latent_args(
+    kv_latent_dim: Any, head_size: Any, attention_axes: Any
+) -> tuple[int, int | None]:
+    """The checked `(kv_latent_dim, head_size)` of a shared-latent layer.
+
+    Example:
+
+    >>> check_latent_args(32, None, None)
+    (32, None)
+    """
+    kv_latent_dim = check_positive_int("kv_latent_dim", kv_latent_dim)
+    if head_size is not None:
+        head_size = check_positive_int("head_size", head_size)
+    check_rank3_axes("LatentAttention", attention_axes)
+    return kv_latent_dim, head_size

@@ -8,12 +8,16 @@ from typing import Any
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.layers.collaborative_attention import CollaborativeAttention
 from headsize_tf.layers.fixed_head_attention import FixedHeadAttention
+from headsize_tf.layers.grouped_attention import GroupedAttention
+from headsize_tf.layers.latent_attention import LatentAttention
 from headsize_tf.layers.standard_attention import StandardAttention
 
 ATTENTION_CLASSES: dict[str, type] = {
     "standard": StandardAttention,
     "fixed_head": FixedHeadAttention,
     "collaborative": CollaborativeAttention,
+    "grouped": GroupedAttention,
+    "latent": LatentAttention,
 }
 
 

@@ -165,15 +165,27 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
             # Create every weight now (Keras' MHA waits for the first call), so a
             # layer from `from_config` can take `set_weights` or a checkpoint.
             context_shape = query_shape[:-1].concatenate([self._num_heads, self._value_dim])
-            for dense, shape in (
-                (self._query_dense, query_shape),
-                (self._key_dense, key_shape),
-                (self._value_dense, value_shape),
-                (self._output_dense, context_shape),
+            for dense, shape in self._projection_input_shapes(
+                query_shape, key_shape, value_shape, context_shape
             ):
                 with tf.name_scope(dense.name):  # Variable names as in a first call.
                     dense.build(shape)
             self._create_head_gates()
+
+    def _projection_input_shapes(
+        self,
+        query_shape: tf.TensorShape,
+        key_shape: tf.TensorShape,
+        value_shape: tf.TensorShape,
+        context_shape: tf.TensorShape,
+    ) -> list[tuple[tf_keras.layers.Layer, tf.TensorShape]]:
+        """(projection, input shape) of every dense sublayer, in weight order."""
+        return [
+            (self._query_dense, query_shape),
+            (self._key_dense, key_shape),
+            (self._value_dense, value_shape),
+            (self._output_dense, context_shape),
+        ]
 
     def _create_head_gates(self) -> None:
         """Creates the gates xi_h as a variable outside the Keras weight list.
@@ -341,14 +353,20 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
                 updated[name] = tensor * (1 - where) + new[name] * where
             cache = updated
         if attention_mask is not None:
-            self._check_attention_mask(query, cache["value"], attention_mask)
-        context, _ = self._attend_projected(query, cache, attention_mask, training)
+            # Every cache entry has the cached length on axis 1.
+            self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
+        context, _ = self._attend_cached(query, cache, attention_mask, training)
         return self._project_output(context), cache
+
+    def _attend_cached(self, query, cache, attention_mask, training):
+        """Context and probabilities of `call_cached` (default: as a full call)."""
+        return self._attend_projected(query, cache, attention_mask, training)
 
     def _project_output(self, context):
         """Output projection with the head gates folded into the kernel."""
         dense = self._output_dense
-        kernel = dense.kernel
+        # `call_cached` runs outside Keras' autocast scope: cast to the context's dtype.
+        kernel = tf.cast(dense.kernel, context.dtype)
         gates = tf.cast(self._head_gates, kernel.dtype)
         gates = tf.reshape(gates, [self._num_heads] + [1] * (kernel.shape.rank - 1))
         output = tf.einsum(dense.equation, context, kernel * gates)

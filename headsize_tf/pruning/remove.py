@@ -16,28 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from headsize_tf.core.pruning_plan import slice_heads
-from headsize_tf.layers import CollaborativeAttention
 from headsize_tf.layers.head_attention import HeadAttentionBase
+from headsize_tf.layers.roles import kind_of, weights_by_role
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 from headsize_tf.pruning.importance import attention_layers_of, head_columns
-
-
-def _weights_by_role(layer: HeadAttentionBase) -> dict[str, object]:
-    """Role -> variable (core layout roles of `HEAD_AXES`); absent biases are None."""
-    weights: dict[str, object] = {}
-    for role in ("query", "key", "value", "output"):
-        dense = getattr(layer, f"_{role}_dense")
-        weights[f"{role}_kernel"] = dense.kernel
-        weights[f"{role}_bias"] = getattr(dense, "bias", None)
-    if isinstance(layer, CollaborativeAttention):
-        del weights["query_bias"], weights["key_bias"]  # The content bias replaces them.
-        weights["mixing"] = layer.mixing
-        weights["content_bias"] = layer.content_bias
-    return weights
-
-
-def _kind(layer: HeadAttentionBase) -> str:
-    return "collaborative" if isinstance(layer, CollaborativeAttention) else "standard"
 
 
 def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: Sequence[int]):
@@ -47,13 +29,13 @@ def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: 
     the head gates are sliced with the heads.
     """
     keep = list(keep)
-    if _kind(source) != _kind(target):
+    if kind_of(source) != kind_of(target):
         raise ValueError(f"Layers {source.name!r} and {target.name!r} differ in structure.")
-    src, dst = _weights_by_role(source), _weights_by_role(target)
+    src, dst = weights_by_role(source), weights_by_role(target)
     if [k for k, v in src.items() if v is None] != [k for k, v in dst.items() if v is None]:
         raise ValueError(f"Layers {source.name!r} and {target.name!r} differ in structure.")
     sliced = slice_heads(
-        _kind(source), {k: None if v is None else v.numpy() for k, v in src.items()}, keep
+        kind_of(source), {k: None if v is None else v.numpy() for k, v in src.items()}, keep
     )
     sliced["gates"] = np.take(source.head_gates.numpy(), keep or [0])
     dst["gates"] = target.head_gates

@@ -22,6 +22,7 @@ from headsize_tf.core.convert import (
     convert_weights,
 )
 from headsize_tf.layers import CollaborativeAttention
+from headsize_tf.layers.roles import assign_weights, kind_of, numpy_weights
 
 __all__ = [
     "METHODS",
@@ -34,73 +35,37 @@ __all__ = [
 ]
 
 
-def _numpy(variable) -> np.ndarray | None:
-    return None if variable is None else np.asarray(variable.numpy())
-
-
 def attention_weights(layer: tf_keras.layers.Layer) -> dict[str, np.ndarray | None]:
     """Per-head numpy weights of a built (non-collaborative) multi-head attention layer.
 
     Returns a dict with `query_kernel` `[d, h, p]`, `query_bias` `[h, p]`,
     `key_kernel` `[e, h, p]`, `key_bias`, `value_kernel` `[e, h, pv]`,
     `value_bias`, `output_kernel` `[h, pv, out]`, `output_bias` `[out]` and
-    `head_gates` `[h]` (biases None when the layer has none).
+    `head_gates` `[h]` (biases None when the layer has none), read through
+    `headsize_tf.layers.roles`.
     """
-    if not isinstance(layer, tf_keras.layers.MultiHeadAttention) or isinstance(
-        layer, CollaborativeAttention
-    ):
+    if not isinstance(layer, tf_keras.layers.MultiHeadAttention) or kind_of(layer) != "standard":
         raise ValueError(
             f"Layer {getattr(layer, 'name', layer)!r} ({type(layer).__name__}) is not a standard "
             "multi-head attention layer; expected StandardAttention, FixedHeadAttention or a "
             "tf_keras MultiHeadAttention."
         )
-    dense = getattr(layer, "_query_dense", None)
-    if dense is None or not dense.weights:
-        raise ValueError(f"Attention layer {layer.name!r} is not built; call it on inputs first.")
-    weights = {}
-    for role in ("query", "key", "value"):
-        sub = getattr(layer, f"_{role}_dense")
-        weights[f"{role}_kernel"] = _numpy(sub.kernel)
-        weights[f"{role}_bias"] = _numpy(getattr(sub, "bias", None))
-    weights["output_kernel"] = _numpy(layer._output_dense.kernel)
-    weights["output_bias"] = _numpy(getattr(layer._output_dense, "bias", None))
+    weights = numpy_weights(layer)
     check_head_weights(weights, layer.name)
-    gates = getattr(layer, "head_gates", None)
-    heads = weights["query_kernel"].shape[1]
-    weights["head_gates"] = np.ones([heads], np.float32) if gates is None else _numpy(gates)
     return weights
 
 
 def assign_collaborative(layer: CollaborativeAttention, weights: dict[str, Any]) -> None:
-    """Writes `collaborative_weights` output into a built `CollaborativeAttention`."""
-    targets = {
-        "query_kernel": layer._query_dense.kernel,
-        "key_kernel": layer._key_dense.kernel,
-        "mixing": layer.mixing,
-        "content_bias": layer.content_bias,
-        "value_kernel": layer._value_dense.kernel,
-        "value_bias": getattr(layer._value_dense, "bias", None),
-        "output_kernel": layer._output_dense.kernel,
-        "output_bias": getattr(layer._output_dense, "bias", None),
-        "head_gates": layer.head_gates,
-    }
-    for key, variable in targets.items():
-        value = weights.get(key)
-        if variable is None or value is None:
-            if (variable is None) != (value is None):
-                raise ValueError(
-                    f"Layer {layer.name!r}: {key} is "
-                    f"{'absent' if variable is None else 'present'} in the collaborative layer but "
-                    f"{'absent' if value is None else 'present'} in the converted weights "
-                    "(use_bias differs?)."
-                )
-            continue
-        if tuple(variable.shape) != tuple(value.shape):
-            raise ValueError(
-                f"Layer {layer.name!r}: {key} has shape {tuple(variable.shape)}, the converted "
-                f"weight {tuple(value.shape)}."
-            )
-        variable.assign(value.astype(variable.dtype.as_numpy_dtype))
+    """Writes `collaborative_weights` output into a built `CollaborativeAttention`.
+
+    The same writer as every other kind (`headsize_tf.layers.roles.assign_weights`).
+    """
+    if not isinstance(layer, CollaborativeAttention):
+        raise ValueError(
+            f"Layer {getattr(layer, 'name', layer)!r} ({type(layer).__name__}) is not a "
+            "CollaborativeAttention."
+        )
+    assign_weights(layer, weights)
 
 
 def convert_layer_weights(
