@@ -21,12 +21,14 @@ class AttentionConfig(hyperparams.Config):
     YAML:
 
         attention:
-          kind: fixed_head        # standard | fixed_head | collaborative
+          kind: fixed_head        # standard | fixed_head | collaborative | grouped | latent
           num_heads: 8            # or one per layer: [4, 8, 8, 16]
           head_size: 32           # fixed_head: int or sequence_length (per-layer list allowed)
           value_dim: null         # optional per-head value size
           shared_key_dim: null    # collaborative: shared query/key size D
           mixing_initializer: uniform
+          num_kv_heads: null      # grouped: key/value heads G (per-layer list allowed)
+          kv_latent_dim: null     # latent: shared key/value latent size r (per layer too)
 
     Attributes: as `headsize_tf.core.AttentionSpec`.
     """
@@ -37,6 +39,8 @@ class AttentionConfig(hyperparams.Config):
     value_dim: int | None = None
     shared_key_dim: int | None = None
     mixing_initializer: str = "uniform"
+    num_kv_heads: int | list[int] | None = None
+    kv_latent_dim: int | list[int] | None = None
 
     def to_spec(self) -> AttentionSpec:
         """The validated `AttentionSpec` (raises `SpecError` naming the bad field)."""

@@ -180,7 +180,9 @@ def _prune(base, settings: Settings, train: np.ndarray, keep: int):
     from headsize_tf.keras3.pruning.remove import set_head_mask
 
     windows = train[: settings.importance_windows]
-    batches = [(windows[i : i + 16, :-1], windows[i : i + 16, 1:]) for i in range(0, len(windows), 16)]
+    batches = [
+        (windows[i : i + 16, :-1], windows[i : i + 16, 1:]) for i in range(0, len(windows), 16)
+    ]
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     total = settings.layers * settings.heads
 
@@ -198,7 +200,7 @@ def _prune(base, settings: Settings, train: np.ndarray, keep: int):
         min_heads_per_layer=1,
         progress=False,
     )
-    mask = steps[-1].mask
+    mask = np.asarray(steps[-1].mask, np.float32)
     set_head_mask(base, np.ones_like(mask))
     if int(mask.sum()) != keep:
         raise RuntimeError(f"Pruning kept {int(mask.sum())} heads, not {keep}.")
@@ -387,7 +389,9 @@ def plot(summary: dict[str, Any], path: pathlib.Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = dict(zip(METHODS, ["C0", "C1", "C2", "C3", "C4"], strict=True))
     for method in METHODS:
-        rows = sorted((r for r in summary["rows"] if r["method"] == method), key=lambda r: r["fraction"])
+        rows = sorted(
+            (r for r in summary["rows"] if r["method"] == method), key=lambda r: r["fraction"]
+        )
         if not rows:
             continue
         x = [r["fraction"] for r in rows]
@@ -472,9 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = quick() if args.quick else Settings()
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else cache_root() / "data"
-    corpora.prepare(
-        "austen", data_dir, corpora.PrepareOptions(seq_length=settings.sequence_length)
-    )
+    corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=settings.sequence_length))
     lm_keras3.export_lm_arrays(data_dir / "austen")
     summary = run_study(args.output, data_dir / "austen", settings)
     print(markdown(summary, settings))
