@@ -71,6 +71,7 @@ class Settings:
     fractions: tuple[int, ...] = (2, 4, 8)  # The cache is cut to 1/f.
     collaborative_dims: tuple[int, ...] = (16,)
     importance_windows: int = 256
+    methods: tuple[str, ...] = METHODS
 
     @property
     def head_size(self) -> int:
@@ -115,7 +116,7 @@ def variants(settings: Settings) -> list[dict[str, Any]]:
     for d in settings.collaborative_dims:
         fraction = (d + heads + heads * p) / (2 * heads * p)
         out.append({"method": "collaborative", "size": d, "fraction": fraction})
-    return out
+    return [v for v in out if v["method"] in settings.methods]
 
 
 def _slug(variant: dict[str, Any]) -> str:
