@@ -3,14 +3,15 @@
 A `Case` is everything one property example needs: the layer kind and its constructor
 arguments, the shapes, the inputs, the mask as given to the layer, the head gates and the
 dtype policy. `Case.oracle` computes what the layer must return with the numpy equations
-of `tests.layers.reference`, on the weights read back from the layer.
+of `tests.layers.reference`, on the weights read back from the layer; `check` calls a
+layer of either front (or stock MHA) like stock MHA and compares.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import ml_dtypes
+import ml_dtypes  # numpy's bfloat16, installed with TensorFlow and JAX
 import numpy as np
 from hypothesis import strategies as st
 
@@ -33,7 +34,7 @@ COMPUTE_DTYPES = {
 # the compute dtype), so what is left is the rounding of the layer's own intermediate
 # tensors (projections, logits, softmax, context, output), which scales with the unit
 # roundoff u of the compute dtype: 2^-24 (float32), 2^-11 (float16), 2^-8 (bfloat16).
-# Each bound is about 3.5 times the worst error measured over 1,000 draws per front (of
+# Each bound is about 3.5 times the worst error measured over 1,000+ draws per front (of
 # outputs up to 4.7 in size); float32's is the 1e-5 of the project's other oracle tests.
 #   float32:       worst 3.5e-7 (output), 1e-7 (probabilities)
 #   mixed_float16: worst 2.8e-3 relative to 1 + |want| (about 6u), 1.4e-3 probabilities
@@ -70,6 +71,17 @@ class Case:
             return self.width // self.num_heads
         return self.kwargs.get("head_size") or self.width // self.num_heads
 
+    def stock_kwargs(self) -> dict:
+        """Arguments of stock `MultiHeadAttention` (either front) for a multihead case."""
+        return {
+            "num_heads": self.num_heads,
+            "key_dim": self.head_size,
+            "value_dim": self.kwargs.get("value_dim"),
+            "use_bias": self.kwargs.get("use_bias", True),
+            "output_shape": self.kwargs.get("output_shape"),
+            "dtype": self.policy,
+        }
+
     def inputs(self):
         """(query, value, key or None) as float32 holding values of the compute dtype."""
         rng = np.random.default_rng(self.seed)
@@ -82,24 +94,19 @@ class Case:
         x, y = normal(b, t, self.width), normal(b, s, self.key_width)
         return x, y, (normal(b, s, self.key_width) if self.separate_key else None)
 
-    def random_weights(self, layer):
-        """Random weights of the layer's shapes (scale 0.3), from this case's seed."""
+    def random_weights(self):
+        """Random weights of the case's layer (scale 0.3), from its seed."""
         rng = np.random.default_rng(self.seed + 1)
         d, h, p = self.width, self.num_heads, self.head_size
-        d_out, d_kv = self.kwargs.get("output_shape"), self.key_width
-        w = (
-            util.random_collaborative_weights(
-                rng, d, h, p, self.kwargs["shared_key_dim"], d_out=d_out, d_kv=d_kv
-            )
-            if self.kind == "collaborative"
-            else util.random_multihead_weights(rng, d, h, p, d_out=d_out, d_kv=d_kv)
-        )
-        value_dim = self.kwargs.get("value_dim")
-        if value_dim:  # Value and output projections of value_dim per head.
-            w["wv"] = rng.normal(scale=0.3, size=(d_kv, h, value_dim)).astype(np.float32)
-            w["bv"] = rng.normal(scale=0.3, size=(h, value_dim)).astype(np.float32)
-            w["wo"] = rng.normal(scale=0.3, size=(h, value_dim, d_out or d)).astype(np.float32)
-        return w
+        sizes = {
+            "d_out": self.kwargs.get("output_shape"),
+            "d_kv": self.key_width,
+            "value_dim": self.kwargs.get("value_dim"),
+        }
+        if self.kind == "collaborative":
+            shared = self.kwargs["shared_key_dim"]
+            return util.random_collaborative_weights(rng, d, h, p, shared, **sizes)
+        return util.random_multihead_weights(rng, d, h, p, **sizes)
 
     def mask(self):
         """The boolean `attention_mask` given to the layer (None for no mask)."""
@@ -143,11 +150,20 @@ class Case:
 
 
 @st.composite
-def cases(draw, kinds=KINDS, policies=POLICIES, mask_forms=MASK_FORMS, blank_rows=None, gates=True):
+def cases(
+    draw,
+    kinds=KINDS,
+    policies=POLICIES,
+    mask_forms=MASK_FORMS,
+    blank_rows=None,
+    gates=True,
+    return_scores=None,
+):
     """A `Case`: shapes up to batch 3, query 5, key 6, width 16, 4 heads, head size 6.
 
     `blank_rows`: whether masks blank whole rows (None: drawn); `gates`: whether head
-    gates may be drawn (stock MHA has none).
+    gates may be drawn (stock MHA has none); `return_scores`: whether the call returns
+    the attention scores (None: drawn).
     """
     kind = draw(st.sampled_from(kinds))
     heads = draw(st.integers(1, 4))
@@ -190,6 +206,38 @@ def cases(draw, kinds=KINDS, policies=POLICIES, mask_forms=MASK_FORMS, blank_row
         causal=draw(st.integers(0, 3)) == 0,
         gates=head_gates,
         policy=draw(st.sampled_from(policies)),
-        return_scores=draw(st.booleans()),
+        return_scores=draw(st.booleans()) if return_scores is None else return_scores,
         seed=draw(st.integers(0, 2**16)),
     )
+
+
+def check(layer, case: Case, fully_masked: str) -> None:
+    """Builds `layer` (any front), gives it the case's weights and gates, and asserts its
+    output (and probabilities, where the case returns them) equal the oracle's within
+    `TOLERANCES[case.policy]`; `fully_masked` is the front's convention (see `reference`)."""
+    x, y, key = case.inputs()
+    # Built by a call on the path under test: stock Keras 3 MHA on JAX cannot take
+    # value_dim != key_dim through dot_product_attention (without scores).
+    layer(x, y, key=key, return_attention_scores=case.return_scores)
+    util.set_weights(layer, case.random_weights())
+    if case.gates is not None:
+        layer.set_head_mask(case.gates)
+    got = layer(
+        x,
+        y,
+        key=key,
+        attention_mask=case.mask(),
+        use_causal_mask=case.causal,
+        return_attention_scores=case.return_scores,
+    )
+    out, probs = got if case.return_scores else (got, None)
+    want_out, want_probs = case.oracle(x, y, key, util.read_weights(layer), fully_masked)
+    tol = TOLERANCES[case.policy]
+    np.testing.assert_allclose(_float64(out), want_out, rtol=tol["rtol"], atol=tol["atol"])
+    if probs is not None:
+        np.testing.assert_allclose(_float64(probs), want_probs, atol=tol["probs_atol"])
+
+
+def _float64(tensor) -> np.ndarray:
+    """A tf / JAX tensor of any float dtype (bfloat16 included) as float64 numpy."""
+    return np.asarray(tensor).astype(np.float64)

@@ -10,13 +10,13 @@ On tf_keras a fully masked row attends uniformly to every key, as stock
 
 from __future__ import annotations
 
-import numpy as np
+import pytest
 import tf_keras
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
-from tests.layers import util
-from tests.layers.attention_cases import TOLERANCES, Case, cases
+from tests.layers.attention_cases import KINDS, POLICIES, cases, check
 
 LAYERS = {
     "standard": StandardAttention,
@@ -26,38 +26,15 @@ LAYERS = {
 FULLY_MASKED = "uniform"  # tf_keras' MHA adds -1e9 to masked logits: equal weights.
 
 
-def _as_float64(tensor) -> np.ndarray:
-    return np.asarray(tensor.numpy(), dtype=np.float64)
-
-
-def _check(layer, case: Case, gates=None):
-    """Builds `layer`, gives it the case's weights (and gates), checks it against the oracle."""
-    x, y, key = case.inputs()
-    layer(x, y, key=key)
-    util.set_weights(layer, case.random_weights(layer))
-    if gates is not None:
-        layer.set_head_mask(gates)
-    got = layer(
-        x,
-        y,
-        key=key,
-        attention_mask=case.mask(),
-        use_causal_mask=case.causal,
-        return_attention_scores=case.return_scores,
-    )
-    out, probs = got if case.return_scores else (got, None)
-    want_out, want_probs = case.oracle(x, y, key, util.read_weights(layer), FULLY_MASKED)
-    tol = TOLERANCES[case.policy]
-    np.testing.assert_allclose(_as_float64(out), want_out, rtol=tol["rtol"], atol=tol["atol"])
-    if probs is not None:
-        np.testing.assert_allclose(_as_float64(probs), want_probs, atol=tol["probs_atol"])
-
-
-@settings(max_examples=60, deadline=None, derandomize=True)
-@given(case=cases())
-def test_layers_match_the_oracle_60_examples(case):
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_layers_match_the_oracle_8_examples_each(kind, policy, data):
+    """8 examples for each kind and dtype policy (72): shapes, masks, gates... drawn."""
+    case = data.draw(cases(kinds=(kind,), policies=(policy,)))
     layer = LAYERS[case.kind](num_heads=case.num_heads, dtype=case.policy, **case.kwargs)
-    _check(layer, case, gates=case.gates)
+    check(layer, case, FULLY_MASKED)
 
 
 @settings(max_examples=20, deadline=None, derandomize=True)
@@ -70,14 +47,8 @@ def test_layers_match_the_oracle_60_examples(case):
     )
 )
 def test_stock_mha_gives_fully_masked_rows_uniform_weights_20_examples(case):
+    """20 examples of stock MHA (every dtype policy) with rows that mask every key."""
     # The oracle's convention is stock MHA's: [B, T, S] and per-head [B, N, T, S] masks
     # that blank whole rows, on stock tf_keras.layers.MultiHeadAttention.
-    layer = tf_keras.layers.MultiHeadAttention(
-        num_heads=case.num_heads,
-        key_dim=case.head_size,
-        value_dim=case.kwargs.get("value_dim"),
-        use_bias=case.kwargs.get("use_bias", True),
-        output_shape=case.kwargs.get("output_shape"),
-        dtype=case.policy,
-    )
-    _check(layer, case)
+    layer = tf_keras.layers.MultiHeadAttention(**case.stock_kwargs())
+    check(layer, case, FULLY_MASKED)

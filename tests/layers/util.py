@@ -5,18 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 
-def random_multihead_weights(rng, d, h, p, d_out=None, d_kv=None):
+def random_multihead_weights(rng, d, h, p, d_out=None, d_kv=None, value_dim=None):
     d_out = d_out or d
     d_kv = d_kv or d
+    p_v = value_dim or p
     n = lambda *s: rng.normal(scale=0.3, size=s).astype(np.float32)  # noqa: E731
     return {
         "wq": n(d, h, p),
         "bq": n(h, p),
         "wk": n(d_kv, h, p),
         "bk": n(h, p),
-        "wv": n(d_kv, h, p),
-        "bv": n(h, p),
-        "wo": n(h, p, d_out),
+        "wv": n(d_kv, h, p_v),
+        "bv": n(h, p_v),
+        "wo": n(h, p_v, d_out),
         "bo": n(d_out),
     }
 
@@ -90,17 +91,18 @@ def set_collaborative_weights(layer, w):
     set_weights(layer, w)
 
 
-def random_collaborative_weights(rng, d, h, p, shared, d_out=None, d_kv=None):
+def random_collaborative_weights(rng, d, h, p, shared, d_out=None, d_kv=None, value_dim=None):
     d_out = d_out or d
     d_kv = d_kv or d
+    p_v = value_dim or p
     n = lambda *s: rng.normal(scale=0.3, size=s).astype(np.float32)  # noqa: E731
     return {
         "wq": n(d, shared),
         "wk": n(d_kv, shared),
         "mixing": n(h, shared),
         "content": n(d_kv, h),
-        "wv": n(d_kv, h, p),
-        "bv": n(h, p),
-        "wo": n(h, p, d_out),
+        "wv": n(d_kv, h, p_v),
+        "bv": n(h, p_v),
+        "wo": n(h, p_v, d_out),
         "bo": n(d_out),
     }
