@@ -31,6 +31,7 @@ JAX_FILES = [
         "tools",
         "quantize_lora",
         "per_head_mask",
+        "property_oracle",
     )
 ]
 ROOT = pathlib.Path(__file__).resolve().parents[2]

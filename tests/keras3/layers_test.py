@@ -140,6 +140,27 @@ def test_dot_product_attention_and_einsum_paths_agree(kind, count_dot_product_at
     assert not count_dot_product_attention  # Attention dropout needs the probabilities.
 
 
+@pytest.mark.parametrize("kind", ["standard", "fixed_head"])
+def test_fully_masked_rows_get_zero_weights_on_both_paths(kind, count_dot_product_attention):
+    # Stock Keras 3 MHA gives such a row uniform weights through dot_product_attention
+    # and zeros where it computes the scores; here both paths give zeros.
+    x, y = util.data(5, 7)
+    layer = util.make(kind, bias_initializer="random_normal")
+    every_head = util.padding_mask(2, 5, 7)
+    every_head[0, 1] = False  # Query 1 of batch entry 0 masks every key...
+    per_head = np.repeat(every_head[:, None], 4, axis=1)
+    per_head[1, 2, 3] = False  # ...and query 3 of entry 1 in head 2 only.
+    for mask in (every_head, per_head):
+        count_dot_product_attention.clear()
+        fast = np_(layer(x, y, attention_mask=mask))
+        assert len(count_dot_product_attention) == 1
+        einsum, scores = layer(x, y, attention_mask=mask, return_attention_scores=True)
+        np.testing.assert_allclose(fast, np_(einsum), atol=1e-5)
+    np.testing.assert_array_equal(np_(scores)[0, :, 1], 0.0)
+    np.testing.assert_array_equal(np_(scores)[1, 2, 3], 0.0)
+    np.testing.assert_allclose(fast[0, 1], np_(layer._output_dense.bias), atol=1e-6)
+
+
 # ------------------------------------------------------------- equivalences
 @pytest.mark.parametrize("mask_kind", [None, "padding", "causal"])
 def test_fixed_head_equals_standard_at_width_over_heads(mask_kind):

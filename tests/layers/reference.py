@@ -29,18 +29,20 @@ def softmax(
     return probs
 
 
-def multihead(x, y, w, mask=None, gates=None):
+def multihead(x, y, w, mask=None, gates=None, key=None, fully_masked="uniform"):
     """Standard / fixed-head attention: per-head projections of size p.
 
-    w: dict with wq, wk, wv [d, h, p], bq, bk, bv [h, p], wo [h, p, d_out], bo.
+    w: dict with wq, wk [d, h, p], wv [d, h, p_v], bq, bk [h, p], bv [h, p_v],
+    wo [h, p_v, d_out], bo. `y` is the value and, unless `key` is given, the key.
     Returns (output [B, T, d_out], probs [B, h, T, S]).
     """
+    key = y if key is None else key
     p = w["wq"].shape[-1]
     q = np.einsum("btd,dhp->bthp", x, w["wq"]) + w["bq"]
-    k = np.einsum("bsd,dhp->bshp", y, w["wk"]) + w["bk"]
+    k = np.einsum("bsd,dhp->bshp", key, w["wk"]) + w["bk"]
     v = np.einsum("bsd,dhp->bshp", y, w["wv"]) + w["bv"]
     scores = np.einsum("bthp,bshp->bhts", q, k) / np.sqrt(p)
-    probs = softmax(scores, mask)
+    probs = softmax(scores, mask, fully_masked)
     context = np.einsum("bhts,bshp->bthp", probs, v)
     if gates is not None:
         context = context * np.asarray(gates)[None, None, :, None]
@@ -48,19 +50,20 @@ def multihead(x, y, w, mask=None, gates=None):
     return out, probs
 
 
-def collaborative(x, y, w, head_size, mask=None, gates=None):
+def collaborative(x, y, w, head_size, mask=None, gates=None, key=None, fully_masked="uniform"):
     """Collaborative attention (Cordonnier et al. 2020, Eq. 5 with content bias).
 
-    scores_i = (X W_Q diag(m_i) W_K^T Y^T + 1 c_i^T Y^T) / sqrt(head_size)
-    w: wq, wk [d, D], mixing [h, D], content [d_key, h], wv [d, h, p], bv,
-    wo [h, p, d_out], bo.
+    scores_i = (X W_Q diag(m_i) W_K^T K^T + 1 c_i^T K^T) / sqrt(head_size), K the key
+    (`key`, or the value `y` if None). w: wq, wk [d, D], mixing [h, D], content
+    [d_key, h], wv [d, h, p], bv, wo [h, p, d_out], bo.
     """
+    key = y if key is None else key
     q = x @ w["wq"]
-    k = y @ w["wk"]
+    k = key @ w["wk"]
     scores = np.einsum("btd,hd,bsd->bhts", q, w["mixing"], k)
-    scores = scores + np.einsum("bsc,ch->bhs", y, w["content"])[:, :, None, :]
+    scores = scores + np.einsum("bsc,ch->bhs", key, w["content"])[:, :, None, :]
     scores = scores / np.sqrt(head_size)
-    probs = softmax(scores, mask)
+    probs = softmax(scores, mask, fully_masked)
     v = np.einsum("bsd,dhp->bshp", y, w["wv"]) + w["bv"]
     context = np.einsum("bhts,bshp->bthp", probs, v)
     if gates is not None:

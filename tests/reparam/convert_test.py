@@ -1,6 +1,5 @@
 """Converting trained attention layers into collaborative heads."""
 
-import math
 import warnings
 
 import numpy as np
@@ -11,6 +10,7 @@ from absl.testing import parameterized
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 from headsize_tf.modeling import HeadsizeBertEncoder
 from headsize_tf.reparam import compress_encoder, convert_layer_weights, to_collaborative
+from tests.layers import reference, util
 
 
 def _layer(kind, heads=4, width=16, head_size=8, seed=0):
@@ -24,11 +24,6 @@ def _layer(kind, heads=4, width=16, head_size=8, seed=0):
     x = np.random.default_rng(seed).normal(size=(2, 7, width)).astype(np.float32)
     y = layer(x, x)
     return layer, x, y
-
-
-def _softmax(z):
-    z = z - z.max(-1, keepdims=True)
-    return np.exp(z) / np.exp(z).sum(-1, keepdims=True)
 
 
 class ConvertTest(tf.test.TestCase, parameterized.TestCase):
@@ -47,14 +42,11 @@ class ConvertTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_compressed_keeps_the_original_softmax_scale(self):
         layer, x, _ = _layer("standard", heads=4, width=16)  # head size 4
-        weights, report = convert_layer_weights(layer, 6)  # D/h = 1.5 != 4
-        new, _ = to_collaborative(layer, 6)
+        new, report = to_collaborative(layer, 6)  # D/h = 1.5 != 4
         _, scores = new(x, x, return_attention_scores=True)
-        u, v, m, c = (weights[k] for k in ("query_kernel", "key_kernel", "mixing", "content_bias"))
-        raw = np.einsum("btd,dr,hr,er,bse->bhts", x, u, m, v, x)
-        content = np.einsum("bse,eh->bhs", x, c)[:, :, None, :]
-        expected = _softmax((raw + content) / math.sqrt(4))
-        wrong = _softmax((raw + content) / math.sqrt(6 / 4))
+        w = util.read_weights(new)
+        _, expected = reference.collaborative(x, x, w, head_size=4)
+        _, wrong = reference.collaborative(x, x, w, head_size=6 / 4)
         self.assertAllClose(scores, expected, atol=1e-5)
         self.assertGreater(np.abs(scores.numpy() - wrong).max(), 1e-2)
         self.assertGreater(report.relative_error, 0.0)

@@ -336,6 +336,12 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
                 is_causal=use_causal_mask,
                 flash_attention=self._flash_attention,
             )
+            if mask is not None:
+                # A fully masked row gets zero weights, as from `_masked_softmax` on the
+                # einsum path (dot_product_attention gives it uniform ones): the output
+                # must not depend on the path, i.e. on `return_attention_scores`.
+                attends = ops.transpose(ops.any(mask, axis=-1), (0, 2, 1))  # [B, T, N]
+                context = ops.where(ops.expand_dims(attends, -1), context, ops.zeros_like(context))
             return context, None
         if use_causal_mask:
             attention_mask = self._compute_causal_mask(query, projected["value"])
