@@ -86,7 +86,12 @@ def _run_keras3(args: argparse.Namespace) -> int:
         raise ValueError(
             "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3."
         )
-    from headsize_tf.keras3.serving import export_source
+    try:
+        from headsize_tf.keras3.serving import export_source
+    except ImportError as err:  # A JAX-only machine: a SavedModel is a TensorFlow graph.
+        raise RuntimeError(
+            f"--framework keras3 export needs TensorFlow and tensorflow-text installed ({err})."
+        ) from None
 
     path = export_source(
         args.output,

@@ -225,7 +225,11 @@ def served(tmp_path_factory):
         assert cli.main(argv) == 0, argv
     failures = {}
     for name, run in runs.items():
-        output = run.communicate(timeout=400)[0]
+        try:
+            output = run.communicate(timeout=400)[0]
+        except subprocess.TimeoutExpired:
+            run.kill()
+            output = run.communicate()[0] + "\n(timed out after 400 s)"
         if run.returncode:
             failures[name] = output[-4000:]
         else:

@@ -215,10 +215,23 @@ def export_bundle(
 ) -> pathlib.Path:
     """Exports a bundle written for another backend's model (runs on the TensorFlow backend).
 
-    The subprocess side of the export functions: `bundle` holds
-    `bundle.json` ({"task": ...}) and the task's files (`encoder/`, a
-    `SentenceEncoder` checkpoint; `classifier.keras`; or `lm.keras` and
-    `vocab.txt`).
+    The subprocess side of the export functions, run with
+    `KERAS_BACKEND=tensorflow`.
+
+    Args:
+      bundle: A directory holding `bundle.json` ({"task": ..., and for "lm"
+        "lower_case"}) and the task's files: `encoder/` (a `SentenceEncoder`
+        checkpoint) and for "sentence_prediction" `classifier.keras`; or
+        `lm.keras` and `vocab.txt`.
+      export_dir, version, overwrite: As `export_sentence_encoder`.
+
+    Returns:
+      The version directory.
+
+    Example:
+
+    >>> export_bundle("/tmp/bundle", "/tmp/export", 1)  # in a TensorFlow-backend process
+    PosixPath('/tmp/export/1')
     """
     bundle = pathlib.Path(bundle)
     config = json.loads((bundle / BUNDLE_FILE).read_text())
@@ -260,6 +273,11 @@ def export_source(
     Raises:
       ValueError: a task this front does not export, or a source that does not
         fit the task (checked before anything is loaded or written).
+
+    Example:
+
+    >>> export_source("/tmp/lm_export", "lm", checkpoint="lm.keras", vocab_file="vocab.txt")
+    PosixPath('/tmp/lm_export/1')
     """
     if task not in TASKS:
         raise ValueError(

@@ -60,9 +60,10 @@ class LanguageModelServingModule(tf.Module):
     Text is tokenised as the Keras 3 LMs here are trained (lower-cased
     WordPiece without [CLS]/[SEP], `headsize-tf data prepare`), truncated to
     `max_sequence_length`. Greedy decoding is a `tf.while_loop` over the
-    model's own key/value caches (`prefill`, then `decode_step`, as
-    `CausalLM.generate`): texts of different lengths share one batch, each
-    row reading its own prompt tokens until they run out, then its argmax.
+    model's own key/value caches (`prefill` of the first token, then one
+    `decode_step` per position, the steps of `CausalLM.generate`): texts of
+    different lengths share one batch, each row feeding its own prompt
+    tokens until they run out, then its argmax.
     A prompt needs at least one token, and prompt tokens plus
     `max_new_tokens` must fit in `max_sequence_length`; otherwise the call
     fails with InvalidArgumentError naming the limit. Needs the TensorFlow
