@@ -67,6 +67,7 @@ def files(tmp_path_factory) -> dict[str, str]:
 
 
 LM = "headsize_lm/language_modeling"
+EXPORT_KERAS3 = ["export", "--framework", "keras3", "--output", "{out}"]
 # (name, argv with {placeholders}, a fragment the one-line message must hold)
 CASES = [
     (
@@ -459,6 +460,32 @@ CASES = [
         "export_bad_task",
         ["export", "--model", "minilm-l6", "--task", "vision", "--output", "{out}"],
         "'vision'",
+    ),
+    (
+        "export_keras3_translation",
+        [*EXPORT_KERAS3, "--checkpoint", "{not_a_model}", "--task", "translation"],
+        "exports the tasks embedding, sentence_prediction, lm; got 'translation'",
+    ),
+    (
+        "export_keras3_model_dir",
+        [*EXPORT_KERAS3, "--model_dir", "{lm_dir}", "--task", "lm"],
+        "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3",
+    ),
+    (
+        "export_keras3_lm_of_a_directory",
+        [*EXPORT_KERAS3, "--checkpoint", "{not_a_model}", "--task", "lm"],
+        "needs --checkpoint FILE.keras, a saved Keras 3 CausalLM; got '",
+    ),
+    (
+        "export_keras3_vocab_file_of_an_encoder",
+        [*EXPORT_KERAS3, "--checkpoint", "{not_a_model}", "--task", "embedding"]
+        + ["--vocab-file", "{sentences}"],
+        "--vocab-file is for --task lm; an encoder checkpoint brings its own vocabulary",
+    ),
+    (
+        "export_keras3_classifier_without_head",
+        [*EXPORT_KERAS3, "--checkpoint", "{not_a_model}", "--task", "sentence_prediction"],
+        "needs --checkpoint DIR with a classifier head (classifier_head.npz",
     ),
     ("data_prepare_bad_vocab", ["data", "prepare", "--vocab-size", "-5"], "'-5'"),
     (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int
+from headsize_tf.cli._args import _positive_int, add_framework
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,11 +17,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "span-labeling `train` model_dir); sentence_prediction: logits and probabilities of a "
         "classifier (a `prune` checkpoint or a `train` model_dir); lm: log-likelihood and "
         "next-token probabilities of a causal LM `train` model_dir; translation: beam-search "
-        "translations of a headsize_seq2seq/translation `train` model_dir.",
+        "translations of a headsize_seq2seq/translation `train` model_dir. With --framework "
+        "keras3: a Keras 3 encoder (embedding), a `prune --framework keras3` checkpoint "
+        "(sentence_prediction) or a Keras 3 CausalLM .keras file with --vocab-file (lm: also a "
+        "`generate` signature, greedy continuations of text with a max_new_tokens input); a model "
+        "of the JAX backend is rebuilt on TensorFlow in a subprocess.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a registered pretrained encoder (embedding)")
-    source.add_argument("--checkpoint", help="checkpoint dir (compress/prune output, HF layout)")
+    source.add_argument(
+        "--checkpoint",
+        help="checkpoint dir (compress/prune output, HF layout); with --framework keras3 "
+        "--task lm: a CausalLM .keras file",
+    )
     source.add_argument(
         "--model_dir",
         help="a `headsize-tf train` model_dir "
@@ -31,8 +39,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--vocab-file",
         default=None,
-        help="vocabulary of a --model_dir (default: vocab.txt next to its data)",
+        help="vocabulary of a --model_dir (default: vocab.txt next to its data), or of a "
+        "--framework keras3 --task lm checkpoint (required there)",
     )
+    add_framework(p)
     p.add_argument(
         "--task", choices=["embedding", "sentence_prediction", "lm", "translation"], required=True
     )
@@ -51,6 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.framework == "keras3":
+        return _run_keras3(args)
     from headsize_tf.serving.sources import export_source
 
     path = export_source(
@@ -66,4 +78,32 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     print(f"exported: {path} (signatures: serving_default [text], serve_ids [ids, mask])")
+    return 0
+
+
+def _run_keras3(args: argparse.Namespace) -> int:
+    if args.model_dir:
+        raise ValueError(
+            "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3."
+        )
+    try:
+        from headsize_tf.keras3.serving import export_source
+    except ImportError as err:  # A JAX-only machine: a SavedModel is a TensorFlow graph.
+        raise RuntimeError(
+            f"--framework keras3 export needs TensorFlow and tensorflow-text installed ({err})."
+        ) from None
+
+    path = export_source(
+        args.output,
+        args.task,
+        model=args.model,
+        checkpoint=args.checkpoint,
+        vocab_file=args.vocab_file,
+        version=args.version,
+        overwrite=args.overwrite,
+    )
+    signatures = "serving_default [text], serve_ids [ids, mask]"
+    if args.task == "lm":
+        signatures += ", generate [text, max_new_tokens]"
+    print(f"exported: {path} (signatures: {signatures})")
     return 0

@@ -139,6 +139,17 @@ class WordPieceTokenizer(tf.Module):
             "input_type_ids": tf.zeros_like(word_ids),
         }
 
+    def detokenize(self, token_ids: tf.Tensor) -> tf.Tensor:
+        """Text of `[batch, length]` token ids: a `[batch]` string tensor.
+
+        Word pieces are glued to the word before them ("play", "##ing" ->
+        "playing") and words are joined by one space (tensorflow-text's
+        `detokenize`); special tokens stay as they are ("[UNK]"). Text that
+        was lower-cased or cleaned when tokenised stays so.
+        """
+        ragged = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(token_ids, tf.int32))
+        return tf.strings.reduce_join(self.tokenizer.detokenize(ragged), axis=-1, separator=" ")
+
     def token_ids(self, texts: Sequence[str], max_seq_length: int | None = None) -> list[list[int]]:
         """Token ids of each text ([CLS] ... [SEP], truncated), unpadded."""
         if not len(texts):

@@ -14,24 +14,25 @@ tokenised without [CLS]/[SEP] as in training) -> `log_likelihood` [batch]
 `next_token_probabilities` [batch, vocab] after the last token. Loading needs only
 `tensorflow` and `tensorflow_text` (for the tokeniser ops). The version
 directory is written to a temporary sibling and renamed on success, so a
-failed export leaves nothing behind.
+failed export leaves nothing behind (`export`, shared with the Keras 3 front's
+`headsize_tf.keras3.serving`, lives in `headsize_tf.data.serving_export`).
 """
 
 from __future__ import annotations
 
 import os
-import pathlib
-import shutil
-import tempfile
 
 import tensorflow as tf
 
+# `export` and `language_model_outputs` are shared with the Keras 3 front; imported
+# from here before they moved.
+from headsize_tf.data.serving_export import IDS_SPEC as _IDS
+from headsize_tf.data.serving_export import MASK_SPEC as _MASK
+from headsize_tf.data.serving_export import TEXT_SPEC as _TEXT
+from headsize_tf.data.serving_export import export, language_model_outputs  # noqa: F401
 from headsize_tf.pretrained import SentenceEncoder
 
 TASKS = ("embedding", "sentence_prediction", "lm")
-_IDS = tf.TensorSpec([None, None], tf.int32, name="input_word_ids")
-_MASK = tf.TensorSpec([None, None], tf.int32, name="input_mask")
-_TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
 class ServingModule(tf.Module):
@@ -81,50 +82,6 @@ class ServingModule(tf.Module):
             "input_type_ids": tf.zeros_like(input_word_ids),
         }
         return self._outputs(inputs)
-
-
-def language_model_outputs(lm, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """Log-likelihood of each (right-padded) sequence and the next-token distribution."""
-    ids = inputs["input_word_ids"]
-    mask = tf.cast(inputs["input_mask"], tf.float32)
-    logits = tf.cast(lm(ids, training=False), tf.float32)  # [B, T, V]
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    targets = tf.gather(log_probs[:, :-1], ids[:, 1:], batch_dims=2)  # [B, T - 1]
-    num_tokens = tf.reduce_sum(mask, axis=1)
-    last = tf.maximum(tf.cast(num_tokens, tf.int32) - 1, 0)
-    return {
-        "log_likelihood": tf.reduce_sum(targets * mask[:, 1:], axis=1),
-        "num_tokens": num_tokens,
-        "next_token_probabilities": tf.nn.softmax(tf.gather(logits, last, batch_dims=1)),
-    }
-
-
-def export(
-    module: tf.Module,
-    export_dir: str | os.PathLike,
-    version: int = 1,
-    overwrite: bool = False,
-) -> pathlib.Path:
-    """Writes `export_dir/version/` atomically; returns that directory."""
-    if isinstance(version, bool) or not isinstance(version, int) or version <= 0:
-        raise ValueError(f"version must be a positive integer; got {version!r}.")
-    export_dir = pathlib.Path(export_dir)
-    final = export_dir / str(version)
-    if final.exists() and not overwrite:
-        raise FileExistsError(
-            f"Export version {final} exists; pass overwrite=True or another version=."
-        )
-    export_dir.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=export_dir))
-    try:
-        signatures = {"serving_default": module.serve_text, "serve_ids": module.serve_ids}
-        tf.saved_model.save(module, str(tmp / "model"), signatures=signatures)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp / "model", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 ENCODER_EXPERIMENTS = (

@@ -24,12 +24,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 from headsize_tf.configs.translation import BOS, EOS
+from headsize_tf.data.serving_export import IDS_SPEC as _IDS
+from headsize_tf.data.serving_export import MASK_SPEC as _MASK
+from headsize_tf.data.serving_export import TEXT_SPEC as _TEXT
 from headsize_tf.modeling import decoding
 from headsize_tf.tasks.translation import special_ids
-
-_IDS = tf.TensorSpec([None, None], tf.int32, name="input_word_ids")
-_MASK = tf.TensorSpec([None, None], tf.int32, name="input_mask")
-_TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 
 class TranslationServingModule(tf.Module):

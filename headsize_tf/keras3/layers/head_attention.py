@@ -58,8 +58,18 @@ def _shape(x: Any) -> Shape | None:
     if shape is None:
         return None
     try:
-        return tuple(None if d is None else int(d) for d in shape)
+        return tuple(_dim(d) for d in shape)
     except (TypeError, ValueError):  # A TensorShape of unknown rank.
+        return None
+
+
+def _dim(d: Any) -> int | None:
+    """A dimension as an int, None if unknown or symbolic."""
+    if d is None:
+        return None
+    try:
+        return int(d)
+    except Exception:  # A symbolic dim (jax.export / jax2tf shape polymorphism).
         return None
 
 

@@ -236,14 +236,17 @@ class CausalLM(keras.Model):
         Args:
           token_ids: `[batch, 1]` tokens at position `index`.
           caches: The blocks' fixed-length caches (`prefill`, or a previous step).
-          index: The new tokens' position (positions before it are in the caches).
+          index: The new tokens' position (positions before it are in the caches):
+            an int, checked against the caches' length, or a traced int32 scalar
+            (a loop counter inside `tf.function` / `jax.jit`), not checked.
 
         Returns:
           (logits `[batch, 1, vocabulary_size]`, the updated caches).
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         length = next(iter(caches[0].values())).shape[1]  # Time is axis 1 of every entry.
-        if tuple(token_ids.shape[1:]) != (1,) or not 0 <= int(index) < length:
+        concrete = isinstance(index, int | np.integer)
+        if tuple(token_ids.shape[1:]) != (1,) or (concrete and not 0 <= int(index) < length):
             raise ValueError(
                 f"decode_step takes [batch, 1] tokens at an index in [0, {length}) (the "
                 f"caches' length); got shape {tuple(token_ids.shape)} and index {index}."

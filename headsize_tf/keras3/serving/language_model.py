@@ -1,0 +1,174 @@
+"""The exported graph of a Keras 3 `CausalLM`: text in; log-likelihood and greedy continuations."""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from headsize_tf.data.serving_export import (
+    IDS_SPEC,
+    MASK_SPEC,
+    TEXT_SPEC,
+    language_model_outputs,
+)
+from headsize_tf.data.wordpiece import WordPieceTokenizer
+from headsize_tf.keras3.modeling import CausalLM
+from headsize_tf.keras3.serving.encoder_module import require_tensorflow_backend
+
+MAX_NEW_TOKENS_SPEC = tf.TensorSpec([], tf.int32, name="max_new_tokens")
+
+
+def lm_tokenizer(
+    lm: CausalLM, vocab_file: str | os.PathLike, lower_case: bool = True
+) -> WordPieceTokenizer:
+    """The tokenizer of `lm`'s texts, after checking that its vocabulary fits the LM.
+
+    Raises:
+      ValueError: `lm` is not a `CausalLM`, or the vocabulary has more tokens
+        than its `vocabulary_size`.
+      CheckpointError: the vocabulary lacks [CLS], [SEP], [PAD] or [UNK].
+    """
+    if not isinstance(lm, CausalLM):
+        raise ValueError(f"lm must be a Keras 3 CausalLM; got {type(lm).__name__}.")
+    tokenizer = WordPieceTokenizer(
+        vocab_file, lower_case=lower_case, max_seq_length=max(2, lm.max_sequence_length)
+    )
+    if tokenizer.vocab_size > lm.vocabulary_size:
+        raise ValueError(
+            f"Vocabulary {vocab_file} has {tokenizer.vocab_size} tokens; the CausalLM's "
+            f"vocabulary_size is {lm.vocabulary_size} (a vocabulary of another corpus?)."
+        )
+    return tokenizer
+
+
+class LanguageModelServingModule(tf.Module):
+    """A Keras 3 `CausalLM` with its WordPiece vocabulary as a `tf.Module` to export.
+
+    Signatures (`serving_signatures()`):
+
+    * `serving_default(text: string[batch])` and `serve_ids(input_word_ids,
+      input_mask: int32[batch, length])`: the outputs of the tf_keras front's
+      "lm" export: `log_likelihood` [batch] (sum over tokens 2..n of
+      log p(token | prefix)), `num_tokens` [batch] and
+      `next_token_probabilities` [batch, vocab];
+    * `generate(text: string[batch], max_new_tokens: int32[])`: greedy
+      continuation of each text: `output_ids` int32 [batch, max_new_tokens]
+      and `continuation` string [batch] (the ids detokenised: word pieces
+      glued, words joined by spaces).
+
+    Text is tokenised as the Keras 3 LMs here are trained (lower-cased
+    WordPiece without [CLS]/[SEP], `headsize-tf data prepare`), truncated to
+    `max_sequence_length`. Greedy decoding is a `tf.while_loop` over the
+    model's own key/value caches (`prefill` of the first token, then one
+    `decode_step` per position, the steps of `CausalLM.generate`): texts of
+    different lengths share one batch, each row feeding its own prompt
+    tokens until they run out, then its argmax.
+    A prompt needs at least one token, and prompt tokens plus
+    `max_new_tokens` must fit in `max_sequence_length`; otherwise the call
+    fails with InvalidArgumentError naming the limit. Needs the TensorFlow
+    backend.
+
+    Args:
+      lm: The `CausalLM`.
+      vocab_file: The WordPiece vocabulary it was trained with (at most
+        `lm.vocabulary_size` tokens); exported as an asset.
+      lower_case: Lower-case and strip accents, as the training data.
+
+    Example:
+
+    >>> module = LanguageModelServingModule(lm, "DATA_DIR/austen/vocab.txt")
+    >>> module.generate(tf.constant(["it is a truth"]), 5)["output_ids"].shape
+    TensorShape([1, 5])
+
+    References:
+      - Radford et al., 2019, "Language Models are Unsupervised Multitask
+        Learners" (greedy decoding of a GPT-style LM).
+    """
+
+    def __init__(self, lm: CausalLM, vocab_file: str | os.PathLike, lower_case: bool = True):
+        super().__init__(name="headsize_keras3_lm_serving")
+        require_tensorflow_backend("LanguageModelServingModule")
+        tokenizer = lm_tokenizer(lm, vocab_file, lower_case)
+        object.__setattr__(self, "lm", lm)  # Untracked, as Keras' own export; its state:
+        self.model_variables = list(lm.variables)
+        self.wordpiece = tokenizer  # Tracked: the vocabulary asset.
+        self._length = lm.max_sequence_length
+
+    def serving_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
+        """The signatures `headsize_tf.data.serving_export.export` writes."""
+        return {
+            "serving_default": self.serve_text,
+            "serve_ids": self.serve_ids,
+            "generate": self.generate,
+        }
+
+    def _tokenize(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.wordpiece.tokenize(text, self._length, add_special_tokens=False)
+
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
+    def serve_text(self, text):
+        return language_model_outputs(self.lm, self._tokenize(text))
+
+    @tf.function(input_signature=[IDS_SPEC, MASK_SPEC], autograph=False)
+    def serve_ids(self, input_word_ids, input_mask):
+        return language_model_outputs(
+            self.lm, {"input_word_ids": input_word_ids, "input_mask": input_mask}
+        )
+
+    @tf.function(input_signature=[TEXT_SPEC, MAX_NEW_TOKENS_SPEC], autograph=False)
+    def generate(self, text, max_new_tokens):
+        inputs = self._tokenize(text)
+        lengths = tf.reduce_sum(inputs["input_mask"], axis=1)
+        output_ids = self.greedy_ids(inputs["input_word_ids"], lengths, max_new_tokens)
+        return {"output_ids": output_ids, "continuation": self.wordpiece.detokenize(output_ids)}
+
+    def greedy_ids(
+        self, token_ids: tf.Tensor, lengths: tf.Tensor, max_new_tokens: tf.Tensor
+    ) -> tf.Tensor:
+        """`max_new_tokens` greedy tokens after each row's `lengths[b]` prompt tokens.
+
+        Args:
+          token_ids: int32 `[batch, length]` prompts, right-padded.
+          lengths: int32 `[batch]` prompt lengths (each >= 1).
+          max_new_tokens: int32 scalar >= 1.
+
+        Returns:
+          int32 `[batch, max_new_tokens]`.
+        """
+        size = self._length
+        lengths = tf.cast(lengths, tf.int32)
+        total = tf.reduce_max(lengths) + max_new_tokens
+        checks = [
+            tf.debugging.assert_positive(max_new_tokens, message="max_new_tokens must be >= 1"),
+            tf.debugging.assert_positive(
+                lengths, message="every prompt needs at least one token (an empty text has none)"
+            ),
+            tf.debugging.assert_less_equal(
+                total,
+                size,
+                message=f"prompt tokens + max_new_tokens must be <= max_sequence_length ({size})",
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            tokens = tf.pad(token_ids, [[0, 0], [0, size - tf.shape(token_ids)[1]]])
+        tokens = tf.ensure_shape(tokens, [None, size])  # Static: the caches' length.
+        logits, caches = self.lm.prefill(tokens[:, :1], size)
+        columns = tf.range(size)[None]
+
+        def step(index, tokens, logits, caches):
+            # Position `index`: the row's prompt token while it has one, else the argmax
+            # of the logits at `index - 1`.
+            predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            token = tf.where(index < lengths, tokens[:, index], predicted)
+            tokens = tf.where(columns == index, token[:, None], tokens)
+            logits, caches = self.lm.decode_step(token[:, None], caches, index)
+            return index + 1, tokens, tf.cast(logits[:, -1], tf.float32), caches
+
+        _, tokens, _, _ = tf.while_loop(
+            lambda index, *_: index < total,
+            step,
+            (tf.constant(1), tokens, tf.cast(logits[:, -1], tf.float32), caches),
+        )
+        positions = lengths[:, None] + tf.range(max_new_tokens)[None]
+        return tf.gather(tokens, positions, batch_dims=1)
