@@ -186,6 +186,47 @@ HEAD_AXES: dict[str, dict[str, int | None]] = {
     },
 }
 HEAD_AXES["fixed_head"] = HEAD_AXES["standard"]
+# A latent layer's latent is shared; its up-projections and value bias are per head.
+HEAD_AXES["latent"] = {
+    "query_kernel": 1,
+    "query_bias": 0,
+    "latent_kernel": None,
+    "key_up_kernel": 1,
+    "value_up_kernel": 1,
+    "value_bias": 0,
+    "output_kernel": 0,
+    "output_bias": None,
+}
+# A grouped layer's query-side tensors are per query head; its key/value kernels
+# `[e, G, p]` are per group (`slice_heads` keeps the groups of the kept heads).
+HEAD_AXES["grouped"] = {
+    "query_kernel": 1,
+    "query_bias": 0,
+    "key_kernel": None,
+    "value_kernel": None,
+    "value_bias": 0,
+    "output_kernel": 0,
+    "output_bias": None,
+}
+GROUP_AXES = {"key_kernel": 1, "value_kernel": 1}
+
+
+def grouped_keep(
+    keep: Sequence[int], num_heads: int, num_kv_heads: int
+) -> tuple[list[int], list[int]]:
+    """The query heads and groups a grouped layer keeps when heads `keep` survive.
+
+    Removal in a grouped layer removes whole groups: a group (its key/value
+    head and all its query heads) goes when none of its query heads is kept;
+    the other query heads of a kept group stay (masked by their gates), so
+    groups keep equal sizes.
+
+    Returns:
+      (query head positions, group positions), in order.
+    """
+    size = num_heads // num_kv_heads
+    groups = sorted({int(h) // size for h in keep})
+    return [g * size + j for g in groups for j in range(size)], groups
 
 
 def slice_heads(
@@ -194,11 +235,12 @@ def slice_heads(
     """The weights of the heads at positions `keep` (the head-index slicing plan).
 
     Args:
-      kind: "standard", "fixed_head" or "collaborative".
+      kind: "standard", "fixed_head", "collaborative", "latent" or "grouped".
       weights: Role -> array in the core layout (roles of `HEAD_AXES[kind]`;
         None for absent biases).
       keep: Head positions to keep, in order. Empty keeps head 0's shapes (a
-        layer with one, masked, head: a layer cannot have zero heads).
+        layer with one, masked, head: a layer cannot have zero heads). For
+        "grouped", whole groups: `grouped_keep` expands the kept heads.
 
     Returns:
       Role -> sliced array (shared tensors unchanged).
@@ -210,9 +252,16 @@ def slice_heads(
     if unknown:
         raise ValueError(f"Unknown weight roles {unknown} for {kind!r}; expected {list(axes)}.")
     index = list(keep) or [0]
+    groups: list[int] = []
+    if kind == "grouped":
+        num_heads = np.shape(weights["query_kernel"])[1]
+        index, groups = grouped_keep(index, num_heads, np.shape(weights["key_kernel"])[1])
     out: dict[str, np.ndarray | None] = {}
     for role, value in weights.items():
         axis = axes[role]
+        if kind == "grouped" and role in GROUP_AXES:
+            out[role] = np.take(np.asarray(value), groups, axis=GROUP_AXES[role])
+            continue
         if value is None or axis is None:
             out[role] = value
             continue

@@ -119,3 +119,31 @@ def test_bad_targets_name_the_value():
     grouped, _ = convert_model(lm, ConversionTarget("grouped", 2))
     with pytest.raises(SpecError, match="has grouped attention"):
         convert_model(grouped, ConversionTarget("latent", 4))
+
+
+def test_pruning_a_grouped_model_removes_whole_groups_and_equals_the_masked_model():
+    from headsize_tf.keras3.pruning import remove_heads, set_head_mask
+
+    grouped, _ = convert_model(_lm(), ConversionTarget("grouped", 2))  # Groups {0, 1}, {2, 3}.
+    mask = np.array([[0, 0, 1, 1], [1, 0, 1, 1]], np.float32)
+    set_head_mask(grouped, mask)
+    masked = util.np_(grouped(TOKENS))
+    smaller = remove_heads(grouped, mask)
+    spec = smaller.attention_spec
+    assert spec.num_heads == (2, 4) and spec.num_kv_heads == (1, 2)
+    np.testing.assert_allclose(util.np_(smaller(TOKENS)), masked, rtol=1e-5, atol=1e-5)
+    _, caches = smaller.prefill(TOKENS, 12)
+    assert caches[0]["key"].shape[2] == 1  # Layer 0 caches one key/value head now.
+
+
+def test_pruning_a_latent_model_slices_its_up_projections():
+    from headsize_tf.keras3.pruning import remove_heads, set_head_mask
+
+    latent, _ = convert_model(_lm(), ConversionTarget("latent", 10))
+    mask = np.array([[1, 0, 1, 0], [0, 0, 0, 0]], np.float32)  # Layer 1 loses every head.
+    set_head_mask(latent, mask)
+    masked = util.np_(latent(TOKENS))
+    smaller = remove_heads(latent, mask)
+    assert smaller.attention_spec.num_heads == (2, 1)
+    assert smaller.attention_spec.kv_latent_dim == 10
+    np.testing.assert_allclose(util.np_(smaller(TOKENS)), masked, rtol=1e-5, atol=1e-5)

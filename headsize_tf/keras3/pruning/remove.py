@@ -3,7 +3,9 @@
 Masking a head (gate 0) keeps its cost; removing it slices the per-head
 weights with the core's plan (`headsize_tf.core.pruning_plan.slice_heads`:
 rows of Q/K/V and of the output kernel; for collaborative heads, rows of the
-mixing matrix and columns of the content bias). The result is an ordinary
+mixing matrix and columns of the content bias; for latent heads, rows of the
+up-projections; a grouped layer loses whole groups, see
+`core.pruning_plan.grouped_keep`). The result is an ordinary
 backbone whose spec has per-layer head counts, so it saves, loads and
 exports as any other (the same for a `CausalLM`). The gate value of every kept head is folded into its
 rows of the output kernel, so the pruned backbone needs no gates (Keras 3
@@ -13,12 +15,13 @@ output rows are zero, which is what the masked layer computes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
-from headsize_tf.core.pruning_plan import slice_heads
+from headsize_tf.core.pruning_plan import grouped_keep, slice_heads
 from headsize_tf.keras3.layers.roles import assign_weights, kind_of, numpy_weights
 from headsize_tf.keras3.modeling.surgery import AttentionModel, with_attention
 
@@ -46,15 +49,26 @@ def set_head_mask(backbone: AttentionModel, mask: np.ndarray | Sequence) -> None
         layer.set_head_mask(mask[i, : layer.num_heads])
 
 
-def _kept_weights(layer, row: np.ndarray) -> tuple[dict, int]:
-    keep = [int(h) for h in np.flatnonzero(row[: layer.num_heads] != 0)]
+def _kept_weights(layer, row: np.ndarray) -> tuple[dict, int, int | None]:
+    """(sliced weights, heads kept, groups kept: grouped layers only)."""
+    row = row[: layer.num_heads]
+    keep = [int(h) for h in np.flatnonzero(row != 0)]
     weights = numpy_weights(layer)
     gates = weights.pop("head_gates")
-    sliced = slice_heads(kind_of(layer), weights, keep)
+    kind = kind_of(layer)
+    groups = None
+    if kind == "grouped":
+        # Whole groups go; a kept group's pruned heads stay with gate 0 (no head left:
+        # group 0 stays, all gates 0).
+        keep, kept_groups = grouped_keep(keep or [0], layer.num_heads, layer.num_kv_heads)
+        gates = np.where(row != 0, gates, 0.0)
+        folded, groups = np.take(gates, keep), len(kept_groups)
+    else:
+        folded = np.take(gates, keep) if keep else np.zeros([1], np.float32)
+    sliced = slice_heads(kind, weights, keep)
     # Fold the kept gates (all zero when no head is left) into the output rows.
-    folded = np.take(gates, keep) if keep else np.zeros([1], np.float32)
     sliced["output_kernel"] = sliced["output_kernel"] * folded[:, None, None]
-    return sliced, max(len(keep), 1)
+    return sliced, len(folded), groups
 
 
 def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> AttentionModel:
@@ -87,14 +101,13 @@ def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> At
     kept = [_kept_weights(layer, row) for layer, row in zip(layers, mask, strict=True)]
     spec = backbone.attention_spec
     head_sizes = [layer.head_size for layer in layers]
-    new_spec = spec.__class__(
-        spec.kind,
-        num_heads=tuple(count for _, count in kept),
+    new_spec = dataclasses.replace(
+        spec,
+        num_heads=tuple(count for _, count, _ in kept),
         head_size=None if spec.kind == "standard" else tuple(head_sizes),
-        value_dim=spec.value_dim,
-        shared_key_dim=spec.shared_key_dim,
-        mixing_initializer=spec.mixing_initializer,
     )
+    if spec.kind == "grouped":
+        new_spec = dataclasses.replace(new_spec, num_kv_heads=tuple(g for _, _, g in kept))
     if spec.kind == "standard":
         # Fewer heads of the same size: the head size no longer is width // heads.
         new_spec = spec.__class__(
@@ -104,6 +117,6 @@ def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> At
             value_dim=spec.value_dim,
         )
     new = with_attention(backbone, new_spec)
-    for target, (weights, _) in zip(new.attention_layers, kept, strict=True):
+    for target, (weights, _, _) in zip(new.attention_layers, kept, strict=True):
         assign_weights(target, weights)
     return new
