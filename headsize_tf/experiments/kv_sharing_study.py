@@ -66,7 +66,7 @@ class Settings:
     dropout: float = 0.1
     vocab_size: int = 4096
     uptrain_fraction: float = 0.05
-    uptrain_learning_rate: float = 1e-3
+    uptrain_learning_rates: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
     seeds: tuple[int, ...] = (0, 1, 2)
     fractions: tuple[int, ...] = (2, 4, 8)  # The cache is cut to 1/f.
     collaborative_dims: tuple[int, ...] = (16,)
@@ -84,10 +84,24 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def base_settings(self) -> dict[str, Any]:
+        """What the base model depends on (a changed entry retrains it)."""
+        fields = ("layers", "width", "heads", "sequence_length", "batch_size", "steps")
+        fields += ("learning_rate", "dropout", "vocab_size")
+        return {name: getattr(self, name) for name in fields}
+
+    def convert_settings(self) -> dict[str, Any]:
+        """What a conversion depends on (the pruning importance data included)."""
+        return {**self.base_settings(), "importance_windows": self.importance_windows}
+
+    def uptrain_settings(self) -> dict[str, Any]:
+        return {**self.convert_settings(), "uptrain_fraction": self.uptrain_fraction}
+
 
 def quick() -> Settings:
     """Seconds-long settings for the tests (a 1-layer LM, 4 heads of 4)."""
     return Settings(
+        uptrain_learning_rates=(1e-3, 3e-3),
         layers=1,
         width=16,
         heads=4,
@@ -150,6 +164,8 @@ def _arrays(settings: Settings, corpus_dir: pathlib.Path) -> dict[str, np.ndarra
 def _load(path: pathlib.Path):
     import keras
 
+    import headsize_tf.keras3.modeling  # noqa: F401  (registers the classes a file names)
+
     return keras.saving.load_model(path, compile=False)
 
 
@@ -157,7 +173,7 @@ def _measure(lm, settings: Settings, valid: np.ndarray) -> dict[str, Any]:
     from headsize_tf.core import kv_cache
     from headsize_tf.experiments import lm_keras3
 
-    lm_keras3.compile_lm(lm, settings.uptrain_learning_rate, settings.uptrain_steps)
+    lm_keras3.compile_lm(lm, 1e-3, settings.uptrain_steps)  # Evaluation only.
     ppl, loss = lm_keras3.perplexity(lm, valid)
     spec = lm.attention_spec
     return {
@@ -225,15 +241,18 @@ def convert_variant(base, variant: dict[str, Any], settings: Settings, train: np
     return convert_model(base, ConversionTarget(kind, size, how))[0]
 
 
-def uptrain(lm, settings: Settings, arrays: dict[str, np.ndarray], seed: int) -> dict[str, Any]:
-    """Ainslie's uptraining: `uptrain_steps` more steps of the original loss and optimizer."""
+def uptrain(
+    lm, settings: Settings, arrays: dict[str, np.ndarray], seed: int, learning_rate: float
+) -> dict[str, Any]:
+    """Ainslie's uptraining: `uptrain_steps` more steps of the original loss and optimizer
+    (warm-up and linear decay from `learning_rate`); validation and test perplexity."""
     import keras
 
     from headsize_tf.experiments import lm_keras3
 
     keras.utils.set_random_seed(seed)
     steps = settings.uptrain_steps
-    lm_keras3.compile_lm(lm, settings.uptrain_learning_rate, steps)
+    lm_keras3.compile_lm(lm, learning_rate, steps)
     curve, _ = lm_keras3.fit_windows(
         lm,
         arrays["train"],
@@ -243,7 +262,42 @@ def uptrain(lm, settings: Settings, arrays: dict[str, np.ndarray], seed: int) ->
         [steps],
         lambda: lm_keras3.perplexity(lm, arrays["valid"]),
     )
-    return {"validation_perplexity": curve[-1]["perplexity"], "steps": steps, "seed": seed}
+    return {
+        "validation_perplexity": curve[-1]["perplexity"],
+        "test_perplexity": lm_keras3.perplexity(lm, arrays["test"])[0],
+        "steps": steps,
+        "seed": seed,
+        "learning_rate": learning_rate,
+    }
+
+
+def uptrain_runs(
+    steps: Steps, slug: str, title: str, model_path: pathlib.Path, settings: Settings, arrays
+) -> tuple[float, list[dict[str, Any]], dict[str, float]]:
+    """The rate sweep on the first seed (best validation perplexity wins), then the other
+    seeds at that rate: (rate, one run per seed, validation perplexity per swept rate)."""
+    config = settings.uptrain_settings()
+    first, *others = settings.seeds
+    sweep = {
+        rate: steps.run(
+            f"{slug}_uptrained_lr{rate:g}_s{first}",
+            f"{title}: uptrain at {rate:g} (seed {first})",
+            lambda rate=rate: uptrain(_load(model_path), settings, arrays, first, rate),
+            config,
+        )
+        for rate in settings.uptrain_learning_rates
+    }
+    rate = min(sweep, key=lambda r: sweep[r]["validation_perplexity"])
+    runs = [sweep[rate]] + [
+        steps.run(
+            f"{slug}_uptrained_lr{rate:g}_s{seed}",
+            f"{title}: uptrain at {rate:g} (seed {seed})",
+            lambda seed=seed: uptrain(_load(model_path), settings, arrays, seed, rate),
+            config,
+        )
+        for seed in others
+    ]
+    return rate, runs, {f"{r:g}": v["validation_perplexity"] for r, v in sweep.items()}
 
 
 def run_study(
@@ -257,7 +311,6 @@ def run_study(
     corpus_dir = pathlib.Path(corpus_dir)
     arrays = _arrays(settings, corpus_dir)
     steps = Steps(out)
-    config = settings.to_dict()
     base_path = out / "models" / "base.keras"
 
     def train_base() -> dict[str, Any]:
@@ -276,17 +329,15 @@ def run_study(
 
     if not base_path.exists():  # A record without its model (copied runs/) retrains.
         (out / "runs" / "base.json").unlink(missing_ok=True)
-    base = steps.run("base", "train the multi-head LM", train_base, config)
-    records: dict[str, Any] = {"base": base, "variants": {}, "control": []}
-    for seed in settings.seeds:
-        records["control"].append(
-            steps.run(
-                f"base_uptrained_s{seed}",
-                f"uptrain the unconverted LM (seed {seed})",
-                lambda seed=seed: uptrain(_load(base_path), settings, arrays, seed),
-                config,
-            )
-        )
+    base = steps.run("base", "train the multi-head LM", train_base, settings.base_settings())
+    rate, control, sweep = uptrain_runs(
+        steps, "base", "the unconverted LM", base_path, settings, arrays
+    )
+    records: dict[str, Any] = {
+        "base": base,
+        "variants": {},
+        "control": {"rate": rate, "runs": control, "sweep": sweep},
+    }
     for variant in variants(settings):
         slug = _slug(variant)
         model_path = out / "models" / f"{slug}.keras"
@@ -300,19 +351,16 @@ def run_study(
 
         if not model_path.exists():
             (out / "runs" / f"{slug}.json").unlink(missing_ok=True)
-        free = steps.run(slug, f"{title}: convert, training-free", convert, config)
-        uptrained = [
-            steps.run(
-                f"{slug}_uptrained_s{seed}",
-                f"{title}: uptrain (seed {seed})",
-                lambda seed=seed, model_path=model_path: uptrain(
-                    _load(model_path), settings, arrays, seed
-                ),
-                config,
-            )
-            for seed in settings.seeds
-        ]
-        records["variants"][slug] = {"free": free, "uptrained": uptrained}
+        free = steps.run(
+            slug, f"{title}: convert, training-free", convert, settings.convert_settings()
+        )
+        rate, uptrained, sweep = uptrain_runs(steps, slug, title, model_path, settings, arrays)
+        records["variants"][slug] = {
+            "free": free,
+            "uptrained": uptrained,
+            "rate": rate,
+            "sweep": sweep,
+        }
     summary = summarize(records, settings)
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot(summary, out / "kv_sharing.png")
@@ -328,11 +376,13 @@ def summarize(records: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The table rows, the best method per cache fraction and the verdicts."""
     base = records["base"]
     base_ppl = base["validation_perplexity"]
-    control = _mean_std([r["validation_perplexity"] for r in records["control"]])
+    control = _mean_std([r["validation_perplexity"] for r in records["control"]["runs"]])
+    control_test = _mean_std([r["test_perplexity"] for r in records["control"]["runs"]])
     rows = []
     for slug, record in records["variants"].items():
         free = record["free"]
         up_mean, up_std = _mean_std([r["validation_perplexity"] for r in record["uptrained"]])
+        test_mean, test_std = _mean_std([r["test_perplexity"] for r in record["uptrained"]])
         rows.append(
             {
                 "slug": slug,
@@ -344,6 +394,10 @@ def summarize(records: dict[str, Any], settings: Settings) -> dict[str, Any]:
                 "free": free["validation_perplexity"],
                 "uptrained": up_mean,
                 "uptrained_std": up_std,
+                "uptrained_test": test_mean,
+                "uptrained_test_std": test_std,
+                "rate": record["rate"],
+                "sweep": record["sweep"],
                 "uptrained_vs_base": up_mean / base_ppl - 1,
                 "free_vs_base": free["validation_perplexity"] / base_ppl - 1,
             }
@@ -374,7 +428,14 @@ def summarize(records: dict[str, Any], settings: Settings) -> dict[str, Any]:
             "params": base["params"],
             "device": base.get("device"),
         },
-        "control_uptrained": {"mean": control[0], "std": control[1]},
+        "control_uptrained": {
+            "mean": control[0],
+            "std": control[1],
+            "test_mean": control_test[0],
+            "test_std": control_test[1],
+            "rate": records["control"]["rate"],
+            "sweep": records["control"]["sweep"],
+        },
         "rows": rows,
         "best": best,
         "goals": goals,
@@ -432,22 +493,30 @@ def markdown(summary: dict[str, Any], settings: Settings) -> str:
         f"{settings.steps} steps of {settings.batch_size} x {settings.sequence_length} tokens "
         f"(validation perplexity {base['validation_perplexity']:.2f}, test "
         f"{base['test_perplexity']:.2f}; {base['cache_bytes_per_token']:,} cache bytes per "
-        f"token in float32; {base['device']}). Uptraining: {settings.uptrain_steps} steps "
-        f"({100 * settings.uptrain_fraction:.0f}% of the training tokens), peak rate "
-        f"{settings.uptrain_learning_rate:g}, seeds {list(settings.seeds)}; the unconverted "
-        f"model uptrained the same way: {control['mean']:.2f} ± {control['std']:.2f}.",
+        f"token in float32; {base['device']}). Uptraining (Ainslie et al.): "
+        f"{settings.uptrain_steps} steps ({100 * settings.uptrain_fraction:.0f}% of the "
+        "training tokens) of the original loss and optimizer, warm-up and linear decay from a "
+        "peak rate chosen per model on seed "
+        f"{settings.seeds[0]} among {[f'{r:g}' for r in settings.uptrain_learning_rates]} by "
+        f"validation perplexity, then seeds {list(settings.seeds[1:])} at that rate; test "
+        "perplexity is untouched by the choice. The unconverted model uptrained the same way "
+        f"(rate {control['rate']:g}): validation {control['mean']:.2f} ± {control['std']:.2f}, "
+        f"test {control['test_mean']:.2f} ± {control['test_std']:.2f}. Training-free and "
+        "uptrained perplexities are on the validation split (Northanger Abbey).",
         "",
         "![perplexity vs cache](kv_sharing.png)",
         "",
         "| cache | method | size | bytes/token | params | training-free | uptrained (mean ± std) "
-        "| uptrained vs base |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| vs base | rate | test, uptrained |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(summary["rows"], key=lambda r: (-r["fraction"], r["method"])):
         lines.append(
             f"| {r['fraction']:.3f} | {LABELS[r['method']]} | {r['size']} | "
             f"{r['cache_bytes_per_token']:,} | {r['params']:,} | {r['free']:.2f} | "
-            f"{r['uptrained']:.2f} ± {r['uptrained_std']:.2f} | {100 * r['uptrained_vs_base']:+.1f}% |"
+            f"{r['uptrained']:.2f} ± {r['uptrained_std']:.2f} | "
+            f"{100 * r['uptrained_vs_base']:+.1f}% | {r['rate']:g} | "
+            f"{r['uptrained_test']:.2f} ± {r['uptrained_test_std']:.2f} |"
         )
     lines += ["", "## Verdict", ""]
     for fraction, best in summary["best"].items():

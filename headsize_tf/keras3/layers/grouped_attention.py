@@ -107,22 +107,9 @@ class GroupedAttention(SharedKVAttentionBase):
         logits = ops.einsum("btgnp,bsgp->bgnts", grouped_query, projected["key"])
         return self._merged(logits, 1)  # [B, N, T, S], head g * n + j
 
-    def _attend_projected(
-        self,
-        query: Any,
-        projected: dict[str, Any],
-        attention_mask: Any,
-        training: Any,
-        return_attention_scores: bool = False,
-        use_causal_mask: bool = False,
-    ) -> tuple[Any, Any]:
-        if use_causal_mask:
-            attention_mask = self._compute_causal_mask(query, projected["value"])
-        scores, dropped = self._softmax_and_dropout(
-            self._logits_from_projected(query, projected), attention_mask, training
-        )
+    def _combine(self, dropped: Any, projected: dict[str, Any]) -> Any:
         context = ops.einsum("bgnts,bsgv->btgnv", self._grouped(dropped, 1), projected["value"])
-        return self._add_value_bias(self._merged(context, 2), dropped), scores
+        return self._merged(context, 2)
 
     def _cache_dims(self) -> dict[str, list[int]]:
         return {

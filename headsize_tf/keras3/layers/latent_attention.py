@@ -153,31 +153,17 @@ class LatentAttention(SharedKVAttentionBase):
     def _project_key_value(self, key: Any, value: Any) -> dict[str, Any]:
         return {"latent": self._latent_dense(value)}
 
-    def _up_projected(self, projected: dict[str, Any]) -> dict[str, Any]:
+    def _per_head(self, projected: dict[str, Any]) -> dict[str, Any]:
+        """Keys and values up-projected from the latents (the non-absorbed path)."""
         latent = projected["latent"]
         return {"key": self._key_up_dense(latent), "value": self._value_up_dense(latent)}
 
     def _logits_from_projected(self, query: Any, projected: dict[str, Any]) -> Any:
-        keys = self._up_projected(projected)["key"] if "latent" in projected else projected["key"]
+        keys = self._per_head(projected)["key"] if "latent" in projected else projected["key"]
         return ops.einsum("bshp,bthp->bhts", keys, self._scaled_query(query))
 
-    def _attend_projected(
-        self,
-        query: Any,
-        projected: dict[str, Any],
-        attention_mask: Any,
-        training: Any,
-        return_attention_scores: bool = False,
-        use_causal_mask: bool = False,
-    ) -> tuple[Any, Any]:
-        if use_causal_mask:
-            attention_mask = self._compute_causal_mask(query, projected["latent"])
-        up = self._up_projected(projected)
-        scores, dropped = self._softmax_and_dropout(
-            self._logits_from_projected(query, up), attention_mask, training
-        )
-        context = ops.einsum("bhts,bshv->bthv", dropped, up["value"])
-        return self._add_value_bias(context, dropped), scores
+    def _combine(self, dropped: Any, projected: dict[str, Any]) -> Any:
+        return ops.einsum("bhts,bshv->bthv", dropped, projected["value"])
 
     def _absorbable(self) -> bool:
         # Quantized up-projections hold integer kernels: up-project instead.

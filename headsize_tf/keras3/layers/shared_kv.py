@@ -118,6 +118,32 @@ class SharedKVAttentionBase(HeadAttentionBase):
         dropped = self._dropout_layer(scores, training=training) if self._dropout > 0 else scores
         return scores, dropped
 
+    def _attend_projected(
+        self,
+        query: Any,
+        projected: dict[str, Any],
+        attention_mask: Any,
+        training: Any,
+        return_attention_scores: bool = False,
+        use_causal_mask: bool = False,
+    ) -> tuple[Any, Any]:
+        if use_causal_mask:  # Every projected tensor has time on axis 1.
+            attention_mask = self._compute_causal_mask(query, next(iter(projected.values())))
+        projected = self._per_head(projected)
+        scores, dropped = self._softmax_and_dropout(
+            self._logits_from_projected(query, projected), attention_mask, training
+        )
+        context = self._combine(dropped, projected)
+        return self._add_value_bias(context, dropped), scores
+
+    def _per_head(self, projected: dict[str, Any]) -> dict[str, Any]:
+        """The projected tensors the scores and the combination read (default: as cached)."""
+        return projected
+
+    def _combine(self, dropped: Any, projected: dict[str, Any]) -> Any:
+        """Context [B, T, N, H] from attention weights [B, N, T, S] and projected values."""
+        raise NotImplementedError
+
     def _add_value_bias(self, context: Any, dropped: Any) -> Any:
         """context [B, T, N, H] + row sums of `dropped` [B, N, T, S] times the value bias."""
         if self._value_bias is None:

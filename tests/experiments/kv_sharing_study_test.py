@@ -1,0 +1,67 @@
+"""The KV-sharing study: variants at equal cache, the rate sweep, resumption, the report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from headsize_tf.experiments import kv_sharing_study as study
+
+
+def test_variants_have_the_cache_fractions_they_claim():
+    settings = study.Settings()
+    rows = {(v["method"], v["size"]): v["fraction"] for v in study.variants(settings)}
+    assert rows[("grouped_svd", 2)] == rows[("pruned", 8)] == rows[("latent", 64)] == 0.25
+    assert rows[("grouped_mean", 1)] == rows[("latent", 32)] == 0.125
+    assert rows[("collaborative", 16)] == pytest.approx((16 + 8 + 128) / 256)
+    only = study.variants(study.Settings(methods=("latent",), fractions=(2,)))
+    assert only == [{"method": "latent", "size": 128, "fraction": 0.5}]
+
+
+def _corpus(path, rng):
+    # A repetitive toy language: windows of 17 ids below 32, learnable in a few steps.
+    for split, n in (("train", 64), ("valid", 8), ("test", 8)):
+        starts = rng.integers(0, 32, (n, 1))
+        np.save(path / f"lm_{split}.npy", ((starts + np.arange(17)) % 32).astype("int32"))
+
+
+def test_the_study_runs_resumes_and_reports(tmp_path):
+    _corpus(tmp_path, np.random.default_rng(0))
+    settings = study.Settings(
+        layers=1,
+        width=16,
+        heads=4,
+        sequence_length=16,
+        batch_size=8,
+        steps=12,
+        vocab_size=32,
+        seeds=(0, 1),
+        fractions=(2,),
+        methods=("grouped_svd", "pruned"),
+        uptrain_learning_rates=(1e-3, 3e-3),
+        uptrain_fraction=0.25,
+        importance_windows=16,
+    )
+    out = tmp_path / "out"
+    summary = study.run_study(out, tmp_path, settings)
+    rows = {r["slug"]: r for r in summary["rows"]}
+    assert sorted(rows) == ["grouped_svd_2", "pruned_2"]
+    base = summary["base"]
+    # Half the cache: 2 of 4 key/value heads, or 2 of 4 heads kept.
+    assert rows["grouped_svd_2"]["cache_bytes_per_token"] == base["cache_bytes_per_token"] // 2
+    assert rows["pruned_2"]["cache_bytes_per_token"] == base["cache_bytes_per_token"] // 2
+    for row in rows.values():
+        assert row["rate"] in (1e-3, 3e-3) and set(row["sweep"]) == {"0.001", "0.003"}
+        assert row["sweep"][f"{row['rate']:g}"] == min(row["sweep"].values())
+        assert np.isfinite(row["uptrained_test"]) and row["uptrained_std"] >= 0
+    readme = (out / "README.md").read_text()
+    assert "grouped K/V, per-group SVD" in readme and (out / "kv_sharing.png").stat().st_size
+    # 1 base + 2 conversions + 3 models x (2 swept rates + 1 more seed) runs.
+    runs = sorted(p.name for p in (out / "runs").glob("*.json"))
+    assert len(runs) == 1 + 2 + 3 * 3, runs
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")}
+    again = study.run_study(out, tmp_path, settings)  # Every step reused.
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")} == stamps
+    assert json.dumps(again["rows"], sort_keys=True) == json.dumps(summary["rows"], sort_keys=True)
