@@ -186,6 +186,49 @@ HEAD_AXES: dict[str, dict[str, int | None]] = {
     },
 }
 HEAD_AXES["fixed_head"] = HEAD_AXES["standard"]
+# Shared key/value layers: the query side, the per-query-head value bias and
+# the output rows go with the heads; a latent's down-projection is shared; a
+# grouped layer's key/value heads go with whole groups (`GROUP_AXES`).
+HEAD_AXES["latent"] = {
+    "query_kernel": 1,
+    "query_bias": 0,
+    "latent_kernel": None,
+    "key_up_kernel": 1,
+    "value_up_kernel": 1,
+    "value_bias": 0,
+    "output_kernel": 0,
+    "output_bias": None,
+}
+HEAD_AXES["grouped"] = {
+    "query_kernel": 1,
+    "query_bias": 0,
+    "key_kernel": None,
+    "value_kernel": None,
+    "value_bias": 0,
+    "output_kernel": 0,
+    "output_bias": None,
+}
+# Group (key/value head) axis of a grouped layer's key/value kernels `[e, G, .]`.
+GROUP_AXES: dict[str, int] = {"key_kernel": 1, "value_kernel": 1}
+
+
+def whole_groups(keep: Sequence[int], num_heads: int, num_kv_heads: int) -> list[int]:
+    """The heads of every group (`num_heads / num_kv_heads` contiguous query heads) that
+    holds a head of `keep`: what a grouped layer keeps physically.
+
+    Args:
+      keep: Head positions to keep.
+      num_heads: The layer's query heads h.
+      num_kv_heads: Its key/value heads G (a divisor of h).
+
+    Example:
+
+    >>> whole_groups([1, 4], num_heads=8, num_kv_heads=4)
+    [0, 1, 4, 5]
+    """
+    size = num_heads // num_kv_heads
+    groups = sorted({int(h) // size for h in keep})
+    return [h for g in groups for h in range(g * size, (g + 1) * size)]
 
 
 def slice_heads(
@@ -194,11 +237,13 @@ def slice_heads(
     """The weights of the heads at positions `keep` (the head-index slicing plan).
 
     Args:
-      kind: "standard", "fixed_head" or "collaborative".
+      kind: "standard", "fixed_head", "collaborative", "grouped" or "latent".
       weights: Role -> array in the core layout (roles of `HEAD_AXES[kind]`;
         None for absent biases).
       keep: Head positions to keep, in order. Empty keeps head 0's shapes (a
-        layer with one, masked, head: a layer cannot have zero heads).
+        layer with one, masked, head: a layer cannot have zero heads). A
+        grouped layer keeps whole groups (`whole_groups`), their key/value
+        heads with them.
 
     Returns:
       Role -> sliced array (shared tensors unchanged).
@@ -210,9 +255,25 @@ def slice_heads(
     if unknown:
         raise ValueError(f"Unknown weight roles {unknown} for {kind!r}; expected {list(axes)}.")
     index = list(keep) or [0]
+    groups: list[int] = []
+    if kind == "grouped":
+        heads = np.shape(weights["query_kernel"])[1]
+        kv_heads = np.shape(weights["key_kernel"])[1]
+        if not keep:
+            index = list(range(heads // kv_heads))  # Group 0 (one masked group).
+        if sorted(index) != whole_groups(index, heads, kv_heads):
+            raise ValueError(
+                f"Head positions {index} split a group of {heads // kv_heads} query heads; a "
+                f"grouped layer ({kv_heads} key/value heads) keeps whole groups."
+            )
+        size = heads // kv_heads
+        groups = list(dict.fromkeys(h // size for h in index))
     out: dict[str, np.ndarray | None] = {}
     for role, value in weights.items():
         axis = axes[role]
+        if kind == "grouped" and role in GROUP_AXES and value is not None:
+            out[role] = np.take(np.asarray(value), groups, axis=GROUP_AXES[role])
+            continue
         if value is None or axis is None:
             out[role] = value
             continue
