@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.conversion import ConversionTarget
-from headsize_tf.core.io import check_output_free, save_figure, write_json
+from headsize_tf.core.conversion_report import PLOT_FILE, REPORT_FILE, plot_conversion
+from headsize_tf.core.io import check_output_free, write_json
 from headsize_tf.reparam.model_dir import (
     LANGUAGE_MODEL,
     PRETRAINING,
@@ -54,8 +55,6 @@ from headsize_tf.reparam.model_dir import (
     convert_attention_model,
 )
 
-REPORT_FILE = "report.json"
-PLOT_FILE = "conversion.png"
 STATE_FILE = "convert_state.json"
 DECODERS = (LANGUAGE_MODEL, TRANSLATION)
 SENTENCE_PREDICTION = "headsize_bert/sentence_prediction"
@@ -360,48 +359,10 @@ def _report(model_dir, experiment, target, state, source, final, uptrain_steps) 
     return report
 
 
-def plot_conversion(report: dict[str, Any], path: str | os.PathLike) -> pathlib.Path:
-    """Bars of the report: perplexity (BLEU) by stage, KV-cache bytes and decoding tokens/s.
-
-    Args:
-      report: `convert_model_dir`'s report.
-      path: The PNG written (atomically).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [("perplexity", "validation perplexity")]
-    if "bleu" in report:
-        panels.append(("bleu", "validation BLEU (greedy)"))
-    panels += [
-        ("kv_cache_bytes_per_token", "KV-cache bytes per token"),
-        ("decoding_tokens_per_second", "cached greedy decoding tokens/s"),
-    ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4))
-    colors = {"original": "0.55", "converted": "tab:blue", "uptrained": "tab:green"}
-    for ax, (key, label) in zip(np.atleast_1d(axes), panels, strict=True):
-        values = report[key]
-        bars = ax.bar(list(values), list(values.values()), color=[colors[k] for k in values])
-        ax.bar_label(bars, fmt="%.4g", fontsize=8)
-        ax.set(title=label)
-        ax.tick_params(axis="x", labelsize=8)
-    target = report["target"]
-    size = next(v for k, v in target.items() if k not in ("kind", "method"))
-    fig.suptitle(
-        f"{report['experiment']} -> {target['kind']} ({size}, {target['method']}); "
-        f"uptrained {report['uptrain_steps']} steps",
-        fontsize=9,
-    )
-    return save_figure(fig, path)
-
-
 __all__ = [
     "REPORT_FILE",
     "check_source",
     "convert_model_dir",
-    "plot_conversion",
     "uptrain_override",
     "work_dir",
 ]

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from headsize_tf import cli
 from headsize_tf.core import AttentionSpec
 from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.core.kv_cache import kv_cache_bytes_per_token
@@ -180,3 +181,58 @@ def test_sources_that_do_not_convert(tmp_path):
             encoder, ConversionTarget("grouped", 1), tmp_path / "o", uptrain_steps=-1
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlm"]
+
+
+def _weights(model_dir) -> list[np.ndarray]:
+    _, model = train.load_trained_model(str(model_dir))
+    return [w.numpy() for w in model.weights]
+
+
+def test_cli_convert_to_collaborative_is_compress(lm_dir, tmp_path, capsys):
+    fast = ["--eval-batches", "1", "--decode-tokens", "4"]
+    common = ["--model_dir", lm_dir, "--shared-key-dim", "32"]
+    convert = ["convert", "--to", "collaborative", *common, "--output", str(tmp_path / "c"), *fast]
+    assert cli.main(convert) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "c" / "report.json").read_text())
+    assert (
+        f"KV-cache bytes per token: 1024 -> {report['kv_cache_bytes_per_token']['converted']}"
+        in (printed)
+    )
+    assert cli.main(["compress", *common, "--output", str(tmp_path / "p")]) == 0
+    params_c, _ = train.load_trained_model(str(tmp_path / "c"))
+    params_p, _ = train.load_trained_model(str(tmp_path / "p"))
+    assert params_c.task.model.attention.as_dict() == params_p.task.model.attention.as_dict()
+    for a, b in zip(_weights(tmp_path / "c"), _weights(tmp_path / "p"), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cli_per_layer_kv_heads_and_sizes_the_model_rejects(lm_dir, tmp_path, capsys):
+    out = tmp_path / "gqa"
+    argv = ["convert", "--model_dir", lm_dir, "--to", "grouped", "--output", str(out)]
+    fast = ["--eval-batches", "1", "--decode-tokens", "2", "--method", "mean"]
+    assert cli.main([*argv, "--kv-heads", "1", "2", *fast]) == 0
+    params, model = train.load_trained_model(str(out))
+    assert params.task.model.attention.num_kv_heads == [1, 2]
+    assert model.kv_cache_bytes_per_token() == (1 + 2) * 2 * 16 * 4
+    capsys.readouterr()
+    bad = {
+        ("grouped", "--kv-heads", "3"): "--kv-heads 3 does not divide num_heads=4",
+        ("grouped", "--kv-heads", "1", "2", "4"): "--kv-heads has 3 entries; the model has 2",
+        ("latent", "--kv-rank", "65"): "--kv-rank 65 is outside [1, 64]",
+    }
+    for (kind, *size), fragment in bad.items():
+        argv = [
+            "convert",
+            "--model_dir",
+            lm_dir,
+            "--to",
+            kind,
+            *size,
+            "--output",
+            str(tmp_path / "x"),
+        ]
+        assert cli.main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and fragment in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gqa"]
