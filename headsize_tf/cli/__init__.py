@@ -25,6 +25,7 @@ from headsize_tf import __version__
 from headsize_tf.cli import (
     analyze,
     compress,
+    convert,
     data,
     demo,
     embed,
@@ -40,7 +41,7 @@ from headsize_tf.core.spec import SpecError
 
 __all__ = ["build_parser", "main", "read_lines"]
 
-COMMANDS = (params, data, train, embed, compress, analyze, prune, tune, export, demo)
+COMMANDS = (params, data, train, embed, compress, convert, analyze, prune, tune, export, demo)
 ERRORS = (SpecError, CheckpointError, ValueError, RuntimeError, OSError)
 
 

@@ -29,6 +29,9 @@ class Seq2SeqConfig(hyperparams.Config):
     attention: AttentionConfig = dataclasses.field(
         default_factory=lambda: AttentionConfig(num_heads=8)
     )
+    # The decoder's own spec (self- and encoder-decoder attention), e.g. grouped or
+    # latent heads written by `headsize-tf convert`; None: the decoder uses `attention`.
+    decoder_attention: AttentionConfig | None = None
     intermediate_size: int | None = 2048
     max_sequence_length: int = 128
     dropout_rate: float = 0.1
@@ -68,7 +71,15 @@ class TranslationConfig(cfg.TaskConfig):
 def validate(config: Seq2SeqConfig) -> None:
     """Raises a ValueError naming the bad field and what was expected."""
     model_spec(config, config.num_encoder_layers, config.max_sequence_length)
-    model_spec(config, config.num_decoder_layers, config.max_sequence_length)
+    decoder = config
+    if config.decoder_attention is not None:
+        decoder = dataclasses.replace(config, attention=config.decoder_attention)
+    try:
+        model_spec(decoder, config.num_decoder_layers, config.max_sequence_length)
+    except ValueError as err:
+        if config.decoder_attention is None:
+            raise
+        raise ValueError(f"decoder_attention: {err}") from None
 
 
 def build_seq2seq(config: Seq2SeqConfig) -> HeadsizeSeq2Seq:

@@ -186,7 +186,9 @@ HEAD_AXES: dict[str, dict[str, int | None]] = {
     },
 }
 HEAD_AXES["fixed_head"] = HEAD_AXES["standard"]
-# A latent layer's latent is shared; its up-projections and value bias are per head.
+# Shared key/value layers: the query side, the per-query-head value bias and
+# the output rows go with the heads; a latent's down-projection is shared; a
+# grouped layer's key/value heads go with whole groups (`GROUP_AXES`).
 HEAD_AXES["latent"] = {
     "query_kernel": 1,
     "query_bias": 0,
@@ -197,8 +199,6 @@ HEAD_AXES["latent"] = {
     "output_kernel": 0,
     "output_bias": None,
 }
-# A grouped layer's query-side tensors are per query head; its key/value kernels
-# `[e, G, p]` are per group (`slice_heads` keeps the groups of the kept heads).
 HEAD_AXES["grouped"] = {
     "query_kernel": 1,
     "query_bias": 0,
@@ -208,25 +208,27 @@ HEAD_AXES["grouped"] = {
     "output_kernel": 0,
     "output_bias": None,
 }
-GROUP_AXES = {"key_kernel": 1, "value_kernel": 1}
+# Group (key/value head) axis of a grouped layer's key/value kernels `[e, G, .]`.
+GROUP_AXES: dict[str, int] = {"key_kernel": 1, "value_kernel": 1}
 
 
-def grouped_keep(
-    keep: Sequence[int], num_heads: int, num_kv_heads: int
-) -> tuple[list[int], list[int]]:
-    """The query heads and groups a grouped layer keeps when heads `keep` survive.
+def whole_groups(keep: Sequence[int], num_heads: int, num_kv_heads: int) -> list[int]:
+    """The heads of every group (`num_heads / num_kv_heads` contiguous query heads) that
+    holds a head of `keep`: what a grouped layer keeps physically.
 
-    Removal in a grouped layer removes whole groups: a group (its key/value
-    head and all its query heads) goes when none of its query heads is kept;
-    the other query heads of a kept group stay (masked by their gates), so
-    groups keep equal sizes.
+    Args:
+      keep: Head positions to keep.
+      num_heads: The layer's query heads h.
+      num_kv_heads: Its key/value heads G (a divisor of h).
 
-    Returns:
-      (query head positions, group positions), in order.
+    Example:
+
+    >>> whole_groups([1, 4], num_heads=8, num_kv_heads=4)
+    [0, 1, 4, 5]
     """
     size = num_heads // num_kv_heads
     groups = sorted({int(h) // size for h in keep})
-    return [g * size + j for g in groups for j in range(size)], groups
+    return [h for g in groups for h in range(g * size, (g + 1) * size)]
 
 
 def slice_heads(
@@ -235,12 +237,13 @@ def slice_heads(
     """The weights of the heads at positions `keep` (the head-index slicing plan).
 
     Args:
-      kind: "standard", "fixed_head", "collaborative", "latent" or "grouped".
+      kind: "standard", "fixed_head", "collaborative", "grouped" or "latent".
       weights: Role -> array in the core layout (roles of `HEAD_AXES[kind]`;
         None for absent biases).
       keep: Head positions to keep, in order. Empty keeps head 0's shapes (a
-        layer with one, masked, head: a layer cannot have zero heads). For
-        "grouped", whole groups: `grouped_keep` expands the kept heads.
+        layer with one, masked, head: a layer cannot have zero heads). A
+        grouped layer keeps whole groups (`whole_groups`), their key/value
+        heads with them.
 
     Returns:
       Role -> sliced array (shared tensors unchanged).
@@ -254,12 +257,21 @@ def slice_heads(
     index = list(keep) or [0]
     groups: list[int] = []
     if kind == "grouped":
-        num_heads = np.shape(weights["query_kernel"])[1]
-        index, groups = grouped_keep(index, num_heads, np.shape(weights["key_kernel"])[1])
+        heads = np.shape(weights["query_kernel"])[1]
+        kv_heads = np.shape(weights["key_kernel"])[1]
+        if not keep:
+            index = list(range(heads // kv_heads))  # Group 0 (one masked group).
+        if sorted(index) != whole_groups(index, heads, kv_heads):
+            raise ValueError(
+                f"Head positions {index} split a group of {heads // kv_heads} query heads; a "
+                f"grouped layer ({kv_heads} key/value heads) keeps whole groups."
+            )
+        size = heads // kv_heads
+        groups = list(dict.fromkeys(h // size for h in index))
     out: dict[str, np.ndarray | None] = {}
     for role, value in weights.items():
         axis = axes[role]
-        if kind == "grouped" and role in GROUP_AXES:
+        if kind == "grouped" and role in GROUP_AXES and value is not None:
             out[role] = np.take(np.asarray(value), groups, axis=GROUP_AXES[role])
             continue
         if value is None or axis is None:

@@ -8,6 +8,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from headsize_tf.core.kv_cache import cache_entries, dtype_bytes
 from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
 from headsize_tf.modeling.bert_encoder import plain_config
 from headsize_tf.modeling.decoder_block import HeadsizeDecoderBlock
@@ -20,8 +21,11 @@ class HeadsizeCausalLM(tf_keras.Model):
     Token + learned position embeddings, `num_layers` pre-LN
     `HeadsizeDecoderBlock`s, a final LayerNorm, and logits through the tied
     token embedding. The heads are one `AttentionSpec` (per-layer lists
-    allowed); `head_size="sequence_length"` resolves to
-    `max_sequence_length` (the paper's d_p = n), the rule of every model.
+    allowed) of any kind, the KV-cache sharing ones included: grouped-query
+    heads (`num_kv_heads`) and a shared latent (`kv_latent_dim`), whose
+    decoding caches hold only the shared tensors; `head_size="sequence_length"`
+    resolves to `max_sequence_length` (the paper's d_p = n), the rule of
+    every model.
 
     Args:
       vocab_size: Vocabulary size.
@@ -40,7 +44,16 @@ class HeadsizeCausalLM(tf_keras.Model):
       **kwargs: Model arguments (`name`, ...).
 
     Call: `model(input_ids [B, T])` -> logits [B, T, vocab_size].
-    Decoding: `init_cache`, `decode_step` (see `headsize_tf.modeling.decoding`).
+    Decoding: `init_cache`, `decode_step` (see `headsize_tf.modeling.decoding`);
+    `kv_cache_bytes_per_token` is what the cache grows by per token.
+
+    Example:
+
+    >>> lm = HeadsizeCausalLM(vocab_size=100, hidden_size=64, num_layers=2,
+    ...                       attention={"kind": "latent", "num_heads": 4,
+    ...                                  "kv_latent_dim": [16, 32]})
+    >>> lm.kv_cache_bytes_per_token()  # (16 + 32) float32 latents
+    192
     """
 
     def __init__(
@@ -162,6 +175,23 @@ class HeadsizeCausalLM(tf_keras.Model):
             }
             cache["memory_mask"] = tf.cast(memory_mask, tf.float32)
         return cache
+
+    def kv_cache_bytes_per_token(self, dtype: Any = None) -> int:
+        """Bytes one decoded token adds to the self-attention cache (all layers, one row).
+
+        `headsize_tf.core.kv_cache.cache_entries` of each block's
+        self-attention as built (pruned heads removed), at the cache's dtype
+        (default: the model's compute dtype).
+
+        Args:
+          dtype: The cache dtype, if not the model's compute dtype.
+        """
+        width = self._config["hidden_size"]
+        elements = sum(
+            sum(cache_entries(block.layer_spec("self_attention").resolve(width)).values())
+            for block in self.blocks
+        )
+        return elements * dtype_bytes(dtype or self.compute_dtype)
 
     def decode_step(self, input_ids, cache, position, decode_loop_step=None):
         """Logits of new tokens `input_ids` [B, T_new] starting at `position`.

@@ -9,8 +9,25 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys
+from headsize_tf.core.spec import (
+    OPTIONAL_HEAD_SIZE_KINDS,
+    AttentionSpec,
+    check_no_legacy_keys,
+)
 from headsize_tf.layers.factory import make_attention
+
+
+def _kept_groups(spec: AttentionSpec, pruned: Sequence[int], name: str) -> int:
+    """Key/value heads left when `pruned` query heads leave a grouped layer (whole groups)."""
+    size = spec.num_heads // spec.num_kv_heads
+    groups = {h // size for h in pruned}
+    whole = {h for g in groups for h in range(g * size, (g + 1) * size)}
+    if whole != set(pruned):
+        raise ValueError(
+            f"pruned_heads[{name!r}] {sorted(pruned)} splits a group of {size} query heads; a "
+            f"grouped layer ({spec.num_kv_heads} key/value heads) loses whole groups only."
+        )
+    return spec.num_kv_heads - len(groups)
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
@@ -20,9 +37,12 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
     Pre-LayerNorm residual block: `x + SelfAttn(LN(x))`, then (with
     `cross_attention=True`) `x + CrossAttn(LN(x), memory)`, then
     `x + FFN(LN(x))`. Attention layers are `headsize_tf.layers` of the chosen
-    kind. `call_cached` decodes incrementally: the cache holds each attention
-    layer's own key/value projections, so it is right for any head size
-    (Model Garden's decoder cache assumes width / heads).
+    kind (standard, fixed_head, collaborative, grouped or latent; the
+    cross-attention is of the same kind, a latent one computing its latent
+    from the encoder output). `call_cached` decodes incrementally: the cache
+    holds each attention layer's own key-side tensors (per-head keys and
+    values, grouped ones, or a latent), so it is right for any head size and
+    kind (Model Garden's decoder cache assumes width / heads).
 
     Args:
       attention: The `AttentionSpec` (or a dict of its fields) of every
@@ -123,6 +143,14 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
     def pruned_heads(self) -> dict[str, list[int]]:
         return {k: list(v) for k, v in self._pruned_heads.items()}
 
+    def layer_spec(self, name: str) -> AttentionSpec:
+        """The spec of attention layer `name` ("self_attention", "cross_attention") as built.
+
+        Args:
+          name: The attention layer's attribute name.
+        """
+        return self._layer_spec(name)
+
     def _layer_spec(self, name: str) -> AttentionSpec:
         """The spec of one attention layer after pruning (kept heads only)."""
         pruned = self._pruned_heads.get(name)
@@ -130,13 +158,19 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
             return self._spec
         spec = self._spec
         kept = spec.num_heads - len(pruned)
-        if spec.kind == "standard" or (spec.kind == "collaborative" and spec.head_size is None):
+        if spec.kind == "standard" or (
+            spec.kind in OPTIONAL_HEAD_SIZE_KINDS and spec.head_size is None
+        ):
             raise ValueError(
                 f"Pruning {name} of a {spec.kind} block needs the head size in the spec; "
                 "the pruning tool writes kind fixed_head with the original head size."
             )
         if kept == 0:
             raise ValueError(f"pruned_heads[{name!r}] removes every head; keep at least one.")
+        if spec.kind == "grouped":
+            return dataclasses.replace(
+                spec, num_heads=kept, num_kv_heads=_kept_groups(spec, pruned, name)
+            )
         return dataclasses.replace(spec, num_heads=kept)
 
     def build(self, input_shape):
@@ -179,7 +213,13 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
         return self._feed_forward(x, training)
 
     def project_memory(self, memory):
-        """Cross-attention key/value projections of the memory (computed once)."""
+        """Cross-attention key-side projections of the memory (computed once per source).
+
+        Whatever the cross-attention layer caches for its own decoding, entry
+        for entry (`headsize_tf.core.kv_cache.cache_entries`): per-head keys
+        and values `[B, S, h, .]`, grouped ones `[B, S, G, .]`, or a latent
+        layer's latent of the encoder output `[B, S, r]`.
+        """
         return self.cross_attention._project_key_value(memory, memory)
 
     def call_cached(
@@ -200,7 +240,8 @@ class HeadsizeDecoderBlock(tf_keras.layers.Layer):
         x = x + self.dropout(y, training=training)
         if self.cross_attention is not None:
             y = self.cross_attention_norm(x)
-            context, _ = self.cross_attention._attend_projected(
+            # The layer's own cached attention (a latent layer attends in latent space).
+            context, _ = self.cross_attention._attend_cached(
                 y, memory_projected, memory_mask, training
             )
             x = x + self.dropout(self.cross_attention._project_output(context), training=training)

@@ -3,16 +3,55 @@
 Pass `source_ids` for an encoder-decoder model; the prompt is then the
 decoder's start (e.g. a [BOS] column).
 
-The cached paths keep each layer's own key/value projections (any head
-size); the uncached paths rerun the whole prefix every step and are the
-reference the cached ones are tested against. Beam search is Model Garden's
-`official.nlp.modeling.ops.beam_search.sequence_beam_search`.
+The cached paths keep each layer's own cache entries, whatever their shape
+(`headsize_tf.core.kv_cache.cache_entries`: per-head keys and values
+`[B, T, h, p]` of any head size, grouped ones `[B, T, G, p]`, a collaborative
+layer's shared key `[B, T, D]`, a latent `[B, T, r]`): only the batch axis 0
+and the length axis 1 are assumed. The uncached paths rerun the whole prefix
+every step and are the reference the cached ones are tested against. Beam
+search is Model Garden's
+`official.nlp.modeling.ops.beam_search.sequence_beam_search`, given the
+model's own cache dict (it expands and reorders every tensor along the batch
+axis; Model Garden's own decoder cache would assume `[B, T, h, d / h]`).
+`cache_bytes` measures a cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 import tensorflow as tf
 from official.nlp.modeling.ops import beam_search
+
+
+def cache_bytes(cache: Mapping[str, Any], memory: bool = False) -> int:
+    """Bytes of a decoding cache's self-attention entries (or its cached memory).
+
+    Args:
+      cache: From a model's `init_cache` / `decode_step`.
+      memory: Measure the cross-attention projections of the encoder output
+        (`cache["memory"]`) instead of the self-attention entries.
+
+    Returns:
+      The bytes of every tensor of the chosen part (static shapes).
+
+    Example:
+
+    >>> lm = HeadsizeCausalLM(100, 64, 2, {"kind": "grouped", "num_heads": 4,
+    ...                                    "num_kv_heads": 2})
+    >>> cache_bytes(lm.init_cache(3, length=10))  # 2 layers x (2 + 2) x 16 x 4 bytes x 30
+    15360
+    >>> lm.kv_cache_bytes_per_token() * 3 * 10
+    15360
+    """
+    if memory:
+        parts = [cache.get("memory", {})]
+    else:
+        parts = [v for k, v in cache.items() if k.startswith("layer_")]
+    tensors = [t for part in parts for t in tf.nest.flatten(part)]
+    return int(sum(int(np.prod(t.shape.as_list())) * t.dtype.size for t in tensors))
 
 
 def _check_prompt(prompt_ids, max_new_tokens: int) -> tf.Tensor:

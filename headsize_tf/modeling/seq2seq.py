@@ -8,6 +8,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from headsize_tf.core.kv_cache import cache_entries, dtype_bytes
 from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
 from headsize_tf.modeling.bert_encoder import plain_config
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
@@ -26,8 +27,12 @@ class HeadsizeSeq2Seq(tf_keras.Model):
     collaborative shared key dims of Cordonnier et al.'s NMT runs
     (512/256/128/64) are one argument. Decoding caches each layer's own
     projections and the memory's cross-attention projections (computed once),
-    so it works for any head size. "sequence_length" head sizes resolve to
-    `max_sequence_length` in encoder and decoder alike.
+    so it works for any head size and kind: a grouped or latent decoder
+    (`decoder_attention`) caches G key/value heads or an r-sized latent per
+    target token, and its cross-attention caches the same per source token
+    (a latent cross-attention's latent is computed from the encoder output).
+    "sequence_length" head sizes resolve to `max_sequence_length` in encoder
+    and decoder alike.
 
     Args:
       vocab_size: Shared source/target vocabulary.
@@ -185,6 +190,31 @@ class HeadsizeSeq2Seq(tf_keras.Model):
         """Decoding cache: encodes `source_ids` once and projects the memory."""
         memory, mask = self.encode(source_ids)
         return self.decoder.init_cache(tf.shape(memory)[0], length, memory=memory, memory_mask=mask)
+
+    def kv_cache_bytes_per_token(self, dtype: Any = None) -> int:
+        """Bytes one target token adds to the decoder's self-attention cache.
+
+        See `HeadsizeCausalLM.kv_cache_bytes_per_token`. The cross-attention
+        projections of the source (`cache["memory"]`) are computed once per
+        source token, by the same rule (`memory_cache_bytes_per_token`).
+
+        Args:
+          dtype: The cache dtype, if not the model's compute dtype.
+        """
+        return self.decoder.kv_cache_bytes_per_token(dtype)
+
+    def memory_cache_bytes_per_token(self, dtype: Any = None) -> int:
+        """Bytes one source token takes in the cached cross-attention projections.
+
+        Args:
+          dtype: The cache dtype, if not the model's compute dtype.
+        """
+        width = self._config["hidden_size"]
+        elements = sum(
+            sum(cache_entries(block.layer_spec("cross_attention").resolve(width)).values())
+            for block in self.decoder.blocks
+        )
+        return elements * dtype_bytes(dtype or self.compute_dtype)
 
     def decode_step(self, input_ids, cache, position, decode_loop_step=None):
         """See `HeadsizeCausalLM.decode_step`."""

@@ -38,6 +38,8 @@ from headsize_tf.pruning.remove import (
     copy_kept_heads,
     copy_weights_outside,
     head_mask,
+    mask_kept,
+    physical_keep,
     set_head_mask,
 )
 from headsize_tf.pruning.report import decoding_speed, plot_report  # noqa: F401  (re-exported)
@@ -125,7 +127,9 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
 
     Its config lists the kept heads per layer and each layer's head size
     (standard heads become fixed-head layers of their size); kept heads keep
-    their gate values. The source is left unchanged.
+    their gate values. Grouped-query layers lose whole groups only: a group
+    with a kept head stays, its pruned heads masked (gate 0), and the config
+    lists each layer's key/value heads. The source is left unchanged.
     """
     mask = np.asarray(mask, np.float32)
     config = dict(lm.get_config())
@@ -137,13 +141,20 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
         kept = [h for h in range(layer.num_heads) if mask[i, h] != 0]
         if not kept:
             raise ValueError(f"Layer {i} would lose every head; keep one at least.")
-        keep.append(kept)
+        keep.append(physical_keep(layer, kept))
     spec = lm.attention_spec
+    sizes: dict[str, Any] = {}
+    if spec.kind == "grouped":  # Whole groups go: G_l = kept heads / group size.
+        sizes["num_kv_heads"] = [
+            len(k) * layer.num_kv_heads // layer.num_heads
+            for k, layer in zip(keep, layers, strict=True)
+        ]
     config["attention"] = dataclasses.replace(
         spec,
         kind="fixed_head" if spec.kind == "standard" else spec.kind,
         num_heads=[len(k) for k in keep],
         head_size=[layer.head_size for layer in layers],
+        **sizes,
     ).to_dict()
     config.pop("name", None)
     new = HeadsizeCausalLM.from_config(config)
@@ -151,6 +162,8 @@ def remove_lm_heads(lm: HeadsizeCausalLM, mask: np.ndarray) -> HeadsizeCausalLM:
     copy_other_weights(lm, new)
     for i, (old_layer, new_layer) in enumerate(zip(layers, new.attention_layers, strict=True)):
         copy_kept_heads(old_layer, new_layer, keep[i])
+        if spec.kind == "grouped":  # Pruned heads of kept groups stay masked.
+            mask_kept(old_layer, new_layer, keep[i], mask[i])
     return new
 
 

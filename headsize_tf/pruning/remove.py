@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headsize_tf.core.pruning_plan import slice_heads
+from headsize_tf.core.pruning_plan import slice_heads, whole_groups
 from headsize_tf.layers.head_attention import HeadAttentionBase
 from headsize_tf.layers.roles import kind_of, weights_by_role
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
@@ -50,6 +50,28 @@ def copy_kept_heads(source: HeadAttentionBase, target: HeadAttentionBase, keep: 
         d_var.assign(value)
     if not keep:
         target.set_head_mask([0.0])
+
+
+def physical_keep(layer: HeadAttentionBase, keep: Sequence[int]) -> list[int]:
+    """The head positions a layer keeps physically when `keep` survive pruning.
+
+    Every kind removes single heads except grouped-query attention, which
+    removes whole groups: it keeps every head of a group with a survivor (the
+    others stay masked, gate 0). See `core.pruning_plan.whole_groups`.
+
+    Args:
+      layer: A built attention layer.
+      keep: The surviving head positions.
+    """
+    if kind_of(layer) != "grouped":
+        return list(keep)
+    return whole_groups(keep, layer.num_heads, layer.num_kv_heads)
+
+
+def mask_kept(source: HeadAttentionBase, target: HeadAttentionBase, keep, mask_row) -> None:
+    """Sets `target`'s gates to `source`'s at `keep`, zero where `mask_row` pruned a head."""
+    gates = source.head_gates.numpy()[list(keep)] * (np.asarray(mask_row)[list(keep)] != 0)
+    target.set_head_mask(gates)
 
 
 def original_heads(model) -> list[list[int]]:

@@ -3,7 +3,8 @@
 * `plot_importance`, `plot_curves`, `plot_report`: importance heatmaps and
   pruning curves (a classifier's, a model_dir run's).
 * `max_fraction_within`: the largest fraction pruned within a metric margin.
-* `decoding_speed`: cached greedy decoding tokens/s of an LM or seq2seq.
+* `decoding_speed`, `decoding_speeds`: cached greedy decoding tokens/s of an LM or
+  seq2seq (several side by side, interleaved).
 * `json_scores` / `scores_from_json`: the score serialisation (NaN -> None),
   from `headsize_tf.core.prune_report`.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 import pathlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from headsize_tf.core.prune_report import json_scores, scores_from_json
 
 __all__ = [
     "decoding_speed",
+    "decoding_speeds",
     "json_scores",
     "max_fraction_within",
     "plot_curves",
@@ -114,34 +116,75 @@ def decoding_speed(
     at most as many tokens as the model has positions left after the prompt.
 
     `model` is a `HeadsizeCausalLM`, or a `HeadsizeSeq2Seq` with `source_ids`
-    (the cache then starts with the encoded source).
+    (the cache then starts with the encoded source). `decoding_speeds` times
+    several models side by side.
     """
-    limit = model.get_config().get("max_sequence_length")
-    if limit:  # Positions past the model's last one do not exist.
-        new_tokens = min(new_tokens, int(limit) - prompts.shape[1])
+    return decoding_speeds({"model": model}, prompts, new_tokens, repeats, source_ids)["model"]
+
+
+def decoding_speeds(
+    models: Mapping[str, Any],
+    prompts: np.ndarray,
+    new_tokens: int = 32,
+    repeats: int = 3,
+    source_ids: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Cached greedy decoding tokens/s of several models, measured side by side.
+
+    Every model decodes the same prompts (and sources) for the same number of
+    tokens; after one warm-up run each, the timed runs are interleaved (model
+    a, b, a, b, ...), so a slow spell of the machine hits all of them; each
+    model's best run counts.
+
+    Args:
+      models: Name -> `HeadsizeCausalLM` (or `HeadsizeSeq2Seq` with `source_ids`).
+      prompts: [B, P] prompt ids (a seq2seq: the decoder's start, e.g. [BOS]).
+      new_tokens: Tokens generated per row (capped by the models' positions).
+      repeats: Timed runs per model.
+      source_ids: [B, S] source ids of encoder-decoder models.
+
+    Returns:
+      Name -> generated tokens per second.
+
+    Example:
+
+    >>> speeds = decoding_speeds({"original": lm, "grouped": grouped}, prompts, 16)
+    >>> speeds["grouped"] / speeds["original"]
+    """
+    for model in models.values():
+        limit = model.get_config().get("max_sequence_length")
+        if limit:  # Positions past the model's last one do not exist.
+            new_tokens = min(new_tokens, int(limit) - prompts.shape[1])
     if new_tokens < 1:
         raise ValueError(f"A prompt of {prompts.shape[1]} tokens leaves no position to decode.")
-    step = tf.function(model.decode_step, reduce_retracing=True)
 
-    def run():
-        ids = tf.convert_to_tensor(prompts, tf.int32)
-        if source_ids is None:
-            cache = model.init_cache(tf.shape(ids)[0])
-        else:
-            cache = model.init_cache(tf.convert_to_tensor(source_ids, tf.int32))
-        logits, cache = step(ids, cache, tf.constant(0))
-        for t in range(new_tokens):
-            next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)[:, tf.newaxis]
-            logits, cache = step(next_id, cache, tf.constant(prompts.shape[1] + t))
-        return logits
+    def runner(model):
+        step = tf.function(model.decode_step, reduce_retracing=True)
 
-    run().numpy()
-    best = np.inf
+        def run():
+            ids = tf.convert_to_tensor(prompts, tf.int32)
+            if source_ids is None:
+                cache = model.init_cache(tf.shape(ids)[0])
+            else:
+                cache = model.init_cache(tf.convert_to_tensor(source_ids, tf.int32))
+            logits, cache = step(ids, cache, tf.constant(0))
+            for t in range(new_tokens):
+                next_id = tf.argmax(logits[:, -1], axis=-1, output_type=tf.int32)[:, tf.newaxis]
+                logits, cache = step(next_id, cache, tf.constant(prompts.shape[1] + t))
+            return logits
+
+        return run
+
+    runs = {name: runner(model) for name, model in models.items()}
+    for run in runs.values():
+        run().numpy()  # Warm-up: traces every step shape.
+    best = dict.fromkeys(runs, np.inf)
     for _ in range(repeats):
-        start = time.perf_counter()
-        run().numpy()
-        best = min(best, time.perf_counter() - start)
-    return float(prompts.shape[0] * new_tokens / best)
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run().numpy()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: float(prompts.shape[0] * new_tokens / best[name]) for name in runs}
 
 
 def plot_report(

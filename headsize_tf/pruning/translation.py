@@ -26,6 +26,7 @@ import tf_keras
 
 from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
 from headsize_tf.core.spec import AttentionSpec
+from headsize_tf.layers.roles import kind_of
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
 from headsize_tf.pruning.adapter import KerasModelAdapter
 from headsize_tf.pruning.importance import mask_importance
@@ -36,7 +37,13 @@ from headsize_tf.pruning.language_model import (
     plot_report,
     save_model_dir,
 )
-from headsize_tf.pruning.remove import copy_kept_heads, head_mask, set_head_mask
+from headsize_tf.pruning.remove import (
+    copy_kept_heads,
+    head_mask,
+    mask_kept,
+    physical_keep,
+    set_head_mask,
+)
 from headsize_tf.pruning.schedule import check_min_heads, check_output, split_config
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -262,7 +269,8 @@ class TranslationAdapter(KerasModelAdapter):
 def remove_seq2seq_heads(model: HeadsizeSeq2Seq, mask: np.ndarray) -> HeadsizeSeq2Seq:
     """A new model without the heads whose mask entry is 0; `pruned_heads` in its config.
 
-    Every layer must keep a head. The source is left unchanged.
+    Every layer must keep a head. Grouped-query layers lose whole groups only
+    (a kept group's pruned heads stay masked). The source is left unchanged.
     """
     mask = np.asarray(mask, np.float32)
     rows = attention_rows(model)
@@ -275,6 +283,7 @@ def remove_seq2seq_heads(model: HeadsizeSeq2Seq, mask: np.ndarray) -> HeadsizeSe
         positions = [p for p in range(row.attention.num_heads) if mask[i, p] != 0]
         if not positions:
             raise ValueError(f"{row.kind} layer {row.layer} would lose every head; keep one.")
+        positions = physical_keep(row.attention, positions)  # Grouped: whole groups.
         keep.append(positions)
         original = row.original_heads()
         kept = {original[p] for p in positions}
@@ -301,8 +310,12 @@ def remove_seq2seq_heads(model: HeadsizeSeq2Seq, mask: np.ndarray) -> HeadsizeSe
     dummy = tf.zeros([1, 2], tf.int32)
     new({"inputs": dummy, "targets": dummy})
     copy_other_weights(model, new)
-    for row, new_row, positions in zip(rows, attention_rows(new), keep, strict=True):
+    for i, (row, new_row, positions) in enumerate(
+        zip(rows, attention_rows(new), keep, strict=True)
+    ):
         copy_kept_heads(row.attention, new_row.attention, positions)
+        if kind_of(row.attention) == "grouped":  # Pruned heads of kept groups stay masked.
+            mask_kept(row.attention, new_row.attention, positions, mask[i])
     return new
 
 

@@ -258,13 +258,13 @@ def test_parameters_of_converted_weights_match_the_formulas():
 
 
 def test_grouped_head_removal_keeps_whole_groups():
-    from headsize_tf.core.pruning_plan import grouped_keep, slice_heads
+    from headsize_tf.core.pruning_plan import slice_heads, whole_groups
 
-    assert grouped_keep([1, 5], num_heads=6, num_kv_heads=3) == ([0, 1, 4, 5], [0, 2])
+    assert whole_groups([1, 5], num_heads=6, num_kv_heads=3) == [0, 1, 4, 5]
     rng = np.random.default_rng(0)
     w = kv_sharing.grouped_weights(kv_oracle.random_mha_weights(rng, 8, 6, 2), 3)[0]
     w.pop("head_gates")
-    sliced = slice_heads("grouped", w, [1, 5])
+    sliced = slice_heads("grouped", w, [0, 1, 4, 5])
     assert sliced["query_kernel"].shape == (8, 4, 2) and sliced["key_kernel"].shape == (8, 2, 2)
     np.testing.assert_array_equal(sliced["value_kernel"][:, 1], w["value_kernel"][:, 2])
     np.testing.assert_array_equal(sliced["value_bias"], w["value_bias"][[0, 1, 4, 5]])

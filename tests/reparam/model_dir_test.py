@@ -3,7 +3,6 @@ by `headsize-tf train` (Cordonnier et al. 2020 post hoc, issue 14 item 2): exact
 rank, parameter counts from the framework-neutral formulas, reloadable model_dirs."""
 
 import json
-import pathlib
 
 import numpy as np
 import pytest
@@ -15,30 +14,7 @@ from headsize_tf.configs import language_modeling
 from headsize_tf.modeling.decoding import greedy_decode
 from headsize_tf.reparam import model_dir as rmd
 from headsize_tf.training import train
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "official_configs"
-FOUR_STEPS = (
-    "trainer.train_steps=4,trainer.validation_steps=1,trainer.steps_per_loop=4,"
-    "trainer.summary_interval=4,trainer.checkpoint_interval=4,trainer.validation_interval=4,"
-    "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=8"
-)
-LETTERS = list("abcdefghij")
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for c in LETTERS]
-
-
-@pytest.fixture(scope="module")
-def lm_dir(austen_data_dir, tmp_path_factory):
-    """A tiny causal LM (2 layers of 4 heads of 16), 4 steps on Austen."""
-    model_dir = str(tmp_path_factory.mktemp("lm") / "model")
-    train.run(
-        "headsize_lm/language_modeling",
-        model_dir,
-        [str(CONFIGS / "headsize_lm_austen_tiny.yaml")],
-        FOUR_STEPS,
-        data_dir=str(austen_data_dir),
-    )
-    return model_dir
+from tests.reparam.util import CONFIGS, FOUR_STEPS, VOCAB
 
 
 def test_full_rank_lm_is_the_source_and_reloads(lm_dir, tmp_path):

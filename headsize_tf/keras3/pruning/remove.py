@@ -5,7 +5,7 @@ weights with the core's plan (`headsize_tf.core.pruning_plan.slice_heads`:
 rows of Q/K/V and of the output kernel; for collaborative heads, rows of the
 mixing matrix and columns of the content bias; for latent heads, rows of the
 up-projections; a grouped layer loses whole groups, see
-`core.pruning_plan.grouped_keep`). The result is an ordinary
+`core.pruning_plan.whole_groups`). The result is an ordinary
 backbone whose spec has per-layer head counts, so it saves, loads and
 exports as any other (the same for a `CausalLM`). The gate value of every kept head is folded into its
 rows of the output kernel, so the pruned backbone needs no gates (Keras 3
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
-from headsize_tf.core.pruning_plan import grouped_keep, slice_heads
+from headsize_tf.core.pruning_plan import slice_heads, whole_groups
 from headsize_tf.keras3.layers.roles import assign_weights, kind_of, numpy_weights
 from headsize_tf.keras3.modeling.surgery import AttentionModel, with_attention
 
@@ -60,9 +60,9 @@ def _kept_weights(layer, row: np.ndarray) -> tuple[dict, int, int | None]:
     if kind == "grouped":
         # Whole groups go; a kept group's pruned heads stay with gate 0 (no head left:
         # group 0 stays, all gates 0).
-        keep, kept_groups = grouped_keep(keep or [0], layer.num_heads, layer.num_kv_heads)
+        keep = whole_groups(keep or [0], layer.num_heads, layer.num_kv_heads)
         gates = np.where(row != 0, gates, 0.0)
-        folded, groups = np.take(gates, keep), len(kept_groups)
+        folded, groups = np.take(gates, keep), len(keep) // (layer.num_heads // layer.num_kv_heads)
     else:
         folded = np.take(gates, keep) if keep else np.zeros([1], np.float32)
     sliced = slice_heads(kind, weights, keep)

@@ -1,0 +1,222 @@
+"""`headsize-tf convert`: a trained decoder's attention as grouped, latent or collaborative heads.
+
+Two sources, one flag set:
+
+* `--model_dir DIR` (tf_keras, Model Garden): a `headsize-tf train` causal LM
+  or translation model_dir; writes a model_dir of the same experiment with
+  `report.json` and `conversion.png` (`headsize_tf.reparam.convert_dir`).
+  Encoder-only model_dirs convert to collaborative heads only, as
+  `compress --model_dir` does (same driver, same result).
+* `--framework keras3 --model FILE.keras`: a Keras 3 `CausalLM`; writes the
+  directory `--output` with `model.keras`, `report.json` and
+  `conversion.png` (`headsize_tf.keras3.reparam.convert_lm_file`). Its text
+  (held-out perplexity, uptraining) is `--data-file` or `--corpus`,
+  tokenised with `--vocab` (default: the Austen corpus's vocab.txt). This
+  path never imports tf_keras.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from headsize_tf.cli import _convert_keras3, _convert_tf_keras
+from headsize_tf.cli._args import FRAMEWORKS, _positive_int
+
+TARGETS = ("grouped", "latent", "collaborative")
+SIZE_FLAGS = {"grouped": "kv_heads", "latent": "kv_rank", "collaborative": "shared_key_dim"}
+# Library argument names -> the flags that set them, for messages.
+FLAG_NAMES = {
+    "num_kv_heads": "--kv-heads",
+    "kv_latent_dim": "--kv-rank",
+    "shared_key_dim": "--shared-key-dim",
+}
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "convert",
+        help="share a trained decoder's keys and values: grouped-query heads, a latent, "
+        "collaborative heads",
+        description="Converts every attention layer of a trained LM or translation model into "
+        "grouped-query heads (--to grouped --kv-heads G: Ainslie et al. 2023), a shared "
+        "key/value latent (--to latent --kv-rank R: MLA) or collaborative heads (--to "
+        "collaborative --shared-key-dim D: Cordonnier et al. 2020), exact at G = heads or full "
+        "rank, optionally uptrains it (--uptrain-steps) and reports perplexity before / after, "
+        "KV-cache bytes per token, parameters and decoding tokens/s.",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--model_dir",
+        "--model-dir",
+        dest="model_dir",
+        help="a `headsize-tf train` model_dir (headsize_lm/language_modeling, "
+        "headsize_seq2seq/translation; to collaborative heads also masked-LM and classifier "
+        "runs); writes a model_dir of the same experiment",
+    )
+    source.add_argument(
+        "--model",
+        metavar="FILE.keras",
+        help="with --framework keras3: a Keras 3 CausalLM saved as .keras; writes the "
+        "directory --output (model.keras, report.json, conversion.png)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=None,
+        help="tf_keras (--model_dir, the default) or keras3 (--model FILE.keras)",
+    )
+    p.add_argument("--to", choices=TARGETS, required=True, help="the attention kind converted to")
+    sizes = p.add_argument_group("size (the one of --to; one value for every layer, or one each)")
+    sizes.add_argument(
+        "--kv-heads", nargs="+", type=_positive_int, metavar="G", help="grouped: key/value heads"
+    )
+    sizes.add_argument(
+        "--kv-rank", nargs="+", type=_positive_int, metavar="R", help="latent: the latent size"
+    )
+    sizes.add_argument(
+        "--shared-key-dim",
+        type=_positive_int,
+        metavar="D",
+        help="collaborative: the shared query/key size",
+    )
+    p.add_argument(
+        "--method",
+        default=None,
+        help="grouped: svd (default) or mean (Ainslie's mean pooling); latent: joint_svd "
+        "(default) or joint_svd_unbalanced; collaborative: als (default) or tensorly",
+    )
+    p.add_argument("--output", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument(
+        "--uptrain-steps",
+        type=_non_negative_int,
+        default=0,
+        help="training steps after the conversion (a model_dir: its own data, loss and "
+        "optimizer; a .keras LM: the --data-file or --corpus text); resumable for model_dirs",
+    )
+    p.add_argument(
+        "--convert-encoder",
+        action="store_true",
+        help="a translation model_dir: convert the encoder's self-attention too (always for "
+        "collaborative heads)",
+    )
+    p.add_argument(
+        "--eval-batches",
+        type=_positive_int,
+        default=8,
+        help="a model_dir: validation batches of the metrics",
+    )
+    p.add_argument("--decode-tokens", type=_positive_int, default=32)
+    p.add_argument("--max-iter", type=_positive_int, default=100, help="collaborative: CP sweeps")
+    p.add_argument(
+        "--tolerance", type=float, default=None, help="collaborative: warn above this CP error"
+    )
+    text = p.add_argument_group("text of a .keras LM (--framework keras3)")
+    texts = text.add_mutually_exclusive_group()
+    texts.add_argument("--data-file", help="plain UTF-8 text (about 20%% of lines held out)")
+    texts.add_argument(
+        "--corpus", choices=["austen"], help="a prepared corpus: train.txt, held out valid.txt"
+    )
+    text.add_argument("--data-dir", default=None, help="the prepared corpora's directory")
+    text.add_argument(
+        "--vocab",
+        default=None,
+        help="the WordPiece vocab.txt the LM was trained with (default: the Austen corpus's)",
+    )
+    text.add_argument(
+        "--sequence-length",
+        type=_positive_int,
+        default=None,
+        help="tokens per window (default: the model's max_sequence_length)",
+    )
+    text.add_argument("--learning-rate", type=float, default=1e-3, help="uptraining peak rate")
+    text.add_argument("--batch-size", type=_positive_int, default=16, help="uptraining windows")
+    p.set_defaults(func=run)
+    return p
+
+
+def target_of(args: argparse.Namespace) -> Any:
+    """The `ConversionTarget` the flags name (the size flag of --to, no other)."""
+    from headsize_tf.core.conversion import ConversionTarget
+
+    flag = SIZE_FLAGS[args.to]
+    for kind, other in SIZE_FLAGS.items():
+        if kind != args.to and getattr(args, other) is not None:
+            raise ValueError(
+                f"--{other.replace('_', '-')} is for --to {kind}; --to {args.to} takes "
+                f"--{flag.replace('_', '-')}."
+            )
+    size = getattr(args, flag)
+    if size is None:
+        raise ValueError(f"--to {args.to} needs --{flag.replace('_', '-')}.")
+    if isinstance(size, list):
+        size = size[0] if len(size) == 1 else tuple(size)
+    return ConversionTarget(args.to, size, args.method)
+
+
+def flag_message(message: str) -> str:
+    """A library message with the size arguments named by their flags."""
+    for name, flag in FLAG_NAMES.items():
+        message = message.replace(f"`{name}`", flag).replace(f"{name}=", f"{flag} ")
+    return message
+
+
+def run(args: argparse.Namespace) -> int:
+    from headsize_tf.core.spec import SpecError
+
+    framework = args.framework or ("keras3" if args.model else "tf_keras")
+    if args.model and framework != "keras3":
+        raise ValueError(f"--model {args.model} is a .keras file: add --framework keras3.")
+    if args.model_dir and framework != "tf_keras":
+        raise ValueError(
+            "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3."
+        )
+    try:
+        target = target_of(args)
+        if framework == "keras3":
+            report = _convert_keras3.convert_lm_file(args, target)
+        else:
+            report = _convert_tf_keras.convert_model_dir(args, target)
+    except SpecError as err:
+        raise SpecError(flag_message(str(err))) from None
+    if report is not None:
+        print_report(report, args.output)
+    return 0
+
+
+def print_report(report: dict[str, Any], output: str) -> None:
+    """Metrics by stage, KV-cache bytes, parameters and decoding speed."""
+    stages = [
+        s for s in ("original", "converted", "uptrained") if s in report.get("perplexity", {})
+    ]
+    metrics = [m for m in ("perplexity", "bleu") if m in report]
+    if metrics:
+        print(f"{'':<12}" + "".join(f"{s:>12}" for s in stages))
+        for metric in metrics:
+            values = report[metric]
+            print(f"{metric:<12}" + "".join(f"{values[s]:>12.4g}" for s in stages))
+    else:
+        print("perplexity: not measured (no text: pass --data-file or --corpus)")
+    kv, params = report["kv_cache_bytes_per_token"], report["params"]
+    print(
+        f"KV-cache bytes per token: {kv['original']} -> {kv['converted']} "
+        f"({report['kv_cache_fraction']:.3g}x); params: {params['original']} -> "
+        f"{params['converted']}"
+    )
+    speed = report["decoding_tokens_per_second"]
+    print(
+        f"cached greedy decoding: {speed['original']:.0f} -> {speed['converted']:.0f} tokens/s "
+        f"({report['decoding_speedup']:.2f}x, measured side by side)"
+    )
+    print(f"output: {output}")

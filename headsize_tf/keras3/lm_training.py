@@ -1,0 +1,169 @@
+"""Keras 3 causal-LM training pieces: Model Garden's optimizer, schedule and perplexity.
+
+Shared by the reproduction grid's Keras 3 runner (`headsize_tf.experiments.
+lm_keras3`), the KV-sharing study and `headsize-tf convert --framework keras3`
+(uptraining a converted `.keras` LM), so the Keras 3 CLI path needs no
+experiments module:
+
+* AdamW with decoupled weight decay 0.01 on every weight but the biases,
+  epsilon 1e-7 and the gradients' global norm clipped at 1.0 (Model Garden's
+  `adamw` as the experiments configure it);
+* linear decay from the peak rate to 0 at the last step, with a linear
+  warm-up over the first 10% of steps (Model Garden's `polynomial` rate with
+  a `polynomial` warm-up);
+* batches of windows of n + 1 tokens in epochs of seeded permutations;
+  perplexity is exp of the token-mean cross-entropy over every window.
+
+Example:
+
+>>> compile_lm(lm, learning_rate=1e-3, steps=100)
+>>> fit_windows(lm, train, 100, 16, seed=0, checkpoints=[100],
+...             evaluate=lambda: perplexity(lm, valid))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+WEIGHT_DECAY, CLIP_NORM, EPSILON, END_LEARNING_RATE = 0.01, 1.0, 1e-7, 0.0
+NO_WEIGHT_DECAY = ["bias"]  # Patterns of variable names (`bias`, `content_bias`).
+EVAL_BATCH = 32
+
+
+def learning_rate_schedule(learning_rate: float, steps: int, warmup_steps: int) -> Any:
+    """Model Garden's warm-up + linear decay as a Keras 3 schedule (see the module doc)."""
+    import keras
+    from keras import ops
+
+    class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = ops.cast(step, "float32")
+
+            def decayed(s):
+                done = ops.minimum(s, float(steps)) / float(steps)
+                return (learning_rate - END_LEARNING_RATE) * (1.0 - done) + END_LEARNING_RATE
+
+            warm = decayed(float(warmup_steps)) * ops.maximum(step, 1.0) / float(warmup_steps)
+            return ops.where(step < float(warmup_steps), warm, decayed(step))
+
+        def get_config(self):
+            return {"learning_rate": learning_rate, "steps": steps, "warmup_steps": warmup_steps}
+
+    return WarmupLinearDecay()
+
+
+def adamw(learning_rate: Any) -> Any:
+    """Keras 3 AdamW with Model Garden's settings (see the module doc)."""
+    import keras
+
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=learning_rate,
+        weight_decay=WEIGHT_DECAY,
+        epsilon=EPSILON,
+        global_clipnorm=CLIP_NORM,
+    )
+    optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+    return optimizer
+
+
+def window_stream(windows: int, count: int, seed: int) -> np.ndarray:
+    """`count` window indices: epochs of seeded permutations, back to back."""
+    rng = np.random.default_rng(seed)
+    epochs = -(-count // windows)
+    return np.concatenate([rng.permutation(windows) for _ in range(epochs)])[:count]
+
+
+def compile_lm(lm: Any, learning_rate: float, steps: int) -> None:
+    """Compiles `lm` with the protocol's AdamW and warm-up + linear decay over `steps`."""
+    import keras
+
+    schedule = learning_rate_schedule(learning_rate, steps, max(1, steps // 10))
+    cross_entropy = keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent")
+    lm.compile(
+        optimizer=adamw(schedule),
+        metrics=[cross_entropy],
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+
+
+def perplexity(lm: Any, array: np.ndarray) -> tuple[float, float]:
+    """(perplexity, loss) of a compiled LM: the token mean over all windows of `array`.
+
+    Every window has n tokens, so this is Model Garden's perplexity; its
+    `validation_loss` is a mean over batches instead.
+    """
+    result = lm.evaluate(
+        array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0, return_dict=True
+    )
+    return float(np.exp(result["xent"])), float(result["xent"])
+
+
+def fit_windows(
+    lm: Any,
+    train: np.ndarray,
+    steps: int,
+    batch_size: int,
+    seed: int,
+    checkpoints: list[int],
+    evaluate: Callable[[], tuple[float, float]],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Trains a compiled LM `steps` batches of seeded windows; evaluates at `checkpoints`.
+
+    Returns the validation curve and the training curve (the mean loss over
+    each chunk's steps, dropout on: Model Garden's `training_loss`).
+    """
+    order = window_stream(len(train), steps * batch_size, seed)
+    curve, train_curve, done = [], [], 0
+    for step in checkpoints:
+        chunk = train[order[done * batch_size : step * batch_size]]
+        history = lm.fit(
+            chunk[:, :-1], chunk[:, 1:], batch_size=batch_size, epochs=1, shuffle=False, verbose=0
+        ).history
+        train_curve.append(
+            {
+                "step": step,
+                "loss": float(history["loss"][-1]),
+                "perplexity": float(np.exp(history["xent"][-1])),
+            }
+        )
+        done = step
+        ppl, loss = evaluate()
+        curve.append({"step": step, "perplexity": ppl, "loss": loss})
+        if progress:
+            progress(f"step {step}/{steps}: validation perplexity {ppl:.2f}")
+    return curve, train_curve
+
+
+def check_lm_arrays(arrays: dict[str, np.ndarray], sequence_length: int, vocab_size: int) -> None:
+    """Raises unless every split is [windows, n + 1] ids in [0, vocab_size)."""
+    n = sequence_length
+    for name, array in arrays.items():
+        if array.ndim != 2 or array.shape[1] != n + 1:
+            raise ValueError(f"lm_{name}.npy has shape {array.shape}; expected [windows, {n + 1}].")
+        if array.min() < 0 or array.max() >= vocab_size:
+            # JAX looks an out-of-range id up as NaN instead of failing: refuse it here.
+            raise ValueError(
+                f"lm_{name}.npy holds token ids from {array.min()} to {array.max()}; expected "
+                f"ids in [0, {vocab_size}) (a corpus prepared with another vocabulary?)."
+            )
+
+
+__all__ = [
+    "CLIP_NORM",
+    "END_LEARNING_RATE",
+    "EPSILON",
+    "EVAL_BATCH",
+    "NO_WEIGHT_DECAY",
+    "WEIGHT_DECAY",
+    "adamw",
+    "check_lm_arrays",
+    "compile_lm",
+    "fit_windows",
+    "learning_rate_schedule",
+    "perplexity",
+    "window_stream",
+]

@@ -1,0 +1,274 @@
+"""`headsize-tf convert --framework keras3 --model FILE.keras`: a saved Keras 3 LM with shared K/V.
+
+`convert_lm_file` loads a Keras 3 `CausalLM` saved as `.keras`, converts its
+attention with the one driver (`convert_model` over
+`core.conversion.ConversionTarget`: grouped-query heads, a shared latent or
+collaborative heads), measures it on held-out text, optionally uptrains it
+(Keras 3 `fit` with the library's LM recipe, `keras3.lm_training`: AdamW,
+warm-up and linear decay over the uptrain steps) and writes a directory:
+
+* `model.keras`: the converted (uptrained) `CausalLM` without optimizer
+  state, loadable with `keras.saving.load_model` once
+  `headsize_tf.keras3.modeling` is imported;
+* `report.json`: held-out perplexity of the original, the converted and the
+  uptrained model, KV-cache bytes per token (`core.kv_cache`), parameters and
+  `generate` tokens/s of original and converted measured side by side;
+* `conversion.png`: those numbers as bars.
+
+The directory is written atomically. Text (`data.lm_text.LMText`) is
+optional for the conversion (the report then has no perplexity) and
+required for uptraining. Nothing here imports tf_keras or Model Garden.
+
+Example:
+
+>>> text = load_lm_text(129, corpus="austen")
+>>> report = convert_lm_file("lm.keras", ConversionTarget("latent", 64), "lm_latent",
+...                          text=text, uptrain_steps=100)
+
+References:
+  Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models
+  from Multi-Head Checkpoints", EMNLP 2023. https://arxiv.org/abs/2305.13245
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import numpy as np
+
+from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.core.conversion_report import PLOT_FILE, REPORT_FILE, plot_conversion
+from headsize_tf.core.io import atomic_directory, check_output_free, write_json
+from headsize_tf.core.kv_cache import kv_cache_bytes_per_token
+from headsize_tf.keras3 import lm_training
+from headsize_tf.keras3.modeling import CausalLM
+from headsize_tf.keras3.reparam.convert import convert_model
+
+MODEL_FILE = "model.keras"
+
+
+def load_lm_file(path: str | os.PathLike) -> CausalLM:
+    """The Keras 3 `CausalLM` saved at `path` (a `.keras` file).
+
+    Args:
+      path: The `.keras` file.
+    """
+    path = pathlib.Path(path)
+    if path.suffix != ".keras" or not path.is_file():
+        raise ValueError(
+            f"model={str(path)!r} is not a .keras file (a Keras 3 CausalLM saved with "
+            "model.save('NAME.keras'))."
+        )
+    model = keras.saving.load_model(path)
+    if not isinstance(model, CausalLM):
+        raise ValueError(
+            f"model={str(path)!r} holds a {type(model).__name__}; convert takes a Keras 3 "
+            "headsize_tf CausalLM."
+        )
+    return model
+
+
+def kv_bytes_per_token(lm: CausalLM) -> int:
+    """KV-cache bytes one decoded token adds (all layers, one row), by `core.kv_cache`.
+
+    Args:
+      lm: A Keras 3 `CausalLM`.
+    """
+    return kv_cache_bytes_per_token(
+        lm.attention_spec, lm.hidden_dim, lm.num_layers, dtype=lm.dtype_policy.compute_dtype
+    )
+
+
+def generation_speeds(
+    models: Mapping[str, CausalLM],
+    prompts: np.ndarray,
+    new_tokens: int = 32,
+    repeats: int = 3,
+) -> dict[str, float]:
+    """Greedy `generate` tokens/s of several LMs, measured side by side.
+
+    One warm-up run each (it compiles the decode step), then `repeats` timed
+    runs interleaved across the models; each model's best run counts.
+
+    Args:
+      models: Name -> `CausalLM`.
+      prompts: `[batch, prompt length]` token ids (the same for every model).
+      new_tokens: Tokens generated per row (capped by the models' positions).
+      repeats: Timed runs per model.
+
+    Returns:
+      Name -> generated tokens per second.
+    """
+    for model in models.values():
+        new_tokens = min(new_tokens, model.max_sequence_length - prompts.shape[1])
+    if new_tokens < 1:
+        raise ValueError(f"A prompt of {prompts.shape[1]} tokens leaves no position to decode.")
+    for model in models.values():
+        model.generate(prompts, new_tokens)
+    best = dict.fromkeys(models, np.inf)
+    for _ in range(repeats):
+        for name, model in models.items():
+            start = time.perf_counter()
+            model.generate(prompts, new_tokens)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: float(prompts.shape[0] * new_tokens / best[name]) for name in models}
+
+
+def _uncompiled(lm: CausalLM) -> CausalLM:
+    """A copy of `lm` without its optimizer (the saved file then needs no training classes)."""
+    if not lm.compiled:
+        return lm
+    fresh = CausalLM.from_config(lm.get_config())
+    fresh(np.zeros([1, 1], "int32"))
+    fresh.set_weights(lm.get_weights())
+    return fresh
+
+
+def _check_ids(text: Any, lm: CausalLM) -> None:
+    for name in ("train", "held_out"):
+        array = getattr(text, name)
+        if array.shape[1] - 1 > lm.max_sequence_length:
+            raise ValueError(
+                f"Text windows of {array.shape[1]} ids need {array.shape[1] - 1} positions; the "
+                f"model has {lm.max_sequence_length}."
+            )
+        if array.size and array.max() >= lm.vocabulary_size:
+            raise ValueError(
+                f"The {text.vocab_file} ids reach {array.max()}; the model's vocabulary has "
+                f"{lm.vocabulary_size} ids: pass the vocabulary it was trained with (vocab_file=)."
+            )
+
+
+def convert_lm_file(
+    model: str | os.PathLike | CausalLM,
+    target: ConversionTarget,
+    output: str | os.PathLike,
+    *,
+    text: Any = None,
+    uptrain_steps: int = 0,
+    learning_rate: float = 1e-3,
+    batch_size: int = 16,
+    seed: int = 0,
+    eval_windows: int = 64,
+    decode_tokens: int = 32,
+    decode_batch: int = 8,
+    decode_repeats: int = 3,
+    overwrite: bool = False,
+    source: str | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Converts a `.keras` CausalLM's attention; see the module doc.
+
+    Args:
+      model: The `.keras` file of a Keras 3 `CausalLM` (or the loaded model).
+      target: `ConversionTarget` (grouped / latent / collaborative and size).
+      output: The directory written (`model.keras`, `report.json`,
+        `conversion.png`), atomically.
+      text: `data.lm_text.LMText` windows (held-out perplexity; uptraining
+        data); None: no perplexity, no uptraining.
+      uptrain_steps: Steps of uptraining (0: none; needs `text`).
+      learning_rate: Peak learning rate of the uptraining.
+      batch_size: Windows per uptraining step.
+      seed: Seed of the uptraining's data order and dropout.
+      eval_windows: Held-out windows the perplexity is measured on.
+      decode_tokens: Tokens generated per row when timing decoding.
+      decode_batch: Rows generated at once when timing.
+      decode_repeats: Timed runs per model (interleaved; the best counts).
+      overwrite: Replace an existing `output`.
+      source: The report's name of the source (default: the file, or the model's name).
+      **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
+
+    Returns:
+      The report (also `output/report.json`).
+    """
+    if not isinstance(target, ConversionTarget):
+        raise TypeError(f"target must be a ConversionTarget; got {target!r}.")
+    if isinstance(uptrain_steps, bool) or not isinstance(uptrain_steps, int) or uptrain_steps < 0:
+        raise ValueError(f"uptrain_steps must be an int >= 0; got {uptrain_steps!r}.")
+    if uptrain_steps and text is None:
+        raise ValueError(
+            "uptrain_steps= needs text to train on: pass data_file= (plain text) or corpus=."
+        )
+    check_output_free(output, overwrite)
+    lm = model if isinstance(model, CausalLM) else load_lm_file(model)
+    converted, layers = convert_model(lm, target, **kwargs)
+    report: dict[str, Any] = {
+        "source": source or (lm.name if isinstance(model, CausalLM) else str(model)),
+        "framework": "keras3",
+        "backend": keras.backend.backend(),
+        "target": target.to_dict(),
+        "uptrain_steps": int(uptrain_steps),
+        "layers": layers,
+        "params": {"original": int(lm.count_params()), "converted": int(converted.count_params())},
+    }
+    if text is not None:
+        _check_ids(text, lm)
+        held = text.held_out[:eval_windows]
+        steps = max(1, uptrain_steps)
+        perplexity = {}
+        for name, m in (("original", lm), ("converted", converted)):
+            lm_training.compile_lm(m, learning_rate, steps)
+            perplexity[name] = lm_training.perplexity(m, held)[0]
+        if uptrain_steps:
+            keras.utils.set_random_seed(seed)
+            curve, _ = lm_training.fit_windows(
+                converted,
+                text.train,
+                uptrain_steps,
+                batch_size,
+                seed,
+                [uptrain_steps],
+                lambda: lm_training.perplexity(converted, held),
+            )
+            perplexity["uptrained"] = curve[-1]["perplexity"]
+            report["uptrain"] = {
+                "learning_rate": learning_rate,
+                "batch_size": batch_size,
+                "seed": seed,
+                "train_windows": int(len(text.train)),
+            }
+        report["perplexity"] = perplexity
+        report["text"] = {
+            "source": text.source,
+            "vocab_file": text.vocab_file,
+            "held_out_windows": int(len(held)),
+            "window": int(text.held_out.shape[1]),
+        }
+        prompts = text.held_out[:decode_batch, :8]
+    else:
+        rng = np.random.default_rng(0)
+        prompts = rng.integers(0, lm.vocabulary_size, (decode_batch, 8)).astype("int32")
+    kv = {"original": kv_bytes_per_token(lm), "converted": kv_bytes_per_token(converted)}
+    report["kv_cache_bytes_per_token"] = kv
+    report["kv_cache_fraction"] = kv["converted"] / kv["original"]
+    speed = generation_speeds(
+        {"original": lm, "converted": converted}, prompts, decode_tokens, decode_repeats
+    )
+    report["decoding_tokens_per_second"] = speed
+    report["decoding_speedup"] = speed["converted"] / speed["original"]
+    report["decoding"] = {
+        "batch": int(prompts.shape[0]),
+        "prompt_tokens": int(prompts.shape[1]),
+        "new_tokens": int(decode_tokens),
+        "repeats": int(decode_repeats),
+        "timing": "generate (compiled step), interleaved, best of the repeats after a warm-up",
+    }
+    with atomic_directory(output, overwrite=overwrite) as tmp:
+        _uncompiled(converted).save(tmp / MODEL_FILE)
+        write_json(tmp / REPORT_FILE, report)
+        plot_conversion(report, tmp / PLOT_FILE)
+    return report
+
+
+__all__ = [
+    "MODEL_FILE",
+    "convert_lm_file",
+    "generation_speeds",
+    "kv_bytes_per_token",
+    "load_lm_file",
+]
