@@ -25,7 +25,12 @@ def lm_windows(hub: HubModel, texts: Sequence[str], length: int, limit: int) -> 
     if not len(texts):
         return np.zeros([0, length + 1], np.int32)
     tokens = hub.tokenizer([f"{text}\n" for text in texts])
-    rows = tokens.to_list() if hasattr(tokens, "to_list") else to_numpy(tokens).tolist()
+    if hasattr(tokens, "to_list"):  # A ragged TensorFlow tensor.
+        rows = tokens.to_list()
+    else:  # Python lists, or one tensor a row.
+        rows = [
+            row if isinstance(row, list) else to_numpy(row).reshape(-1).tolist() for row in tokens
+        ]
     ids = np.array([int(i) for row in rows for i in row], np.int32)
     count = min(len(ids) // (length + 1), limit)
     return ids[: count * (length + 1)].reshape(count, length + 1)

@@ -23,13 +23,13 @@ from typing import Any
 import keras
 import numpy as np
 
-from headsize_tf.core.io import atomic_directory, check_output_free
+from headsize_tf.core.io import atomic_directory, check_output_free, write_json
 from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
 from headsize_tf.keras3.hub.classifier_adapter import HubClassifierAdapter
 from headsize_tf.keras3.hub.convert import as_hub_model
 from headsize_tf.keras3.hub.lm_adapter import HubLMAdapter, lm_windows, perplexity
 from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
-from headsize_tf.keras3.reparam import compress as encoder_compress
+from headsize_tf.keras3.reparam.compress import compress as compress_encoder
 from headsize_tf.keras3.reparam.convert import compress_backbone
 
 REPORT_FILE = "report.json"
@@ -69,7 +69,7 @@ def compress_hub_model(
     """
     hub = as_hub_model(model)
     if not hub.arch.causal_lm:
-        report = encoder_compress.compress(
+        report = compress_encoder(
             hub,
             shared_key_dim,
             output,
@@ -78,7 +78,9 @@ def compress_hub_model(
             batch_size=batch_size,
             **cp_kwargs,
         )
-        return {"architecture": hub.architecture, **report}
+        report = {"architecture": hub.architecture, **report}
+        write_json(pathlib.Path(output) / REPORT_FILE, report)
+        return report
     output = pathlib.Path(output)
     check_output_free(output, overwrite)
     start = time.perf_counter()
