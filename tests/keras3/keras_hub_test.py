@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -36,8 +37,10 @@ GUARD = "HEADSIZE_KERAS_HUB_SUBPROCESS"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXTS = ["the cat sat on the mat", "a good movie and a bad plot"]
 LM_TEXTS = ["the cat", "a dog sat on a mat"]  # Fewer than 16 tokens: both padded.
-# Tests the JAX subprocess runs again (the rest exercises no backend-specific code beyond).
+# What the JAX subprocess runs again: two tests here (import, generation, pruning, grouped
+# conversion, saving) and the model options; the rest exercises no backend-specific code beyond.
 JAX_TESTS = ("test_gpt2_imports_with_equal_lm_logits", "test_pruned_and_converted_gpt2_reloads")
+JAX_FILES = (__file__, str(pathlib.Path(__file__).with_name("model_options_test.py")))
 
 
 @pytest.fixture(scope="module")
@@ -333,8 +336,18 @@ def test_keras_hub_bridge_on_jax():
     env = dict(os.environ, KERAS_BACKEND="jax", **{GUARD: "1"})
     env.pop("PYTEST_XDIST_WORKER", None)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
-        + ["-o", "addopts=", "-k", " or ".join(JAX_TESTS)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *JAX_FILES,
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+        ]
+        + ["-o", "addopts=", "-k", " or ".join([*JAX_TESTS, "model_options_test"])],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -343,4 +356,5 @@ def test_keras_hub_bridge_on_jax():
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    assert f"{len(JAX_TESTS)} passed" in output, output[-3000:]
+    passed = re.search(r"(\d+) passed", output)
+    assert passed and int(passed.group(1)) >= len(JAX_TESTS) + 8, output[-3000:]
