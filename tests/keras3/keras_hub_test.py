@@ -101,6 +101,13 @@ def test_gpt2_imports_with_equal_lm_logits(presets):
     inputs = lm_inputs(reference.preprocessor)
     assert inputs["padding_mask"][0].sum() < inputs["padding_mask"][1].sum() < 16
     assert max_diff(reference(inputs), hub.backbone(inputs)) < 1e-5
+    # Text in: the start token and keras-hub's tokens (keras-hub's training preprocessor adds
+    # an end token too), padded to the longest with a padding mask.
+    logits = hub.predict(LM_TEXTS)
+    rows = [int(m.sum()) - 1 for m in inputs["padding_mask"]]
+    assert logits.shape[:2] == (2, max(rows))
+    for i, n in enumerate(rows):
+        assert max_diff(logits[i, :n], np_(reference(inputs))[i, :n]) < 1e-5
     # Greedy generation: the same tokens as keras-hub's, and text through its tokenizer.
     packed = reference.preprocessor.generate_preprocess(["the cat"], sequence_length=12)
     prompt = {k: np.asarray(v).astype("int32") for k, v in packed.items()}
@@ -155,6 +162,9 @@ def test_pruned_and_converted_gpt2_reloads(presets, tmp_path):
     mask[0, :2] = 0
     pruned = hub.with_backbone(remove_heads(hub.backbone, mask))
     assert "attention" in pruned.keras_hub_incompatibility()
+    hub.backbone.attention_layers[1].set_head_mask([1, 0, 1, 1])  # masked, not removed
+    assert "masked" in hub.keras_hub_incompatibility()
+    hub.backbone.attention_layers[1].set_head_mask([1, 1, 1, 1])
     # Grouped K/V at G = heads is exact; then G = 1 (2 query heads share one K/V head).
     exact, reports = convert_hub_model(pruned, ConversionTarget("grouped", (2, 4)))
     assert len(reports) == 2

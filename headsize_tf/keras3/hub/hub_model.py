@@ -288,7 +288,16 @@ class HubModel:
         """Why keras-hub's blocks cannot express this model (None: they can)."""
         if "backbone" not in self.hub_config:
             return "it has no keras-hub config"
-        expected = self.arch.our_config(self.hub_config["backbone"], self.hub_config.get("task"))
+        task = self.hub_config.get("task")
+        if not self.arch.causal_lm:
+            theirs = None if task is None else task.get("num_classes")
+            if self.num_classes != theirs:
+                return f"its classifier head has {self.num_classes} classes (keras-hub: {theirs})"
+            if self.head is not None and keras.activations.serialize(
+                self.head.activation
+            ) != keras.activations.serialize(keras.activations.get(task.get("activation"))):
+                return "its classifier head's activation differs"
+        expected = self.arch.our_config(self.hub_config["backbone"], task)
         for key, value in expected.items():
             mine = getattr(self.backbone, key)
             if key == "attention":

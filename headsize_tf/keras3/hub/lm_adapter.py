@@ -19,9 +19,25 @@ REPORT_FILE = "report.json"
 
 
 def lm_windows(hub: HubModel, texts: Sequence[str], length: int, limit: int) -> np.ndarray:
-    """int32 `[windows, length + 1]` token windows of `texts` (each text and a newline,
-    tokenized by keras-hub's tokenizer, concatenated, cut into consecutive windows);
-    at most `limit` windows."""
+    """int32 `[windows, length + 1]` token windows of `texts` for next-token losses.
+
+    Each text and a newline is tokenized by the model's keras-hub tokenizer;
+    the tokens are concatenated and cut into consecutive windows (the last
+    partial one dropped).
+
+    Args:
+      hub: The `HubModel` (a causal LM with a preprocessor).
+      texts: Plain texts, e.g. the lines of a file.
+      length: Input tokens per window (a window holds `length + 1`: inputs
+        and their next-token targets).
+      limit: At most this many windows.
+
+    Example:
+
+    >>> windows = lm_windows(hub, ["It is a truth universally acknowledged"] * 50, 64, 8)
+    >>> windows.shape
+    (8, 65)
+    """
     if not len(texts):
         return np.zeros([0, length + 1], np.int32)
     tokens = hub.tokenizer([f"{text}\n" for text in texts])
@@ -43,7 +59,17 @@ def _batches(windows: np.ndarray, batch_size: int):
 
 
 def perplexity(lm: keras.Model, windows: np.ndarray, batch_size: int = 8) -> float:
-    """exp of the token-mean next-token cross entropy of `lm` over `windows`."""
+    """exp of the token-mean next-token cross entropy of `lm` over `windows`.
+
+    Args:
+      lm: A causal LM: `lm.predict_on_batch(ids [B, T])` -> logits `[B, T, V]`.
+      windows: int32 `[N, T + 1]` windows (`lm_windows`).
+      batch_size: Windows per batch (one compiled shape but the last).
+
+    Example:
+
+    >>> perplexity(hub.backbone, lm_windows(hub, dev_lines, 64, 128))
+    """
     total, count = 0.0, 0
     for inputs, targets in _batches(windows, batch_size):
         logits = np.asarray(lm.predict_on_batch(inputs), np.float64)
