@@ -7,6 +7,7 @@ the Keras 3 front) from importing tf_keras, Model Garden or the tf_keras front.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from headsize_tf.cli._args import read_lines, schedule_arguments, task_arguments
 
@@ -120,7 +121,7 @@ def _lm_texts(args: argparse.Namespace, architecture: str) -> tuple[list[str], l
     )
 
 
-def _prune_hub_lm(args: argparse.Namespace, hub) -> dict:
+def _prune_hub_lm(args: argparse.Namespace, hub: Any) -> dict:
     from headsize_tf.keras3.hub import prune_hub_lm
 
     train, dev, description = _lm_texts(args, hub.architecture)

@@ -327,6 +327,25 @@ def test_cli_bad_keras_hub_input_is_one_line_and_writes_nothing(
     assert sorted(os.listdir(tmp_path)) == before
 
 
+def test_a_preset_name_without_the_network_or_unknown_says_so(monkeypatch):
+    import requests
+    from keras_hub.src.utils import preset_utils
+
+    from headsize_tf.core.errors import CheckpointError
+
+    for name in ("HEADSIZE_TF_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(CheckpointError, match="neither a local directory nor a keras-hub preset"):
+        load_hub_preset("no_such_preset")  # keras-hub rejects it before any download
+
+    def no_network(preset, path):
+        raise requests.ConnectionError("Failed to resolve 'api.kaggle.com'")
+
+    monkeypatch.setattr(preset_utils, "load_json", no_network)
+    with pytest.raises(CheckpointError, match="needs the network.*ConnectionError.*local preset"):
+        load_hub_preset("gpt2_base_en")
+
+
 def test_missing_keras_hub_names_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "keras_hub", None)
     with pytest.raises(MissingExtraError, match=r'pip install "headsize-tf\[hub\]"'):

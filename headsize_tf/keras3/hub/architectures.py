@@ -201,7 +201,8 @@ ARCHITECTURES: dict[str, Architecture] = {
             "GPT2CausalLM",
             "GPT2CausalLMPreprocessor",
             True,
-            ("compress", "prune"),
+            # "convert": convert_hub_model (grouped / latent K/V), the coming `convert` command.
+            ("compress", "prune", "convert"),
             _gpt2_config,
             _gpt2_layers,
         ),

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import pathlib
 
+import keras
 import numpy as np
 
 from headsize_tf.core.io import atomic_directory
 from headsize_tf.keras3.hub.hub_model import HubModel
 from headsize_tf.keras3.hub.presets import load_hub_preset
+from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.pruning.classifier import (
     LABEL_MAP_FILE,
     REPORT_FILE,
@@ -42,7 +44,7 @@ class HubClassifierAdapter(Keras3ClassifierAdapter):
         model = with_backbone(self.model, backbone)
         return self._like(self._hub(backbone, model), model)
 
-    def _hub(self, backbone, model) -> HubModel:
+    def _hub(self, backbone: BertBackbone, model: keras.Model) -> HubModel:
         return self.encoder.with_backbone(backbone).with_head(model.get_layer("logits"))
 
     def save(self, output, report, overwrite: bool = False) -> pathlib.Path:

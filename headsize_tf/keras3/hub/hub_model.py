@@ -155,11 +155,15 @@ class HubModel:
             self._classifier = (self.backbone, classifier)
         return self._classifier[1]
 
-    def with_backbone(self, backbone: BertBackbone | CausalLM, source: str | None = None):
+    def with_backbone(
+        self, backbone: BertBackbone | CausalLM, source: str | None = None
+    ) -> HubModel:
         """The same head, preprocessor and settings around another (pruned, converted) backbone."""
         return self._like(backbone=backbone, source=self.source if source is None else source)
 
-    def with_head(self, head: keras.layers.Dense | None, head_dropout: float | None = None):
+    def with_head(
+        self, head: keras.layers.Dense | None, head_dropout: float | None = None
+    ) -> HubModel:
         """The same backbone and preprocessor with another classifier head (None: none)."""
         dropout = self.head_dropout if head_dropout is None else head_dropout
         return self._like(head=head, head_dropout=dropout)

@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import zipfile
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -166,14 +167,14 @@ def _load_named(name: str, tool: str | None) -> HubModel:
         raise CheckpointError(f"keras-hub preset {name!r}: {message[:300]}") from None
 
 
-def _load(preset: str, arch: Architecture, has_file) -> HubModel:
+def _load(preset: str, arch: Architecture, has_file: Callable[[str], bool]) -> HubModel:
     keras_hub = require_keras_hub()
     models = keras_hub.models
     task_class = getattr(models, arch.task_class)
     has_tokenizer = has_file(layout.PRESET_TOKENIZER_FILE)
     task_name = None
     if has_file(layout.PRESET_TASK_FILE):
-        task_name = _task_class_name(preset, has_file)
+        task_name = _task_class_name(preset)
     if arch.causal_lm and has_tokenizer:
         return import_hub_model(task_class.from_preset(preset), source=preset)
     if task_name == arch.task_class:
@@ -185,7 +186,7 @@ def _load(preset: str, arch: Architecture, has_file) -> HubModel:
     return import_hub_model(backbone, preprocessor=preprocessor, source=preset)
 
 
-def _task_class_name(preset: str, has_file) -> str | None:
+def _task_class_name(preset: str) -> str | None:
     local = pathlib.Path(preset) / layout.PRESET_TASK_FILE
     if local.exists():
         return _read_json(local).get("class_name")
