@@ -141,15 +141,16 @@ def test_lm_padding_mask_hides_padded_keys():
 
 @keras.saving.register_keras_serializable(package="headsize_tf_tests")
 class CharTokenizer(keras.layers.Layer):
-    """Characters a-z and space; id 0 is the start / end token."""
+    """Space and a-z are ids 1-27 (higher ids print "?"); id 0 is the start / end token."""
 
     start_token_id = end_token_id = 0
+    alphabet = " abcdefghijklmnopqrstuvwxyz"
 
     def tokenize(self, text):
-        return np.array([1 + " abcdefghijklmnopqrstuvwxyz".index(c) for c in text], "int32")
+        return np.array([1 + self.alphabet.index(c) for c in text], "int32")
 
     def detokenize(self, ids):
-        return "".join(" abcdefghijklmnopqrstuvwxyz"[int(i) - 1] for i in np.asarray(ids))
+        return "".join(self.alphabet[i - 1] if i <= 27 else "?" for i in np.asarray(ids).tolist())
 
 
 def test_an_attached_tokenizer_makes_generate_take_and_return_text(tmp_path):
