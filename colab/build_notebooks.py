@@ -600,3 +600,146 @@ print("latent model continues:", words)
     ],
     setup=JAX_SETUP,
 )
+
+notebook(
+    "10_keras_hub",
+    "keras-hub's GPT-2 in the Keras 3 tools: score heads, prune, group K/V, generate",
+    "Keras 3 users get pretrained models from keras-hub. The bridge `headsize_tf.keras3.hub` "
+    'imports keras-hub\'s GPT-2 (`GPT2CausalLM.from_preset("gpt2_base_en")`) into the '
+    "library's `CausalLM` with equal logits, keeping keras-hub's tokenizer, so every Keras 3 "
+    "tool applies: score the heads by E|dL/dxi_h| of GPT-2's own next-token loss on Jane "
+    "Austen (Michel et al. 2019), prune 30% of them physically, convert the rest to grouped "
+    "key/value heads (Ainslie et al. 2023) for a smaller KV cache, and generate text from each "
+    "model, on JAX. SMOKE runs offline on a tiny GPT-2 built from arguments and saved as a "
+    "local preset.",
+    [
+        (
+            "code",
+            """
+import pathlib, string
+import keras_hub
+from headsize_tf.keras3.hub import load_hub_preset
+
+if SMOKE:  # Offline: a tiny GPT-2 built from arguments (random weights), saved as a local preset.
+    letters = string.ascii_lowercase
+    tokens = ["<|endoftext|>", "Ġ", "Ċ", *letters, *("Ġ" + c for c in letters)]
+    tokenizer = keras_hub.models.GPT2Tokenizer(
+        vocabulary={t: i for i, t in enumerate(tokens)}, merges=["Ġ " + c for c in letters])
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=len(tokens), num_layers=2, num_heads=4,
+                                             hidden_dim=32, intermediate_dim=64, max_sequence_length=64)
+    preprocessor = keras_hub.models.GPT2CausalLMPreprocessor(tokenizer, sequence_length=32)
+    keras_hub.models.GPT2CausalLM(backbone, preprocessor=preprocessor).save_to_preset("tiny_gpt2")
+    PRESET = "tiny_gpt2"
+else:
+    PRESET = "gpt2_base_en"  # keras-hub's GPT-2 (124M parameters), downloaded from Kaggle.
+
+gpt2 = load_hub_preset(PRESET)  # Our CausalLM with keras-hub's weights and tokenizer.
+lm = gpt2.backbone
+print(f"{PRESET}: {lm.num_layers} layers x {lm.attention_spec.num_heads} heads, "
+      f"{lm.count_params():,} parameters")
+
+# The import computes keras-hub's logits.
+reference = keras_hub.models.GPT2CausalLM.from_preset(PRESET)
+x, _, _ = reference.preprocessor(["It is a truth universally acknowledged"])
+x = {name: np.asarray(value) for name, value in x.items()}
+print("max |keras-hub - ours| logits:", float(np.abs(np.asarray(reference(x)) - np.asarray(lm(x))).max()))
+del reference
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.hub import HubLMAdapter
+from headsize_tf.keras3.hub.lm_adapter import lm_windows
+
+if SMOKE:
+    rng = np.random.default_rng(0)
+    words = "the cat sat on a mat and the dog was good".split()
+    lines = [" ".join(rng.choice(words, size=8)) for _ in range(120)]
+    train_texts, dev_texts = lines[:100], lines[100:]
+else:  # Jane Austen's novels (Debian's r-cran-janeaustenr): four books to score, one to test.
+    from headsize_tf.data import corpora
+    books = corpora.fetch_austen_books(pathlib.Path("austen_download"))
+    def book_lines(split):
+        return [l for b in corpora.AUSTEN_BOOKS[split] for l in books[b] if l.strip()]
+    train_texts, dev_texts = book_lines("train"), book_lines("valid")
+
+length = 31 if SMOKE else 128
+adapter = HubLMAdapter(gpt2, lm_windows(gpt2, train_texts, length, 16 if SMOKE else 128),
+                       lm_windows(gpt2, dev_texts, length, 8 if SMOKE else 64))
+scores = adapter.head_importance()  # [layers, heads], E|dL/dxi_h| normalised per layer
+print("perplexity on held-out text:", round(adapter.evaluate()["perplexity"], 2))
+
+import matplotlib.pyplot as plt
+plt.figure(figsize=(6, 3))
+plt.imshow(scores, cmap="viridis", aspect="auto")
+plt.xlabel("head"); plt.ylabel("layer"); plt.colorbar(label="importance"); plt.title("GPT-2 head importance")
+plt.show()
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.hub import prune_hub_lm
+
+# 30% of the heads in steps of 10% (importance recomputed after each step; SMOKE: one step),
+# removed physically.
+report = prune_hub_lm(gpt2, train_texts, dev_texts, "gpt2_pruned", target_fraction=0.3,
+                      step=0.3 if SMOKE else 0.1,
+                      importance_windows=16 if SMOKE else 128, eval_windows=8 if SMOKE else 64,
+                      sequence_length=length, overwrite=True)
+for point in report["curve"]:
+    print(f"{100 * point['fraction']:4.0f}% pruned: perplexity {point['perplexity']:8.2f}")
+pruned = load_hub_preset("gpt2_pruned")  # The library's layout: keras-hub has no per-layer heads.
+print("heads per layer:", list(pruned.backbone.attention_spec.num_heads),
+      f"| parameters {report['params']['original']:,} -> {report['params']['pruned']:,}")
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.core import kv_cache
+from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.keras3.hub import convert_hub_model
+from headsize_tf.keras3.hub.lm_adapter import perplexity
+
+# Grouped K/V: each layer keeps a divisor of its heads near a quarter of them as K/V heads.
+heads = list(pruned.backbone.attention_spec.num_heads)
+groups = [max(g for g in range(1, h + 1) if h % g == 0 and g <= max(1, h // 4)) for h in heads]
+grouped, _ = convert_hub_model(pruned, ConversionTarget("grouped", tuple(groups)))
+grouped.save("gpt2_grouped", overwrite=True)
+print("K/V heads per layer:", groups)
+
+prompt = "It is a truth universally acknowledged" if not SMOKE else "the cat"
+for name, model in (("GPT-2", gpt2), ("pruned 30%", pruned), ("pruned + grouped K/V", grouped)):
+    m = model.backbone
+    cache = kv_cache.kv_cache_bytes_per_token(m.attention_spec, m.hidden_dim, num_layers=m.num_layers)
+    ppl = perplexity(m, adapter.eval_windows)
+    text = model.generate(prompt, max_new_tokens=8 if SMOKE else 32)
+    print(f"{name:<22} perplexity {ppl:8.2f}   KV cache {cache:>7,} bytes/token")
+    print("   ", repr(text))
+""",
+        ),
+        (
+            "md",
+            """
+`gpt2.save(DIR)` writes a keras-hub preset again while the model is unmodified;
+`pruned` and `grouped` were saved in the library's layout (`model.keras`, keras-hub's
+preprocessor beside it), which `load_hub_preset` and `headsize-tf ... --keras-hub-preset DIR`
+open. Uptraining the grouped model for a few hundred steps (`grouped.backbone.fit`) recovers
+most of the perplexity lost (docs/keras3.md, notebook 09).
+""",
+        ),
+    ],
+    setup=JAX_SETUP.replace(
+        '!pip install -q "headsize-tf @ git+https://github.com/{repo}" jax'.replace("{repo}", REPO),
+        '!pip install -q "headsize-tf[hub] @ git+https://github.com/{repo}" jax'.replace(
+            "{repo}", REPO
+        ),
+    ).replace(
+        "import jax, keras, numpy as np",
+        "if SMOKE:  # Tiny CPU models: XLA's unoptimised code compiles several times faster.\n"
+        '    os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")\n'
+        "import jax, keras, numpy as np",
+    ),
+)

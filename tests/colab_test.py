@@ -10,8 +10,8 @@ COLAB = pathlib.Path(__file__).resolve().parents[1] / "colab"
 NOTEBOOKS = sorted(COLAB.glob("*.ipynb"))
 
 
-def test_there_are_nine_notebooks_with_badge_and_purpose():
-    assert [p.stem[:2] for p in NOTEBOOKS] == [f"0{i}" for i in range(1, 10)]
+def test_there_are_ten_notebooks_with_badge_and_purpose():
+    assert [p.stem[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 11)]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         first = nb.cells[0]

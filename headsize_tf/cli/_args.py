@@ -75,8 +75,19 @@ class _PretrainedNames(Sequence):
         return name in self._names()
 
 
-def add_model_source(p: argparse.ArgumentParser, model_dir_help: str | None = None) -> None:
-    """`--model NAME` or `--checkpoint DIR` (or, given its help, `--model_dir DIR`): one."""
+KERAS_HUB_HELP = (
+    "a keras-hub preset on the Keras 3 front: a name (e.g. gpt2_base_en, "
+    "bert_base_en_uncased; downloaded, needs the network) or a local preset directory "
+    "(save_to_preset, or this command's own output); BertBackbone / BertTextClassifier, "
+    "DistilBertBackbone / DistilBertTextClassifier, GPT2Backbone / GPT2CausalLM"
+)
+
+
+def add_model_source(
+    p: argparse.ArgumentParser, model_dir_help: str | None = None, keras_hub: bool = False
+) -> None:
+    """`--model NAME` or `--checkpoint DIR` (or, given its help, `--model_dir DIR`; with
+    `keras_hub`, `--keras-hub-preset NAME_OR_DIR`): one."""
     source = p.add_mutually_exclusive_group(required=True)
     if model_dir_help:
         source.add_argument("--model_dir", "--model-dir", dest="model_dir", help=model_dir_help)
@@ -88,6 +99,10 @@ def add_model_source(p: argparse.ArgumentParser, model_dir_help: str | None = No
         help="a checkpoint directory (from `compress`/`prune`, or Hugging Face BERT layout: "
         "config.json, model.safetensors, vocab.txt)",
     )
+    if keras_hub:
+        source.add_argument(
+            "--keras-hub-preset", metavar="NAME_OR_DIR", default=None, help=KERAS_HUB_HELP
+        )
 
 
 def read_lines(path: str) -> list[str]:

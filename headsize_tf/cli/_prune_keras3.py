@@ -7,8 +7,22 @@ the Keras 3 front) from importing tf_keras, Model Garden or the tf_keras front.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from headsize_tf.cli._args import schedule_arguments, task_arguments
+from headsize_tf.cli._args import read_lines, schedule_arguments, task_arguments
+
+# Flags of labelled data, which a causal LM's plain-text pruning does not take.
+_LABELLED_FLAGS = (
+    ("--tfds", "tfds"),
+    ("--task", "task"),
+    ("--data-format", "data_format"),
+    ("--text-column", "text_column"),
+    ("--text-pair-column", "text_pair_column"),
+    ("--label-column", "label_column"),
+    ("--split-column", "split_column"),
+)
+# Tokens per window of a causal LM's importance and perplexity; perplexity windows.
+LM_WINDOW, LM_EVAL_WINDOWS = 64, 128
 
 
 def prune_pretrained(args: argparse.Namespace) -> dict:
@@ -34,3 +48,92 @@ def prune_pretrained(args: argparse.Namespace) -> dict:
         "dev_examples": len(task.dev_labels),
     }
     return report
+
+
+def prune_hub_preset(args: argparse.Namespace) -> dict:
+    """`--keras-hub-preset`: a BERT / DistilBERT classifier on the labelled task, or GPT-2 on
+    plain text (its own next-token loss, validation perplexity)."""
+    from headsize_tf.core.io import check_output_free
+    from headsize_tf.keras3.hub import load_hub_preset, prune_hub_classifier
+    from headsize_tf.keras3.pruning.classifier import PruneSettings
+
+    check_output_free(args.output, args.overwrite)
+    if args.attention_kinds:
+        raise ValueError(
+            "--attention-kinds is for translation model_dirs; a keras-hub model has "
+            "self-attention only."
+        )
+    hub = load_hub_preset(args.keras_hub_preset, tool="prune")
+    if hub.arch.causal_lm:
+        return _prune_hub_lm(args, hub)
+    if args.data == "austen":
+        raise ValueError(
+            f"--data austen is plain text for a causal LM; {hub.architecture} is an encoder: "
+            "pass labelled data (--data-file, --tfds, or the built-in sentiment task)."
+        )
+    from headsize_tf.data.text_tasks import load_task
+
+    task = load_task(**task_arguments(args))
+    settings = PruneSettings(
+        **schedule_arguments(args),
+        finetune_epochs=args.finetune_epochs,
+        importance_examples=args.importance_examples,
+    )
+    report = prune_hub_classifier(hub, task, args.output, settings, overwrite=args.overwrite)
+    report["data_info"] = {
+        "source": report["data"]["source"],
+        "train_examples": len(task.train_labels),
+        "dev_examples": len(task.dev_labels),
+    }
+    return report
+
+
+def _lm_texts(args: argparse.Namespace, architecture: str) -> tuple[list[str], list[str], str]:
+    """(train texts, dev texts, description) of a causal LM's plain-text data."""
+    given = [flag for flag, name in _LABELLED_FLAGS if getattr(args, name, None)]
+    if given or args.data == "rotten_tomatoes":
+        flags = ", ".join(given or ["--data rotten_tomatoes"])
+        raise ValueError(
+            f"{flags}: labelled data; {architecture} (a causal LM) is pruned on plain text: "
+            "--data-file FILE (one text a line) or --data austen."
+        )
+    if args.data_file:
+        from headsize_tf.data.splits import split_of
+
+        lines = [line for line in read_lines(args.data_file) if line.strip()]
+        dev = [line for line in lines if split_of(line) == "dev"]
+        train = [line for line in lines if split_of(line) != "dev"]
+        if not dev or not train:
+            raise ValueError(
+                f"Input file {args.data_file!r} has {len(lines)} non-empty lines; too few for a "
+                "train / dev split (about 10% go to dev by a hash of the line)."
+            )
+        return train, dev, f"{args.data_file}: {len(train)} train / {len(dev)} dev lines"
+    if args.data == "austen":
+        from headsize_tf.data.corpora import corpus_path
+
+        train = read_lines(corpus_path("austen", "train.txt", args.data_dir))
+        dev = read_lines(corpus_path("austen", "valid.txt", args.data_dir))
+        return train, dev, "austen (train / valid)"
+    raise ValueError(
+        f"{architecture} (a causal LM) is pruned on plain text: pass --data-file FILE (UTF-8, "
+        "one text a line) or --data austen (`headsize-tf data prepare austen` first)."
+    )
+
+
+def _prune_hub_lm(args: argparse.Namespace, hub: Any) -> dict:
+    from headsize_tf.keras3.hub import prune_hub_lm
+
+    train, dev, description = _lm_texts(args, hub.architecture)
+    return prune_hub_lm(
+        hub,
+        train,
+        dev,
+        args.output,
+        **schedule_arguments(args),
+        importance_windows=args.importance_examples,
+        eval_windows=LM_EVAL_WINDOWS,
+        sequence_length=LM_WINDOW,
+        overwrite=args.overwrite,
+        data=description,
+    )

@@ -22,6 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "pretraining, headsize_lm/language_modeling, headsize_seq2seq/translation): its "
         "attention is converted, everything else (the trained head) kept; writes a model_dir "
         "and reports the validation metrics (a classifier: dev accuracy) before and after",
+        keras_hub=True,
     )
     add_framework(p)
     p.add_argument("--shared-key-dim", type=_positive_int, required=True)
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "model_dir", None):
         return _run_model_dir(args)
+    if args.keras_hub_preset:
+        return _run_keras_hub(args)
 
     if args.framework == "keras3":
         from headsize_tf.keras3 import reparam as compress
@@ -116,4 +119,48 @@ def _run_model_dir(args: argparse.Namespace) -> int:
         print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
     print(f"params: {report['params_before']} -> {report['params_after']}; {change}")
     print(f"output (a model_dir): {args.output}")
+    return 0
+
+
+def _run_keras_hub(args: argparse.Namespace) -> int:
+    """`--keras-hub-preset`: BERT / DistilBERT (embedding cosine) or GPT-2 (perplexity)."""
+    from headsize_tf.core.io import check_output_free
+    from headsize_tf.keras3.hub import compress_hub_model, load_hub_preset
+
+    check_output_free(args.output, args.overwrite)
+    sentences = read_lines(args.eval_file)[: args.eval_limit] if args.eval_file else None
+    hub = load_hub_preset(args.keras_hub_preset, tool="compress")
+    if sentences is None:  # Rotten Tomatoes test snippets (fetched once), without tf_keras.
+        from headsize_tf.data import corpora
+        from headsize_tf.data.splits import split_of
+
+        rows = corpora.fetch_rotten_tomatoes(
+            corpora.default_data_dir() / ".downloads" / "rotten_tomatoes"
+        )
+        sentences = [text for _, text in rows if split_of(text) == "test"][: args.eval_limit]
+    report = compress_hub_model(
+        hub,
+        args.shared_key_dim,
+        args.output,
+        eval_sentences=sentences,
+        overwrite=args.overwrite,
+        method=args.method,
+        max_iter=args.max_iter,
+        tolerance=args.tolerance,
+    )
+    print(f"{'layer':<10}{'rel. error':>12}{'seconds':>10}")
+    for layer in report["layers"]:
+        print(f"{layer['name']:<10}{layer['relative_error']:>12.4f}{layer['seconds']:>10.2f}")
+    print(f"params: {report['params_before']} -> {report['params_after']}")
+    if "embedding_cosine" in report:
+        print(
+            f"embedding cosine vs original ({report['eval_sentences']} sentences): "
+            f"{report['embedding_cosine']:.4f}"
+        )
+    if "perplexity_after" in report:
+        print(
+            f"perplexity ({report['eval_windows']} windows of the eval sentences): "
+            f"{report['perplexity_before']:.2f} -> {report['perplexity_after']:.2f}"
+        )
+    print(f"output: {args.output}")
     return 0

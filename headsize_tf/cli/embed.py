@@ -20,6 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         model_dir_help="a `headsize-tf train` model_dir of an encoder "
         "experiment (headsize_bert/pretraining, sentence_prediction, span_labeling): "
         "its trained encoder embeds",
+        keras_hub=True,
     )
     add_framework(p)
     p.add_argument(
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--model_dir holds a tf_keras (Model Garden) model: drop --framework {args.framework}."
         )
+    if args.keras_hub_preset:
+        return _run_keras_hub(args)
     if args.vocab_file and not args.model_dir:
         raise ValueError("--vocab-file is for a --model_dir; a pretrained encoder brings its own.")
     sentences = read_lines(args.input)
@@ -78,4 +81,36 @@ def run(args: argparse.Namespace) -> int:
     with atomic_path(output) as tmp:
         np.save(tmp, vectors)
     print(f"embeddings: {vectors.shape[0]} x {vectors.shape[1]} float32 -> {output}")
+    return 0
+
+
+def _run_keras_hub(args: argparse.Namespace) -> int:
+    """`--keras-hub-preset`: a keras-hub BERT / DistilBERT, tokenised by its own preprocessor."""
+    import numpy as np
+
+    from headsize_tf.core.io import atomic_path
+    from headsize_tf.keras3.hub import load_hub_preset
+
+    if args.vocab_file:
+        raise ValueError("--vocab-file is for a --model_dir; a keras-hub preset brings its own.")
+    if args.max_seq_length is not None and args.max_seq_length < 2:
+        raise ValueError(f"--max-seq-length must be >= 2; got {args.max_seq_length}.")
+    sentences = read_lines(args.input)
+    hub = load_hub_preset(args.keras_hub_preset, tool="embed")
+    if hub.preprocessor is None:
+        raise ValueError(
+            f"keras-hub preset {args.keras_hub_preset} has no tokenizer to embed text."
+        )
+    if args.pooling:
+        hub.pooling = args.pooling
+    if args.max_seq_length is not None:
+        hub.preprocessor.sequence_length = args.max_seq_length
+    vectors = hub.embed(sentences, batch_size=args.batch_size, progress=True)
+    output = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    with atomic_path(output) as tmp:
+        np.save(tmp, vectors)
+    print(
+        f"embeddings ({hub.architecture}, {hub.pooling} pooling): {vectors.shape[0]} x "
+        f"{vectors.shape[1]} float32 -> {output}"
+    )
     return 0

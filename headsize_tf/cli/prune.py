@@ -19,7 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "prunes --step of the heads at a time to --target-fraction, removes the pruned heads "
         "physically and writes the checkpoint, report.json, label_map.json, importance.png and "
         "curve.png. The data are the built-in sentiment task (default), a labelled CSV / TSV / "
-        "JSONL file (--data-file) or a TFDS GLUE task (--tfds).",
+        "JSONL file (--data-file) or a TFDS GLUE task (--tfds). A keras-hub GPT-2 "
+        "(--keras-hub-preset) is pruned on its own next-token loss on plain text (--data-file, "
+        "one text a line, or --data austen), with validation perplexity.",
     )
     add_model_source(
         p,
@@ -29,6 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "translation model (headsize_seq2seq/translation): importance from its own loss on its "
         "own training data, dev accuracy or perplexity on its validation data; writes a pruned "
         "model_dir",
+        keras_hub=True,
     )
     add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
@@ -38,13 +41,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     exclusive.add_argument(
         "--data",
-        choices=["rotten_tomatoes"],
+        choices=["rotten_tomatoes", "austen"],
         default=None,
-        help="built-in data of --task (default: rotten_tomatoes)",
+        help="built-in data: rotten_tomatoes (labelled, of --task; the default) or austen "
+        "(plain text for a keras-hub GPT-2; `headsize-tf data prepare austen` first)",
     )
     exclusive.add_argument(
         "--data-file",
-        help="labelled texts: .csv, .tsv (header row) or .jsonl (one object a line), UTF-8",
+        help="labelled texts: .csv, .tsv (header row) or .jsonl (one object a line), UTF-8; "
+        "for a keras-hub GPT-2, plain UTF-8 text (one text a line)",
     )
     exclusive.add_argument(
         "--tfds",
@@ -94,7 +99,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 # The one registry of what `prune` takes, each source to its runner (parsed arguments ->
 # report): a `headsize-tf train` model_dir by its experiment, a pretrained name or
-# checkpoint by its framework. Later: `.keras` files and keras-hub presets.
+# checkpoint by its framework, a keras-hub preset (BERT / DistilBERT classifiers, GPT-2 LMs).
+# Later: `.keras` files.
 RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "headsize_bert/sentence_prediction": _prune_tf_keras.prune_classifier_dir,
     "headsize_bert/pretraining": _prune_tf_keras.prune_classifier_dir,
@@ -102,6 +108,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "headsize_seq2seq/translation": _prune_tf_keras.prune_translation_model,
     "pretrained/tf_keras": _prune_tf_keras.prune_pretrained,
     "pretrained/keras3": _prune_keras3.prune_pretrained,
+    "keras_hub": _prune_keras3.prune_hub_preset,
 }
 
 
@@ -113,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (a model_dir's options checked)."""
+    if getattr(args, "keras_hub_preset", None):
+        return "keras_hub"
     if not getattr(args, "model_dir", None):
         return f"pretrained/{args.framework}"
     experiment = _prune_tf_keras.model_dir_experiment(args.model_dir)

@@ -7,10 +7,14 @@ from typing import Any
 
 import keras
 
-from headsize_tf.core.spec import AttentionSpec, check_positive_int
+from headsize_tf.core.spec import AttentionSpec, SpecError, check_positive_int
 from headsize_tf.keras3.modeling.activations import get_activation
 from headsize_tf.keras3.modeling.position_embedding import PositionEmbedding
 from headsize_tf.keras3.modeling.transformer_encoder import TransformerEncoder
+
+# The pooler on the first token: BERT's tanh dense, DistilBERT classifiers' ReLU
+# pre-classifier dense, or none (the first token's hidden state is the pooled output).
+POOLERS = ("tanh", "relu", "none")
 
 
 def bert_kernel_initializer(stddev: float = 0.02) -> keras.initializers.Initializer:
@@ -32,9 +36,16 @@ class BertBackbone(keras.Model):
     saves as `.keras` and restores from `get_config`.
 
     Inputs: a dict of int32 `[batch, length]` tensors `token_ids`,
-    `segment_ids` and `padding_mask` (1 for tokens, 0 for padding).
-    Outputs: a dict of `sequence_output` `[batch, length, hidden_dim]` and
-    `pooled_output` `[batch, hidden_dim]`.
+    `segment_ids` (absent with `num_segments=0`) and `padding_mask` (1 for
+    tokens, 0 for padding). Outputs: a dict of `sequence_output`
+    `[batch, length, hidden_dim]` and `pooled_output` `[batch, pooled_dim]`.
+
+    The options beyond keras-hub's `BertBackbone` arguments describe the
+    other BERT-family encoders: `num_segments=0` (no segment embedding, as
+    DistilBERT), `pooler="relu"` with `pooled_dim` (DistilBERT
+    classifiers' pre-classifier dense) or `pooler="none"` (the first token's
+    hidden state), the feed-forward `activation` (keras-hub's BERT uses
+    "gelu_approximate") and `layer_norm_epsilon`.
 
     Args:
       vocabulary_size: Size of the token vocabulary.
@@ -47,10 +58,16 @@ class BertBackbone(keras.Model):
         outputs.
       max_sequence_length: Positions of the position embedding (and the
         longest input).
-      num_segments: Number of segment ids.
+      num_segments: Number of segment ids; 0: no segment embedding and no
+        `segment_ids` input (DistilBERT).
       activation: Feed-forward activation; exact (erf) GELU as BERT
         checkpoints by default ("gelu_approximate" for the tanh form).
       layer_norm_epsilon: Epsilon of every LayerNorm.
+      pooler: "tanh" (BERT's pooler dense on the first token), "relu" (a
+        ReLU dense, DistilBERT classifiers' pre-classifier) or "none" (the
+        first token's hidden state, no weights).
+      pooled_dim: Width of the pooler dense (default `hidden_dim`; must be
+        `hidden_dim` with `pooler="none"`).
       dtype: dtype or `keras.DTypePolicy` of the computations and weights.
       **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
@@ -87,6 +104,8 @@ class BertBackbone(keras.Model):
         num_segments: int = 2,
         activation: Any = "gelu",
         layer_norm_epsilon: float = 1e-12,
+        pooler: str = "tanh",
+        pooled_dim: int | None = None,
         dtype: Any = None,
         **kwargs: Any,
     ):
@@ -96,9 +115,19 @@ class BertBackbone(keras.Model):
             ("hidden_dim", hidden_dim),
             ("intermediate_dim", intermediate_dim),
             ("max_sequence_length", max_sequence_length),
-            ("num_segments", num_segments),
         ):
             check_positive_int(name, value)
+        if num_segments != 0:
+            check_positive_int("num_segments", num_segments, "a non-negative integer")
+        if pooler not in POOLERS:
+            raise SpecError(f"`pooler` must be one of {list(POOLERS)}; got {pooler!r}.")
+        if pooled_dim is not None:
+            check_positive_int("pooled_dim", pooled_dim)
+            if pooler == "none" and pooled_dim != hidden_dim:
+                raise SpecError(
+                    f"`pooled_dim` ({pooled_dim}) must be hidden_dim ({hidden_dim}) with "
+                    'pooler="none" (the pooled output is the first hidden state).'
+                )
         spec = AttentionSpec.coerce(attention if attention is not None else {"num_heads": 12})
         layer_specs = spec.with_sequence_length(max_sequence_length).layers(num_layers)
         activation = get_activation(activation)
@@ -117,13 +146,15 @@ class BertBackbone(keras.Model):
             dtype=dtype,
             name="position_embedding",
         )
-        segment_embedding = keras.layers.Embedding(
-            input_dim=num_segments,
-            output_dim=hidden_dim,
-            embeddings_initializer=bert_kernel_initializer(),
-            dtype=dtype,
-            name="segment_embedding",
-        )
+        segment_embedding = None
+        if num_segments:
+            segment_embedding = keras.layers.Embedding(
+                input_dim=num_segments,
+                output_dim=hidden_dim,
+                embeddings_initializer=bert_kernel_initializer(),
+                dtype=dtype,
+                name="segment_embedding",
+            )
         embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
         embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
@@ -142,30 +173,32 @@ class BertBackbone(keras.Model):
             )
             for i in range(num_layers)
         ]
-        pooled_dense = keras.layers.Dense(
-            hidden_dim,
-            kernel_initializer=bert_kernel_initializer(),
-            activation="tanh",
-            dtype=dtype,
-            name="pooled_dense",
-        )
+        pooled_dense = None
+        if pooler != "none":
+            pooled_dense = keras.layers.Dense(
+                pooled_dim or hidden_dim,
+                kernel_initializer=bert_kernel_initializer(),
+                activation=pooler,
+                dtype=dtype,
+                name="pooled_dense",
+            )
 
         # === Functional model ===
-        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
-        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        tokens = token_embedding(token_ids)
-        x = embeddings_add((tokens, position_embedding(tokens), segment_embedding(segment_ids)))
+        inputs = {"token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids")}
+        if segment_embedding is not None:
+            inputs["segment_ids"] = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+        inputs["padding_mask"] = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        tokens = token_embedding(inputs["token_ids"])
+        embedded = [tokens, position_embedding(tokens)]
+        if segment_embedding is not None:
+            embedded.append(segment_embedding(inputs["segment_ids"]))
+        x = embeddings_add(embedded)
         x = embeddings_dropout(embeddings_layer_norm(x))
         for block in transformer_layers:
-            x = block(x, padding_mask=padding_mask)
-        pooled = pooled_dense(x[:, 0, :])
+            x = block(x, padding_mask=inputs["padding_mask"])
+        pooled = x[:, 0, :] if pooled_dense is None else pooled_dense(x[:, 0, :])
         super().__init__(
-            inputs={
-                "token_ids": token_ids,
-                "segment_ids": segment_ids,
-                "padding_mask": padding_mask,
-            },
+            inputs=inputs,
             outputs={"sequence_output": x, "pooled_output": pooled},
             dtype=dtype,
             **kwargs,
@@ -182,6 +215,8 @@ class BertBackbone(keras.Model):
         self.num_segments = num_segments
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.pooler = pooler
+        self.pooled_dim = pooled_dim
         self.token_embedding = token_embedding
         self.position_embedding = position_embedding
         self.segment_embedding = segment_embedding
@@ -220,6 +255,8 @@ class BertBackbone(keras.Model):
             "num_segments": self.num_segments,
             "activation": keras.activations.serialize(self.activation),
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "pooler": self.pooler,
+            "pooled_dim": self.pooled_dim,
         }
 
     @classmethod

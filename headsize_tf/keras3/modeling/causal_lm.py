@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
@@ -10,6 +10,7 @@ import numpy as np
 from keras import ops
 
 from headsize_tf.core.spec import AttentionSpec, check_positive_int
+from headsize_tf.keras3.modeling.activations import get_activation
 from headsize_tf.keras3.modeling.position_embedding import PositionEmbedding
 from headsize_tf.keras3.modeling.transformer_encoder import TransformerEncoder
 
@@ -37,19 +38,29 @@ class CausalLM(keras.Model):
       intermediate_dim: Feed-forward size (default 4 * hidden_dim).
       max_sequence_length: Number of positions (the longest input).
       dropout: Dropout of the embeddings, the attention and feed-forward
-        outputs and after the feed-forward activation (the tf_keras LM's
-        `dropout_rate`).
+        outputs and (unless `intermediate_dropout` is given) after the
+        feed-forward activation (the tf_keras LM's `dropout_rate`).
       attention_dropout: Dropout of the attention probabilities (the tf_keras
         LM's `attention_dropout_rate`).
       layer_norm_epsilon: Epsilon of every LayerNorm.
       initializer_range: Stddev of the truncated-normal initializers.
+      activation: Feed-forward activation: exact (erf) GELU by default,
+        "gelu_approximate" (the tanh form) for GPT-2 checkpoints.
+      intermediate_dropout: Dropout after the feed-forward activation (None:
+        `dropout`; keras-hub's GPT-2 has none: 0).
+      tokenizer: Optional tokenizer (a Keras layer such as keras-hub's
+        `GPT2Tokenizer`: `tokenize(text)`, `detokenize(ids)`,
+        `start_token_id`, `end_token_id`) with which `generate` takes and
+        returns text; saved with the model.
       dtype: dtype or `keras.DTypePolicy` of the computations and weights.
       **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Call: `model(token_ids [batch, length])` -> logits `[batch, length,
-    vocabulary_size]`; position t sees tokens 0..t only. `generate` continues
-    a prompt with cached keys and values (`prefill`, then one `decode_step`
-    per token).
+    vocabulary_size]`; position t sees tokens 0..t only. The input may also
+    be a dict of `token_ids` and `padding_mask` (1 for tokens, 0 for
+    padding: padded keys are masked, as keras-hub's `GPT2CausalLM` takes
+    them). `generate` continues a prompt with cached keys and values
+    (`prefill`, then one `decode_step` per token).
 
     Example:
 
@@ -78,10 +89,15 @@ class CausalLM(keras.Model):
         attention_dropout: float = 0.0,
         layer_norm_epsilon: float = 1e-6,
         initializer_range: float = 0.02,
+        activation: Any = "gelu",
+        intermediate_dropout: float | None = None,
+        tokenizer: Any = None,
         dtype: Any = None,
         **kwargs: Any,
     ):
         super().__init__(dtype=dtype, **kwargs)
+        if isinstance(tokenizer, dict):  # A serialized tokenizer (from get_config).
+            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
         for name, value in (
             ("vocabulary_size", vocabulary_size),
             ("num_layers", num_layers),
@@ -93,6 +109,7 @@ class CausalLM(keras.Model):
             check_positive_int("intermediate_dim", intermediate_dim)
         spec = AttentionSpec.coerce(attention if attention is not None else {"num_heads": 8})
         layer_specs = spec.with_sequence_length(max_sequence_length).layers(num_layers)
+        activation = get_activation(activation)
 
         def initializer():
             return keras.initializers.TruncatedNormal(stddev=initializer_range)
@@ -119,8 +136,10 @@ class CausalLM(keras.Model):
                 attention=layer_specs[i],
                 dropout=dropout,
                 attention_dropout=attention_dropout,
-                intermediate_dropout=dropout,
-                activation="gelu",
+                intermediate_dropout=dropout
+                if intermediate_dropout is None
+                else intermediate_dropout,
+                activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=initializer(),
                 normalize_first=True,
@@ -143,6 +162,9 @@ class CausalLM(keras.Model):
         self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
+        self.activation = activation
+        self.intermediate_dropout = intermediate_dropout
+        self.tokenizer = tokenizer
         # Every weight exists from construction (as in a functional model): JAX traces the
         # first `fit` / `evaluate` step statelessly, where no variable may be created.
         self.build((None, None))
@@ -172,12 +194,19 @@ class CausalLM(keras.Model):
         return [block.attention_layer for block in self._blocks]
 
     def call(self, token_ids, training=None):
+        padding_mask = None
+        if isinstance(token_ids, dict):
+            padding_mask = token_ids.get("padding_mask")
+            token_ids = token_ids["token_ids"]
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         tokens = self.token_embedding(token_ids)
         x = self.embedding_dropout(tokens + self.position_embedding(tokens), training=training)
         length = ops.shape(token_ids)[1]
         causal = ops.cast(ops.tril(ops.ones((length, length))), "int32")
         mask = ops.broadcast_to(causal[None], (ops.shape(token_ids)[0], length, length))
+        if padding_mask is not None:  # Padded keys are masked (keras-hub's decoder mask).
+            keys = ops.cast(ops.convert_to_tensor(padding_mask), "int32")[:, None, :]
+            mask = ops.minimum(mask, keys)
         for block in self._blocks:
             x = block(x, attention_mask=mask, training=training)
         return self._logits(x)
@@ -310,7 +339,7 @@ class CausalLM(keras.Model):
         seed: int | None = None,
         end_token_id: int | None = None,
         compile: bool = True,
-    ) -> np.ndarray:
+    ) -> np.ndarray | str | list[str]:
         """Continues `prompt_ids` token by token with cached keys and values.
 
         Each new token attends to the cached projections of the earlier ones,
@@ -319,9 +348,16 @@ class CausalLM(keras.Model):
         from `softmax(logits / temperature)`, restricted to the `top_k` most
         likely tokens if given, with a numpy generator seeded by `seed`.
 
+        With a `tokenizer` attached, the prompt may be a string (or a list of
+        strings, continued one by one): it is tokenized with the tokenizer's
+        start token in front (as keras-hub's `generate_preprocess`),
+        decoding stops at its end token unless `end_token_id` is given, and
+        the prompt and continuation come back as text without special tokens.
+
         Args:
           prompt_ids: `[batch, prompt length]` int tokens (one prompt length
-            for the batch, at least 1).
+            for the batch, at least 1), or text (a string or a list of
+            strings) when a tokenizer is attached.
           max_new_tokens: Tokens to add; prompt plus new tokens must fit in
             `max_sequence_length`.
           temperature: 0 for greedy decoding, else the sampling temperature.
@@ -333,13 +369,23 @@ class CausalLM(keras.Model):
             once per shape and kept for later calls; False: eager).
 
         Returns:
-          int32 `[batch, prompt length + max_new_tokens]`: prompt and continuation.
+          int32 `[batch, prompt length + max_new_tokens]`: prompt and
+          continuation; for text, the text (a string or a list of strings).
 
         Example:
 
         >>> lm.generate(np.array([[5, 9, 11]]), max_new_tokens=4).shape
         (1, 7)
+        >>> lm.generate("The cat", max_new_tokens=4)  # With a tokenizer attached.
+        'The cat sat on the mat'
         """
+        options = dict(temperature=temperature, top_k=top_k, seed=seed, compile=compile)
+        if isinstance(prompt_ids, str) or (
+            isinstance(prompt_ids, list | tuple)
+            and prompt_ids
+            and all(isinstance(p, str) for p in prompt_ids)
+        ):
+            return self._generate_text(prompt_ids, max_new_tokens, end_token_id, options)
         prompt = np.asarray(keras.ops.convert_to_numpy(prompt_ids)).astype("int32")
         if prompt.ndim != 2 or prompt.shape[1] < 1:
             raise ValueError(
@@ -401,6 +447,33 @@ class CausalLM(keras.Model):
                 logits, caches = step(out[:, index : index + 1], caches, index)
         return out
 
+    def _generate_text(
+        self, prompt: str | Sequence[str], max_new_tokens: int, end_token_id, options
+    ) -> str | list[str]:
+        """`generate` of text through the attached tokenizer."""
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            raise ValueError(
+                "generate got text but the model has no tokenizer; build it with one "
+                "(CausalLM(..., tokenizer=...)) or pass token ids."
+            )
+        start = getattr(tokenizer, "start_token_id", None)
+        end = getattr(tokenizer, "end_token_id", None) if end_token_id is None else end_token_id
+        special = set(getattr(tokenizer, "special_token_ids", None) or ()) | {start, end}
+        texts = [prompt] if isinstance(prompt, str) else list(prompt)
+        outputs = []
+        for text in texts:
+            ids = [int(i) for i in _to_numpy(tokenizer.tokenize(text)).reshape(-1)]
+            ids = ([start] if start is not None else []) + ids
+            if not ids:
+                raise ValueError("generate got an empty prompt (no tokens, no start token).")
+            tokens = self.generate(
+                np.array([ids], "int32"), max_new_tokens, end_token_id=end, **options
+            )
+            kept = np.array([t for t in tokens[0].tolist() if t not in special], "int32")
+            outputs.append(_to_text(tokenizer.detokenize(kept)))
+        return outputs[0] if isinstance(prompt, str) else outputs
+
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
@@ -415,6 +488,11 @@ class CausalLM(keras.Model):
                 "attention_dropout": self.attention_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "initializer_range": self.initializer_range,
+                "activation": keras.activations.serialize(self.activation),
+                "intermediate_dropout": self.intermediate_dropout,
+                "tokenizer": None
+                if self.tokenizer is None
+                else keras.saving.serialize_keras_object(self.tokenizer),
             }
         )
         return config
@@ -424,4 +502,19 @@ class CausalLM(keras.Model):
         config = dict(config)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.get(config["dtype"])
+        if isinstance(config.get("activation"), dict):
+            config["activation"] = keras.activations.deserialize(config["activation"])
         return cls(**config)
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    """A tokenizer's output (a backend or TensorFlow tensor, a list) as numpy."""
+    return np.asarray(x.numpy() if hasattr(x, "numpy") else x)
+
+
+def _to_text(x: Any) -> str:
+    """A detokenizer's output (str, bytes or a scalar string tensor) as str."""
+    x = x.numpy() if hasattr(x, "numpy") else x
+    if isinstance(x, np.ndarray):
+        x = x.item()
+    return x.decode("utf-8") if isinstance(x, bytes) else str(x)

@@ -25,7 +25,8 @@ def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
     """The weight-carrying layers other than attention, in a fixed order.
 
     Two models of the same class and shape but different attention have the
-    same list, which is how conversions copy everything but attention.
+    same list, which is how conversions copy everything but attention. Absent
+    layers (a BERT without segment embedding or pooler dense) are left out.
     """
     if isinstance(model, BertBackbone):
         layers = [
@@ -46,7 +47,7 @@ def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
             block._feedforward_intermediate_dense,
             block._feedforward_output_dense,
         ]
-    return layers + last
+    return [layer for layer in layers + last if layer is not None]
 
 
 def with_attention(model: AttentionModel, attention: AttentionSpec | Mapping[str, Any]):
@@ -58,6 +59,8 @@ def with_attention(model: AttentionModel, attention: AttentionSpec | Mapping[str
     theirs = non_attention_layers(model)  # Checks the class first.
     config = model.get_config()
     config["attention"] = AttentionSpec.coerce(attention).to_dict()
+    if getattr(model, "tokenizer", None) is not None:
+        config["tokenizer"] = model.tokenizer  # The same tokenizer object (and vocabulary).
     new = type(model).from_config(config)
     mine = non_attention_layers(new)
     for dst, src in zip(mine, theirs, strict=True):

@@ -91,16 +91,30 @@ def prune_classifier(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    model: keras.Model | None = None,
+    adapter_class: type[Keras3ClassifierAdapter] | None = None,
 ) -> dict[str, Any]:
     """Fine-tunes, scores, prunes and removes heads; writes `output`; returns the report.
 
     Args:
-      encoder: A Keras 3 `SentenceEncoder` (pretrained, compressed or pruned).
+      encoder: A Keras 3 `SentenceEncoder` (pretrained, compressed or pruned),
+        or an object with its `backbone`, `tokenize`, `with_backbone` and
+        `source` (a keras-hub `HubModel`).
       task: A `headsize_tf.data.text_tasks.TextTask` (single texts).
       output: Output directory (see the module doc).
       settings: `PruneSettings`.
       overwrite: Replace an existing `output`.
       progress: Show the pruning progress bar.
+      model: The classifier to fine-tune, on `encoder.backbone` with a
+        "logits" layer (default: `classifier(encoder.backbone, num_classes)`,
+        a new head).
+      adapter_class: The adapter wrapping it, whose `save` / `reload` define
+        the output (default `Keras3ClassifierAdapter`).
+
+    Example:
+
+    >>> report = prune_classifier(encoder, load_task(data_file="reviews.csv"), "pruned")
+    >>> report["accuracy"]["pruned"], report["heads_per_layer"]
     """
     settings = settings or PruneSettings()
     output = pathlib.Path(output)
@@ -124,7 +138,7 @@ def prune_classifier(
     y_importance = y_train[:n_importance]
 
     backbone = encoder.backbone
-    model = classifier(backbone, task.num_classes)
+    model = model if model is not None else classifier(backbone, task.num_classes)
     model.compile(
         optimizer=keras.optimizers.AdamW(settings.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -145,7 +159,7 @@ def prune_classifier(
         )
     finetune_seconds = time.perf_counter() - start
 
-    adapter = Keras3ClassifierAdapter(
+    adapter = (adapter_class or Keras3ClassifierAdapter)(
         encoder, model, (x_importance, y_importance), (x_dev, y_dev), task.label_map
     )
 
@@ -224,9 +238,7 @@ class Keras3ClassifierAdapter:
         return self._like(self.encoder.with_backbone(backbone), model)
 
     def _like(self, encoder, model) -> Keras3ClassifierAdapter:
-        return Keras3ClassifierAdapter(
-            encoder, model, self.importance_data, self.dev_data, self.label_map
-        )
+        return type(self)(encoder, model, self.importance_data, self.dev_data, self.label_map)
 
     def save(self, output, report, overwrite: bool = False) -> pathlib.Path:
         _save(self.encoder, self.model, report, pathlib.Path(output), overwrite)

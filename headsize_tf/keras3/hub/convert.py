@@ -1,0 +1,55 @@
+"""`convert_hub_model`: a keras-hub model's attention as grouped, latent or collaborative heads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.keras3.hub.hub_model import HubModel
+from headsize_tf.keras3.hub.importer import import_hub_model
+from headsize_tf.keras3.reparam.convert import convert_model
+
+
+def as_hub_model(model: Any) -> HubModel:
+    """`model` if a `HubModel`, else the keras-hub model object imported (`import_hub_model`)."""
+    return model if isinstance(model, HubModel) else import_hub_model(model)
+
+
+def convert_hub_model(
+    model: Any, target: ConversionTarget, **kwargs: Any
+) -> tuple[HubModel, list[dict[str, Any]]]:
+    """A keras-hub model (or `HubModel`) with every attention layer converted to `target`.
+
+    `headsize_tf.keras3.reparam.convert_model` on the imported model: GPT-2's
+    K/V heads grouped (`ConversionTarget("grouped", G)`, exact at G = heads)
+    or shared through a latent (`ConversionTarget("latent", r)`), or BERT's
+    heads collaborative. The head, preprocessor and tokenizer are kept; the
+    result saves in the library's layout (`HubModel.save`), not as a keras-hub
+    preset (keras-hub's blocks have no grouped or latent K/V).
+
+    Args:
+      model: A keras-hub `GPT2CausalLM`, `BertTextClassifier`, ... (or their
+        backbones), or a `HubModel` (possibly pruned).
+      target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
+      **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
+
+    Returns:
+      The converted `HubModel` and one report dict per layer.
+
+    Example:
+
+    >>> gpt2 = keras_hub.models.GPT2CausalLM.from_preset("gpt2_base_en")
+    >>> grouped, reports = convert_hub_model(gpt2, ConversionTarget("grouped", 4))
+    >>> grouped.generate("The quick brown fox", max_new_tokens=8)
+
+    References:
+      - Ainslie et al., 2023, "GQA: Training Generalized Multi-Query
+        Transformer Models from Multi-Head Checkpoints",
+        https://arxiv.org/abs/2305.13245
+      - DeepSeek-AI, 2024, "DeepSeek-V2" (multi-head latent attention),
+        https://arxiv.org/abs/2405.04434
+    """
+    hub = as_hub_model(model)
+    backbone, reports = convert_model(hub.backbone, target, **kwargs)
+    described = f"{hub.source} converted to {target.kind} {target.size_name} {target.size}"
+    return hub.with_backbone(backbone, described), reports

@@ -1,0 +1,161 @@
+"""A keras-hub causal LM (GPT-2) as the pruning driver's `ModelAdapter`: LM loss, perplexity."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+
+from headsize_tf.core.io import atomic_directory
+from headsize_tf.keras3.hub.hub_model import HubModel, to_numpy
+from headsize_tf.keras3.hub.presets import load_hub_preset
+from headsize_tf.keras3.pruning.importance import head_importance
+from headsize_tf.keras3.pruning.remove import head_mask, remove_heads, set_head_mask
+
+REPORT_FILE = "report.json"
+
+
+def lm_windows(hub: HubModel, texts: Sequence[str], length: int, limit: int) -> np.ndarray:
+    """int32 `[windows, length + 1]` token windows of `texts` for next-token losses.
+
+    Each text and a newline is tokenized by the model's keras-hub tokenizer;
+    the tokens are concatenated and cut into consecutive windows (the last
+    partial one dropped).
+
+    Args:
+      hub: The `HubModel` (a causal LM with a preprocessor).
+      texts: Plain texts, e.g. the lines of a file.
+      length: Input tokens per window (a window holds `length + 1`: inputs
+        and their next-token targets).
+      limit: At most this many windows.
+
+    Example:
+
+    >>> windows = lm_windows(hub, ["It is a truth universally acknowledged"] * 50, 64, 8)
+    >>> windows.shape
+    (8, 65)
+    """
+    if not len(texts):
+        return np.zeros([0, length + 1], np.int32)
+    tokens = hub.tokenizer([f"{text}\n" for text in texts])
+    if hasattr(tokens, "to_list"):  # A ragged TensorFlow tensor.
+        rows = tokens.to_list()
+    else:  # Python lists, or one tensor a row.
+        rows = [
+            row if isinstance(row, list) else to_numpy(row).reshape(-1).tolist() for row in tokens
+        ]
+    ids = np.array([int(i) for row in rows for i in row], np.int32)
+    count = min(len(ids) // (length + 1), limit)
+    return ids[: count * (length + 1)].reshape(count, length + 1)
+
+
+def _batches(windows: np.ndarray, batch_size: int):
+    for start in range(0, len(windows), batch_size):
+        batch = windows[start : start + batch_size]
+        yield batch[:, :-1], batch[:, 1:]
+
+
+def perplexity(lm: keras.Model, windows: np.ndarray, batch_size: int = 8) -> float:
+    """exp of the token-mean next-token cross entropy of `lm` over `windows`.
+
+    Args:
+      lm: A causal LM: `lm.predict_on_batch(ids [B, T])` -> logits `[B, T, V]`.
+      windows: int32 `[N, T + 1]` windows (`lm_windows`).
+      batch_size: Windows per batch (one compiled shape but the last).
+
+    Example:
+
+    >>> perplexity(hub.backbone, lm_windows(hub, dev_lines, 64, 128))
+    """
+    total, count = 0.0, 0
+    for inputs, targets in _batches(windows, batch_size):
+        logits = np.asarray(lm.predict_on_batch(inputs), np.float64)
+        top = logits.max(-1, keepdims=True)
+        log_z = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+        picked = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+        total += float((log_z - picked).sum())
+        count += targets.size
+    return float(np.exp(total / max(count, 1)))
+
+
+class HubLMAdapter:
+    """A `HubModel` causal LM as a `ModelAdapter`: importance E|dL/dxi_h| of the next-token
+    loss on training windows, validation perplexity, `HubModel.save` as the output.
+
+    Args:
+      hub: The `HubModel` (GPT-2).
+      importance_windows: int32 `[N, length + 1]` windows of the importance.
+      eval_windows: int32 `[M, length + 1]` windows of the perplexity.
+      batch_size: Windows per batch.
+
+    Example:
+
+    >>> windows = lm_windows(hub, lines, 64, 256)
+    >>> prune_loop(HubLMAdapter(hub, windows, dev_windows), PruneSchedule(0.3), "pruned")
+    """
+
+    metric_name = "perplexity"
+    report_file = REPORT_FILE
+
+    def __init__(
+        self,
+        hub: HubModel,
+        importance_windows: np.ndarray,
+        eval_windows: np.ndarray,
+        batch_size: int = 8,
+    ):
+        if not hub.arch.causal_lm:
+            raise ValueError(f"HubLMAdapter takes a causal LM; got {hub.architecture}.")
+        for name, windows in (("importance", importance_windows), ("evaluation", eval_windows)):
+            if len(windows) == 0:
+                raise ValueError(
+                    f"No {name} windows: the text has fewer tokens than one window "
+                    f"({np.shape(windows)[1]} tokens)."
+                )
+        self.hub, self.lm = hub, hub.backbone
+        self.importance_windows, self.eval_windows = importance_windows, eval_windows
+        self.batch_size = batch_size
+        self.source = hub.source
+
+    def attention_kinds(self) -> list[str]:
+        return ["self"] * len(self.lm.attention_layers)
+
+    def original_heads(self) -> list[list[int]]:
+        return [
+            [h if np.isfinite(v) else -1 for h, v in enumerate(row)] for row in self.head_mask()
+        ]
+
+    def head_mask(self) -> np.ndarray:
+        return head_mask(self.lm)
+
+    def set_head_mask(self, mask: np.ndarray) -> None:
+        set_head_mask(self.lm, np.nan_to_num(np.asarray(mask, np.float32), nan=0.0))
+
+    def head_importance(self) -> np.ndarray:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        data = _batches(self.importance_windows, self.batch_size)
+        return head_importance(self.lm, data, loss)
+
+    def evaluate(self) -> dict[str, float]:
+        return {"perplexity": perplexity(self.lm, self.eval_windows, self.batch_size)}
+
+    def count_params(self) -> int:
+        return int(self.lm.count_params())
+
+    def remove_heads(self, mask: np.ndarray) -> HubLMAdapter:
+        return self._like(self.hub.with_backbone(remove_heads(self.lm, mask)))
+
+    def _like(self, hub: HubModel) -> HubLMAdapter:
+        return HubLMAdapter(hub, self.importance_windows, self.eval_windows, self.batch_size)
+
+    def save(self, output, report, overwrite: bool = False) -> pathlib.Path:
+        with atomic_directory(output, overwrite=overwrite) as written:
+            self.hub.write_into(written)
+            (written / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        return pathlib.Path(output)
+
+    def reload(self, path) -> HubLMAdapter:
+        return self._like(load_hub_preset(path))
