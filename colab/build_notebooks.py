@@ -551,10 +551,10 @@ data_dir = cache_root() / "data"  # Downloads Debian's r-cran-janeaustenr once.
 corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=128))
 lm_keras3.export_lm_arrays(data_dir / "austen")  # int32 windows for Keras 3 (TensorFlow reads them).
 settings = study.Settings()
-if SMOKE:  # One layer, a few steps, two methods at one cache fraction, one seed.
-    settings = study.Settings(layers=1, width=16, heads=4, batch_size=4, steps=8, seeds=(0,),
-                              fractions=(2,), methods=("grouped_svd", "latent"),
-                              uptrain_fraction=0.25)
+if SMOKE:  # One layer, a few steps, one method at one cache fraction, one seed and rate.
+    settings = study.Settings(layers=1, width=16, heads=4, batch_size=4, steps=4, seeds=(0,),
+                              fractions=(2,), methods=("latent",), uptrain_fraction=0.25,
+                              uptrain_learning_rates=(1e-3,))
 # On Colab keep OUTPUT on Drive: every step writes its own file and a rerun continues.
 OUTPUT = "kv_sharing"
 summary = study.run_study(OUTPUT, data_dir / "austen", settings)
@@ -586,9 +586,10 @@ for name, lm in (("multi-head", base), ("latent, 1/4 cache", latent)):
     per_token = kv_cache.kv_cache_bytes_per_token(lm.attention_spec, settings.width,
                                                   num_layers=settings.layers)
     prompt = lm_keras3.load_lm_array(data_dir / "austen", "valid")[:8, :16]
-    lm.generate(prompt, max_new_tokens=4)  # Compile once.
+    new_tokens = 4 if SMOKE else 64
+    lm.generate(prompt, max_new_tokens=new_tokens)  # Compile once.
     start = time.perf_counter()
-    out = lm.generate(prompt, max_new_tokens=16 if SMOKE else 64)
+    out = lm.generate(prompt, max_new_tokens=new_tokens)
     speed = out[:, 16:].size / (time.perf_counter() - start)
     print(f"{name:<18} cache {per_token:>6,} bytes/token   {speed:8.1f} tokens/s")
 
