@@ -448,7 +448,7 @@ def plot(summary: dict[str, Any], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(10, 5))
     colors = dict(zip(METHODS, ["C0", "C1", "C2", "C3", "C4"], strict=True))
     for method in METHODS:
         rows = sorted(
@@ -471,11 +471,23 @@ def plot(summary: dict[str, Any], path: pathlib.Path) -> None:
     ax.axhline(base, color="black", linewidth=1, label=f"multi-head, full cache ({base:.1f})")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    fractions = sorted({r["fraction"] for r in summary["rows"]})
+    ax.set_xticks(fractions)
+    ax.set_xticklabels(
+        [f"1/{round(1 / f)}" if abs(1 / f - round(1 / f)) < 1e-9 else f"{f:.2f}" for f in fractions]
+    )
+    ax.minorticks_off()
+    top = max(max(r["free"], r["uptrained"]) for r in summary["rows"])
+    ticks = [
+        t for t in (90, 95, 100, 105, 110, 120, 130, 140, 160, 200) if base * 0.9 < t < top * 1.1
+    ]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([str(t) for t in ticks])
     ax.set_xlabel("KV-cache fraction of the multi-head model's")
-    ax.set_ylabel("validation perplexity (log)")
+    ax.set_ylabel("validation perplexity (log scale)")
     ax.set_title("Austen LM: dashed = training-free, solid = uptrained on 5% (mean ± std)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path)
     plt.close(fig)
 
