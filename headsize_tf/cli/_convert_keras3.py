@@ -1,4 +1,4 @@
-"""`headsize-tf convert --framework keras3 --model FILE.keras`: the Keras 3 runner.
+"""`headsize-tf convert` on the Keras 3 front: a `.keras` CausalLM or a keras-hub GPT-2.
 
 An import-linter contract keeps this module (with the core, the data floor and
 the Keras 3 front) from importing tf_keras, Model Garden or the tf_keras front.
@@ -8,6 +8,47 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+
+
+def _check_text_flags(args: argparse.Namespace) -> bool:
+    """Checks the flags both Keras 3 sources share; returns whether text was given."""
+    text_given = args.data_file is not None or args.corpus is not None
+    if args.uptrain_steps and not text_given:
+        raise ValueError(
+            "--uptrain-steps needs text to train on: pass --data-file FILE (plain text) or "
+            "--corpus austen."
+        )
+    if args.convert_encoder:
+        raise ValueError("--convert-encoder is for translation model_dirs; a CausalLM has none.")
+    return text_given
+
+
+def _window(args: argparse.Namespace, max_sequence_length: int) -> int:
+    """Ids per text window: `--sequence-length` (default: the model's positions) plus one."""
+    length = args.sequence_length or max_sequence_length
+    if length > max_sequence_length:
+        raise ValueError(
+            f"--sequence-length {length} is above the model's max_sequence_length "
+            f"({max_sequence_length})."
+        )
+    return length + 1
+
+
+def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
+    """`convert_lm_file`'s keyword arguments from the flags (text and source aside)."""
+    cp = (
+        {"max_iter": args.max_iter, "tolerance": args.tolerance}
+        if target.kind == "collaborative"
+        else {}
+    )
+    return {
+        "uptrain_steps": args.uptrain_steps,
+        "learning_rate": args.learning_rate,
+        "batch_size": args.batch_size,
+        "decode_tokens": args.decode_tokens,
+        "overwrite": args.overwrite,
+        **cp,
+    }
 
 
 def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
@@ -23,14 +64,7 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     """
     from headsize_tf.core.io import check_output_free
 
-    text_given = args.data_file is not None or args.corpus is not None
-    if args.uptrain_steps and not text_given:
-        raise ValueError(
-            "--uptrain-steps needs text to train on: pass --data-file FILE (plain text) or "
-            "--corpus austen."
-        )
-    if args.convert_encoder:
-        raise ValueError("--convert-encoder is for translation model_dirs; a CausalLM has none.")
+    text_given = _check_text_flags(args)
     if not text_given and (args.vocab or args.sequence_length):
         raise ValueError("--vocab and --sequence-length shape the text of --data-file / --corpus.")
     check_output_free(args.output, args.overwrite)
@@ -41,34 +75,52 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     lm = load_lm_file(args.model)
     text = None
     if text_given:
-        length = args.sequence_length or lm.max_sequence_length
-        if length > lm.max_sequence_length:
-            raise ValueError(
-                f"--sequence-length {length} is above the model's max_sequence_length "
-                f"({lm.max_sequence_length})."
-            )
         text = load_lm_text(
-            length + 1,
+            _window(args, lm.max_sequence_length),
             data_file=args.data_file,
             corpus=args.corpus,
             data_dir=args.data_dir,
             vocab_file=args.vocab,
         )
-    cp = (
-        {"max_iter": args.max_iter, "tolerance": args.tolerance}
-        if target.kind == "collaborative"
-        else {}
-    )
     return convert(
-        lm,
-        target,
-        args.output,
-        text=text,
-        uptrain_steps=args.uptrain_steps,
-        learning_rate=args.learning_rate,
-        batch_size=args.batch_size,
-        decode_tokens=args.decode_tokens,
-        overwrite=args.overwrite,
-        source=str(args.model),
-        **cp,
+        lm, target, args.output, text=text, source=str(args.model), **_options(args, target)
     )
+
+
+def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
+    """Converts the keras-hub GPT-2 `args.keras_hub_preset` to `target`; returns the report.
+
+    The text (`--data-file` or `--corpus`, split as for a `.keras` LM) is
+    tokenised with the model's own keras-hub tokenizer (`hub_lm_text`);
+    `--output` is written as `HubModel.save` writes it, with `report.json` and
+    `conversion.png` (`convert_hub_lm`).
+
+    Args:
+      args: `convert`'s parsed arguments.
+      target: The `ConversionTarget`.
+    """
+    from headsize_tf.core.io import check_output_free
+
+    text_given = _check_text_flags(args)
+    if args.vocab:
+        raise ValueError(
+            "--vocab is the WordPiece vocabulary of a .keras LM; a keras-hub model tokenises "
+            "the text with its own tokenizer: drop --vocab."
+        )
+    if not text_given and args.sequence_length:
+        raise ValueError("--sequence-length shapes the text of --data-file / --corpus.")
+    check_output_free(args.output, args.overwrite)
+    from headsize_tf.keras3.hub import convert_hub_lm, hub_lm_text, load_hub_preset
+
+    hub = load_hub_preset(args.keras_hub_preset, tool="convert")
+    text = None
+    if text_given:
+        text = hub_lm_text(
+            hub,
+            _window(args, hub.backbone.max_sequence_length),
+            data_file=args.data_file,
+            corpus=args.corpus,
+            data_dir=args.data_dir,
+            train=args.uptrain_steps > 0,
+        )
+    return convert_hub_lm(hub, target, args.output, text=text, **_options(args, target))

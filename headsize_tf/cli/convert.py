@@ -13,6 +13,13 @@ Two sources, one flag set:
   (held-out perplexity, uptraining) is `--data-file` or `--corpus`,
   tokenised with `--vocab` (default: the Austen corpus's vocab.txt). This
   path never imports tf_keras.
+* `--keras-hub-preset NAME_OR_DIR`: a keras-hub GPT-2 causal LM (a local
+  preset directory, or a name such as gpt2_base_en, downloaded: it needs the
+  network); the same conversion, report and plot as a `.keras` LM, its text
+  tokenised with the model's own tokenizer (no `--vocab`); writes `--output`
+  as `HubModel.save` does (with the tokenizer: `load_hub_preset` reopens it)
+  plus `report.json` and `conversion.png`
+  (`headsize_tf.keras3.hub.convert_hub_lm`). Keras 3, no tf_keras.
 """
 
 from __future__ import annotations
@@ -70,11 +77,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="with --framework keras3: a Keras 3 CausalLM saved as .keras; writes the "
         "directory --output (model.keras, report.json, conversion.png)",
     )
+    source.add_argument(
+        "--keras-hub-preset",
+        metavar="NAME_OR_DIR",
+        default=None,
+        help="a keras-hub GPT-2 causal LM (GPT2CausalLM) on the Keras 3 front: a name (e.g. "
+        "gpt2_base_en; downloaded, needs the network) or a local preset directory; writes "
+        "--output as a preset directory (with its tokenizer) plus report.json and "
+        "conversion.png; its text is tokenised by its own tokenizer",
+    )
     p.add_argument(
         "--framework",
         choices=FRAMEWORKS,
         default=None,
-        help="tf_keras (--model_dir, the default) or keras3 (--model FILE.keras)",
+        help="tf_keras (--model_dir, the default) or keras3 (--model FILE.keras, "
+        "--keras-hub-preset)",
     )
     p.add_argument("--to", choices=TARGETS, required=True, help="the attention kind converted to")
     sizes = p.add_argument_group("size (the one of --to; one value for every layer, or one each)")
@@ -103,7 +120,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=_non_negative_int,
         default=0,
         help="training steps after the conversion (a model_dir: its own data, loss and "
-        "optimizer; a .keras LM: the --data-file or --corpus text); resumable for model_dirs",
+        "optimizer; a .keras LM or keras-hub GPT-2: the --data-file or --corpus text); "
+        "resumable for model_dirs",
     )
     p.add_argument(
         "--convert-encoder",
@@ -122,7 +140,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--tolerance", type=float, default=None, help="collaborative: warn above this CP error"
     )
-    text = p.add_argument_group("text of a .keras LM (--framework keras3)")
+    text = p.add_argument_group("text of a .keras LM or a keras-hub GPT-2 (Keras 3)")
     texts = text.add_mutually_exclusive_group()
     texts.add_argument("--data-file", help="plain UTF-8 text (about 20%% of lines held out)")
     texts.add_argument(
@@ -132,7 +150,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     text.add_argument(
         "--vocab",
         default=None,
-        help="the WordPiece vocab.txt the LM was trained with (default: the Austen corpus's)",
+        help="a .keras LM: the WordPiece vocab.txt it was trained with (default: the Austen "
+        "corpus's); a keras-hub model uses its own tokenizer",
     )
     text.add_argument(
         "--sequence-length",
@@ -175,16 +194,23 @@ def flag_message(message: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.core.spec import SpecError
 
-    framework = args.framework or ("keras3" if args.model else "tf_keras")
+    hub = args.keras_hub_preset is not None
+    framework = args.framework or ("keras3" if args.model or hub else "tf_keras")
     if args.model and framework != "keras3":
         raise ValueError(f"--model {args.model} is a .keras file: add --framework keras3.")
+    if hub and framework != "keras3":
+        raise ValueError(
+            "--keras-hub-preset is a Keras 3 model: drop --framework tf_keras (or say keras3)."
+        )
     if args.model_dir and framework != "tf_keras":
         raise ValueError(
             "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3."
         )
     try:
         target = target_of(args)
-        if framework == "keras3":
+        if hub:
+            report = _convert_keras3.convert_hub_preset(args, target)
+        elif framework == "keras3":
             report = _convert_keras3.convert_lm_file(args, target)
         else:
             report = _convert_tf_keras.convert_model_dir(args, target)

@@ -43,7 +43,8 @@ class LMText:
     Attributes:
       train: int32 `[windows, window]` ids.
       held_out: int32 `[windows, window]` ids.
-      vocab_file: The vocabulary used.
+      vocab_file: The WordPiece vocabulary used, or, for text a model's own
+        tokenizer tokenised (a keras-hub GPT-2's), a description of it.
       source: Where the text came from (for reports).
     """
 
@@ -88,6 +89,61 @@ def _read_text(path: str | os.PathLike) -> list[str]:
         raise ValueError(f"data_file={str(path)!r} is not UTF-8 text ({err}).") from None
 
 
+def lm_text_lines(
+    *,
+    data_file: str | os.PathLike | None = None,
+    corpus: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+) -> tuple[dict[str, list[str]], str]:
+    """The training and held-out lines of a corpus or a text file, untokenised.
+
+    A corpus's `train.txt` trains and its `valid.txt` is held out; a file's
+    lines are split by `data.splits.split_of` (dev and test lines, about
+    20%, held out). `load_lm_text` tokenises them with a WordPiece vocabulary;
+    a model with its own tokenizer (a keras-hub GPT-2) tokenises them itself.
+
+    Args:
+      data_file: A plain UTF-8 text file (one of `data_file`, `corpus`).
+      corpus: A registered corpus (`LM_CORPORA`), prepared under `data_dir`.
+      data_dir: The corpus cache (default: `data.cache.default_data_dir()`).
+
+    Returns:
+      `({"train": lines, "held_out": lines}, a description of the source)`.
+    """
+    from headsize_tf.data.corpora import corpus_path
+
+    if (data_file is None) == (corpus is None):
+        raise ValueError("Give one text source: data_file= (plain text) or corpus=.")
+    if corpus is not None and corpus not in LM_CORPORA:
+        raise ValueError(f"corpus={corpus!r} has no LM text; expected one of {list(LM_CORPORA)}.")
+    if corpus is not None:
+        parts = {
+            split: _read_text(corpus_path(corpus, f"{name}.txt", data_dir))
+            for split, name in (("train", "train"), ("held_out", "valid"))
+        }
+        return parts, f"corpus {corpus} (train.txt; held out: valid.txt)"
+    parts = {"train": [], "held_out": []}
+    for line in _read_text(data_file):
+        parts["train" if split_of(line) == "train" else "held_out"].append(line)
+    return parts, f"{data_file} (held out: the dev and test lines by SHA-1)"
+
+
+def check_windows(windows: dict[str, np.ndarray], window: int, where: str) -> None:
+    """Raises a ValueError naming the part of `windows` that holds no full window.
+
+    Args:
+      windows: Part name ("train", "held_out") -> `[N, window]` ids.
+      window: Ids per window.
+      where: The text's source, for the message.
+    """
+    for name, array in windows.items():
+        if not len(array):
+            raise ValueError(
+                f"{where}: the {name.replace('_', '-')} text has fewer than {window} tokens, not "
+                "one window; give more text (or a shorter sequence_length=)."
+            )
+
+
 def load_lm_text(
     window: int,
     *,
@@ -122,27 +178,18 @@ def load_lm_text(
     elif not os.path.isfile(vocab_file):
         raise ValueError(f"vocab_file={str(vocab_file)!r} does not exist.")
     vocab_file = str(vocab_file)
-    if corpus is not None:
-        parts = {
-            split: _read_text(corpus_path(corpus, f"{name}.txt", data_dir))
-            for split, name in (("train", "train"), ("held_out", "valid"))
-        }
-        source = f"corpus {corpus} (train.txt; held out: valid.txt)"
-    else:
-        lines = _read_text(data_file)
-        parts = {"train": [], "held_out": []}
-        for line in lines:
-            parts["train" if split_of(line) == "train" else "held_out"].append(line)
-        source = f"{data_file} (held out: the dev and test lines by SHA-1)"
+    parts, source = lm_text_lines(data_file=data_file, corpus=corpus, data_dir=data_dir)
     windows = {name: text_windows(part, vocab_file, window) for name, part in parts.items()}
-    for name, array in windows.items():
-        if not len(array):
-            where = data_file if data_file is not None else f"corpus {corpus}"
-            raise ValueError(
-                f"{where}: the {name.replace('_', '-')} text has fewer than {window} tokens, not "
-                "one window; give more text (or a shorter sequence_length=)."
-            )
+    check_windows(windows, window, data_file if data_file is not None else f"corpus {corpus}")
     return LMText(windows["train"], windows["held_out"], vocab_file, source)
 
 
-__all__ = ["LMText", "LM_CORPORA", "default_vocab", "load_lm_text", "text_windows"]
+__all__ = [
+    "LMText",
+    "LM_CORPORA",
+    "check_windows",
+    "default_vocab",
+    "lm_text_lines",
+    "load_lm_text",
+    "text_windows",
+]

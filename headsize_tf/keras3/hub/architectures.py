@@ -201,7 +201,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             "GPT2CausalLM",
             "GPT2CausalLMPreprocessor",
             True,
-            # "convert": convert_hub_model (grouped / latent K/V), the coming `convert` command.
+            # "convert": `headsize-tf convert --keras-hub-preset` (convert_hub_lm).
             ("compress", "prune", "convert"),
             _gpt2_config,
             _gpt2_layers,

@@ -1,13 +1,21 @@
-"""`convert_hub_model`: a keras-hub model's attention as grouped, latent or collaborative heads."""
+"""`convert_hub_model`: a keras-hub model's attention as grouped, latent or collaborative heads.
+
+`convert_hub_lm` is `headsize-tf convert --keras-hub-preset`: a GPT-2's
+conversion measured, optionally uptrained and written with its tokenizer.
+"""
 
 from __future__ import annotations
 
+import os
+import pathlib
 from typing import Any
 
 from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.keras3.hub.hub_model import HubModel
 from headsize_tf.keras3.hub.importer import import_hub_model
+from headsize_tf.keras3.modeling.causal_lm import CausalLM
 from headsize_tf.keras3.reparam.convert import convert_model
+from headsize_tf.keras3.reparam.lm_file import convert_lm_file
 
 
 def as_hub_model(model: Any) -> HubModel:
@@ -53,3 +61,54 @@ def convert_hub_model(
     backbone, reports = convert_model(hub.backbone, target, **kwargs)
     described = f"{hub.source} converted to {target.kind} {target.size_name} {target.size}"
     return hub.with_backbone(backbone, described), reports
+
+
+def convert_hub_lm(
+    model: Any,
+    target: ConversionTarget,
+    output: str | os.PathLike,
+    *,
+    text: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """A keras-hub causal LM (GPT-2) converted, measured, optionally uptrained and saved.
+
+    `keras3.reparam.convert_lm_file` on the model's `CausalLM` (the same
+    conversion as `convert_hub_model`, the same report and plot), written as
+    `HubModel.save` writes it, with the tokenizer: `load_hub_preset(output)`
+    reopens it and `generate`s text. `output` also holds `report.json` and
+    `conversion.png`.
+
+    Args:
+      model: A keras-hub `GPT2CausalLM` or a causal-LM `HubModel`.
+      target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
+      output: The directory written, atomically.
+      text: `LMText` tokenised by the model's own tokenizer
+        (`keras3.hub.lm_adapter.hub_lm_text`): held-out perplexity and the
+        uptraining data; None: neither.
+      **kwargs: `convert_lm_file`'s options (`uptrain_steps`, `learning_rate`,
+        `batch_size`, `decode_tokens`, `overwrite`, CP options, ...).
+
+    Returns:
+      The report (also `output/report.json`).
+
+    Example:
+
+    >>> text = hub_lm_text(hub, 129, corpus="austen")
+    >>> report = convert_hub_lm(hub, ConversionTarget("latent", 256), "gpt2_mla", text=text,
+    ...                         uptrain_steps=200)
+    >>> load_hub_preset("gpt2_mla").generate("It is a truth", max_new_tokens=16)
+    """
+    hub = as_hub_model(model)
+    if not hub.arch.causal_lm:
+        raise ValueError(
+            f"convert_hub_lm takes a causal LM (GPT-2); {hub.architecture} is an encoder "
+            "(convert_hub_model converts its heads to collaborative ones)."
+        )
+
+    def save(converted: CausalLM, directory: pathlib.Path) -> None:
+        described = f"{hub.source} converted to {target.kind} {target.size_name} {target.size}"
+        hub.with_backbone(converted, described).write_into(directory)
+
+    kwargs.setdefault("source", hub.source)
+    return convert_lm_file(hub.backbone, target, output, text=text, save_model=save, **kwargs)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import sys
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
 from headsize_tf.core.io import atomic_directory
+from headsize_tf.data.lm_text import LMText, check_windows, lm_text_lines
 from headsize_tf.keras3.hub.hub_model import HubModel, to_numpy
 from headsize_tf.keras3.hub.presets import load_hub_preset
 from headsize_tf.keras3.pruning.importance import head_importance
@@ -50,6 +53,59 @@ def lm_windows(hub: HubModel, texts: Sequence[str], length: int, limit: int) -> 
     ids = np.array([int(i) for row in rows for i in row], np.int32)
     count = min(len(ids) // (length + 1), limit)
     return ids[: count * (length + 1)].reshape(count, length + 1)
+
+
+def hub_lm_text(
+    hub: HubModel,
+    window: int,
+    *,
+    data_file: str | os.PathLike | None = None,
+    corpus: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    train: bool = True,
+) -> LMText:
+    """`LMText` windows of `window` ids, tokenised by the model's own keras-hub tokenizer.
+
+    The lines and their split are `data.lm_text.lm_text_lines`'s (a corpus's
+    train.txt / valid.txt; a file's lines by `data.splits.split_of`, about
+    20% held out), as for a `.keras` LM, which `load_lm_text` tokenises with a
+    WordPiece vocabulary instead; here `lm_windows` cuts each part into
+    windows.
+
+    Args:
+      hub: A causal-LM `HubModel` with its preprocessor (GPT-2).
+      window: Ids per window (an LM of n positions: at most n + 1).
+      data_file: A plain UTF-8 text file (one of `data_file`, `corpus`).
+      corpus: A registered corpus (`data.lm_text.LM_CORPORA`).
+      data_dir: The corpus cache (default: `data.cache.default_data_dir()`).
+      train: Tokenise the training part too (False: it is left empty, for a
+        measurement without uptraining).
+
+    Returns:
+      `LMText` whose `vocab_file` describes the tokenizer; raises a
+      ValueError when a part has no full window.
+
+    Example:
+
+    >>> text = hub_lm_text(hub, 65, data_file="notes.txt")
+    >>> report = convert_hub_lm(hub, ConversionTarget("grouped", 2), "out", text=text)
+    """
+    if hub.tokenizer is None:
+        raise ValueError(
+            f"{hub.source}: the model has no keras-hub tokenizer (its preset has none) to "
+            "tokenise the text with."
+        )
+    parts, source = lm_text_lines(data_file=data_file, corpus=corpus, data_dir=data_dir)
+    if not train:
+        parts["train"] = []
+    windows = {
+        name: lm_windows(hub, [line for line in lines if line.strip()], window - 1, sys.maxsize)
+        for name, lines in parts.items()
+    }
+    where = str(data_file) if data_file is not None else f"corpus {corpus}"
+    check_windows(windows if train else {"held_out": windows["held_out"]}, window, where)
+    tokenizer = f"the {type(hub.tokenizer).__name__} of {hub.source}"
+    return LMText(windows["train"], windows["held_out"], tokenizer, source)
 
 
 def _batches(windows: np.ndarray, batch_size: int):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import pathlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import keras
@@ -123,7 +123,8 @@ def _uncompiled(lm: CausalLM) -> CausalLM:
     """A copy of `lm` without its optimizer (the saved file then needs no training classes)."""
     if not lm.compiled:
         return lm
-    fresh = CausalLM.from_config(lm.get_config())
+    # The same tokenizer object (a keras-hub one keeps its vocabulary, which its config lacks).
+    fresh = CausalLM.from_config({**lm.get_config(), "tokenizer": lm.tokenizer})
     fresh(np.zeros([1, 1], "int32"))
     fresh.set_weights(lm.get_weights())
     return fresh
@@ -160,6 +161,7 @@ def convert_lm_file(
     decode_repeats: int = 3,
     overwrite: bool = False,
     source: str | None = None,
+    save_model: Callable[[CausalLM, pathlib.Path], Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Converts a `.keras` CausalLM's attention; see the module doc.
@@ -181,6 +183,9 @@ def convert_lm_file(
       decode_repeats: Timed runs per model (interleaved; the best counts).
       overwrite: Replace an existing `output`.
       source: The report's name of the source (default: the file, or the model's name).
+      save_model: Writes the converted (uncompiled) model into the directory
+        being written (default: as `model.keras`); e.g. a keras-hub model's
+        own format with its tokenizer (`keras3.hub.convert_hub_lm`).
       **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
 
     Returns:
@@ -259,7 +264,10 @@ def convert_lm_file(
         "timing": "generate (compiled step), interleaved, best of the repeats after a warm-up",
     }
     with atomic_directory(output, overwrite=overwrite) as tmp:
-        _uncompiled(converted).save(tmp / MODEL_FILE)
+        if save_model is None:
+            _uncompiled(converted).save(tmp / MODEL_FILE)
+        else:
+            save_model(_uncompiled(converted), tmp)
         write_json(tmp / REPORT_FILE, report)
         plot_conversion(report, tmp / PLOT_FILE)
     return report
