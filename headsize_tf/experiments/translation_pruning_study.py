@@ -228,12 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: str) -> None:
+def train_translation_model(model_dir: str, steps: int, data_dir: str) -> dict[str, float]:
+    """Trains the study's English-German model (`CONFIG`, `steps` steps) into `model_dir`."""
     from headsize_tf.data import corpora
-    from headsize_tf.pruning.translation import prune_translation_model
     from headsize_tf.training import train
 
-    steps = args.steps
     override = {
         "trainer": {
             "train_steps": steps,
@@ -242,26 +241,27 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
             "optimizer_config": {"learning_rate": {"polynomial": {"decay_steps": steps}}},
         }
     }
+    pathlib.Path(model_dir).parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{model_dir}.log", "a") as log, contextlib.redirect_stdout(log):
+        result = train.run(
+            "headsize_seq2seq/translation", model_dir, [str(CONFIG)], override, data_dir=data_dir
+        )
+    stats = corpora.load_manifest("gettext_de", data_dir)["stats"]
+    return {
+        "steps": steps,
+        "dev_perplexity": result.metrics["perplexity"],
+        "train_pairs": stats["splits"]["train"]["pairs"],
+    }
+
+
+def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: str) -> None:
+    from headsize_tf.pruning.translation import prune_translation_model
 
     def train_model():
-        work.mkdir(parents=True, exist_ok=True)
-        with open(f"{model_dir}.log", "a") as log, contextlib.redirect_stdout(log):
-            result = train.run(
-                "headsize_seq2seq/translation",
-                model_dir,
-                [str(CONFIG)],
-                override,
-                data_dir=data_dir,
-            )
-        stats = corpora.load_manifest("gettext_de", data_dir)["stats"]
-        return {
-            "steps": steps,
-            "dev_perplexity": result.metrics["perplexity"],
-            "train_pairs": stats["splits"]["train"]["pairs"],
-        }
+        return train_translation_model(model_dir, args.steps, data_dir)
 
     study = Steps(out)
-    study.run("train", f"training the translation model, {steps} steps", train_model)
+    study.run("train", f"training the translation model, {args.steps} steps", train_model)
     for seed in args.importance_seeds:
         for kind in KINDS:
             study.run(
