@@ -14,7 +14,8 @@ exactly stock MHA's for the same shapes. It is the Keras 3 mirror of
   `O(num_heads * head_size * width)` per call, independent of batch and length;
 * validation of arguments and of `attention_mask` shapes with messages that
   name the bad value and what was expected (the tf_keras front's messages);
-* a decoding cache (`init_cache`, `call_cached`).
+* a decoding cache (`init_cache`, `call_cached`), inherited from
+  `headsize_tf.keras3.layers.decoding_cache.DecodingCacheMixin`.
 
 The gates are layer state but not a Keras weight: they are in `variables` and
 `non_trainable_variables` (so compiled `fit` / `predict` functions on every
@@ -48,6 +49,7 @@ from headsize_tf.core.validation import (
     check_attention_mask_shape,
     check_head_mask_shape,
 )
+from headsize_tf.keras3.layers.decoding_cache import DecodingCacheMixin
 
 Shape = tuple[int | None, ...]
 
@@ -89,7 +91,7 @@ def _front_mismatch(layer: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> 
                 )
 
 
-class HeadAttentionBase(keras.layers.MultiHeadAttention):
+class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
     """Base of the Keras 3 `StandardAttention`, `FixedHeadAttention`, `CollaborativeAttention`.
 
     Args:
@@ -511,88 +513,6 @@ class HeadAttentionBase(keras.layers.MultiHeadAttention):
             + [key.shape[a] for a in axes]
         )
         return output, keras.KerasTensor(tuple(scores_shape), dtype=self.compute_dtype)
-
-    # --------------------------------------------------------------- decoding
-    def cache_shapes(self, batch_size: int, length: int) -> dict[str, list[int]]:
-        """Shapes of the decoding cache of self-attention over `length` steps."""
-        return {name: [batch_size, length] + dims for name, dims in self._cache_dims().items()}
-
-    def _cache_dims(self) -> dict[str, list[int]]:
-        return {
-            "key": [self._num_heads, self._key_dim],
-            "value": [self._num_heads, self._value_dim],
-        }
-
-    def init_cache(self, batch_size: int, length: int = 0, dtype: Any = None) -> dict[str, Any]:
-        """An empty (length 0) or zero-filled fixed-length decoding cache."""
-        if not self.built:
-            raise ValueError(f"Layer {self.name!r} is not built yet: call it before init_cache.")
-        dtype = dtype or self.compute_dtype
-        return {
-            name: ops.zeros(shape, dtype)
-            for name, shape in self.cache_shapes(batch_size, length).items()
-        }
-
-    def call_cached(
-        self,
-        query: Any,
-        cache: dict[str, Any] | None = None,
-        attention_mask: Any = None,
-        decode_loop_step: Any = None,
-        training: Any = None,
-    ) -> tuple[Any, dict[str, Any]]:
-        """Incremental causal self-attention for decoding.
-
-        Projects only the new positions `query` [B, T_new, width], appends them
-        to `cache` (or, with `decode_loop_step`, writes them at that index of a
-        fixed-length cache, for static shapes under `jit`) and attends over the
-        cache. The cache holds the layer's own projections, so it has the right
-        size for any head size.
-
-        Args:
-          query: New positions [B, T_new, width] (self-attention input).
-          cache: Dict from `init_cache` or a previous call; None starts one.
-          attention_mask: [B, T_new, S] mask over the (updated) cache.
-          decode_loop_step: Index to write a single new position at, or None.
-          training: Dropout mode.
-
-        Returns:
-          (output [B, T_new, width], updated cache).
-        """
-        query = ops.convert_to_tensor(query)
-        if not self.built:
-            shape = tuple(query.shape)
-            if self._build_shapes_dict is None:
-                self._build_shapes_dict = {"query_shape": shape, "value_shape": shape}
-            self.build(shape, shape)
-        new = self._project_key_value(query, query)
-        if cache is None:
-            cache = new
-        elif decode_loop_step is None:
-            cache = {name: ops.concatenate([cache[name], new[name]], axis=1) for name in new}
-        else:
-            updated = {}
-            for name, tensor in cache.items():
-                length = tensor.shape[1]
-                where = ops.one_hot(decode_loop_step, length, dtype=tensor.dtype)
-                where = ops.reshape(where, (1, length) + (1,) * (len(tensor.shape) - 2))
-                updated[name] = tensor * (1 - where) + ops.cast(new[name], tensor.dtype) * where
-            cache = updated
-        if attention_mask is not None:
-            # Every cache entry has time on axis 1.
-            self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
-            attention_mask = ops.convert_to_tensor(attention_mask)
-        context = self._attend_cached(query, cache, attention_mask, training)
-        if self._use_gate:
-            context = ops.multiply(context, self._gate_dense(query))
-        return self._project_output(context), cache
-
-    def _attend_cached(
-        self, query: Any, cache: dict[str, Any], attention_mask: Any, training: Any
-    ) -> Any:
-        """Context [B, T_new, N, H] of the new positions over the cache (a decoding hook)."""
-        context, _ = self._attend_projected(query, cache, attention_mask, training)
-        return context
 
     # --------------------------------------------------------------- config
     def get_config(self) -> dict[str, Any]:
