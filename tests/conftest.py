@@ -74,3 +74,14 @@ def minilm(minilm_dir):
     from headsize_tf.pretrained import load_sentence_encoder
 
     return load_sentence_encoder(checkpoint=minilm_dir)
+
+
+def pytest_collection_finish(session):
+    # Everything imported so far (TensorFlow, JAX, Keras, the test modules) lives
+    # for the whole run: move it out of the garbage collector's generations, so that
+    # a full collection (Keras runs one per variable it deletes, e.g. in `quantize`)
+    # scans only what the tests create.
+    import gc
+
+    gc.collect()
+    gc.freeze()
