@@ -43,6 +43,31 @@ def _run_wide(tmp_path_factory, name: str):
         yield root / name
 
 
+@pytest.fixture(autouse=True)
+def _log_levels_restored():
+    """Each test starts from the run's TensorFlow and absl log levels.
+
+    Library commands run in-process (e.g. the reproduction runners'
+    `quiet_tensorflow`) lower them for the rest of the process; a later test that
+    expects a warning (tests/modeling/bert_encoder_test.py) would then depend on
+    the order the workers run the files in.
+    """
+    import logging
+
+    try:
+        from absl import logging as absl_logging
+    except ImportError:
+        absl_logging = None
+    loggers = [logging.getLogger(name) for name in ("tensorflow", "absl")]
+    levels = [logger.level for logger in loggers]
+    verbosity = absl_logging.get_verbosity() if absl_logging else None
+    yield
+    if absl_logging and absl_logging.get_verbosity() != verbosity:
+        absl_logging.set_verbosity(verbosity)
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
+
+
 def _corpus(tmp_path_factory, name: str, folder: str) -> pathlib.Path:
     from headsize_tf.data import corpora
 
