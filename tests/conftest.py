@@ -10,6 +10,10 @@ def pytest_collection_modifyitems(config, items):
     # tf.test.TestCase defines a `test_session` helper that pytest would
     # collect and report as skipped ("Not a test"): drop it.
     items[:] = [item for item in items if item.name != "test_session"]
+    # On an xdist worker (every worker sorts alike, so their collections stay equal):
+    # the units of _START_FIRST first. A stable sort keeps each file's order.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: _start_rank(item.nodeid))
 
 
 import contextlib  # noqa: E402
@@ -37,6 +41,31 @@ def _run_wide(tmp_path_factory, name: str):
         if fcntl:
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield root / name
+
+
+@pytest.fixture(autouse=True)
+def _log_levels_restored():
+    """Each test starts from the run's TensorFlow and absl log levels.
+
+    Library commands run in-process (e.g. the reproduction runners'
+    `quiet_tensorflow`) lower them for the rest of the process; a later test that
+    expects a warning (tests/modeling/bert_encoder_test.py) would then depend on
+    the order the workers run the files in.
+    """
+    import logging
+
+    try:
+        from absl import logging as absl_logging
+    except ImportError:
+        absl_logging = None
+    loggers = [logging.getLogger(name) for name in ("tensorflow", "absl")]
+    levels = [logger.level for logger in loggers]
+    verbosity = absl_logging.get_verbosity() if absl_logging else None
+    yield
+    if absl_logging and absl_logging.get_verbosity() != verbosity:
+        absl_logging.set_verbosity(verbosity)
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 def _corpus(tmp_path_factory, name: str, folder: str) -> pathlib.Path:
@@ -74,3 +103,73 @@ def minilm(minilm_dir):
     from headsize_tf.pretrained import load_sentence_encoder
 
     return load_sentence_encoder(checkpoint=minilm_dir)
+
+
+def pytest_collection_finish(session):
+    # Everything imported so far (TensorFlow, JAX, Keras, the test modules) lives
+    # for the whole run: move it out of the garbage collector's generations, so that
+    # a full collection (Keras runs one per variable it deletes, e.g. in `quantize`)
+    # scans only what the tests create.
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+# Scheduling over pytest-xdist workers (the README's `-n 2 --dist loadfile`). A test file
+# is one work unit (its module fixtures run once), except in the files below: their
+# tests are long and independent (a notebook, a JAX subprocess each), so each test is a
+# unit of its own and both workers share them.
+_EACH_TEST_A_UNIT = ("tests/colab_test.py", "tests/keras3/jax_backend_test.py")
+# Units that start first, longest first (nodeid prefixes; minutes on 2 cores, roughly):
+# a long unit started last leaves the other worker idle at the end. The rest follow in
+# collection order.
+_START_FIRST = (
+    "tests/keras3/jax_backend_test.py",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[09",
+    "tests/experiments/demo_test.py",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[07",
+    "tests/experiments/reproduce_v2_test.py",
+    "tests/experiments/sentiment_test.py",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[08",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[03",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[10",
+    "tests/experiments/train_test.py",
+    "tests/keras3/distribution_test.py",
+    "tests/pruning/classifier_dir_test.py",
+    "tests/keras3/serving_test.py",
+    "tests/experiments/translation_tsv_test.py",
+    "tests/serving/translation_test.py",
+    "tests/tuning/tune_test.py",
+    "tests/experiments/resume_test.py",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[02",
+    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[04",
+    "tests/colab_test.py",
+)
+
+
+def _start_rank(nodeid: str) -> int:
+    return next(
+        (i for i, prefix in enumerate(_START_FIRST) if nodeid.startswith(prefix)),
+        len(_START_FIRST),
+    )
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in _EACH_TEST_A_UNIT else path
+
+        def schedule(self) -> None:
+            # xdist would queue the files with the most tests first (`--loadscope-reorder`,
+            # its default), which left the long one-test files for the end.
+            self.config.option.loadscopereorder = False
+            super().schedule()
+
+    return Scheduling(config, log)

@@ -14,25 +14,33 @@ import pytest
 
 GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # What must hold on every backend: the layers against the numpy oracles, the
-# models, saving, fit / jit / bfloat16, the Hugging Face import and the tools.
-# The MiniLM comparison, the tuner search and the CLI run on the TensorFlow
-# backend only (they add minutes on JAX's per-shape compilation and test no
-# backend-specific code beyond what the files below cover).
-JAX_FILES = [
-    f"tests/keras3/{name}_test.py"
-    for name in (
+# models, saving, fit / jit / bfloat16, quantization and LoRA, the Hugging Face
+# import, the tools, cached decoding (a `jax.jit` loop on JAX) and the shared-K/V
+# layers and conversions. The MiniLM comparison, the tuner search and the CLI run on
+# the TensorFlow backend only (they add minutes on JAX's per-shape compilation and
+# test no backend-specific code beyond what the files below cover); so do the two
+# longest shared-K/V tests, whose JAX paths the other tests of their files take.
+# Two groups of about equal time, one subprocess each: the two pytest-xdist workers
+# run them side by side (tests/conftest.py makes each test its own work unit).
+JAX_GROUPS = {
+    "models": ["causal_lm", "modeling", "quantize_lora"],
+    "layers_and_tools": [
         "layers",
         "validation",
         "training",
         "cross_framework",
-        "modeling",
-        "causal_lm",
         "hf_import",
         "tools",
-        "quantize_lora",
         "per_head_mask",
         "property_oracle",
-    )
+        "shared_kv",
+        "kv_convert",
+    ],
+}
+JAX_DESELECT = [
+    "tests/keras3/shared_kv_test.py::test_cache_holds_exactly_the_formulas_bytes",
+    "tests/keras3/kv_convert_test.py::"
+    "test_per_layer_sizes_give_a_per_layer_spec_and_cached_greedy_equals_uncached",
 ]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -40,11 +48,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(keras.backend.backend() == "jax", reason="this is the JAX run")
 @pytest.mark.skipif(os.environ.get(GUARD) == "1", reason="inside the backend subprocess")
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
-def test_keras3_tests_pass_on_jax():
+@pytest.mark.parametrize("group", list(JAX_GROUPS))
+def test_keras3_tests_pass_on_jax(group):
+    files = [f"tests/keras3/{name}_test.py" for name in JAX_GROUPS[group]]
+    deselect = [f"--deselect={nodeid}" for nodeid in JAX_DESELECT if nodeid.split("::")[0] in files]
     env = dict(os.environ, KERAS_BACKEND="jax", **{GUARD: "1"})
     env.pop("PYTEST_XDIST_WORKER", None)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", *JAX_FILES, "-q", "-p", "no:xdist"]
+        [sys.executable, "-m", "pytest", *files, *deselect, "-q", "-p", "no:xdist"]
         # The suite's addopts run it with xdist: the subprocess runs serially.
         + ["-p", "no:cacheprovider", "-o", "addopts=", "-m", "not slow"],
         cwd=ROOT,

@@ -7,7 +7,7 @@ CLI, their sources deleted, and every export is loaded with `tensorflow` and
 `tensorflow_text` alone in one fresh process; its outputs are compared with
 the Keras models' own (embeddings, logits and log-likelihoods numerically,
 greedy continuations token for token against `CausalLM.generate`). This file
-is not in `jax_backend_test.JAX_FILES`: its JAX case is the subprocess here
+is not in `jax_backend_test.JAX_GROUPS`: its JAX case is the subprocess here
 (the in-process exports would only repeat it through slower subprocesses).
 """
 
