@@ -70,11 +70,16 @@ def _layer_index(name: str) -> tuple[int, str]:
     return (int(digits[-1]) if digits else -1, name)
 
 
-def recorded_logits(model: Any, token_ids: np.ndarray, batch_size: int = 4) -> list[np.ndarray]:
+def recorded_logits(
+    model: Any, token_ids: np.ndarray, batch_size: int = 4, layers: Sequence[Any] | None = None
+) -> list[np.ndarray]:
     """Every head's scaled logits on each window, rows centred, per attention layer: a list
     (one per layer) of [windows, heads, n, n] float64 arrays. Softmax ignores a constant
-    added to a row (e.g. the query . key-bias term), so centring changes no attention."""
-    layers = attention_layers(model)
+    added to a row (e.g. the query . key-bias term), so centring changes no attention.
+
+    `layers` defaults to the model's tf_keras headsize attention layers; a Keras 3
+    model passes its own (`CausalLM.attention_layers`: the hook is the same method)."""
+    layers = attention_layers(model) if layers is None else list(layers)
     if not layers:
         raise ValueError(f"{type(model).__name__} has no headsize attention layer.")
     recorded: dict[int, list[np.ndarray]] = {i: [] for i in range(len(layers))}
@@ -87,12 +92,21 @@ def recorded_logits(model: Any, token_ids: np.ndarray, batch_size: int = 4) -> l
             return logits
 
         layer._logits_from_projected = record
+    # Keras 3's layers may take `ops.dot_product_attention`, which never forms the logits:
+    # the einsum path (the same attention) while recording.
+    fused = {
+        i: layer._force_einsum for i, layer in enumerate(layers) if hasattr(layer, "_force_einsum")
+    }
+    for i in fused:
+        layers[i]._force_einsum = True
     try:
         for start in range(0, len(token_ids), batch_size):
             model(token_ids[start : start + batch_size], training=False)
     finally:
         for layer in layers:
             del layer._logits_from_projected  # The class method again.
+        for i, value in fused.items():
+            layers[i]._force_einsum = value
     return [np.concatenate(recorded[i]) for i in range(len(layers))]
 
 

@@ -1,0 +1,136 @@
+"""The bottleneck study: its models, the recorded attention on Keras 3, resuming, and the
+verdict rule (on constructed curves)."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from headsize_tf.data import rank_tasks
+from headsize_tf.experiments import bottleneck_report
+from headsize_tf.experiments import bottleneck_study as study
+
+SMOKE = study.PRESETS["smoke"]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [*study.PRESETS["cpu"].settings, study.Setting("recall", 256), study.Setting("sorting", 512)],
+    ids=lambda s: s.name,
+)
+def test_models_match_parameters_and_bounds(setting):
+    preset = study.PRESETS["cpu"]
+    n = setting.sequence_length
+    models = study.models(preset, setting)
+    kinds = [m.kind for m in models]
+    assert kinds == [
+        "standard",
+        "fixed_head",
+        "standard",
+        "fixed_head",
+        "standard",
+        "collaborative",
+    ]
+    assert [m.rank_bound for m in models if m.kind == "fixed_head"] == [16, min(n, 64)]
+    for fixed, wide in ((models[1], models[2]), (models[3], models[4])):
+        target = fixed.params(preset, setting)
+        got = wide.params(preset, setting)
+        # The closest width of the grid (multiples of h): its neighbours are no closer.
+        for w in (wide.width - preset.heads, wide.width + preset.heads):
+            other = study.Model("standard", w, preset.heads).params(preset, setting)
+            assert abs(got - target) <= abs(other - target)
+    # Collaborative heads reach rank d with about the standard model's parameters.
+    std, collab = models[0], models[-1]
+    assert collab.rank_bound == preset.width > std.rank_bound
+    assert abs(collab.params(preset, setting) / std.params(preset, setting) - 1) < 0.05
+
+
+@pytest.mark.parametrize(
+    "kind, size", [("standard", None), ("fixed_head", 8), ("collaborative", 8)]
+)
+def test_recorded_scores_are_the_layers_attention(kind, size):
+    # The study reads each head's logits through attention_rank's hook, on the einsum
+    # path even where the layer would fuse them (dot_product_attention): their causal
+    # softmax must be the attention the layer itself returns.
+    import keras
+
+    from headsize_tf.experiments import attention_rank
+    from headsize_tf.keras3.layers.factory import make_attention
+
+    keras.utils.set_random_seed(0)
+    layer = make_attention(study.Model(kind, 16, 2, size).attention())
+    x = np.random.default_rng(0).normal(size=(3, 12, 16)).astype("float32")
+    _, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+    logits = attention_rank.recorded_logits(
+        lambda batch, training: layer(batch, batch, use_causal_mask=True), x, 3, [layer]
+    )
+    assert len(logits) == 1 and logits[0].shape == (3, 2, 12, 12)
+    np.testing.assert_allclose(
+        attention_rank.causal_softmax(logits[0]), np.asarray(scores), atol=1e-5
+    )
+    assert layer._force_einsum is False  # The fused path is back.
+
+
+def _run(setting, model, lr, seed, curve):
+    return {
+        "setting": setting.name,
+        "needed_rank": setting.needed_rank,
+        "model": model.key,
+        "params": 1000,
+        "learning_rate": lr,
+        "seed": seed,
+        "curve": [
+            {"step": 10 * (i + 1), "accuracy": a, "train_loss": 1.0} for i, a in enumerate(curve)
+        ],
+        "accuracy": curve[-1],
+        "attention_rank": 3.0,
+        "source_mass_by_layer": [0.5],
+        "device": "CPU",
+    }
+
+
+def test_verdict_needs_every_seed_and_the_second_half_of_training():
+    preset = dataclasses.replace(SMOKE, learning_rates=(1e-3,), seeds=(0, 1, 2), curve_points=4)
+    setting = study.Setting("gather", 64)
+    std, fixed, wide, collab = [study.models(preset, setting)[i] for i in (0, 1, 2, -1)]
+    curves = {
+        std.key: [[0.1, 0.2, 0.3, 0.3]] * 3,
+        # Ahead from the middle on, in every seed: a settled win.
+        fixed.key: [[0.1, 0.3, 0.5, 0.6], [0.1, 0.3, 0.4, 0.5], [0.1, 0.25, 0.6, 0.7]],
+        # The fixed model is ahead of this one on average, but behind in seed 1: unsettled.
+        wide.key: [[0.1, 0.3, 0.45, 0.55], [0.1, 0.3, 0.45, 0.55], [0.1, 0.3, 0.45, 0.65]],
+        collab.key: [[0.1, 0.1, 0.1, 0.1]] * 3,
+    }
+    runs = [
+        _run(setting, m, 1e-3, seed, curves[m.key][seed])
+        for m in (std, fixed, wide, collab)
+        for seed in range(3)
+    ]
+    preset = dataclasses.replace(preset, settings=(setting,))
+    summary = bottleneck_report.summarize(preset, runs)
+    verdicts = {(c["challenger"], c["baseline"]): c["verdict"] for c in summary["comparisons"]}
+    assert verdicts[fixed.key, std.key] == "wins"
+    assert verdicts[fixed.key, wide.key] == "unsettled"
+    assert verdicts[collab.key, std.key] == "loses"
+    accuracy = {r["model"]: r["accuracy"] for r in summary["rows"]}
+    assert accuracy[fixed.key] == pytest.approx(np.mean([0.6, 0.5, 0.7]))
+
+
+def test_a_rerun_trains_nothing_and_writes_the_same_report(tmp_path, monkeypatch):
+    out = tmp_path / "bottleneck"
+    assert study.main(["--preset", "smoke", "--output", str(out)]) == 0
+    runs = sorted((out / "runs").glob("*/*.json"))
+    assert len(runs) == len(study.plan(SMOKE)) * (len(SMOKE.learning_rates) + len(SMOKE.seeds) - 1)
+    first = json.loads(runs[0].read_text())
+    assert first["params_built"] == first["params"]  # The core formula counts the built model.
+    assert 0.0 <= first["accuracy"] <= 1.0 and len(first["curve"]) == SMOKE.curve_points
+    report = (out / "README.md").read_text()
+    assert (out / "bottleneck.png").stat().st_size > 10_000
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(study, "train_one", refuse)
+    assert study.main(["--preset", "smoke", "--output", str(out)]) == 0
+    assert (out / "README.md").read_text() == report
