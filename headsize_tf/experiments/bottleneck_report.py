@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,16 +12,19 @@ from headsize_tf.experiments.reproduction.summary import settled_from
 KIND_LABELS = {"standard": "standard", "fixed_head": "fixed head size", "collaborative": "collab"}
 
 
-def summarize(preset: Any, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Rows per (task, n, model) at the model's chosen rate, and the compared pairs."""
-    from headsize_tf.experiments import bottleneck_study as study
+def summarize(
+    preset: Any, runs: Sequence[dict[str, Any]], models: Callable[[Any, Any], Sequence[Any]]
+) -> dict[str, Any]:
+    """Rows per setting and model at the model's chosen rate, and the compared pairs.
 
+    `models(preset, setting)` lists a setting's models (`bottleneck_study.models`).
+    """
     by_key = {(r["setting"], r["model"], r["learning_rate"], r["seed"]): r for r in runs}
     rows, comparisons = [], []
     for setting in preset.settings:
         name = setting.name
         group: dict[str, dict[str, Any]] = {}
-        for model in study.models(preset, setting):
+        for model in models(preset, setting):
             sweep = {
                 f"{lr:g}": by_key[name, model.key, lr, preset.seeds[0]]["accuracy"]
                 for lr in preset.learning_rates

@@ -408,7 +408,7 @@ def write_report(preset_name: str, out: pathlib.Path, runs: list[dict[str, Any]]
     from headsize_tf.experiments import bottleneck_report
 
     preset = PRESETS[preset_name]
-    summary = {"preset": preset_name, **bottleneck_report.summarize(preset, runs)}
+    summary = {"preset": preset_name, **bottleneck_report.summarize(preset, runs, models)}
     write_json(out / "bottleneck.json", summary)
     command = "python -m headsize_tf.experiments.bottleneck_study"
     if preset_name != "cpu":

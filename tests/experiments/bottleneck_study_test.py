@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from headsize_tf.data import rank_tasks
 from headsize_tf.experiments import bottleneck_report
 from headsize_tf.experiments import bottleneck_study as study
 
@@ -108,7 +107,7 @@ def test_verdict_needs_every_seed_and_the_second_half_of_training():
         for seed in range(3)
     ]
     preset = dataclasses.replace(preset, settings=(setting,))
-    summary = bottleneck_report.summarize(preset, runs)
+    summary = bottleneck_report.summarize(preset, runs, study.models)
     verdicts = {(c["challenger"], c["baseline"]): c["verdict"] for c in summary["comparisons"]}
     assert verdicts[fixed.key, std.key] == "wins"
     assert verdicts[fixed.key, wide.key] == "unsettled"
