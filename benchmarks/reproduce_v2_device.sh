@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# The reproduction grid's `gpu` preset on a lent GPU machine (the `device` tool) whose image
+# The reproduction grid's `gpu` preset (or PRESET=paper: the paper's shapes, width 256 against
+# 256 to 512) on a lent GPU machine (the `device` tool) whose image
 # has JAX but no TensorFlow: the Keras 3 runner (`--framework keras3`, KERAS_BACKEND=jax).
 #
 #   bash benchmarks/reproduce_v2_device.sh prepare          # here: wheels and data into .device/
 #   bash benchmarks/reproduce_v2_device.sh run WORKERS RUNS # there, with `.device` carried
+#   PRESET=paper bash benchmarks/reproduce_v2_device.sh run 2 4
 #
 # `prepare` downloads the Keras 3 wheels the image lacks (keras, namex, optree; the versions
 # of this machine's .venv) and exports Austen's LM windows at sequence 256 as .npy arrays
 # (TensorFlow reads the TFRecords here, once). `run` installs the wheels, trains up to RUNS
 # runs per worker with WORKERS workers sharing the GPU (memory grown on demand), and copies
-# results/reproduction_v2_gpu (run files, README, plots) to $OUT, from where the session
-# copies the new run files back into the repository. A run cut off by the call's time limit
-# is lost and starts again from step 0 in the next call; finished runs are never redone,
-# because the carried results directory holds their files.
+# results/reproduction_v2_$PRESET (run files, README, plots) and the unfinished runs' states
+# (work/*_keras3_state.npz) to $OUT, from where the session copies them back into the
+# repository's results and .device/work. A run cut off by the call's time limit resumes
+# from its last curve point in the next call (its state is carried in .device/work);
+# finished runs are never redone, because the carried results directory holds their files.
+# Then `python -m headsize_tf.experiments.attention_rank --runs results/reproduction_v2_paper
+# --work-dir .device/work` measures the trained heads' rank (their .keras files, in $OUT/work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUTPUT=results/reproduction_v2_gpu
+PRESET=${PRESET:-gpu}
+OUTPUT=results/reproduction_v2_$PRESET
 
 case "${1:-}" in
 prepare)
@@ -49,11 +55,13 @@ run)
   python3 --version  # The wheels are cp312 (the image's Python 3.12).
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
   status=0
-  python3 -m headsize_tf.experiments.reproduction --preset gpu --framework keras3 \
-    --output "$OUTPUT" --data-dir .device/data --work-dir /tmp/headsize_reproduction_v2_gpu \
+  mkdir -p .device/work
+  python3 -m headsize_tf.experiments.reproduction --preset "$PRESET" --framework keras3 \
+    --output "$OUTPUT" --data-dir .device/data --work-dir .device/work \
     --workers "$workers" --max-runs "$runs" || status=$?
   mkdir -p "${OUT:-/tmp/out}"
   if [ -d "$OUTPUT" ]; then cp -r "$OUTPUT" "${OUT:-/tmp/out}/"; fi
+  cp -r .device/work "${OUT:-/tmp/out}/work"
   exit "$status"
   ;;
 *)

@@ -481,8 +481,8 @@ notebook(
     "standard baselines of equal parameters (their Fig. 1), R2 more heads at a fixed head size "
     "against heads of width / heads (Fig. 3a), each model at its own learning rate from a "
     "sweep, 3 seeds, with learning curves. `--framework keras3` trains it with Keras 3 on JAX, "
-    "so a Colab GPU runs the `gpu` preset (6 layers, sequence 256, width 128 vs 256). Each run "
-    "writes its own file: keep OUTPUT on Google Drive and rerun the cell in a later session to "
+    "so a Colab GPU runs the `gpu` preset (6 layers, sequence 256, width 128 vs 256) or the "
+    "`paper` preset (width 256 vs 256 to 512). Each run writes its own file: keep OUTPUT on Google Drive and rerun the cell in a later session to "
     "continue where the last one stopped; the verdicts appear once every run is in.",
     [
         (
@@ -493,9 +493,13 @@ from headsize_tf.experiments.reproduction.__main__ import main as reproduction
 
 # On Colab, mount Drive and point OUTPUT there to resume across sessions, e.g.
 # from google.colab import drive; drive.mount("/content/drive")
-# OUTPUT = "/content/drive/MyDrive/reproduction_v2_gpu"
-OUTPUT = "reproduction_v2_gpu"
-argv = ["--preset", "test" if SMOKE else "gpu", "--framework", "keras3", "--output", OUTPUT]
+# OUTPUT = f"/content/drive/MyDrive/reproduction_v2_{PRESET}"
+# "gpu": width 128 vs 256; "paper": the paper's shapes, width 256 vs 256 to 512.
+PRESET = "gpu"
+OUTPUT = f"reproduction_v2_{PRESET}"
+argv = ["--preset", "test" if SMOKE else PRESET, "--framework", "keras3", "--output", OUTPUT]
+# The runs' states (a run cut off resumes at its last curve point) and trained models.
+argv += ["--work-dir", OUTPUT + "_work"]
 # SMOKE: two runs of a one-layer toy. A GPU: two runs at a time share it.
 argv += ["--max-runs", "2", "--keys", "std_w16_h4_p4"] if SMOKE else ["--workers", "2"]
 assert reproduction(argv) == 0

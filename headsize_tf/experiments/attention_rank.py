@@ -187,7 +187,6 @@ def run(
     """Measures every checkpoint of the reproduction's chosen runs; returns the summary."""
     from headsize_tf.core.io import write_json
     from headsize_tf.experiments.reproduction import plan, presets, runners
-    from headsize_tf.training import train
 
     summary_path = runs_dir / "reproduction.json"
     if not summary_path.exists():
@@ -205,13 +204,26 @@ def run(
             name = plan.run_name(key, row["learning_rate"], seed)
             path = out / "runs" / f"{name}.json"
             if not path.exists():
+                keras3 = runners.keras3_model_path(
+                    work_dir, preset, key, row["learning_rate"], seed
+                )
                 model_dir = runners.run_dir(work_dir, preset, key, row["learning_rate"], seed)
-                if not final_checkpoint(model_dir, preset.steps):
+                if keras3.exists():  # A Keras 3 run (`--framework keras3`, e.g. on a GPU).
+                    import keras
+
+                    print(f"[rank] {name}", flush=True)
+                    model = keras.saving.load_model(keras3, compile=False)
+                    logits = recorded_logits(model, tokens, layers=model.attention_layers)
+                elif model_dir.exists() and final_checkpoint(model_dir, preset.steps):
+                    from headsize_tf.training import train  # tf_keras: a Model Garden run.
+
+                    print(f"[rank] {name}", flush=True)
+                    _, model = train.load_trained_model(str(model_dir))
+                    logits = recorded_logits(model, tokens)
+                else:
                     missing.append(name)
                     continue
-                print(f"[rank] {name}", flush=True)
-                _, model = train.load_trained_model(str(model_dir))
-                result = measure(recorded_logits(model, tokens), row["head_size"])
+                result = measure(logits, row["head_size"])
                 write_json(path, {"run": name, "seed": seed, "windows": len(tokens), **result})
             per_seed.append(json.loads(path.read_text()))
         if not per_seed:

@@ -122,14 +122,13 @@ class Preset:
 
 
 PRESETS = {
-    # About 3 CPU hours (JAX, two single-thread processes on 2 cores). preference's K
-    # from d/h (8) past d (64) to 2 d (128, at n = 128: its 64 candidates need the room);
-    # the copy tasks at n = 64 (m = 16 to 31, 2 to 4 times d/h).
+    # About 4 CPU hours (JAX, two single-thread processes on 2 cores: 2 hours). preference
+    # at K = d (64) and 2 d (128, at n = 128: its 64 candidates need the room), both far
+    # above d/h = 8; the copy tasks at n = 64 (m = 16 to 31, 2 to 4 times d/h).
     "cpu": Preset(
         settings=(
             Setting("preference", 64, 64),
             Setting("preference", 128, 128),
-            Setting("preference", 64, 8),
             Setting("recall", 64),
             Setting("sorting", 64),
             Setting("gather", 64),

@@ -56,6 +56,8 @@ from headsize_tf.keras3.lm_training import (  # noqa: F401
     fit_windows,
     learning_rate_schedule,
     perplexity,
+    restore_training_state,
+    save_training_state,
     window_stream,
 )
 
@@ -135,8 +137,10 @@ def train_run(
     corpus_dir: str | pathlib.Path,
     progress: Callable[[str], None] | None = None,
     model_path: str | pathlib.Path | None = None,
+    state_path: str | pathlib.Path | None = None,
 ) -> dict[str, Any]:
-    """Trains one LM from scratch; returns its curve, test perplexity and seconds.
+    """Trains one LM from scratch (or from its last checkpoint); returns its curve, test
+    perplexity and seconds.
 
     Args:
       attention: The model's `AttentionSpec` fields.
@@ -148,6 +152,9 @@ def train_run(
       corpus_dir: Directory with `lm_{train,valid,test}.npy`.
       progress: Called with a line at every curve point.
       model_path: Where to save the trained model (`.keras`, atomically), if given.
+      state_path: If given, the run's state (`.npz`: weights, optimizer, curve so far) is
+        written there at every curve point, and a run that finds it resumes from it: a
+        run longer than one command (a lent GPU's 10 minutes) goes on in the next one.
     """
     import keras
 
@@ -169,8 +176,22 @@ def train_run(
     compile_lm(lm, learning_rate, preset.steps)
     interval = max(1, preset.steps // preset.curve_points)
     checkpoints = sorted({*range(interval, preset.steps + 1, interval), preset.steps})
+    done = {"step": 0, "curve": [], "train_curve": [], "seconds": 0.0}
+    if state_path is not None and pathlib.Path(state_path).exists():
+        done = restore_training_state(lm, state_path, train[:1, :-1])
+        if progress:
+            progress(f"resumed at step {done['step']}/{preset.steps}")
     start = time.perf_counter()
-    curve, train_curve = fit_windows(
+
+    def save(step: int, point: dict[str, float], train_point: dict[str, float]) -> None:
+        done["step"] = step
+        done["curve"].append(point)
+        done["train_curve"].append(train_point)
+        if state_path is not None:
+            meta = {**done, "seconds": done["seconds"] + time.perf_counter() - start}
+            save_training_state(lm, state_path, meta)
+
+    fit_windows(
         lm,
         train,
         preset.steps,
@@ -179,8 +200,11 @@ def train_run(
         checkpoints,
         lambda: perplexity(lm, valid),
         progress,
+        start_step=done["step"],
+        after_checkpoint=save,
     )
-    seconds = time.perf_counter() - start
+    curve, train_curve = done["curve"], done["train_curve"]
+    seconds = done["seconds"] + time.perf_counter() - start
     test_ppl, test_loss = perplexity(lm, test)
     if model_path is not None:
         with atomic_path(model_path) as tmp:

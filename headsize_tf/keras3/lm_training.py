@@ -110,15 +110,21 @@ def fit_windows(
     checkpoints: list[int],
     evaluate: Callable[[], tuple[float, float]],
     progress: Callable[[str], None] | None = None,
+    start_step: int = 0,
+    after_checkpoint: Callable[[int, dict[str, float], dict[str, float]], None] | None = None,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Trains a compiled LM `steps` batches of seeded windows; evaluates at `checkpoints`.
 
     Returns the validation curve and the training curve (the mean loss over
-    each chunk's steps, dropout on: Model Garden's `training_loss`).
+    each chunk's steps, dropout on: Model Garden's `training_loss`). A run resumed
+    at `start_step` (a checkpoint it reached, its state restored by
+    `restore_training_state`) trains the same windows from there on and returns the
+    points after it; `after_checkpoint(step, validation point, training point)` runs
+    after each evaluation (e.g. `save_training_state`).
     """
     order = window_stream(len(train), steps * batch_size, seed)
-    curve, train_curve, done = [], [], 0
-    for step in checkpoints:
+    curve, train_curve, done = [], [], start_step
+    for step in (c for c in checkpoints if c > start_step):
         chunk = train[order[done * batch_size : step * batch_size]]
         history = lm.fit(
             chunk[:, :-1], chunk[:, 1:], batch_size=batch_size, epochs=1, shuffle=False, verbose=0
@@ -135,7 +141,42 @@ def fit_windows(
         curve.append({"step": step, "perplexity": ppl, "loss": loss})
         if progress:
             progress(f"step {step}/{steps}: validation perplexity {ppl:.2f}")
+        if after_checkpoint:
+            after_checkpoint(step, curve[-1], train_curve[-1])
     return curve, train_curve
+
+
+def save_training_state(lm: Any, path: Any, meta: dict[str, Any]) -> None:
+    """Writes a compiled LM's variables (the dropout seeds' too), its optimizer's and
+    `meta` (JSON) to one `.npz`, atomically: `restore_training_state` continues from it."""
+    import json
+
+    from headsize_tf.core.io import atomic_path
+
+    arrays = {f"model_{i}": np.asarray(v) for i, v in enumerate(lm.variables)}
+    arrays |= {f"optimizer_{i}": np.asarray(v) for i, v in enumerate(lm.optimizer.variables)}
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def restore_training_state(lm: Any, path: Any, sample: np.ndarray) -> dict[str, Any]:
+    """Loads `save_training_state`'s file into a compiled LM of the same shape (built on
+    `sample`, a batch of token ids); returns the saved `meta`."""
+    import json
+
+    lm(sample)  # Builds the variables.
+    lm.optimizer.build(lm.trainable_variables)
+    with np.load(path) as saved:
+        for prefix, variables in (("model", lm.variables), ("optimizer", lm.optimizer.variables)):
+            shapes = [saved[k].shape for k in saved.files if k.startswith(prefix + "_")]
+            if shapes != [tuple(v.shape) for v in variables]:
+                raise ValueError(
+                    f"{path}: its {len(shapes)} {prefix} variables do not have this "
+                    f"model's {len(variables)} shapes: a state of another model."
+                )
+            for i, v in enumerate(variables):
+                v.assign(saved[f"{prefix}_{i}"])
+        return json.loads(str(saved["meta"]))
 
 
 def check_lm_arrays(arrays: dict[str, np.ndarray], sequence_length: int, vocab_size: int) -> None:
@@ -163,6 +204,8 @@ __all__ = [
     "check_lm_arrays",
     "compile_lm",
     "fit_windows",
+    "save_training_state",
+    "restore_training_state",
     "learning_rate_schedule",
     "perplexity",
     "window_stream",

@@ -170,6 +170,22 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     assert len(rv2.load_runs(out, TEST, "keras3")) == 1
     command = json.loads((out / "reproduction.json").read_text())["command"]
     assert "--framework keras3" in command
+    # The trained model is kept for the attention-rank study, which reads it on Keras 3.
+    import keras
+
+    from headsize_tf.experiments import attention_rank
+    from headsize_tf.experiments.reproduction import runners
+
+    saved = runners.keras3_model_path(
+        tmp_path / "work", TEST, record["key"], record["learning_rate"], 0
+    )
+    lm = keras.saving.load_model(saved, compile=False)
+    windows = lm_keras3.load_lm_array(data_dir / "austen", "valid")[:2, :-1]
+    logits = attention_rank.recorded_logits(lm, windows, layers=lm.attention_layers)
+    assert len(logits) == TEST.layers
+    assert logits[0].shape == (2, record["heads"], TEST.sequence_length, TEST.sequence_length)
+    ranks = attention_rank.measure(logits, record["head_size"])
+    assert 0 < ranks["energy_rank_90"] <= record["head_size"]
     # The same run again gives the same numbers (seeded weights, dropout and data order).
     model = next(m for m in rv2.plan(TEST)["R1"] if m.key == record["key"])
     again = lm_keras3.train_run(
@@ -251,3 +267,41 @@ def test_a_jax_run_needs_no_tensorflow(data_dir, tmp_path):
         "std_w16_h4_p4",
     )
     assert np.isfinite(record["test_perplexity"])
+
+
+def test_a_run_cut_off_after_a_checkpoint_resumes_to_the_same_numbers(
+    data_dir, tmp_path, monkeypatch
+):
+    # A run longer than one command (a lent GPU's 10 minutes): its state at every curve
+    # point lets the next command go on; the resumed run ends where an uninterrupted
+    # one does (the same windows, weights, optimizer moments and dropout seeds).
+    corpus = data_dir / "austen"
+    lm_keras3.export_lm_arrays(corpus)
+    attention = {"num_heads": 4}
+    whole = lm_keras3.train_run(attention, 16, TEST, 1e-3, 0, corpus)
+    state = tmp_path / "state.npz"
+    real_save = lm_keras3.save_training_state
+
+    def save_then_stop(lm, path, meta):
+        real_save(lm, path, meta)
+        raise KeyboardInterrupt  # The command's time limit.
+
+    monkeypatch.setattr(lm_keras3, "save_training_state", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        lm_keras3.train_run(attention, 16, TEST, 1e-3, 0, corpus, state_path=state)
+    monkeypatch.setattr(lm_keras3, "save_training_state", real_save)
+    lines = []
+    resumed = lm_keras3.train_run(
+        attention, 16, TEST, 1e-3, 0, corpus, progress=lines.append, state_path=state
+    )
+    assert lines[0] == f"resumed at step 2/{TEST.steps}"
+    assert [p["step"] for p in resumed["curve"]] == [2, 4]
+    np.testing.assert_allclose(
+        [p["perplexity"] for p in resumed["curve"]],
+        [p["perplexity"] for p in whole["curve"]],
+        rtol=1e-5,
+    )
+    assert resumed["test_perplexity"] == pytest.approx(whole["test_perplexity"], rel=1e-5)
+    # A state of another shape is refused by name, not loaded into the wrong variables.
+    with pytest.raises(ValueError, match="a state of another model"):
+        lm_keras3.train_run({"num_heads": 4}, 32, TEST, 1e-3, 0, corpus, state_path=state)

@@ -77,6 +77,21 @@ PRESETS = {
         steps=2000,
         learning_rates=(1e-3, 2e-3, 4e-3),
     ),
+    # The paper's shapes (Bhojanapalli et al., Fig. 1 scaled to one GPU): 6 layers, sequence
+    # 256, fixed heads of 32 at width 256 against standard baselines of width 256, 384 and
+    # 512 (R1), and 4 to 16 heads of 32 at width 256 (R2). On Austen, the largest prose
+    # corpus the project prepares offline; 2000 steps of 32 x 256 tokens = 22 epochs. Runs
+    # resume from their last curve point, so a run longer than one 10-minute command goes
+    # on in the next (benchmarks/reproduce_v2_device.sh, PRESET=paper).
+    "paper": Preset(
+        layers=6,
+        sequence_length=256,
+        batch_size=32,
+        width=256,
+        steps=2000,
+        learning_rates=(5e-4, 1e-3, 2e-3),
+        r2_heads=(4, 8, 16),
+    ),
     # The test suite: seconds.
     "test": Preset(
         layers=1,

@@ -124,6 +124,14 @@ def run_dir(
     return work_dir / f"{name}_steps{preset.steps}_l{preset.layers}_n{preset.sequence_length}"
 
 
+def keras3_model_path(
+    work_dir: pathlib.Path, preset: Preset, key: str, learning_rate: float, seed: int
+) -> pathlib.Path:
+    """The trained `.keras` LM of a Keras 3 run (read by `attention_rank`)."""
+    path = run_dir(work_dir, preset, key, learning_rate, seed)
+    return path.parent / f"{path.name}.keras"
+
+
 def train_one(
     model: Model,
     preset: Preset,
@@ -133,12 +141,17 @@ def train_one(
     work_dir: pathlib.Path,
     framework: str = "tf_keras",
 ) -> dict[str, Any]:
-    """Trains one run from step 0; returns its record (curve, test perplexity, device).
+    """Trains one run; returns its record (curve, test perplexity, device).
 
     `framework` "tf_keras" trains with Model Garden's trainer; "keras3" with
-    `lm_keras3.train_run` on Keras 3's backend (no TensorFlow needed).
+    `lm_keras3.train_run` on Keras 3's backend (no TensorFlow needed), resuming from
+    the run's last curve point when an earlier command was cut off.
     """
     if framework == "keras3":
+        # The run's state at every curve point: a run cut off (a lent GPU's 10-minute
+        # command) resumes there in the next command instead of from step 0.
+        work_dir.mkdir(parents=True, exist_ok=True)
+        state = run_dir(work_dir, preset, model.key, learning_rate, seed)
         result = lm_keras3.train_run(
             model.attention(),
             model.width,
@@ -146,6 +159,8 @@ def train_one(
             learning_rate,
             seed,
             pathlib.Path(data_dir) / "austen",
+            model_path=keras3_model_path(work_dir, preset, model.key, learning_rate, seed),
+            state_path=state.parent / f"{state.name}_keras3_state.npz",
         )
     else:
         result = _train_tf_keras(model, preset, learning_rate, seed, data_dir, work_dir)
