@@ -35,6 +35,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -64,6 +65,9 @@ ENCODERS = (
     "headsize_bert/sentence_prediction_text",
     "headsize_bert/span_labeling",
 )
+
+
+UPTRAIN_LOG = "uptrain.log"  # The trainer's output, in the work directory.
 
 
 def work_dir(output: str | os.PathLike) -> pathlib.Path:
@@ -294,13 +298,18 @@ def convert_model_dir(
         write_json(work / STATE_FILE, state)
     if uptrain_steps and state.get("uptrained", {}).get("steps") != uptrain_steps:
         work_params, _ = train.load_trained_model(str(work))
-        train.run(
-            experiment,
-            str(work),
-            [str(work / "params.yaml")],
-            uptrain_override(work_params, uptrain_steps),
-            mode="train",
-        )
+        # The trainer's step lines go to a log beside the checkpoints, not the console.
+        with (
+            open(work / UPTRAIN_LOG, "a", encoding="utf-8") as log,
+            contextlib.redirect_stdout(log),
+        ):
+            train.run(
+                experiment,
+                str(work),
+                [str(work / "params.yaml")],
+                uptrain_override(work_params, uptrain_steps),
+                mode="train",
+            )
         _, uptrained = train.load_trained_model(str(work))
         state["uptrained"] = {"steps": uptrain_steps, **evaluation(uptrained)}
         write_json(work / STATE_FILE, state)

@@ -32,11 +32,15 @@ def _global_step(path: str) -> int:
     return int(tf.train.load_variable(path, "global_step/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
-def test_latent_lm_converts_uptrains_reloads_decodes_and_prunes(lm_dir, tmp_path):
+def test_latent_lm_converts_uptrains_reloads_decodes_and_prunes(lm_dir, tmp_path, capsys):
     out = tmp_path / "latent"
+    capsys.readouterr()
     report = convert_dir.convert_model_dir(
         lm_dir, ConversionTarget("latent", 32), out, uptrain_steps=2, **FAST
     )
+    # The trainer's step lines are in the model_dir's log, not on the console.
+    assert "train | step" not in capsys.readouterr().out
+    assert "train | step" in (out / convert_dir.UPTRAIN_LOG).read_text()
     # Width 64, 2 layers of 4 heads of 16: keys and values 2 x 64 floats a layer -> a 32-latent.
     standard = kv_cache_bytes_per_token(AttentionSpec("standard", 4), 64, num_layers=2)
     latent = kv_cache_bytes_per_token(AttentionSpec("latent", 4, kv_latent_dim=32), 64, 2)
