@@ -240,3 +240,28 @@ def test_cli_per_layer_kv_heads_and_sizes_the_model_rejects(lm_dir, tmp_path, ca
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gqa"]
+
+
+def test_a_converted_lm_exports_and_serves_its_own_log_likelihoods(lm_dir, tmp_path):
+    # `headsize-tf export --task lm` on a converted model_dir: the SavedModel (served in
+    # a fresh process with TensorFlow alone) gives the grouped-K/V model's numbers.
+    from headsize_tf import serving
+    from tests.serving.export_test import _serve
+
+    out = tmp_path / "grouped"
+    convert_dir.convert_model_dir(lm_dir, ConversionTarget("grouped", 2), out, **FAST)
+    export = tmp_path / "export"
+    argv = ["export", "--model_dir", str(out), "--task", "lm", "--output", str(export)]
+    assert cli.main(argv) == 0
+    texts = ["It is a truth universally acknowledged.", "Emma Woodhouse, handsome!"]
+    tokenizer, lm = serving.experiment_language_model(str(out))
+    assert lm.attention_spec.kind == "grouped"
+    inputs = tokenizer.tokenize(tf.constant(texts), add_special_tokens=False)
+    ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
+    logits = lm(ids).numpy().astype(np.float64)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = [
+        sum(log_probs[b, t - 1, ids[b, t]] for t in range(1, m.sum())) for b, m in enumerate(mask)
+    ]
+    served = _serve(export / "1", texts, inputs, tmp_path / "out.npz")
+    np.testing.assert_allclose(served["text_log_likelihood"], expected, rtol=1e-5, atol=1e-4)
