@@ -21,7 +21,7 @@ def summarize(
     """
     by_key = {(r["setting"], r["model"], r["learning_rate"], r["seed"]): r for r in runs}
     rows, comparisons = [], []
-    for setting in preset.settings:
+    for setting in (*preset.settings, *preset.sweep_only):
         name = setting.name
         group: dict[str, dict[str, Any]] = {}
         for model in models(preset, setting):
@@ -237,7 +237,7 @@ def plot(summary: dict[str, Any], preset: Any, path: Any) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [s.name for s in preset.settings]
+    names = [s.name for s in (*preset.settings, *preset.sweep_only)]
     cols = 3
     rows_count = -(-(len(names) + 1) // cols)
     fig, axes = plt.subplots(rows_count, cols, figsize=(4.4 * cols, 3.4 * rows_count))

@@ -90,6 +90,8 @@ class Preset:
 
     Args:
       settings: The (task, n, rank) settings, in the order they run.
+      sweep_only: Settings that run only the first seed's rate sweep (a task that no
+        model learns within the budget: its sweep shows it, seeds would add nothing).
       layers: Pre-LN decoder blocks.
       width: The narrow width d.
       heads: Heads h of every model.
@@ -108,6 +110,7 @@ class Preset:
     """
 
     settings: tuple[Setting, ...]
+    sweep_only: tuple[Setting, ...] = ()
     layers: int = 2
     width: int = 64
     heads: int = 8
@@ -122,17 +125,19 @@ class Preset:
 
 
 PRESETS = {
-    # About 4 CPU hours (JAX, two single-thread processes on 2 cores: 2 hours). preference
-    # at K = d (64) and 2 d (128, at n = 128: its 64 candidates need the room), both far
-    # above d/h = 8; the copy tasks at n = 64 (m = 16 to 31, 2 to 4 times d/h).
+    # About 4 CPU hours (JAX; two processes share the output on 2 cores). preference at
+    # K = d (64) and 2 d (128, at n = 128: its 64 candidates need the room), far above
+    # d/h = 8; sorting and gather at n = 64 (m = 31 and 21, 4 and 2.6 times d/h).
+    # Associative recall: no model passed 31% of the answers in 1000 steps (its seed-0
+    # sweep; the induction mechanism had not formed), so it stops at the sweep here.
     "cpu": Preset(
         settings=(
             Setting("preference", 64, 64),
             Setting("preference", 128, 128),
-            Setting("recall", 64),
             Setting("sorting", 64),
             Setting("gather", 64),
-        )
+        ),
+        sweep_only=(Setting("recall", 64),),
     ),
     # The grid the issue budgets (~20 CPU hours): n from 64 to 512, a third rate.
     "full": Preset(
@@ -375,26 +380,91 @@ def plan(preset: Preset) -> list[tuple[Setting, Model]]:
     return [(s, m) for s in preset.settings for m in models(preset, s)]
 
 
-def run_all(
-    preset: Preset, out: pathlib.Path, progress: Callable[[str], None] = print
-) -> list[dict[str, Any]]:
-    """Runs what is missing, setting by setting (each model's rate sweep on the first
-    seed, then the other seeds at the chosen rate); returns every finished run."""
-    todo = []
-    for setting in preset.settings:
+def todo_list(preset: Preset) -> list[tuple[Setting, Model, float | None, int]]:
+    """Every run of the preset in order: per setting, each model's rate sweep on the first
+    seed, then the other seeds (rate None: the one the sweep chooses); the
+    `sweep_only` settings' sweeps last."""
+    todo: list[tuple[Setting, Model, float | None, int]] = []
+    for setting in (*preset.settings, *preset.sweep_only):
         combos = [(setting, m) for m in models(preset, setting)]
         todo += [(s, m, lr, preset.seeds[0]) for s, m in combos for lr in preset.learning_rates]
-        todo += [(s, m, None, seed) for s, m in combos for seed in preset.seeds[1:]]
-    for index, (setting, model, lr, seed) in enumerate(todo, 1):
-        lr = chosen_rate(preset, out, setting, model.key) if lr is None else lr
-        path = run_path(out, setting, run_name(model.key, lr, seed))
-        if path.exists():
+        if setting not in preset.sweep_only:
+            todo += [(s, m, None, seed) for s, m in combos for seed in preset.seeds[1:]]
+    return todo
+
+
+def _claim(path: pathlib.Path) -> pathlib.Path | None:
+    """A claim on a run (its file's name + `.claim`, holding the pid), so that several
+    processes share one output directory without training a run twice; a claim whose
+    process is gone (killed) is taken over. None: another live process has it."""
+    import os
+
+    claim = path.with_name(path.name + ".claim")
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                os.kill(int(claim.read_text() or 0), 0)
+                return None  # Alive: its run.
+            except (ProcessLookupError, ValueError):
+                claim.unlink(missing_ok=True)  # A dead process's claim.
+            except PermissionError:
+                return None
             continue
-        progress(f"[{index}/{len(todo)}] {setting.name} {model.key} lr={lr:g} seed={seed}")
-        result = train_one(preset, setting, model, lr, seed, lambda line: progress(f"  {line}"))
-        write_json(path, result)
-        progress(f"  accuracy {result['accuracy']:.3f} in {result['train_seconds']:.0f} s")
-    return load_runs(out)
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return claim
+    return None
+
+
+def run_all(
+    preset: Preset,
+    out: pathlib.Path,
+    progress: Callable[[str], None] = print,
+    wait_seconds: float = 30.0,
+) -> list[dict[str, Any]]:
+    """Runs what is missing (`todo_list`); returns every finished run.
+
+    Any number of processes may run it on one `out` at once: each claims a run before
+    training it. A run whose rate waits on a sweep that another process is still running
+    is left for a later pass; the process waits (`wait_seconds`) only when nothing else
+    is left to do.
+    """
+    import time as _time
+
+    todo = todo_list(preset)
+    while True:
+        waiting = trained = 0
+        for index, (setting, model, lr, seed) in enumerate(todo, 1):
+            lr = chosen_rate(preset, out, setting, model.key) if lr is None else lr
+            if lr is None:
+                waiting += 1
+                continue
+            path = run_path(out, setting, run_name(model.key, lr, seed))
+            if path.exists():
+                continue
+            claim = _claim(path)
+            if claim is None:
+                waiting += 1
+                continue
+            try:
+                if path.exists():  # Finished while this process looked elsewhere.
+                    continue
+                progress(f"[{index}/{len(todo)}] {setting.name} {model.key} lr={lr:g} seed={seed}")
+                result = train_one(
+                    preset, setting, model, lr, seed, lambda line: progress(f"  {line}")
+                )
+                write_json(path, result)
+                trained += 1
+                progress(f"  accuracy {result['accuracy']:.3f} in {result['train_seconds']:.0f} s")
+            finally:
+                claim.unlink(missing_ok=True)
+        if not waiting:
+            return load_runs(out)
+        if not trained:
+            _time.sleep(wait_seconds)
 
 
 def load_runs(out: pathlib.Path) -> list[dict[str, Any]]:
@@ -444,14 +514,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines.
     out = pathlib.Path(args.output)
     preset = PRESETS[args.preset]
-    names = [setting.name for setting in preset.settings]
+    names = [setting.name for setting in (*preset.settings, *preset.sweep_only)]
     for name in args.only or []:
         if name not in names:
             print(f"--only {name}: expected one of {', '.join(names)}", file=sys.stderr)
             return 2
     if args.only:
         preset = dataclasses.replace(
-            preset, settings=tuple(s for s in preset.settings if s.name in args.only)
+            preset,
+            settings=tuple(s for s in preset.settings if s.name in args.only),
+            sweep_only=tuple(s for s in preset.sweep_only if s.name in args.only),
         )
     if args.report_only:
         runs = load_runs(out)

@@ -133,3 +133,35 @@ def test_a_rerun_trains_nothing_and_writes_the_same_report(tmp_path, monkeypatch
     monkeypatch.setattr(study, "train_one", refuse)
     assert study.main(["--preset", "smoke", "--output", str(out)]) == 0
     assert (out / "README.md").read_text() == report
+
+
+def test_processes_share_the_runs_by_claims(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "runs" / "x" / "run.json"
+    claim = study._claim(path)
+    assert claim is not None and claim.read_text() == str(os.getpid())
+    assert study._claim(path) is None  # A live process holds it.
+    claim.unlink()
+    # A killed process's claim is taken over.
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    path.with_name("run.json.claim").write_text(dead.stdout.strip())
+    assert study._claim(path) is not None
+
+
+def test_sweep_only_settings_run_their_first_seed_last():
+    preset = study.PRESETS["cpu"]
+    todo = study.todo_list(preset)
+    recall = [t for t in todo if t[0].task == "recall"]
+    assert recall == todo[-len(recall) :]
+    assert {seed for *_, seed in recall} == {preset.seeds[0]}
+    assert len(recall) == len(study.models(preset, recall[0][0])) * len(preset.learning_rates)
+    # Every other setting: the sweep, then the other seeds at the chosen rate (None here).
+    first = [t for t in todo if t[0] == preset.settings[0]]
+    per_model = len(preset.learning_rates) + len(preset.seeds) - 1
+    assert len(first) == len(study.models(preset, preset.settings[0])) * per_model
+    assert [t[2] is None for t in first] == sorted(t[2] is None for t in first)
