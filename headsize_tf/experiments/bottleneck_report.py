@@ -48,11 +48,15 @@ def summarize(
                 "params": got[0]["params"],
                 "learning_rate": lr,
                 "sweep": sweep,
-                "rate_at_edge": lr in (min(preset.learning_rates), max(preset.learning_rates))
-                and len(preset.learning_rates) > 1,
+                # With three rates or more, a choice at the grid's edge says the grid
+                # may not hold the best rate (with two, every choice is an edge).
+                "rate_at_edge": len(preset.learning_rates) > 2
+                and lr in (min(preset.learning_rates), max(preset.learning_rates)),
                 "seeds": [r["seed"] for r in got],
                 "accuracy": float(np.mean(acc)),
                 "accuracy_std": float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0,
+                # Seed 0 also chose the rate on the same held-out set: the other seeds alone.
+                "accuracy_other_seeds": float(np.mean(acc[1:])) if len(acc) > 1 else None,
                 "by_seed": {str(r["seed"]): r["accuracy"] for r in got},
                 "curves": {str(r["seed"]): [p["accuracy"] for p in r["curve"]] for r in got},
                 "steps": [p["step"] for p in got[0]["curve"]],
@@ -75,16 +79,17 @@ def _chosen(preset: Any, by_key: dict, name: str, key: str) -> float | None:
     return max(found)[2] if len(found) == len(preset.learning_rates) else None
 
 
-def _pairs(group: dict[str, dict[str, Any]]) -> list[tuple[dict, dict, str]]:
-    """(challenger, baseline, what is compared) of one (task, n)."""
+def _pairs(group: dict[str, dict[str, Any]], width: int) -> list[tuple[dict, dict, str]]:
+    """(challenger, baseline, what is compared) of one setting; `width`: the narrow d."""
     rows = list(group.values())
-    narrow = next((r for r in rows if r["kind"] == "standard"), None)
+    narrow = next((r for r in rows if r["kind"] == "standard" and r["width"] == width), None)
     out = []
     for i, row in enumerate(rows):
         if row["kind"] == "fixed_head":
             if narrow:
                 out.append((row, narrow, "same width"))
-            wide = rows[i + 1] if i + 1 < len(rows) and rows[i + 1]["kind"] == "standard" else None
+            after = rows[i + 1] if i + 1 < len(rows) else None
+            wide = after if after and after["kind"] == "standard" and after is not narrow else None
             if wide:
                 out.append((row, wide, "equal parameters"))
         elif row["kind"] == "collaborative" and narrow:
@@ -94,7 +99,7 @@ def _pairs(group: dict[str, dict[str, Any]]) -> list[tuple[dict, dict, str]]:
 
 def _compare(preset: Any, group: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for a, b, what in _pairs(group):
+    for a, b, what in _pairs(group, preset.width):
         seeds = sorted(set(a["curves"]) & set(b["curves"]), key=int)
         if not seeds or a["steps"] != b["steps"]:
             continue
@@ -126,6 +131,7 @@ def _compare(preset: Any, group: dict[str, dict[str, Any]]) -> list[dict[str, An
                 "params": [a["params"], b["params"]],
                 "difference": float(diff[-1]),
                 "final_by_seed": per_seed[:, -1].tolist(),
+                "params_ratio": a["params"] / b["params"],
                 "settled": settled,
                 "verdict": verdict,
                 "predicted_win": bool(predicted),
@@ -152,15 +158,23 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
             f"- wins: {c['setting']} (needed rank {c['needed_rank']}): "
             f"{c['challenger']} over {c['baseline']} by {100 * c['difference']:+.1f} points."
         )
-    agree = [c for c in fair if c["verdict"] != "unsettled"]
-    if agree:
-        per_head = sum((c["verdict"] == "wins") == c["predicted_win"] for c in agree)
-        per_layer = sum((c["verdict"] == "wins") == c["predicted_win_total"] for c in agree)
+    for key, reading in (
+        ("predicted_win", "per head (the needed rank exceeds the baseline's head size)"),
+        (
+            "predicted_win_total",
+            "per layer (it exceeds h x the head size: heads can split queries)",
+        ),
+    ):
+        predicted = [c for c in fair if c[key]]
+        if not predicted:
+            continue
+        won = sum(c["verdict"] == "wins" for c in predicted)
+        lost = sum(c["verdict"] == "loses" for c in predicted)
+        surprise = sum(c["verdict"] == "wins" for c in fair if not c[key])
         lines.append(
-            f"Of the {len(agree)} settled comparisons, Theorem 1 read per head (the larger "
-            f"head wins where the needed rank exceeds the baseline's head size) predicts "
-            f"{per_head}; read per layer (where it exceeds h x the head size: the heads can "
-            f"split the queries) it predicts {per_layer}."
+            f"Theorem 1 read {reading} predicts a win in {len(predicted)} of them: "
+            f"{won} won, {lost} lost, {len(predicted) - won - lost} unsettled; "
+            f"{surprise} win(s) where it predicts none."
         )
     collab = [c for c in summary["comparisons"] if c["challenger"].startswith("collab")]
     if collab:
@@ -184,8 +198,8 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
         f"{preset.eval_examples} held-out sequences, mean ± sample std over seeds "
         f"{', '.join(map(str, preset.seeds))} at each model's rate (chosen on seed "
         f"{preset.seeds[0]} from {', '.join(f'{x:g}' for x in preset.learning_rates)}). "
-        "Needed rank m: the rank of the solving attention pattern (one source per "
-        "answer); bound: the rank one head's logits can reach (d/h, p or D); used: "
+        "Needed rank: the copy tasks' solving attention pattern's (m, one source per "
+        "answer), preference's logits' (K: its preference matrix's); bound: the rank one head's logits can reach (d/h, p or D); used: "
         "the attention rank the trained heads use (mean over layers, heads, examples); "
         "source mass: the most attention one head of a layer puts on the answers' sources.",
         "",
@@ -195,8 +209,9 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
         "",
         "## Models",
         "",
-        "| setting | m | model | params | bound | m / bound | rate | accuracy | used rank | source mass |",
-        "|---|---:|---|---:|---:|---:|---:|---|---:|---:|",
+        "| setting | needed rank | model | params | bound | needed / bound | rate | accuracy | "
+        "seeds 1+ | used rank | source mass |",
+        "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in summary["rows"]:
         edge = " (edge)" if r["rate_at_edge"] else ""
@@ -204,7 +219,8 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
             f"| {r['setting']} | {r['needed_rank']} | {r['model']} | "
             f"{r['params']:,} | {r['rank_bound']} | {r['needed_rank'] / r['rank_bound']:.2g} | "
             f"{r['learning_rate']:g}{edge} | {100 * r['accuracy']:.1f} ± "
-            f"{100 * r['accuracy_std']:.1f} | {r['attention_rank']:.1f} | {r['source_mass']:.2f} |"
+            f"{100 * r['accuracy_std']:.1f} | {_pct(r['accuracy_other_seeds'])} | "
+            f"{r['attention_rank']:.1f} | {r['source_mass']:.2f} |"
         )
     lines += [
         "",
@@ -213,21 +229,26 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
         "Challenger minus baseline accuracy (points) after the last step; settled when the "
         "seed-mean difference and every seed's keep one sign from the middle checkpoint on.",
         "",
-        "| setting | challenger | baseline | compared | difference | by seed | verdict | "
-        "predicted win: per head / per layer |",
-        "|---|---|---|---|---:|---|---|---|",
+        "| setting | challenger | baseline | compared | params ratio | difference | by seed | "
+        "verdict | predicted win: per head / per layer |",
+        "|---|---|---|---|---:|---:|---|---|---|",
     ]
     for c in summary["comparisons"]:
         seeds = ", ".join(f"{100 * x:+.1f}" for x in c["final_by_seed"])
         lines.append(
             f"| {c['setting']} | {c['challenger']} | {c['baseline']} | "
-            f"{c['compared']} | {100 * c['difference']:+.1f} | {seeds} | {c['verdict']} | "
+            f"{c['compared']} | {c['params_ratio']:.2f} | {100 * c['difference']:+.1f} | "
+            f"{seeds} | {c['verdict']} | "
             f"{'yes' if c['predicted_win'] else 'no'} / "
             f"{'yes' if c['predicted_win_total'] else 'no'} |"
         )
     devices = sorted({d for r in summary["rows"] for d in r["devices"]})
     lines += ["", f"Devices: {', '.join(devices)}.", "", "![accuracy](bottleneck.png)", ""]
     return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
 
 
 def plot(summary: dict[str, Any], preset: Any, path: Any) -> None:

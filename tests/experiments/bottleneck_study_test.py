@@ -90,7 +90,9 @@ def _run(setting, model, lr, seed, curve):
 
 
 def test_verdict_needs_every_seed_and_the_second_half_of_training():
-    preset = dataclasses.replace(SMOKE, learning_rates=(1e-3,), seeds=(0, 1, 2), curve_points=4)
+    preset = dataclasses.replace(
+        study.PRESETS["cpu"], learning_rates=(1e-3, 3e-3), seeds=(0, 1, 2), curve_points=4
+    )
     setting = study.Setting("gather", 64)
     std, fixed, wide, collab = [study.models(preset, setting)[i] for i in (0, 1, 2, -1)]
     curves = {
@@ -106,14 +108,36 @@ def test_verdict_needs_every_seed_and_the_second_half_of_training():
         for m in (std, fixed, wide, collab)
         for seed in range(3)
     ]
-    preset = dataclasses.replace(preset, settings=(setting,))
+    # Seed 0 also ran 3e-3: worse for every model but the fixed one, whose sweep picks it
+    # (its other seeds then ran there).
+    for m in (std, fixed, wide, collab):
+        shift = 0.1 if m is fixed else -0.05
+        runs.append(_run(setting, m, 3e-3, 0, [a + shift for a in curves[m.key][0]]))
+    for run in runs:
+        if run["model"] == fixed.key and run["seed"] > 0:
+            run["learning_rate"] = 3e-3
+    preset = dataclasses.replace(preset, settings=(setting,), sweep_only=())
     summary = bottleneck_report.summarize(preset, runs, study.models)
     verdicts = {(c["challenger"], c["baseline"]): c["verdict"] for c in summary["comparisons"]}
     assert verdicts[fixed.key, std.key] == "wins"
     assert verdicts[fixed.key, wide.key] == "unsettled"
     assert verdicts[collab.key, std.key] == "loses"
-    accuracy = {r["model"]: r["accuracy"] for r in summary["rows"]}
-    assert accuracy[fixed.key] == pytest.approx(np.mean([0.6, 0.5, 0.7]))
+    rows = {r["model"]: r for r in summary["rows"]}
+    assert [rows[m.key]["learning_rate"] for m in (std, fixed, wide, collab)] == [
+        1e-3,
+        3e-3,
+        1e-3,
+        1e-3,
+    ]
+    assert rows[fixed.key]["sweep"] == {"0.001": 0.6, "0.003": pytest.approx(0.7)}
+    assert rows[fixed.key]["accuracy"] == pytest.approx(np.mean([0.7, 0.5, 0.7]))
+    assert rows[fixed.key]["accuracy_other_seeds"] == pytest.approx(0.6)
+    # Theorem 1: gather at n = 64 needs rank 21 > d/h = 8: a larger head is predicted to
+    # win per head; per layer (h x 8 = 64 >= 21) it is not.
+    comparison = next(c for c in summary["comparisons"] if c["baseline"] == std.key)
+    assert comparison["predicted_win"] and not comparison["predicted_win_total"]
+    lines = bottleneck_report.verdict_lines(summary)
+    assert any("predicts a win in 1 of them: 0 won, 0 lost, 1 unsettled" in x for x in lines)
 
 
 def test_a_rerun_trains_nothing_and_writes_the_same_report(tmp_path, monkeypatch):
