@@ -130,6 +130,10 @@ def _compare(preset: Any, group: dict[str, dict[str, Any]]) -> list[dict[str, An
                 "bounds": [a["rank_bound"], b["rank_bound"]],
                 "params": [a["params"], b["params"]],
                 "difference": float(diff[-1]),
+                # Where every model ends near 100%, the first checkpoint still shows which
+                # learns faster.
+                "difference_first": float(diff[0]),
+                "first_step": a["steps"][0],
                 "final_by_seed": per_seed[:, -1].tolist(),
                 "params_ratio": a["params"] / b["params"],
                 "settled": settled,
@@ -230,8 +234,8 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
         "seed-mean difference and every seed's keep one sign from the middle checkpoint on.",
         "",
         "| setting | challenger | baseline | compared | params ratio | difference | by seed | "
-        "verdict | predicted win: per head / per layer |",
-        "|---|---|---|---|---:|---:|---|---|---|",
+        "verdict | predicted win: per head / per layer | at the first checkpoint |",
+        "|---|---|---|---|---:|---:|---|---|---|---:|",
     ]
     for c in summary["comparisons"]:
         seeds = ", ".join(f"{100 * x:+.1f}" for x in c["final_by_seed"])
@@ -240,7 +244,8 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
             f"{c['compared']} | {c['params_ratio']:.2f} | {100 * c['difference']:+.1f} | "
             f"{seeds} | {c['verdict']} | "
             f"{'yes' if c['predicted_win'] else 'no'} / "
-            f"{'yes' if c['predicted_win_total'] else 'no'} |"
+            f"{'yes' if c['predicted_win_total'] else 'no'} | "
+            f"{100 * c['difference_first']:+.1f} (step {c['first_step']}) |"
         )
     devices = sorted({d for r in summary["rows"] for d in r["devices"]})
     lines += ["", f"Devices: {', '.join(devices)}.", "", "![accuracy](bottleneck.png)", ""]
