@@ -222,8 +222,7 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
         lines.append(
             f"| {r['setting']} | {r['needed_rank']} | {r['model']} | "
             f"{r['params']:,} | {r['rank_bound']} | {r['needed_rank'] / r['rank_bound']:.2g} | "
-            f"{r['learning_rate']:g}{edge} | {100 * r['accuracy']:.1f} ± "
-            f"{100 * r['accuracy_std']:.1f} | {_pct(r['accuracy_other_seeds'])} | "
+            f"{r['learning_rate']:g}{edge} | {_accuracy(r)} | {_pct(r['accuracy_other_seeds'])} | "
             f"{r['attention_rank']:.1f} | {r['source_mass']:.2f} |"
         )
     lines += [
@@ -250,6 +249,12 @@ def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
     devices = sorted({d for r in summary["rows"] for d in r["devices"]})
     lines += ["", f"Devices: {', '.join(devices)}.", "", "![accuracy](bottleneck.png)", ""]
     return "\n".join(lines)
+
+
+def _accuracy(row: dict[str, Any]) -> str:
+    if len(row["seeds"]) == 1:
+        return f"{100 * row['accuracy']:.1f} (seed {row['seeds'][0]} only)"
+    return f"{100 * row['accuracy']:.1f} ± {100 * row['accuracy_std']:.1f}"
 
 
 def _pct(value: float | None) -> str:
