@@ -268,14 +268,18 @@ def plot(summary: dict[str, Any], preset: Any, path: Any) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [s.name for s in (*preset.settings, *preset.sweep_only)]
+    settings = [*preset.settings, *preset.sweep_only]
+    names = [s.name for s in settings]
     cols = 3
     rows_count = -(-(len(names) + 1) // cols)
     fig, axes = plt.subplots(rows_count, cols, figsize=(4.4 * cols, 3.4 * rows_count))
     axes = np.atleast_1d(axes).ravel()
     colors = {"standard": "tab:blue", "fixed_head": "tab:red", "collaborative": "tab:green"}
-    for ax, name in zip(axes, names, strict=False):
+    for ax, setting in zip(axes, settings, strict=False):
+        name = setting.name
         rows = [r for r in summary["rows"] if r["setting"] == name]
+        if not rows:
+            ax.text(0.5, 0.5, "not run yet", ha="center", va="center", transform=ax.transAxes)
         for r in rows:
             ax.errorbar(
                 r["params"],
@@ -293,8 +297,7 @@ def plot(summary: dict[str, Any], preset: Any, path: Any) -> None:
                 textcoords="offset points",
             )
         ax.set_xscale("log")
-        m = rows[0]["needed_rank"] if rows else "?"
-        ax.set_title(f"{name} (needed rank {m})", fontsize=9)
+        ax.set_title(f"{name} (needed rank {setting.needed_rank})", fontsize=9)
         ax.set_xlabel("parameters")
         ax.set_ylabel("answer accuracy (%)")
         ax.grid(alpha=0.3)
