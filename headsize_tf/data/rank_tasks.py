@@ -269,12 +269,13 @@ def preference(
     sequence_length: int,
     seed: int,
     num_symbols: int | None = None,
+    num_candidates: int | None = None,
 ) -> TaskBatch:
     """`c_1 ... c_k SEP q_1 a_1 q_2 a_2 ...`: each answer is the candidate q prefers.
 
     A fixed random matrix S (`preference_scores`, K x K, the same for every example)
     ranks the K candidate symbols for each of the K query symbols. An example holds
-    k = K // 2 distinct candidates, then queries drawn with repetition until the end;
+    k distinct candidates (default K // 2), then queries drawn with repetition until the end;
     the answer to q is the candidate c maximising S[q, c]. Only a query's first
     occurrence is an answer (a repeat could copy its earlier pair). Solving it by
     attention means logits between query and candidate symbols that order each row of
@@ -291,11 +292,15 @@ def preference(
       sequence_length: n (at least k + 3).
       seed: Seed of the examples (S does not depend on it).
       num_symbols: K, the needed rank (default n // 4).
+      num_candidates: k (default K // 2). With many candidates only the top of each
+        row of S matters (the best present one is among a query's first few
+        preferences); with k = 2 (`pairwise`) every pair's order does.
     """
     _check("batch_size", batch_size, 1)
     num_symbols = sequence_length // 4 if num_symbols is None else num_symbols
     _check("num_symbols", num_symbols, 2)
-    k = num_symbols // 2
+    k = num_symbols // 2 if num_candidates is None else num_candidates
+    _check("num_candidates", k, 2)
     _check("sequence_length", sequence_length, k + 3)
     scores = preference_scores(num_symbols)
     rng = np.random.default_rng(seed)
@@ -325,20 +330,40 @@ def preference(
     return batch
 
 
+def pairwise(
+    batch_size: int, sequence_length: int, seed: int, num_symbols: int | None = None
+) -> TaskBatch:
+    """`preference` with two candidates: `c_1 c_2 SEP q a q a ...`, each answer the one of
+    the two that q prefers under S. Every pairwise order of S's rows counts, so a logit
+    matrix must order all of each row: a low-rank approximation gets a pair right with
+    probability 1/2 + arcsin(rho) / pi, rho its correlation with S (sqrt(r / K) for a
+    truncated SVD of rank r); pooling the two candidates does not tell them apart.
+
+    Args:
+      batch_size: Examples.
+      sequence_length: n.
+      seed: Seed of the examples.
+      num_symbols: K, the needed rank (default n // 4).
+    """
+    return preference(batch_size, sequence_length, seed, num_symbols, num_candidates=2)
+
+
 TASKS = {
     "recall": associative_recall,
     "gather": gather,
     "sorting": sorting,
     "preference": preference,
+    "pairwise": pairwise,
 }
 SIZES = {
     "recall": recall_size,
     "gather": gather_size,
     "sorting": sorting_size,
     "preference": lambda n: n // 4,
+    "pairwise": lambda n: n // 4,
 }
 # The tasks whose size parameter (`num_symbols`) sets the needed rank apart from n.
-SIZED = ("preference",)
+SIZED = ("preference", "pairwise")
 
 
 def make_batch(

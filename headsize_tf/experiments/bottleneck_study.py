@@ -106,7 +106,7 @@ class Preset:
 
     Example:
       >>> [s.name for s in PRESETS["cpu"].settings][:2]
-      ['preference_n64_K64', 'preference_n128_K128']
+      ['preference_n64_K64', 'pairwise_n64_K128']
     """
 
     settings: tuple[Setting, ...]
@@ -125,25 +125,31 @@ class Preset:
 
 
 PRESETS = {
-    # About 4 CPU hours (JAX; two processes share the output on 2 cores). preference at
-    # K = d (64) and 2 d (128, at n = 128: its 64 candidates need the room), far above
-    # d/h = 8; sorting and gather at n = 64 (m = 31 and 21, 4 and 2.6 times d/h).
-    # Associative recall: no model passed 31% of the answers in 1000 steps (its seed-0
-    # sweep; the induction mechanism had not formed), so it stops at the sweep here.
+    # About 4 CPU hours (JAX; two processes share the output on 2 cores); d = 64, h = 8,
+    # so d/h = 8. preference at K = 64 (n = 64); pairwise (two candidates: every order of
+    # S counts) at K = 128 > d (no layer of 8 heads of 8 holds S's rank) and K = 32 < d
+    # (a layer does, one head does not); sorting at n = 64 (m = 31). The sweeps only:
+    # gather (m = 21), associative recall (no model passed 31% of the answers in 1000
+    # steps: the induction mechanism had not formed), and preference at K = 128 with 64
+    # candidates (n = 128; its standard model reached 99.2%).
     "cpu": Preset(
         settings=(
             Setting("preference", 64, 64),
-            Setting("preference", 128, 128),
+            Setting("pairwise", 64, 128),
             Setting("sorting", 64),
-            Setting("gather", 64),
+            Setting("pairwise", 64, 32),
         ),
-        sweep_only=(Setting("recall", 64),),
+        sweep_only=(
+            Setting("gather", 64),
+            Setting("recall", 64),
+            Setting("preference", 128, 128),
+        ),
     ),
     # The grid the issue budgets (~20 CPU hours): n from 64 to 512, a third rate.
     "full": Preset(
         settings=tuple(
-            Setting(task, n, n // 4 if task == "preference" else None)
-            for task in ("preference", "recall", "sorting", "gather")
+            Setting(task, n, n // 4 if task in rank_tasks.SIZED else None)
+            for task in ("preference", "pairwise", "recall", "sorting", "gather")
             for n in (64, 128, 256, 512)
         ),
         steps=3000,

@@ -39,10 +39,11 @@ def test_every_answer_is_a_copy_of_one_earlier_token(task, n, batch, seed):
     for i in range(batch):
         rows = np.flatnonzero(b.weights[i])
         if task in rank_tasks.SIZED:  # preference: each query symbol's first occurrence.
+            k = 2 if task == "pairwise" else m // 2
             queries = b.inputs[i, rows]
-            assert 0 < len(rows) <= (n - m // 2 - 1) // 2
+            assert 0 < len(rows) <= (n - k - 1) // 2
             assert len(set(queries.tolist())) == len(rows)
-            asked = b.inputs[i, m // 2 + 1 : m // 2 + 1 + 2 * ((n - m // 2 - 1) // 2) : 2]
+            asked = b.inputs[i, k + 1 : k + 1 + 2 * ((n - k - 1) // 2) : 2]
             assert set(asked.tolist()) == set(queries.tolist())
         else:
             assert len(rows) == m
@@ -112,6 +113,20 @@ def test_preference_answers_are_the_preferred_candidates():
             assert b.targets[i, row] - base == candidates[scores[q, candidates].argmax()]
     # S is a task constant: another seed, the same preferences.
     np.testing.assert_array_equal(scores, rank_tasks.preference_scores(k_symbols))
+
+
+def test_pairwise_asks_which_of_two_candidates_each_query_prefers():
+    b = rank_tasks.pairwise(16, 64, seed=1, num_symbols=128)
+    scores = rank_tasks.preference_scores(128)
+    base = rank_tasks.FIRST_SYMBOL + 128
+    for i in range(16):
+        c1, c2 = b.inputs[i, :2] - base
+        assert c1 != c2 and b.inputs[i, 2] == rank_tasks.SEP
+        for row in np.flatnonzero(b.weights[i]):
+            q = b.inputs[i, row] - rank_tasks.FIRST_SYMBOL
+            best = c1 if scores[q, c1] > scores[q, c2] else c2
+            assert b.targets[i, row] - base == best
+            assert b.sources[i, row] == (0 if best == c1 else 1)
 
 
 @pytest.mark.parametrize("k_symbols", [16, 64])

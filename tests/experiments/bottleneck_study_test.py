@@ -180,10 +180,12 @@ def test_processes_share_the_runs_by_claims(tmp_path):
 def test_sweep_only_settings_run_their_first_seed_last():
     preset = study.PRESETS["cpu"]
     todo = study.todo_list(preset)
-    recall = [t for t in todo if t[0].task == "recall"]
-    assert recall == todo[-len(recall) :]
-    assert {seed for *_, seed in recall} == {preset.seeds[0]}
-    assert len(recall) == len(study.models(preset, recall[0][0])) * len(preset.learning_rates)
+    sweeps = [t for t in todo if t[0] in preset.sweep_only]
+    assert sweeps == todo[-len(sweeps) :]
+    assert {seed for *_, seed in sweeps} == {preset.seeds[0]}
+    assert len(sweeps) == sum(
+        len(study.models(preset, s)) * len(preset.learning_rates) for s in preset.sweep_only
+    )
     # Every other setting: the sweep, then the other seeds at the chosen rate (None here).
     first = [t for t in todo if t[0] == preset.settings[0]]
     per_model = len(preset.learning_rates) + len(preset.seeds) - 1
