@@ -145,6 +145,16 @@ PRESETS = {
             Setting("preference", 128, 128),
         ),
     ),
+    # pairwise at K = 128 six times longer, one seed at the rate the cpu sweep chose for
+    # most models: at 1000 steps every model was still learning S (a capacity limit
+    # cannot show before the models near it). Output: results/bottleneck/long_budget.
+    "long": Preset(
+        settings=(Setting("pairwise", 64, 128),),
+        steps=6000,
+        learning_rates=(3e-3,),
+        seeds=(0,),
+        curve_points=6,
+    ),
     # The grid the issue budgets (~20 CPU hours): n from 64 to 512, a third rate.
     "full": Preset(
         settings=tuple(
