@@ -97,6 +97,12 @@ def _pairs(group: dict[str, dict[str, Any]], width: int) -> list[tuple[dict, dic
     return out
 
 
+def _layer_bound(row: dict[str, Any]) -> int:
+    """The query/key dimensions of a whole layer: h x p, or D for collaborative heads
+    (they share one query/key space of D and only reweight its dimensions)."""
+    return row["rank_bound"] if row["kind"] == "collaborative" else row["heads"] * row["rank_bound"]
+
+
 def _compare(preset: Any, group: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for a, b, what in _pairs(group, preset.width):
@@ -113,7 +119,7 @@ def _compare(preset: Any, group: dict[str, dict[str, Any]]) -> list[dict[str, An
         # baseline's heads are below the needed rank. Per head; and for the layer, whose
         # h heads can split the queries between them (h x the bound in all).
         predicted = a["rank_bound"] > b["rank_bound"] and a["needed_rank"] > b["rank_bound"]
-        total = [a["heads"] * a["rank_bound"], b["heads"] * b["rank_bound"]]
+        total = [_layer_bound(a), _layer_bound(b)]
         predicted_total = total[0] > total[1] and a["needed_rank"] > total[1]
         verdict = (
             ("wins" if diff[-1] > 0 else "loses") if settled and len(seeds) > 1 else "unsettled"
@@ -190,12 +196,20 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(summary: dict[str, Any], preset: Any, command: str) -> str:
+def markdown(
+    summary: dict[str, Any], preset: Any, command: str, discussion: str | None = None
+) -> str:
+    """The README; `discussion`: a hand-written page beside it to link (e.g. VERDICT.md)."""
     lines = [
         "# Where does the head-size bottleneck bind?",
         "",
         f"Command: `{command}`",
         "",
+        *(
+            [f"What it shows, with the long runs: [{discussion}]({discussion}).", ""]
+            if discussion
+            else []
+        ),
         f"Causal LMs of {preset.layers} layers, {preset.heads} heads, trained "
         f"{preset.steps} steps of {preset.batch_size} fresh sequences on the tasks of "
         "`headsize_tf.data.rank_tasks`; accuracy over the answers of "
