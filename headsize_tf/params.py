@@ -10,6 +10,7 @@ from headsize_tf.core.params import (  # noqa: F401
     embedding_params,
     encoder_params,
     ffn_params,
+    lm_trainable_params,
     match_encoder_heads,
     match_num_heads,
     resolve_head_size,

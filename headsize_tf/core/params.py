@@ -235,6 +235,26 @@ def causal_lm_params(spec: EncoderSpec) -> ParamCount:
     return embeddings + blocks_params(spec) + ParamCount(2 * d)
 
 
+def lm_trainable_params(
+    vocab_size: int,
+    width: int,
+    num_layers: int,
+    attention: AttentionSpec | dict,
+    sequence_length: int,
+) -> int:
+    """Trainable parameters of a causal LM with a feed-forward of 4 x `width` (the
+    experiments' LMs, on either front): `causal_lm_params` of that shape."""
+    spec = EncoderSpec(
+        vocab_size=vocab_size,
+        width=width,
+        num_layers=num_layers,
+        attention=attention,
+        intermediate_size=4 * width,
+        max_sequence_length=sequence_length,
+    )
+    return causal_lm_params(spec).trainable
+
+
 def match_num_heads(
     target: int,
     count: Callable[[int], int],

@@ -234,15 +234,9 @@ class Model:
     def params(self, preset: Preset, setting: Setting) -> int:
         from headsize_tf import params
 
-        spec = params.EncoderSpec(
-            vocab_size=setting.vocab_size,
-            width=self.width,
-            num_layers=preset.layers,
-            attention=self.attention(),
-            intermediate_size=4 * self.width,
-            max_sequence_length=setting.sequence_length,
+        return params.lm_trainable_params(
+            setting.vocab_size, self.width, preset.layers, self.attention(), setting.sequence_length
         )
-        return params.causal_lm_params(spec).trainable
 
 
 def models(preset: Preset, setting: Setting) -> list[Model]:

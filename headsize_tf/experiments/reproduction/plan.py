@@ -41,15 +41,9 @@ class Model:
     def params(self, preset: Preset) -> int:
         from headsize_tf import params
 
-        spec = params.EncoderSpec(
-            vocab_size=preset.vocab_size,
-            width=self.width,
-            num_layers=preset.layers,
-            attention=self.attention(),
-            intermediate_size=4 * self.width,
-            max_sequence_length=preset.sequence_length,
+        return params.lm_trainable_params(
+            preset.vocab_size, self.width, preset.layers, self.attention(), preset.sequence_length
         )
-        return params.causal_lm_params(spec).trainable
 
     def row(self, preset: Preset) -> dict[str, Any]:
         """The fields `reproduce.verdicts` reads."""
