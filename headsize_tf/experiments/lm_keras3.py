@@ -163,6 +163,7 @@ def train_run(
     arrays = {split: load_lm_array(corpus_dir, split) for split in SPLITS}
     check_lm_arrays(arrays, preset.sequence_length, preset.vocab_size)
     train, valid, test = (arrays[s] for s in SPLITS)
+    valid, test = valid[: preset.eval_windows], test[: preset.eval_windows]
     keras.utils.set_random_seed(seed)
     lm = CausalLM(
         vocabulary_size=preset.vocab_size,

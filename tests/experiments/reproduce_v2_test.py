@@ -84,6 +84,19 @@ class PlanTest(tf.test.TestCase):
         sweep = rv2.summarize(new, rv2.plan(new), runs)["sweep"][key]
         self.assertEqual(sweep, {"0.0001": 150.0, "0.001": 120.0, "0.003": 110.0, "0.009": 130.0})
 
+    def test_runs_recorded_before_a_preset_field_existed_keep_counting(self):
+        # Records written before `eval_windows` existed lack it: they were made at its
+        # default (the whole split); a preset that sets it is another shape.
+        out = pathlib.Path(self.get_temp_dir()) / "older"
+        cpu = rv2.PRESETS["cpu"]
+        key = rv2.unique_models(rv2.plan(cpu))["std_w64_h4_p16"].key
+        stored = dataclasses.asdict(cpu)
+        del stored["eval_windows"]
+        record = {"key": key, "learning_rate": 1e-3, "seed": 0, "preset": stored}
+        rv2.write_json(out / "runs" / "old.json", record)
+        self.assertEqual(list(rv2.load_runs(out, cpu)), [(key, 1e-3, 0)])
+        self.assertEqual(rv2.load_runs(out, dataclasses.replace(cpu, eval_windows=64)), {})
+
     def test_the_command_leaves_out_scheduling_options(self):
         argv = [
             "--preset",

@@ -21,6 +21,8 @@ class Preset:
       dropout: Dropout rate.
       vocab_size: WordPiece vocabulary size.
       r2_heads: R2's head counts at width w.
+      eval_windows: Windows of each held-out split evaluated, from its start (None:
+        the whole split; fewer only for the tests' preset).
       grid_note: How the grid came to be (printed in the report); not part of a run's shape.
 
     Example:
@@ -42,6 +44,7 @@ class Preset:
     dropout: float = 0.1
     vocab_size: int = 4096
     r2_heads: tuple[int, ...] = (2, 4, 8, 16)
+    eval_windows: int | None = None
     # How the grid came to be (printed in the report); not part of a run's shape.
     grid_note: str = ""
 
@@ -103,5 +106,6 @@ PRESETS = {
         curve_points=2,
         head_size=8,
         r2_heads=(2, 4),
+        eval_windows=64,
     ),
 }

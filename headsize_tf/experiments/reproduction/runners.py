@@ -105,12 +105,13 @@ def read_curve(
     return [points[s] for s in sorted(points) if "perplexity" in points[s]]
 
 
-def eval_batches(data_dir: str | pathlib.Path, split: str) -> int:
-    """Batches of 32 that cover a split's LM windows once."""
+def eval_batches(data_dir: str | pathlib.Path, split: str, windows: int | None = None) -> int:
+    """Batches of 32 that cover a split's LM windows once (its first `windows`, if given)."""
     from headsize_tf.data import corpora
 
     manifest = corpora.load_manifest("austen", data_dir)
-    return int(np.ceil(manifest["stats"]["splits"][split]["lm_examples"] / 32))
+    examples = manifest["stats"]["splits"][split]["lm_examples"]
+    return int(np.ceil(min(examples, windows or examples) / 32))
 
 
 FRAMEWORKS = ("tf_keras", "keras3")
@@ -201,7 +202,11 @@ def _train_tf_keras(
             "headsize_lm/language_modeling",
             str(model_dir),
             params_override=_override(
-                model, preset, learning_rate, "valid", eval_batches(data_dir, "valid")
+                model,
+                preset,
+                learning_rate,
+                "valid",
+                eval_batches(data_dir, "valid", preset.eval_windows),
             ),
             data_dir=data_dir,
             seed=seed,
@@ -211,7 +216,11 @@ def _train_tf_keras(
             "headsize_lm/language_modeling",
             str(model_dir),
             params_override=_override(
-                model, preset, learning_rate, "test", eval_batches(data_dir, "test")
+                model,
+                preset,
+                learning_rate,
+                "test",
+                eval_batches(data_dir, "test", preset.eval_windows),
             ),
             mode="eval",
             data_dir=data_dir,

@@ -18,8 +18,20 @@ from headsize_tf.experiments.reproduction.presets import Preset
 NOT_SHAPE = ("learning_rates", "grid_note")
 
 
+# Fields added after runs were recorded: a record without one was made at its default.
+_DEFAULTS = json.loads(
+    json.dumps(
+        {
+            f.name: f.default
+            for f in dataclasses.fields(Preset)
+            if f.default is not dataclasses.MISSING
+        }
+    )
+)
+
+
 def _shape(preset: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in preset.items() if k not in NOT_SHAPE}
+    return {k: v for k, v in {**_DEFAULTS, **preset}.items() if k not in NOT_SHAPE}
 
 
 def load_runs(
