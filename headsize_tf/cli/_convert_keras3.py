@@ -43,7 +43,7 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     )
     return {
         "uptrain_steps": args.uptrain_steps,
-        "learning_rate": args.learning_rate,
+        "learning_rate": 1e-3 if args.learning_rate is None else args.learning_rate,
         "batch_size": args.batch_size,
         "decode_tokens": args.decode_tokens,
         "overwrite": args.overwrite,

@@ -58,6 +58,7 @@ def convert_model_dir(args: argparse.Namespace, target: Any) -> dict[str, Any] |
         target,
         args.output,
         uptrain_steps=args.uptrain_steps,
+        uptrain_learning_rate=args.learning_rate,
         overwrite=args.overwrite,
         convert_encoder=True if args.convert_encoder else None,
         eval_batches=args.eval_batches,

@@ -28,7 +28,7 @@ import argparse
 from typing import Any
 
 from headsize_tf.cli import _convert_keras3, _convert_tf_keras
-from headsize_tf.cli._args import FRAMEWORKS, _positive_int
+from headsize_tf.cli._args import FRAMEWORKS, _open_fraction, _positive_int
 
 TARGETS = ("grouped", "latent", "collaborative")
 SIZE_FLAGS = {"grouped": "kv_heads", "latent": "kv_rank", "collaborative": "shared_key_dim"}
@@ -159,7 +159,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="tokens per window (default: the model's max_sequence_length)",
     )
-    text.add_argument("--learning-rate", type=float, default=1e-3, help="uptraining peak rate")
+    p.add_argument(
+        "--learning-rate",
+        type=_open_fraction,
+        default=None,
+        help="uptraining peak rate (default: a model_dir's own peak rate; 1e-3 for a .keras "
+        "LM or keras-hub GPT-2)",
+    )
     text.add_argument("--batch-size", type=_positive_int, default=16, help="uptraining windows")
     p.set_defaults(func=run)
     return p

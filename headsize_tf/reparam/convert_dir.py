@@ -129,17 +129,20 @@ def _model_override(model) -> dict[str, Any]:
     return override
 
 
-def uptrain_override(params, steps: int) -> dict[str, Any]:
+def uptrain_override(params, steps: int, learning_rate: float | None = None) -> dict[str, Any]:
     """The `trainer` settings of `steps` uptraining steps (Ainslie et al.'s recipe).
 
-    The run's own optimizer, peak learning rate, weight decay and clipping;
-    its schedule (decay and warm-up steps) compressed by `steps / train_steps`;
-    a checkpoint every loop of `min(steps_per_loop, steps)` steps (where an
-    interrupted run resumes).
+    The run's own optimizer, weight decay and clipping, and its peak learning
+    rate unless `learning_rate` is given; its schedule (decay and warm-up steps)
+    compressed by `steps / train_steps`; a checkpoint every loop of
+    `min(steps_per_loop, steps)` steps (where an interrupted run resumes).
 
     Args:
       params: The run's `ExperimentConfig`.
       steps: Uptraining steps.
+      learning_rate: The peak rate of the uptraining schedule (None: the run's own).
+        A model trained to the end of a decaying schedule can lose at its old peak
+        more than uptraining recovers (results/kv_sharing/translation).
     """
     trainer = params.trainer
     loop = max(1, min(int(trainer.steps_per_loop), steps))
@@ -153,9 +156,26 @@ def uptrain_override(params, steps: int) -> dict[str, Any]:
     }
     optimizer: dict[str, Any] = {}
     rate = trainer.optimizer_config.learning_rate
+    schedule: dict[str, Any] = {}
     if rate.type and getattr(getattr(rate, rate.type), "decay_steps", None):
-        decay = getattr(rate, rate.type).decay_steps
-        optimizer["learning_rate"] = {rate.type: {"decay_steps": max(1, round(decay * scale))}}
+        schedule["decay_steps"] = max(1, round(getattr(rate, rate.type).decay_steps * scale))
+    if learning_rate is not None:
+        field = next(
+            (
+                f
+                for f in ("initial_learning_rate", "learning_rate")
+                if rate.type and hasattr(getattr(rate, rate.type), f)
+            ),
+            None,
+        )
+        if field is None:
+            raise ValueError(
+                f"uptrain_learning_rate={learning_rate} needs a schedule with one peak rate; "
+                f"the run's is {rate.type!r}."
+            )
+        schedule[field] = float(learning_rate)
+    if schedule:
+        optimizer["learning_rate"] = {rate.type: schedule}
     warmup = trainer.optimizer_config.warmup
     if warmup.type and getattr(getattr(warmup, warmup.type), "warmup_steps", None):
         steps_up = getattr(warmup, warmup.type).warmup_steps
@@ -170,6 +190,14 @@ def _read_state(work: pathlib.Path) -> dict[str, Any] | None:
         return json.loads((work / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
+
+
+def _check_rate(rate: Any) -> float | None:
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1:
+        raise ValueError(f"uptrain_learning_rate must be a float in (0, 1) or None; got {rate!r}.")
+    return float(rate)
 
 
 def _check_steps(uptrain_steps: Any) -> int:
@@ -208,6 +236,7 @@ def convert_model_dir(
     output: str | os.PathLike,
     *,
     uptrain_steps: int = 0,
+    uptrain_learning_rate: float | None = None,
     overwrite: bool = False,
     convert_encoder: bool | None = None,
     eval_batches: int = 8,
@@ -231,6 +260,7 @@ def convert_model_dir(
         per layer or one for all, its method).
       output: The model_dir written (with `report.json`, `conversion.png`).
       uptrain_steps: Steps of uptraining after the conversion (0: none).
+      uptrain_learning_rate: Peak rate of the uptraining (None: the run's own).
       overwrite: Replace an existing `output`.
       convert_encoder: A translation model's encoder converts too (default:
         only for collaborative targets, see `convert_attention_model`).
@@ -253,6 +283,7 @@ def convert_model_dir(
     if not isinstance(target, ConversionTarget):
         raise TypeError(f"target must be a ConversionTarget; got {target!r}.")
     uptrain_steps = _check_steps(uptrain_steps)
+    uptrain_learning_rate = _check_rate(uptrain_learning_rate)
     experiment = check_source(model_dir, target)
     if experiment not in DECODERS:  # An encoder to collaborative heads: `compress`'s driver.
         if uptrain_steps:
@@ -296,7 +327,9 @@ def convert_model_dir(
             "converted": evaluation(reloaded),
         }
         write_json(work / STATE_FILE, state)
-    if uptrain_steps and state.get("uptrained", {}).get("steps") != uptrain_steps:
+    uptraining = {"steps": uptrain_steps, "learning_rate": uptrain_learning_rate}
+    done = state.get("uptrained", {})
+    if uptrain_steps and {k: done.get(k) for k in uptraining} != uptraining:
         work_params, _ = train.load_trained_model(str(work))
         # The trainer's step lines go to a log beside the checkpoints, not the console.
         with (
@@ -307,11 +340,11 @@ def convert_model_dir(
                 experiment,
                 str(work),
                 [str(work / "params.yaml")],
-                uptrain_override(work_params, uptrain_steps),
+                uptrain_override(work_params, uptrain_steps, uptrain_learning_rate),
                 mode="train",
             )
         _, uptrained = train.load_trained_model(str(work))
-        state["uptrained"] = {"steps": uptrain_steps, **evaluation(uptrained)}
+        state["uptrained"] = {**uptraining, **evaluation(uptrained)}
         write_json(work / STATE_FILE, state)
     _, final = train.load_trained_model(str(work))
     report = _report(model_dir, experiment, target, state, source, final, uptrain_steps)
@@ -349,6 +382,7 @@ def _report(model_dir, experiment, target, state, source, final, uptrain_steps) 
         "experiment": experiment,
         "target": target.to_dict(),
         "uptrain_steps": int(uptrain_steps),
+        "uptrain_learning_rate": state.get("uptrained", {}).get("learning_rate"),
         "layers": state["layers"],
         "params": {"original": int(source.count_params()), "converted": int(final.count_params())},
     }

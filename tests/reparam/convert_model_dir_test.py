@@ -8,6 +8,7 @@ side; an interrupted uptraining resumes without converting again.
 
 import json
 import pathlib
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -133,6 +134,29 @@ def test_uptraining_keeps_the_optimizer_and_compresses_the_schedule(lm_dir):
         "warmup": {"polynomial": {"warmup_steps": 1}},
     }
     assert "optimizer" not in override["optimizer_config"]  # AdamW and its settings stay.
+
+
+def test_uptraining_at_another_peak_rate(lm_dir):
+    params, _ = train.load_trained_model(lm_dir)
+    params = params.replace(trainer={"train_steps": 200})
+    override = convert_dir.uptrain_override(params, 10, learning_rate=1e-4)["trainer"]
+    assert override["optimizer_config"]["learning_rate"] == {
+        "polynomial": {"decay_steps": 10, "initial_learning_rate": 1e-4}
+    }
+    for bad in (0.0, 1.5, True, "1e-4"):
+        with pytest.raises(ValueError, match=r"uptrain_learning_rate must be a float in \(0, 1\)"):
+            convert_dir.convert_model_dir(
+                lm_dir, ConversionTarget("grouped", 2), "unused", uptrain_learning_rate=bad
+            )
+    argv = ["convert", "--model_dir", lm_dir, "--to", "grouped", "--kv-heads", "2"]
+    argv += ["--output", "unused", "--uptrain-steps", "5", "--learning-rate"]
+    stop = ValueError("stopped here")
+    with mock.patch.object(convert_dir, "convert_model_dir", side_effect=stop) as convert:
+        assert cli.main([*argv, "3e-4"]) == 2
+    assert convert.call_args.kwargs["uptrain_learning_rate"] == 3e-4
+    with pytest.raises(SystemExit) as exit_status:
+        cli.main([*argv, "2"])
+    assert exit_status.value.code == 2
 
 
 def test_translation_with_as_many_kv_heads_as_heads_is_the_source(tmp_path):

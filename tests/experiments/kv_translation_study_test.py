@@ -1,0 +1,51 @@
+"""The translation KV study's driver: every target at every uptraining rate, resumable."""
+
+import json
+from unittest import mock
+
+from headsize_tf.experiments import kv_translation_study as study
+
+
+def _report(target, rate):
+    bleu = {"original": 20.0, "converted": 19.0, "uptrained": 19.5 if rate else 15.0}
+    return {
+        "target": target.to_dict(),
+        "uptrain_learning_rate": rate,
+        "kv_cache_bytes_per_token": {"original": 3072, "converted": 768},
+        "bleu": bleu,
+        "perplexity": {"original": 21.0, "converted": 22.0, "uptrained": 23.0},
+    }
+
+
+def test_every_target_at_every_rate_once_and_a_rerun_reuses_them(tmp_path, capsys):
+    convert = mock.Mock(
+        side_effect=lambda source, target, out, **kw: _report(target, kw["uptrain_learning_rate"])
+    )
+    train = mock.Mock(return_value={"steps": 40, "dev_perplexity": 26.0, "train_pairs": 9})
+    with (
+        mock.patch("headsize_tf.reparam.convert_dir.convert_model_dir", convert),
+        mock.patch(
+            "headsize_tf.experiments.translation_pruning_study.train_translation_model", train
+        ),
+    ):
+        summary = study.run_study(tmp_path / "out", tmp_path / "work", "data", steps=40)
+        assert train.call_count == 1
+        rates = [call.kwargs["uptrain_learning_rate"] for call in convert.call_args_list]
+        assert rates == [None, 1e-4] * len(study.TARGETS)
+        assert {call.kwargs["uptrain_steps"] for call in convert.call_args_list} == {150}
+        # The rerun trains and converts nothing (the model_dir's checkpoint stands in).
+        (tmp_path / "work" / "nmt_steps40").mkdir(parents=True)
+        (tmp_path / "work" / "nmt_steps40" / "checkpoint").write_text("")
+        again = study.run_study(tmp_path / "out", tmp_path / "work", "data", steps=40)
+    assert train.call_count == 1 and convert.call_count == 2 * len(study.TARGETS)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == again
+    assert again["rows"] == summary["rows"]
+    table = (tmp_path / "out" / "README.md").read_text().splitlines()
+    rows = [line for line in table if line.startswith("| grouped K/V, per-group SVD |")]
+    assert rows == [
+        "| grouped K/V, per-group SVD | 1e-3 (the run's) | 3,072 -> 768 | 20.00 | 19.00 | 15.00 "
+        "| 21.00 | 22.00 | 23.00 |",
+        "| grouped K/V, per-group SVD | 0.0001 | 3,072 -> 768 | 20.00 | 19.00 | 19.50 "
+        "| 21.00 | 22.00 | 23.00 |",
+    ]
+    assert "dev perplexity 26.00" in "\n".join(table)
