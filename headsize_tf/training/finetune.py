@@ -227,6 +227,9 @@ def finetune(
 
     # The encoder's CLS pooler is unused (mean pooling): leave it out.
     variables = [v for v in model.trainable_variables if "pooler" not in v.name]
+    # The optimizer's slots exist before `step` is traced: a tf.function whose first
+    # call creates variables is traced twice (seconds for a pretrained encoder).
+    optimizer.build(variables)
 
     @tf.function(input_signature=[_SPEC, tf.TensorSpec([None], tf.int32)], reduce_retracing=True)
     def step(inputs, y):
