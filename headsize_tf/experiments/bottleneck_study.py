@@ -159,6 +159,16 @@ PRESETS = {
         seed_models=("fixed_w64_h8_p64", "std_w112_h8"),
         curve_points=6,
     ),
+    # The control of `long`: pairwise at K = 32, below d = 64 (every layer holds S's
+    # rank, heads of 8 do not), with the same budget and rate. Seed 0 only: every model
+    # answered 100% of the held-out pairs. Output: results/bottleneck/below_d.
+    "below_d": Preset(
+        settings=(Setting("pairwise", 64, 32),),
+        steps=6000,
+        learning_rates=(3e-3,),
+        seeds=(0,),
+        curve_points=6,
+    ),
     # Every task at n = 64 to 512 (K = n / 4), three rates, 3000 steps: hundreds of CPU
     # hours, a grid for a GPU (Keras 3 on JAX: KERAS_BACKEND=jax, the same command).
     "full": Preset(
