@@ -100,8 +100,10 @@ def markdown(summary: dict[str, Any]) -> str:
         f"16), trained {summary['steps']} steps (dev perplexity "
         f"{summary['base']['dev_perplexity']:.2f}). Every decoder layer's self-attention and "
         "encoder-decoder attention converted (the encoder caches nothing); uptraining: "
-        f"{summary['uptrain_steps']} steps (5%) of the model's own training. BLEU: greedy, dev "
-        "split.",
+        f"{summary['uptrain_steps']} steps (5%) of the model's own training, at its own peak "
+        "rate and at a tenth of it. BLEU: greedy, dev split. Perplexity: the conversion "
+        "report's, over the first 8 dev batches (the training's figure covers the whole "
+        "split).",
         "",
         "| method | uptraining peak rate | KV bytes per target token | BLEU original "
         "| training-free | uptrained | perplexity original | training-free | uptrained |",
