@@ -310,6 +310,9 @@ def convert_model_dir(
         "convert_encoder": convert_encoder,
     }
     state = _read_state(work)
+    uptraining = {"steps": uptrain_steps, "learning_rate": uptrain_learning_rate}
+    if state is not None and uptrain_steps and state.get("uptraining", uptraining) != uptraining:
+        state = None  # An uptraining cut off under other settings: start from the conversion.
     if state is None or state.get("key") != key:  # Else the conversion is done: resume.
         new, layers = convert_attention_model(
             source, target, convert_encoder=convert_encoder, progress=progress, **kwargs
@@ -327,9 +330,10 @@ def convert_model_dir(
             "converted": evaluation(reloaded),
         }
         write_json(work / STATE_FILE, state)
-    uptraining = {"steps": uptrain_steps, "learning_rate": uptrain_learning_rate}
     done = state.get("uptrained", {})
     if uptrain_steps and {k: done.get(k) for k in uptraining} != uptraining:
+        state["uptraining"] = uptraining  # A rerun resumes only under these settings.
+        write_json(work / STATE_FILE, state)
         work_params, _ = train.load_trained_model(str(work))
         # The trainer's step lines go to a log beside the checkpoints, not the console.
         with (

@@ -8,6 +8,7 @@ side; an interrupted uptraining resumes without converting again.
 
 import json
 import pathlib
+import shutil
 from unittest import mock
 
 import numpy as np
@@ -101,6 +102,10 @@ def test_interrupted_uptraining_resumes_without_converting_again(lm_dir, tmp_pat
     assert not out.exists() and _global_step(tf.train.latest_checkpoint(str(work))) == 2
     state = json.loads((work / convert_dir.STATE_FILE).read_text())
     assert "uptrained" not in state and state["converted"]["perplexity"] > 1
+    assert state["uptraining"] == {"steps": 4, "learning_rate": None}
+    # The same cut-off run resumed at another rate starts again from the conversion.
+    other = tmp_path / "other_rate"
+    shutil.copytree(work, convert_dir.work_dir(other))
 
     def not_again(*args, **kwargs):
         raise AssertionError("the finished conversion ran again")
@@ -116,6 +121,17 @@ def test_interrupted_uptraining_resumes_without_converting_again(lm_dir, tmp_pat
     )
     assert [pathlib.Path(p).name for p in starts] == ["ckpt-0", "ckpt-2"]
     assert _global_step(tf.train.latest_checkpoint(str(out))) == 4
+    monkeypatch.undo()
+    monkeypatch.setattr(train, "run", resumed)
+    rate = convert_dir.convert_model_dir(
+        lm_dir,
+        ConversionTarget("grouped", 2),
+        other,
+        uptrain_steps=4,
+        uptrain_learning_rate=1e-4,
+        **FAST,
+    )
+    assert pathlib.Path(starts[-1]).name == "ckpt-0" and rate["uptrain_learning_rate"] == 1e-4
     assert report["perplexity"]["converted"] == state["converted"]["perplexity"]
     assert report["kv_cache_bytes_per_token"]["converted"] == 512  # G = 2 of 4 heads
     assert not work.exists()
