@@ -664,6 +664,12 @@ CASES = [
         ["demo", "--prune-fraction", "0", "--output", "{out}"],
         "expected a fraction in (0, 1), got '0'",
     ),
+    (
+        "convert_learning_rate_above_one",
+        ["convert", "--model_dir", "{out}", "--to", "grouped", "--kv-heads", "2"]
+        + ["--output", "{out}", "--learning-rate", "2"],
+        "argument --learning-rate: expected a fraction in (0, 1), got '2'",
+    ),
 ]
 
 

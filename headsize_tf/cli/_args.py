@@ -42,8 +42,11 @@ def _fraction(text: str) -> float:
 
 
 def _open_fraction(text: str) -> float:
-    value = _fraction(text)
-    if value == 0.0:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}")
     return value
 
