@@ -547,18 +547,18 @@ notebook(
             "code",
             """
 import pathlib
-from headsize_tf.core.io import cache_root
 from headsize_tf.data import corpora
 from headsize_tf.experiments import kv_sharing_study as study, lm_keras3
 
-data_dir = cache_root() / "data"  # Downloads Debian's r-cran-janeaustenr once.
+# ~/.cache/headsize_tf/data or $HEADSIZE_TF_DATA_DIR: downloads Debian's r-cran-janeaustenr once.
+data_dir = corpora.default_data_dir()
 corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=128))
 lm_keras3.export_lm_arrays(data_dir / "austen")  # int32 windows for Keras 3 (TensorFlow reads them).
 settings = study.Settings()
 if SMOKE:  # One layer, a few steps, one method at one cache fraction, one seed and rate.
     settings = study.Settings(layers=1, width=16, heads=4, batch_size=4, steps=4, seeds=(0,),
                               fractions=(2,), methods=("latent",), uptrain_fraction=0.25,
-                              uptrain_learning_rates=(1e-3,))
+                              uptrain_learning_rates=(1e-3,), eval_windows=64)
 # On Colab keep OUTPUT on Drive: every step writes its own file and a rerun continues.
 OUTPUT = "kv_sharing"
 summary = study.run_study(OUTPUT, data_dir / "austen", settings)

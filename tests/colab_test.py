@@ -40,8 +40,17 @@ def test_notebooks_are_built_from_the_generator(tmp_path):
         )
 
 
+@pytest.fixture
+def run_caches(austen_data_dir, minilm_dir, monkeypatch):
+    """The notebooks read the run's copies of the corpora and MiniLM (tests/conftest.py),
+    through the variables a user sets for a shared cache: fetched and prepared once per
+    run, not again into ~/.cache (which a fresh machine has empty)."""
+    monkeypatch.setenv("HEADSIZE_TF_DATA_DIR", str(austen_data_dir))
+    monkeypatch.setenv("HEADSIZE_TF_CACHE_DIR", str(minilm_dir.parent))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
+def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch, run_caches):
     monkeypatch.delenv("TF_DETERMINISTIC_OPS", raising=False)  # As on Colab.
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 
 class DownloadError(RuntimeError):
@@ -23,21 +25,17 @@ def download_wheel(requirement: str, workdir: pathlib.Path, pattern: str) -> pat
     wheels = sorted(workdir.glob(pattern))
     if wheels:
         return wheels[0]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            "-d",
-            str(workdir),
-            requirement,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    # pip writes into a private folder; the wheel is renamed into place whole, so a
+    # process that finds it in `workdir` (two notebooks, two workers) never reads half.
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=workdir) as tmp:
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp]
+            + [requirement],
+            capture_output=True,
+            text=True,
+        )
+        for wheel in sorted(pathlib.Path(tmp).glob(pattern)):
+            os.replace(wheel, workdir / wheel.name)
     wheels = sorted(workdir.glob(pattern))
     if not wheels:
         said = (result.stdout + result.stderr).strip()[-500:]

@@ -64,6 +64,9 @@ class Settings:
     collaborative_dims: tuple[int, ...] = (16,)
     importance_windows: int = 256
     methods: tuple[str, ...] = METHODS
+    # Windows of the validation and test splits evaluated, from their start (None: the
+    # whole splits, as in every recorded run; fewer for a smoke run).
+    eval_windows: int | None = None
 
     @property
     def head_size(self) -> int:
@@ -80,6 +83,8 @@ class Settings:
         """What the base model depends on (a changed entry retrains it)."""
         fields = ("layers", "width", "heads", "sequence_length", "batch_size", "steps")
         fields += ("learning_rate", "dropout", "vocab_size")
+        if self.eval_windows is not None:  # Absent from the records of whole-split runs.
+            fields += ("eval_windows",)
         return {name: getattr(self, name) for name in fields}
 
     def convert_settings(self) -> dict[str, Any]:
@@ -142,6 +147,7 @@ def _preset(settings: Settings):
         curve_points=4,
         dropout=settings.dropout,
         vocab_size=settings.vocab_size,
+        eval_windows=settings.eval_windows,
     )
 
 
@@ -150,6 +156,9 @@ def _arrays(settings: Settings, corpus_dir: pathlib.Path) -> dict[str, np.ndarra
 
     arrays = {s: lm_keras3.load_lm_array(corpus_dir, s) for s in lm_keras3.SPLITS}
     lm_keras3.check_lm_arrays(arrays, settings.sequence_length, settings.vocab_size)
+    if settings.eval_windows is not None:
+        for split in ("valid", "test"):
+            arrays[split] = arrays[split][: settings.eval_windows]
     return arrays
 
 

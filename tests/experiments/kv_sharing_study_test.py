@@ -65,3 +65,18 @@ def test_the_study_runs_resumes_and_reports(tmp_path):
     again = study.run_study(out, tmp_path, settings)  # Every step reused.
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*.json")} == stamps
     assert json.dumps(again["rows"], sort_keys=True) == json.dumps(summary["rows"], sort_keys=True)
+
+
+def test_eval_windows_cut_the_held_out_splits_and_only_then_enter_the_settings(tmp_path):
+    _corpus(tmp_path, np.random.default_rng(0))
+    whole = study.Settings(sequence_length=16, vocab_size=32)
+    # Records of whole-split runs (results/kv_sharing) keep matching their settings.
+    assert "eval_windows" not in whole.base_settings()
+    arrays = study._arrays(whole, tmp_path)
+    assert [len(arrays[s]) for s in ("train", "valid", "test")] == [64, 8, 8]
+    cut = study.Settings(sequence_length=16, vocab_size=32, eval_windows=3)
+    assert cut.base_settings()["eval_windows"] == cut.uptrain_settings()["eval_windows"] == 3
+    arrays = study._arrays(cut, tmp_path)
+    assert [len(arrays[s]) for s in ("train", "valid", "test")] == [64, 3, 3]
+    np.testing.assert_array_equal(arrays["valid"], np.load(tmp_path / "lm_valid.npy")[:3])
+    assert study._preset(cut).eval_windows == 3

@@ -10,14 +10,9 @@ import pytest
 from headsize_tf.core.io import cache_root
 
 if keras.backend.backend() == "jax":
-    # Eager JAX compiles every op for every new shape: most of a run's time.
-    # Unoptimised LLVM code halves a compilation (these tensors are tiny), and a
-    # persistent compilation cache makes later runs several times faster. Set
-    # before the first JAX computation creates the CPU client.
-    if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-        ).strip()
+    # Eager JAX compiles every op for every new shape: most of a run's time
+    # (tests/conftest.py sets XLA flags that halve a compilation). A persistent
+    # compilation cache makes later runs several times faster.
     import jax
 
     jax.config.update(
