@@ -104,7 +104,12 @@ def sentence_examples(
 
 
 def write_tfrecord(path: pathlib.Path, examples: Iterable[dict[str, np.ndarray]]) -> int:
-    """Writes each example dict as a `tf.train.Example`; returns how many."""
+    """Writes each example dict as a `tf.train.Example`; returns how many.
+
+    The features map is serialised in a fixed order (protobuf's map order otherwise
+    changes from process to process), so the same examples give the same bytes, and
+    a corpus prepared again has the checksums of its manifest.
+    """
     import tensorflow as tf
 
     count = 0
@@ -117,7 +122,9 @@ def write_tfrecord(path: pathlib.Path, examples: Iterable[dict[str, np.ndarray]]
                 else:
                     feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=value))
             writer.write(
-                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+                    deterministic=True
+                )
             )
             count += 1
     return count

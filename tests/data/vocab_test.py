@@ -4,6 +4,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 import tensorflow_text as tf_text
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headsize_tf import cli
 from headsize_tf.data import corpora, vocab
@@ -87,3 +89,39 @@ class VocabTest(tf.test.TestCase):
             2,
         )
         self.assertIn(f"Text file {str(missing)!r} does not exist", self.capsys.readouterr().err)
+
+
+_WORDS = st.one_of(st.text("abcde", min_size=1, max_size=9), st.sampled_from([".", ",", "#"]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    word_counts=st.dictionaries(_WORDS, st.integers(1, 400), min_size=1, max_size=40),
+    vocab_size=st.integers(6, 80),
+)
+def test_learn_wordpiece_is_tensorflow_text_s_learner_60_examples(word_counts, vocab_size):
+    """The fast learner against tensorflow-text's own (`learn` at its defaults): the same
+    tokens in the same order, on drawn word counts and sizes."""
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
+
+    expected = lib.learn(word_counts, vocab_size, corpora.RESERVED_TOKENS)
+    assert vocab.learn_wordpiece(word_counts, vocab_size, corpora.RESERVED_TOKENS) == expected
+
+
+def test_build_wordpiece_vocab_is_bert_vocab_from_dataset():
+    """The whole path, tokenisation of the lines included, on text with punctuation,
+    capitals and accents."""
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+
+    lines = [
+        f"Émma wrote {n} letters, and Harriet's reply came back{'!' * (n % 3)} Quite so."
+        for n in range(60)
+    ] + ["Mr. Knightley walked; Mrs. Elton talked (endlessly) about Maple Grove."] * 25
+    expected = bert_vocab.bert_vocab_from_dataset(
+        tf.data.Dataset.from_tensor_slices(lines).batch(1000),
+        vocab_size=120,
+        reserved_tokens=corpora.RESERVED_TOKENS,
+        bert_tokenizer_params={"lower_case": True},
+        learn_params={},
+    )
+    assert vocab.build_wordpiece_vocab(lines, 120) == expected
