@@ -136,15 +136,30 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
             CollaborativeAttention,
         ),
     )
-    def test_translation_trains_on_mock_wmt14(self, override, cls):
+    def test_translation_overrides_build_each_attention_kind(self, override, cls):
+        from official.core import task_factory
+
+        params = train.build_params(
+            "headsize_seq2seq/translation",
+            [TINY_WMT],
+            ",".join(x for x in ("task.model.vocab_size=25", override) if x),
+            data_dir=str(self.tmp),
+        )
+        model = task_factory.get_task(params.task).build_model()
+        self.assertLen(model.attention_layers, 2 + 2 * 2)
+        self.assertTrue(all(isinstance(layer, cls) for layer in model.attention_layers))
+
+    def test_translation_trains_on_mock_wmt14(self):
+        # Fixed heads here; standard and collaborative translation models train in
+        # tests/pruning/translation_test.py and tests/serving/translation_test.py.
         model_dir = str(self.tmp / "model")
-        override = ",".join(x for x in (FAST, "task.model.vocab_size=25", override) if x)
         run = functools.partial(
             train.run,
             "headsize_seq2seq/translation",
             model_dir,
             [TINY_WMT],
-            override,
+            f"{FAST},task.model.vocab_size=25,"
+            "task.model.attention.kind=fixed_head,task.model.attention.head_size=32",
             data_dir=str(self.tmp),
         )
         with mock(128):
@@ -152,11 +167,6 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
             result = run(mode="train_and_eval")
         self.assertGreater(initial, 3.0)  # ~ ln(25) untrained
         self.assertLess(result.metrics["validation_loss"], initial - 0.5)
-        from official.core import task_factory
-
-        model = task_factory.get_task(result.params.task).build_model()
-        self.assertLen(model.attention_layers, 2 + 2 * 2)
-        self.assertTrue(all(isinstance(layer, cls) for layer in model.attention_layers))
 
     def test_sst2_trains_from_raw_text(self):
         # Mock TFDS ignores `repeat_filenames`; `cache` makes the reader repeat.
