@@ -16,9 +16,9 @@ TINY = demo.DemoSettings(
     steps=2,
     finetune_steps=2,
     prune_fraction=0.1,
-    importance_examples=64,
+    importance_examples=32,
     speed_repeats=1,
-    dev_examples=128,
+    dev_examples=64,
     cp_max_iter=3,
 )
 
