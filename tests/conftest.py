@@ -187,6 +187,16 @@ _START_FIRST = (
     "tests/colab_test.py::test_notebook_runs_in_smoke_mode[02",
     "tests/colab_test.py::test_notebook_runs_in_smoke_mode[04",
     "tests/colab_test.py",
+    # Files of 20-50 s that collection order put last (a worker sat idle 38 s).
+    "tests/reparam/convert_model_dir_test.py",
+    "tests/serving/export_test.py",
+    "tests/pruning/translation_test.py",
+    "tests/pruning/pruning_test.py",
+    "tests/pruning/data_file_test.py",
+    "tests/pruning/language_model_test.py",
+    "tests/reparam/model_dir_test.py",
+    "tests/modeling/kv_kinds_test.py",
+    "tests/modeling/seq2seq_test.py",
 )
 
 

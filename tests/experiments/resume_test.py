@@ -13,10 +13,10 @@ import tensorflow as tf
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
-STEPS = 80
+STEPS = 40
 OVERRIDE = (
-    f"trainer.train_steps={STEPS},trainer.checkpoint_interval=20,trainer.steps_per_loop=20,"
-    "trainer.summary_interval=20,task.train_data.seed=1,task.train_data.deterministic=true,"
+    f"trainer.train_steps={STEPS},trainer.checkpoint_interval=10,trainer.steps_per_loop=10,"
+    "trainer.summary_interval=10,task.train_data.seed=1,task.train_data.deterministic=true,"
     "task.train_data.global_batch_size=8,"
     "task.model.attention.kind=fixed_head,task.model.attention.head_size=32"
 )
@@ -71,7 +71,7 @@ class ResumeTest(tf.test.TestCase):
             stderr=subprocess.DEVNULL,
         )
         deadline = time.time() + 300
-        while not os.path.exists(os.path.join(killed_dir, "ckpt-40.index")):
+        while not os.path.exists(os.path.join(killed_dir, "ckpt-10.index")):
             self.assertIsNone(process.poll(), "training ended before it could be killed")
             self.assertLess(time.time(), deadline, "no checkpoint within 300 s")
             time.sleep(0.05)
