@@ -13,10 +13,9 @@ _FAST_XLA = (
     "--xla_backend_optimization_level=0",
     "--xla_backend_extra_options=xla_cpu_disable_new_fusion_emitters",
 )
-os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", "")]
-    + [flag for flag in _FAST_XLA if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
-).strip()
+_xla = os.environ.get("XLA_FLAGS", "")  # A flag set there already wins.
+_missing = [flag for flag in _FAST_XLA if flag.split("=")[0] not in _xla]
+os.environ["XLA_FLAGS"] = " ".join([_xla, *_missing]).strip()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -46,7 +46,8 @@ def learn_wordpiece(
     word_counts: Mapping[str, int], vocab_size: int, reserved_tokens: Sequence[str]
 ) -> list[str]:
     """tensorflow-text's `wordpiece_tokenizer_learner_lib.learn` at its default parameters:
-    the same vocabulary, in the same order, tens of times faster.
+    the same vocabulary, in the same order, several times faster (Rotten Tomatoes at
+    4,096 tokens: 3.6 s instead of 21.6 s, word counting included).
 
     Each pass of the library's `learn_with_thresh` counts, for every word, each
     substring that starts where the current tokens split the word (every position on
