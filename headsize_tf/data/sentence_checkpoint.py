@@ -15,14 +15,19 @@ import os
 import pathlib
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.hf_checkpoint import read_json_object
 from headsize_tf.data.pretrained import fetch_pretrained
-from headsize_tf.data.wordpiece import WordPieceTokenizer
+
+if TYPE_CHECKING:
+    # Imported where a tokenizer is built: `wordpiece` needs TensorFlow, and the Keras 3
+    # front's tools (conversion, compression, pruning on token ids) run without it, e.g.
+    # on a JAX-only machine.
+    from headsize_tf.data.wordpiece import WordPieceTokenizer
 
 CHECKPOINT_FILE = "headsize_checkpoint.json"
 VOCAB_FILE = "vocab.txt"
@@ -78,6 +83,8 @@ class SentenceEncoderSettings:
     ) -> WordPieceTokenizer:
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; expected one of {list(POOLINGS)}.")
+        from headsize_tf.data.wordpiece import WordPieceTokenizer
+
         tokenizer = WordPieceTokenizer(
             vocab_file, lower_case=lower_case, max_seq_length=max_seq_length
         )

@@ -1,0 +1,69 @@
+"""The Keras 3 front's tools run on JAX with TensorFlow absent.
+
+A JAX-only machine (a GPU or TPU image without TensorFlow) imports the layers,
+models and tools, converts and prunes a model; only text tokenization and the
+SavedModel export need TensorFlow. Found on a lent H100 machine, whose image has
+JAX and no TensorFlow: `headsize_tf.keras3.reparam` imported TensorFlow through the
+sentence encoders' WordPiece tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = """
+import sys
+
+class NoTensorFlow:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras", "official"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+        return None
+
+sys.meta_path.insert(0, NoTensorFlow())
+import numpy as np
+import keras
+import headsize_tf.keras3.distribution
+import headsize_tf.keras3.hub
+import headsize_tf.keras3.pretrained
+import headsize_tf.keras3.tuning
+from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.keras3.modeling import CausalLM
+from headsize_tf.keras3.pruning import remove_heads, set_head_mask
+from headsize_tf.keras3.reparam import compress_backbone, convert_model
+
+assert keras.backend.backend() == "jax"
+keras.utils.set_random_seed(0)
+lm = CausalLM(vocabulary_size=32, num_layers=1, hidden_dim=16,
+              attention={"kind": "standard", "num_heads": 2}, max_sequence_length=8)
+ids = np.arange(1, 7, dtype="int32")[None]
+full = keras.ops.convert_to_numpy(lm(ids))
+for target in (ConversionTarget("latent", 16), ConversionTarget("grouped", 2)):
+    converted = convert_model(lm, target)[0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(converted(ids)), full, atol=1e-5)
+collaborative = compress_backbone(lm, 16)[0]
+np.testing.assert_allclose(keras.ops.convert_to_numpy(collaborative(ids)), full, atol=1e-5)
+mask = np.array([[1.0, 0.0]], "float32")
+set_head_mask(lm, mask)
+masked = keras.ops.convert_to_numpy(lm(ids))
+pruned = remove_heads(lm)
+np.testing.assert_allclose(keras.ops.convert_to_numpy(pruned(ids)), masked, atol=1e-5)
+assert tuple(pruned.attention_spec.num_heads) == (1,), pruned.attention_spec
+assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tf_keras")]
+print("ok")
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_the_keras3_tools_convert_and_prune_on_jax_without_tensorflow():
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "ok"
