@@ -90,7 +90,7 @@ def child(repeats: int, steps: int, contexts: list[int], batch: int) -> list[dic
                 shapes = layer.cache_shapes(batch, length)
                 caches.append(
                     {
-                        k: keras.ops.convert_to_tensor(rng.normal(size=s).astype("float32"))
+                        k: keras.ops.convert_to_tensor(rng.standard_normal(s, dtype=np.float32))
                         for k, s in shapes.items()
                     }
                 )
@@ -134,10 +134,32 @@ def child(repeats: int, steps: int, contexts: list[int], batch: int) -> list[dic
                     "speedup": round(base / statistics.median(s), 3),
                     "all_s": [round(v, 4) for v in s],
                     "params": int(models[name].count_params()),
+                    "device": _device(),
                 }
             )
         print(f"context {context} done", file=sys.stderr, flush=True)
     return rows
+
+
+def _device() -> str:
+    """The accelerator the child's backend computes on ("cpu" or, e.g., "NVIDIA H100 80GB HBM3")."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return "cpu" if device.platform == "cpu" else device.device_kind
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        return (
+            tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+            if gpus
+            else "cpu"
+        )
+    return "cpu"
 
 
 def _plot(rows: list[dict], path: pathlib.Path) -> None:
@@ -160,7 +182,9 @@ def _plot(rows: list[dict], path: pathlib.Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (cached tokens)")
         ax.set_ylabel("decode tokens/s")
-        ax.set_title(f"Keras 3 ({backend}), batch {mine[0]['batch']}")
+        ax.set_title(
+            f"Keras 3 ({backend}, {mine[0].get('device', 'cpu')}), batch {mine[0]['batch']}"
+        )
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     save_figure(fig, path)
@@ -197,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "shape": {"vocab": VOCAB, "layers": LAYERS, "width": WIDTH, "heads": HEADS},
         "repeats": args.repeats,
         "steps": args.steps,
+        "devices": sorted({r["device"] for r in rows}),
     }
     out_dir = pathlib.Path(args.output)
     write_atomic(
@@ -204,12 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     _plot(rows, out_dir / "kv_cache.png")
     lines = [
-        "# Decoding with a smaller KV cache: every head-sharing kind side by side (Keras 3, CPU)",
+        "# Decoding with a smaller KV cache: every head-sharing kind side by side "
+        f"(Keras 3, {', '.join(meta['devices'])})",
         "",
         f"Command: `{meta['command']}`  ",
         f"LM: {LAYERS} layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS}, vocabulary "
         f"{VOCAB}, random weights; batch {args.batch}, {args.steps} decode steps after a cache "
-        f"filled to the context; {meta['machine']}; median of {args.repeats} interleaved "
+        f"filled to the context; {meta['machine']}, computing on {', '.join(meta['devices'])}; median of {args.repeats} interleaved "
         "repeats. Speed-up = the multi-head model's median time / this one's, same context "
         "and backend. Cache bytes per token (float32, all layers) measured on the arrays.",
         "",
