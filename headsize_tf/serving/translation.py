@@ -28,6 +28,7 @@ from headsize_tf.data.serving_export import IDS_SPEC as _IDS
 from headsize_tf.data.serving_export import MASK_SPEC as _MASK
 from headsize_tf.data.serving_export import TEXT_SPEC as _TEXT
 from headsize_tf.modeling import decoding
+from headsize_tf.serving.export import model_variables
 from headsize_tf.tasks.translation import special_ids
 
 
@@ -67,7 +68,9 @@ class TranslationServingModule(tf.Module):
         if max_source_length < 2:
             raise ValueError(f"max_source_length must be >= 2; got {max_source_length}.")
         ids = special_ids(vocab_file)
-        self.model = model
+        # Untracked, its variables tracked: no tf_keras serialisation of every layer
+        # in the SavedModel (it traces each layer's call again).
+        object.__setattr__(self, "model", model)
         self.tokenizer = tf_text.BertTokenizer(
             vocab_file, lower_case=lower_case, token_out_type=tf.int32
         )
@@ -76,6 +79,11 @@ class TranslationServingModule(tf.Module):
         self._max_decode_length = max_decode_length
         self._beam_size = beam_size
         self._alpha = alpha
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # The model's variables as they are when saved (it may be built after this module).
+        self.model_variables = model_variables(self.model)
+        return super()._trackable_children(save_type, **kwargs)
 
     def source_ids(self, text: tf.Tensor) -> tf.Tensor:
         """[batch, length] source ids: word pieces (truncated) + [SEP], 0-padded."""
@@ -122,12 +130,12 @@ class TranslationServingModule(tf.Module):
         words = self.tokenizer.detokenize(ragged)
         return tf.strings.reduce_join(words, axis=-1, separator=" ")
 
-    @tf.function(input_signature=[_TEXT])
+    @tf.function(input_signature=[_TEXT], autograph=False)
     def serve_text(self, text):
         outputs = self.translate_ids(self.source_ids(text))
         return {"translation": self.detokenize(outputs["output_ids"]), **outputs}
 
-    @tf.function(input_signature=[_IDS, _MASK])
+    @tf.function(input_signature=[_IDS, _MASK], autograph=False)
     def serve_ids(self, input_word_ids, input_mask):
         return self.translate_ids(input_word_ids * tf.cast(input_mask > 0, tf.int32))
 

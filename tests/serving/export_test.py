@@ -161,6 +161,30 @@ class ExportTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "task 'lm' needs a model"):
             serving.ServingModule(encoder, "lm")
 
+    def test_export_holds_the_variables_and_masked_gates_not_the_layers(self):
+        # The module tracks its models' variables and head gates, not the tf_keras models
+        # (whose SavedModel serialisation traces every layer's call again).
+        encoder = load_sentence_encoder(checkpoint=self.tmp / "bert")
+        classifier = ft.SentenceClassifier(encoder, 2)
+        inputs = encoder.tokenize(tf.constant(TEXTS))
+        full = classifier(inputs).numpy()
+        layers = encoder.encoder.attention_layers
+        layers[0].set_head_mask(np.eye(layers[0].num_heads)[0])  # One head of layer 0 left.
+        masked = classifier(inputs).numpy()
+        path = serving.export(
+            serving.ServingModule(encoder, "sentence_prediction", classifier), self.tmp / "x"
+        )
+        loaded = tf.saved_model.load(str(path))
+        self.assertFalse(hasattr(loaded, "encoder") or hasattr(loaded, "classifier"))
+        gates = {id(layer.head_gates) for layer in layers}
+        self.assertLen(loaded.model_variables, len({id(v) for v in classifier.variables} | gates))
+        self.assertContainsSubset(
+            {layer.head_gates.name for layer in layers}, {v.name for v in loaded.model_variables}
+        )
+        got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))["logits"]
+        self.assertAllClose(got, masked, atol=1e-5)
+        self.assertGreater(np.abs(masked - full).max(), 1e-3)  # The mask is what was served.
+
 
 LM_TINY = str(
     __import__("pathlib").Path(__file__).resolve().parents[2]
