@@ -110,6 +110,7 @@ class SentenceEncoder(SentenceEncoderSettings, tf.Module):
             tf.TensorSpec([None, None], tf.int32),
         ],
         reduce_retracing=True,
+        autograph=False,  # No tensor-dependent Python control flow: a faster trace.
     )
     def _embed_ids(self, word_ids: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
         inputs = {

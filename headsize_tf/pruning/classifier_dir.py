@@ -79,7 +79,7 @@ def masked_lm_loss(targets: dict, outputs: dict) -> tf.Tensor:
 def masked_lm_perplexity(model: tf_keras.Model, data) -> float:
     """exp of the mean cross entropy over every masked position of `data`."""
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def totals(features):
         loss = tf_keras.losses.sparse_categorical_crossentropy(
             features["masked_lm_ids"],
@@ -112,7 +112,7 @@ def classifier_batches(params, split: str, batches: int) -> list[tuple[dict, np.
 
 
 def accuracy(model: tf_keras.Model, data) -> float:
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def predict(features):
         return tf.argmax(model(features, training=False), axis=-1, output_type=tf.int32)
 

@@ -79,7 +79,7 @@ def head_importance(
     if any(g is None for g in gates):
         raise ValueError("Every attention layer must be built (call the model once) first.")
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def gate_gradients(inputs, targets):
         with tf.GradientTape() as tape:
             tape.watch(gates)

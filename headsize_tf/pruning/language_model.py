@@ -94,7 +94,7 @@ _LOSS = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 def perplexity(lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
     """exp of the mean next-token cross entropy over every token of `data`."""
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def total(ids, targets):
         logits = tf.cast(lm(ids, training=False), tf.float32)
         return tf.reduce_sum(

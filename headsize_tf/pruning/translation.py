@@ -110,7 +110,7 @@ def token_loss(labels, logits) -> tf.Tensor:
 
 
 def perplexity(model: HeadsizeSeq2Seq, data: Sequence[tuple[dict, np.ndarray]]) -> float:
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def totals(features, labels):
         loss = tf_keras.losses.sparse_categorical_crossentropy(
             labels, tf.cast(model(features, training=False), tf.float32), from_logits=True
@@ -179,7 +179,7 @@ class TranslationBleu:
 
         if id(model) not in self._decoders:  # One trace per model, reused at every step.
 
-            @tf.function(reduce_retracing=True)
+            @tf.function(reduce_retracing=True, autograph=False)
             def decode(source):
                 start = tf.fill([tf.shape(source)[0], 1], self._bos)
                 return greedy_decode_loop(model, start, self._length, self._eos, source)

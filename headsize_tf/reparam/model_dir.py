@@ -51,7 +51,7 @@ def evaluate(params, model: tf_keras.Model, batches: int = 16) -> dict[str, floa
     task = task_factory.get_task(params.task)
     metrics = task.build_metrics(training=False)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def step(inputs):
         return task.validation_step(inputs, model, metrics)
 

@@ -176,7 +176,10 @@ def _forward(model: tf_keras.Model):
     if forward is None:
         model_ref = weakref.ref(model)
 
-        @tf.function(input_signature=[_SPEC], reduce_retracing=True)
+        # autograph=False (here and in `finetune`'s step): the models' calls have no
+        # tensor-dependent Python control flow, and converting every layer's call
+        # costs seconds per process.
+        @tf.function(input_signature=[_SPEC], reduce_retracing=True, autograph=False)
         def forward(inputs):
             return model_ref()(inputs, training=False)
 
@@ -247,7 +250,11 @@ def finetune(
     # call creates variables is traced twice (seconds for a pretrained encoder).
     optimizer.build(variables)
 
-    @tf.function(input_signature=[_SPEC, tf.TensorSpec([None], tf.int32)], reduce_retracing=True)
+    @tf.function(
+        input_signature=[_SPEC, tf.TensorSpec([None], tf.int32)],
+        reduce_retracing=True,
+        autograph=False,
+    )
     def step(inputs, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(inputs, training=True))

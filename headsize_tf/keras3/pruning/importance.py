@@ -62,7 +62,7 @@ def _gate_gradient_fn(
     if backend == "tensorflow":
         import tensorflow as tf
 
-        @tf.function(reduce_retracing=True)
+        @tf.function(reduce_retracing=True, autograph=False)
         def tf_grads(inputs, targets):
             with tf.GradientTape() as tape:
                 values = [g.value for g in gates]
