@@ -71,7 +71,9 @@ class ResumeTest(tf.test.TestCase):
             stderr=subprocess.DEVNULL,
         )
         deadline = time.time() + 300
-        while not os.path.exists(os.path.join(killed_dir, "ckpt-10.index")):
+        # A checkpoint counts once the `checkpoint` state file names it: its .index file
+        # is written first (a kill between the two leaves no checkpoint to resume from).
+        while tf.train.latest_checkpoint(killed_dir) is None:
             self.assertIsNone(process.poll(), "training ended before it could be killed")
             self.assertLess(time.time(), deadline, "no checkpoint within 300 s")
             time.sleep(0.05)
