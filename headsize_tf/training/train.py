@@ -229,6 +229,14 @@ def _resumable_trainer_cls():
                 **items,
             )
 
+        last_eval_logs = None
+
+        def evaluate(self, num_steps):
+            # Kept: `run` reports the last evaluation instead of evaluating the same
+            # weights again (Model Garden's `run_post_eval`).
+            self.last_eval_logs = super().evaluate(num_steps)
+            return self.last_eval_logs
+
     return ResumableTrainer
 
 
@@ -287,15 +295,30 @@ def run(
         from headsize_tf.core.io import write_json
 
         write_json(os.path.join(model_dir, EXPERIMENT_FILE), {"experiment": experiment})
-    model, logs = train_lib.run_experiment(
+    # No post-training evaluation: "train_and_eval" evaluates after its last step and
+    # "eval" once, and the metrics are those (Model Garden's `run_post_eval` evaluated
+    # the same weights a second time). A finished run trained again evaluates once here.
+    model, _ = train_lib.run_experiment(
         distribution_strategy=dist,
         task=task,
         mode=mode,
         params=params,
         model_dir=model_dir,
-        run_post_eval="eval" in mode,
+        run_post_eval=False,
         trainer=trainer,
     )
+    logs = getattr(trainer, "last_eval_logs", None)
+    if "eval" in mode and logs is None:
+        model, _ = train_lib.run_experiment(
+            distribution_strategy=dist,
+            task=task,
+            mode="eval",
+            params=params,
+            model_dir=model_dir,
+            run_post_eval=False,
+            trainer=trainer,
+        )
+        logs = trainer.last_eval_logs
     metrics = {k: float(v) for k, v in (logs or {}).items() if _is_scalar(v)}
     return TrainResult(
         model_dir=model_dir,

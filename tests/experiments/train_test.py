@@ -127,6 +127,10 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
         final = run(mode="train_and_eval").metrics
         self.assertLess(final["validation_loss"], initial["validation_loss"] - 1.5)
         self.assertAllClose(final["perplexity"], np.exp(final["validation_loss"]), rtol=0.05)
+        # The run reports its in-loop evaluation of the last step (no second evaluation);
+        # a finished run started again trains nothing and evaluates the same weights once.
+        again = run(mode="train_and_eval").metrics
+        self.assertAllClose(again["validation_loss"], final["validation_loss"], rtol=1e-6)
 
     def _assert_config_error(self, pattern, **kwargs):
         model_dir = os.path.join(self._scratch_dir(), "run")
