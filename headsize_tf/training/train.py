@@ -298,27 +298,19 @@ def run(
     # No post-training evaluation: "train_and_eval" evaluates after its last step and
     # "eval" once, and the metrics are those (Model Garden's `run_post_eval` evaluated
     # the same weights a second time). A finished run trained again evaluates once here.
-    model, _ = train_lib.run_experiment(
-        distribution_strategy=dist,
-        task=task,
-        mode=mode,
-        params=params,
-        model_dir=model_dir,
-        run_post_eval=False,
-        trainer=trainer,
-    )
-    logs = getattr(trainer, "last_eval_logs", None)
-    if "eval" in mode and logs is None:
+    for run_mode in (mode, "eval"):
         model, _ = train_lib.run_experiment(
             distribution_strategy=dist,
             task=task,
-            mode="eval",
+            mode=run_mode,
             params=params,
             model_dir=model_dir,
             run_post_eval=False,
             trainer=trainer,
         )
-        logs = trainer.last_eval_logs
+        logs = getattr(trainer, "last_eval_logs", None)
+        if "eval" not in mode or logs is not None:
+            break
     metrics = {k: float(v) for k, v in (logs or {}).items() if _is_scalar(v)}
     return TrainResult(
         model_dir=model_dir,
