@@ -88,6 +88,8 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
                 "steps": settings.steps,
                 "seed": settings.seed,
                 "model": dataclasses.asdict(model),
+                # Only when set: a finished full-dev run stays reusable.
+                **({"dev_examples": settings.dev_examples} if settings.dev_examples else {}),
             },
             work=lambda model=model, slug=slug: steps.train_small(
                 model, slug, output, data_dir, settings

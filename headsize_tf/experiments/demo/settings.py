@@ -103,8 +103,8 @@ class DemoSettings:
       prune_fraction: Fraction of MiniLM's 72 heads pruned and removed.
       importance_examples: Train examples the head importance is averaged over.
       speed_repeats: Timed passes over the dev set per model (the best counts).
-      dev_examples: Dev snippets the MiniLM rows and the speeds use (None: all
-        1,307; fewer only for quick checks such as the tests).
+      dev_examples: The first dev snippets every row's accuracy and the speeds use
+        (None: all 1,307; fewer only for quick checks such as the tests).
       cp_max_iter: Iterations of the CP (None: its default).
       seed: Seeds training, fine-tuning and the CP.
     """

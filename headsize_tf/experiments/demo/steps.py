@@ -14,9 +14,14 @@ import numpy as np
 from headsize_tf.experiments.demo.settings import BASE, PRETRAINED, DemoModel, DemoSettings
 
 
-def _override(model: DemoModel, steps: int) -> dict[str, Any]:
+def _override(model: DemoModel, steps: int, dev_examples: int | None = None) -> dict[str, Any]:
     config = json.loads(json.dumps(BASE))
     config["task"]["model"]["encoder"]["any"].update(model.encoder_fields())
+    if dev_examples:
+        # One validation batch of the first `dev_examples` records: dev.tfrecord holds
+        # the dev split in the order of `dev_split`, so every row scores the same snippets.
+        validation = config["task"]["validation_data"]
+        validation["global_batch_size"] = min(dev_examples, validation["global_batch_size"])
     trainer = config["trainer"]
     trainer["train_steps"] = trainer["validation_interval"] = steps
     trainer["optimizer_config"]["learning_rate"]["polynomial"]["decay_steps"] = steps
@@ -38,7 +43,7 @@ def train_small(
         result = train.run(
             "headsize_bert/sentence_prediction",
             str(output / "models" / slug),
-            params_override=_override(model, settings.steps),
+            params_override=_override(model, settings.steps, settings.dev_examples),
             data_dir=data_dir,
             seed=settings.seed,
         )
