@@ -25,7 +25,8 @@ os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 # One TensorFlow thread per pool and process: the README's command runs two pytest-xdist
 # workers on two cores, and the tests' tensors are tiny, so handing each op to a pool
 # costs more than it saves (2 cores, fresh clones: the suite 1,046 s -> 956 s, most
-# TensorFlow files 5-30% faster; the machine's own noise is of that size too). Subprocesses and notebook kernels inherit it.
+# TensorFlow files 5-30% faster; the machine's own noise is of that size too).
+# Subprocesses and notebook kernels inherit it.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
