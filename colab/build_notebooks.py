@@ -401,7 +401,7 @@ notebook(
             """
 from headsize_tf.keras3.pretrained import load_sentence_encoder
 from headsize_tf.keras3.reparam import compress_backbone
-from headsize_tf.training.finetune import rotten_tomatoes_splits  # data only (numpy)
+from headsize_tf.data.text_tasks import rotten_tomatoes_splits  # data only: no TensorFlow import
 
 minilm = load_sentence_encoder("minilm-l6")
 splits = rotten_tomatoes_splits()
