@@ -272,11 +272,12 @@ notebook(
             "code",
             """
 import dataclasses, numpy as np
+from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.training import finetune as ft
 from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import prune, remove_heads
 
-splits = ft.rotten_tomatoes_splits()
+splits = rotten_tomatoes_splits()
 if SMOKE:
     splits = {k: (v[0][:96], v[1][:96]) for k, v in splits.items()}
 config = dataclasses.replace(ft.FinetuneConfig(), epochs=1 if SMOKE else 2)

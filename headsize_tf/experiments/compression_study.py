@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from headsize_tf.core.io import save_figure, write_atomic, write_json
+from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.training import finetune as ft
 
 DIMS = (384, 256, 192, 128, 64)
@@ -190,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
     runs_dir = out / "runs"
-    splits = ft.rotten_tomatoes_splits(args.data_dir)
+    splits = rotten_tomatoes_splits(args.data_dir)
     plan = [("original", None)] + [(f"collaborative_D{d}", d) for d in args.dims]
     for seed in args.seeds:
         for name, dim in plan:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from headsize_tf.core.io import write_atomic, write_json
+from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.training import finetune as ft
 
 
@@ -122,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
     runs = out / "runs"
-    splits = ft.rotten_tomatoes_splits(args.data_dir)
+    splits = rotten_tomatoes_splits(args.data_dir)
     model = _finetuned(args, splits)
     data = prune.task_data(model.sentence_encoder, splits)
     importance_path = runs / "importance_scores.json"

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf import cli
+from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.pruning import head_mask, prune
 from headsize_tf.training import finetune as ft
 from tests.pretrained.hf_import_test import write_checkpoint
@@ -51,7 +52,7 @@ class PruneCliTest(tf.test.TestCase):
             self.assertGreater((out / plot).stat().st_size, 5_000)
         model = prune.load_classifier(out)
         self.assertEqual(int((head_mask(model.encoder) == 0).sum()), 4)
-        splits = ft.rotten_tomatoes_splits(self.tmp / "data")
+        splits = rotten_tomatoes_splits(self.tmp / "data")
         ids = ft.tokenize_all(model.sentence_encoder, splits["dev"][0], 64)
         self.assertAllClose(ft.accuracy(model, ids, splits["dev"][1]), report["pruned_accuracy"])
         self.assertEqual(cli.main(argv), 2)

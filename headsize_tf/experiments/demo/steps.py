@@ -60,9 +60,9 @@ def train_small(
 
 def dev_split(data_dir: str | None, dev_examples: int | None = None) -> dict:
     """The Rotten Tomatoes splits, dev cut to its first `dev_examples` (None: all)."""
-    from headsize_tf.training import finetune as ft
+    from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 
-    splits = ft.rotten_tomatoes_splits(data_dir)
+    splits = rotten_tomatoes_splits(data_dir)
     texts, labels = splits["dev"]
     splits["dev"] = (texts[:dev_examples], labels[:dev_examples])
     return splits
