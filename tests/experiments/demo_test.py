@@ -70,6 +70,9 @@ class DemoTest(tf.test.TestCase):
         )
         for row in rows.values():
             self.assertBetween(row["dev_accuracy"], 0.0, 1.0)
+            # Every row is scored on the same first `dev_examples` snippets (64 here).
+            hits = row["dev_accuracy"] * TINY.dev_examples
+            self.assertAlmostEqual(hits, round(hits), places=3, msg=row["slug"])
             self.assertGreater(row["examples_per_second"], 0)
             line = next(
                 x
