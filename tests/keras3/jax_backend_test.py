@@ -23,8 +23,8 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # test no backend-specific code beyond what the files below cover); so do the two
 # longest shared-K/V tests, whose JAX paths the other tests of their files take, and the
 # int4 case of the quantized LM.
-# Two groups of about equal time, one subprocess each: the two pytest-xdist workers
-# run them side by side (tests/conftest.py makes each test its own work unit).
+# Two groups of about equal time, one subprocess each: two pytest-xdist workers run
+# them side by side (tests/conftest.py makes each test its own work unit).
 JAX_GROUPS = {
     "models": ["causal_lm", "quantize_lora", "hf_import"],
     "layers_and_tools": [
