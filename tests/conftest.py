@@ -24,8 +24,9 @@ os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 # One TensorFlow thread per pool and process: the README's command runs three pytest-xdist
 # workers on two cores, and the tests' tensors are tiny, so handing each op to a pool
-# costs more than it saves (2 cores, fresh clones: the suite 1,046 s -> 956 s, most
-# TensorFlow files 5-30% faster; the machine's own noise is of that size too).
+# costs more than it saves (2 cores, fresh clones, measured with two workers: the suite
+# 1,046 s -> 956 s, most TensorFlow files 5-30% faster; the machine's own noise is of
+# that size too).
 # Subprocesses and notebook kernels inherit it.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
