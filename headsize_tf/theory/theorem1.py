@@ -112,6 +112,7 @@ def fit_attention(
     xt = tf.constant(x, tf.float64)
     target = tf.constant(p, tf.float64)
     optimizer = tf.keras.optimizers.Adam(learning_rate)
+    optimizer.build([w_q, w_k])  # Slots made now: `step` is then traced once, not twice.
 
     @tf.function
     def step():

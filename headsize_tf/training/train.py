@@ -185,6 +185,25 @@ def split_cpu(n: int) -> None:
             ) from None
 
 
+def _build_optimizer_slots(optimizer, variables) -> None:
+    """Creates the optimizer's slot variables now, under the trainer's strategy scope.
+
+    Model Garden's optimizers create their slots in the first `apply_gradients`, inside
+    the traced training loop; a `tf.function` whose first call creates variables is
+    traced twice, so every run paid for two traces of its training loop (a quarter of
+    a short run's time). Variables without gradients get slots too (zeros, never
+    updated); restoring a checkpoint written without them leaves them at zero, which
+    is what they hold anyway.
+    """
+    import tf_keras
+
+    if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+        # What `apply_gradients` calls; wrappers (loss scaling, EMA) delegate it.
+        optimizer._create_all_weights(variables)
+    elif isinstance(optimizer, tf_keras.optimizers.Optimizer):
+        optimizer.build(variables)
+
+
 def _resumable_trainer_cls():
     from official.core import base_trainer
 
@@ -207,6 +226,7 @@ def _resumable_trainer_cls():
             dataset = getattr(self, "_train_dataset", None)  # Absent in eval-only runs.
             if dataset is None:
                 return
+            _build_optimizer_slots(self.optimizer, self.model.trainable_variables)
             if getattr(self.config.task.train_data, "tfds_name", ""):
                 # TFDS pipelines may hold stateful ops (PyFunc) that cannot be saved.
                 logging.warning("TFDS input: a resumed run restarts its input pipeline.")

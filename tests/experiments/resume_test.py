@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from headsize_tf.training import train
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 STEPS = 40
@@ -92,15 +94,18 @@ class ResumeTest(tf.test.TestCase):
         )
         self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
         self.assertIn(f"ckpt-{step_at_kill}", resumed.stderr + resumed.stdout)  # restored
+        # The uninterrupted reference runs in this process (the same `train.run` the
+        # command calls, with its default seed): a third process would only add its start.
         reference_dir = str(self.tmp / "reference")
-        reference = subprocess.run(
-            _command(reference_dir, self.data_dir),
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
+        train.run(
+            "headsize_lm/language_modeling",
+            reference_dir,
+            [TINY_LM],
+            OVERRIDE,
+            mode="train",
+            data_dir=self.data_dir,
+            seed=0,
         )
-        self.assertEqual(reference.returncode, 0, reference.stderr[-2000:])
 
         got = _model_and_optimizer_values(tf.train.latest_checkpoint(killed_dir))
         want = _model_and_optimizer_values(tf.train.latest_checkpoint(reference_dir))

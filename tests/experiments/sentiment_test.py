@@ -34,14 +34,17 @@ class SentimentTest(tf.test.TestCase):
             "task.model.encoder.any.attention.kind=fixed_head,task.model.encoder.any.attention.head_size=32,"
             "task.validation_data.global_batch_size=1307,trainer.validation_steps=1,"
             # Records of 64 tokens: 97-98% of the snippets fit whole (the rest are cut).
-            "task.train_data.seq_length=64,task.validation_data.seq_length=64",
+            "task.train_data.seq_length=64,task.validation_data.seq_length=64,"
+            # 500 steps, not the config's 600: dev accuracy 0.689 (0.705 at 600); at 300
+            # and 400 steps the model is still near or at the majority class (0.568, 0.657).
+            "trainer.train_steps=500,trainer.checkpoint_interval=500,"
+            "trainer.optimizer_config.learning_rate.polynomial.decay_steps=500",
             data_dir=self.data_dir,
         )
         # Train (no evaluation on the way), then evaluate the final checkpoint once on
-        # the whole dev set: "train_and_eval" would also evaluate at step 300 and twice
-        # at the end (the interval's evaluation and the post-training one).
+        # the whole dev set: "train_and_eval" would also evaluate on the way.
         run(mode="train")
         result = run(mode="eval")
-        self.assertTrue(tf.train.latest_checkpoint(str(self.tmp / "model")).endswith("ckpt-600"))
+        self.assertTrue(tf.train.latest_checkpoint(str(self.tmp / "model")).endswith("ckpt-500"))
         accuracy = result.metrics["cls_accuracy"]
         self.assertGreater(accuracy, majority + 0.04, f"majority class is {majority:.3f}")
