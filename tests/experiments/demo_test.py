@@ -1,8 +1,6 @@
 """`headsize-tf demo` end to end (tiny settings): the three ideas, one table, export, reuse."""
 
 import json
-import subprocess
-import sys
 import time
 from unittest import mock
 
@@ -11,6 +9,7 @@ import tensorflow as tf
 
 from headsize_tf import cli, params
 from headsize_tf.experiments import demo
+from tests import clean_tf
 
 TINY = demo.DemoSettings(
     steps=2,
@@ -114,10 +113,8 @@ class DemoTest(tf.test.TestCase):
             "print(p['probabilities'].numpy().sum(axis=1).tolist())\n"
             "assert 'headsize_tf' not in sys.modules\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", code], check=True, capture_output=True, text=True
-        )
-        self.assertAllClose(json.loads(done.stdout.strip().splitlines()[-1]), [1.0, 1.0], atol=1e-5)
+        served = clean_tf.run(code).strip().splitlines()[-1]
+        self.assertAllClose(json.loads(served), [1.0, 1.0], atol=1e-5)
 
         # A rerun with the same settings reuses every step (nothing trained or written).
         export_time = (out / "export" / "1" / "saved_model.pb").stat().st_mtime_ns

@@ -32,6 +32,7 @@ from headsize_tf.keras3.layers import CollaborativeAttention, FixedHeadAttention
 from headsize_tf.keras3.modeling import BertBackbone, CausalLM
 from headsize_tf.keras3.pretrained import SentenceEncoder
 from headsize_tf.keras3.pruning.classifier import HEAD_FILE, classifier
+from tests import clean_tf
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "."]
@@ -242,18 +243,7 @@ def served(tmp_path_factory):
         for job, spec in _jobs(root / name / "export", reference, tasks).items():
             jobs[f"{name}/{job}"] = spec
     (root / "jobs.json").write_text(json.dumps(jobs))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            SERVE,
-            *(str(root / f) for f in ("jobs.json", "out.npz", "info.json")),
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    clean_tf.run(SERVE, *(root / f for f in ("jobs.json", "out.npz", "info.json")))
     info = json.loads((root / "info.json").read_text())
     return {
         "root": root,

@@ -1,8 +1,5 @@
 """Head gates, importance scores, iterative pruning and physical head removal."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,6 +16,7 @@ from headsize_tf.pruning import (
     select_heads_to_prune,
     set_head_mask,
 )
+from tests import clean_tf
 from tests.layers import reference, util
 
 KINDS = [
@@ -131,7 +129,7 @@ class RemovalTest(tf.test.TestCase, parameterized.TestCase):
             f"np.save({str(self.tmp / 'served.npy')!r}, out['sequence_output'].numpy())\n"
             "assert 'headsize_tf' not in sys.modules and 'official' not in sys.modules\n"
         )
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        clean_tf.run(code)
         self.assertAllClose(np.load(self.tmp / "served.npy"), expected, atol=1e-5)
 
     def test_pruning_a_pruned_encoder_again(self):

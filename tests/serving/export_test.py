@@ -1,8 +1,6 @@
 """`headsize-tf export`: SavedModels served from a process without our code."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from headsize_tf import cli, serving
 from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import prune
 from headsize_tf.training import finetune as ft
+from tests import clean_tf
 from tests.pretrained.hf_import_test import write_checkpoint
 
 TEXTS = ["the cat sat on a mat.", "Dogs!", "", "a DOG, the cat and w3 w4 w5 unknownword"]
@@ -32,20 +31,7 @@ assert "headsize_tf" not in sys.modules and "official" not in sys.modules
 def _serve(path, texts, inputs, out):
     ids = inputs["input_word_ids"].numpy().tolist()
     mask = inputs["input_mask"].numpy().tolist()
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            SERVE,
-            str(path),
-            json.dumps(texts),
-            json.dumps(ids),
-            json.dumps(mask),
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    clean_tf.run(SERVE, path, json.dumps(texts), json.dumps(ids), json.dumps(mask), out)
     return dict(np.load(out))
 
 
@@ -75,20 +61,14 @@ class ExportTest(tf.test.TestCase):
         served = _serve(self.tmp / "export" / "1", TEXTS, inputs, self.tmp / "out.npz")
         self.assertAllClose(served["text_embeddings"], expected, atol=1e-5)
         self.assertAllClose(served["ids_embeddings"], expected, atol=1e-5)
-        show = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tensorflow.python.tools.saved_model_cli",
-                "show",
-                "--dir",
-                str(self.tmp / "export" / "1"),
-                "--all",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        show = clean_tf.run(
+            "import runpy\n"
+            "runpy.run_module('tensorflow.python.tools.saved_model_cli', run_name='__main__')",
+            "show",
+            "--dir",
+            self.tmp / "export" / "1",
+            "--all",
+        )
         self.assertIn("signature_def['serving_default']", show)
         self.assertIn("signature_def['serve_ids']", show)
         self.assertIn("outputs['embeddings']", show)

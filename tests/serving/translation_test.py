@@ -1,8 +1,5 @@
 """Translation export: in-graph tokenisation + beam search, equal to step-by-step decoding."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,6 +10,7 @@ from headsize_tf.modeling import decoding
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
 from headsize_tf.serving import TranslationServingModule, export
 from headsize_tf.training import train
+from tests import clean_tf
 
 LETTERS = list("abcdefghij")
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + LETTERS + [f"##{c}" for c in LETTERS]
@@ -84,12 +82,9 @@ class TranslationExportTest(tf.test.TestCase):
             "print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else "
             "[s.decode() for s in v.numpy()] for k, v in out.items()}))\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True
-        )
         import json
 
-        got = json.loads(done.stdout.strip().splitlines()[-1])
+        got = json.loads(clean_tf.run(script).strip().splitlines()[-1])
         self.assertAllEqual(got["output_ids"], want["output_ids"])
         self.assertAllClose(got["score"], want["score"], atol=1e-5)
         self.assertEqual(got["translation"], [t.decode() for t in want["translation"].numpy()])
