@@ -49,17 +49,73 @@ def run_caches(austen_data_dir, minilm_dir, monkeypatch):
     monkeypatch.setenv("HEADSIZE_TF_CACHE_DIR", str(minilm_dir.parent))
 
 
+def _backend(nb) -> str:
+    """The notebook's Keras world: its setup cell (the one after the parameters) says."""
+    return "jax" if 'KERAS_BACKEND", "jax"' in nb.cells[2].source else "tf_keras"
+
+
+class _Kernels:
+    """One kernel per Keras world, shared by that world's notebooks in this module.
+
+    Starting a kernel and importing TensorFlow, Keras and the library cost each
+    notebook 7-10 CPU-seconds (stop 41); ten notebooks now start two kernels. Each
+    notebook still runs as in a fresh runtime: a first cell (not the notebook's)
+    clears the kernel's namespace with `%reset -f`, so a name that only an earlier
+    notebook defined or imported raises NameError, and changes into the test's
+    own folder. The JAX notebooks get their own kernel (Keras reads its backend
+    once, at import). A notebook that fails takes its kernel down with it: the
+    next one starts a fresh kernel.
+    """
+
+    def __init__(self):
+        self.owners: dict[str, NotebookClient] = {}
+
+    def execute(self, nb, cwd) -> None:
+        backend = _backend(nb)
+        fresh = nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(cwd)!r})")
+        nb.cells.insert(0, fresh)
+        owner = self.owners.get(backend)
+        if owner is None:
+            client = NotebookClient(
+                nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+            )
+        else:
+            client = NotebookClient(nb, km=owner.km, timeout=900, kernel_name="python3")
+        try:
+            client.execute(cleanup_kc=False)  # Raises CellExecutionError naming the cell.
+        except BaseException:
+            (owner or client)._cleanup_kernel()  # Shuts the kernel down.
+            self.owners.pop(backend, None)
+            raise
+        finally:
+            if owner is not None and client.kc is not None:
+                client.kc.stop_channels()  # This notebook's connection, not the kernel.
+        if owner is None:
+            self.owners[backend] = client
+
+    def close(self, *backends: str) -> None:
+        for backend in backends or list(self.owners):
+            owner = self.owners.pop(backend, None)
+            if owner is not None:
+                owner._cleanup_kernel()
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    shared = _Kernels()
+    yield shared
+    shared.close()
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch, run_caches):
-    monkeypatch.delenv("TF_DETERMINISTIC_OPS", raising=False)  # As on Colab.
+def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch, run_caches, kernels):
+    # As on Colab. A kernel keeps the environment it started with: every test sets the same.
+    monkeypatch.delenv("TF_DETERMINISTIC_OPS", raising=False)
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if "parameters" in cell.metadata.get("tags", []):
             cell.source = "SMOKE = True"
-    client = NotebookClient(
-        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()  # Raises CellExecutionError naming the failing cell.
+    kernels.execute(nb, tmp_path)
     errors = [
         o
         for c in nb.cells
