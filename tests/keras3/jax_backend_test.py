@@ -26,7 +26,16 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # Two groups of about equal time, one subprocess each: two pytest-xdist workers run
 # them side by side (tests/conftest.py makes each test its own work unit).
 JAX_GROUPS = {
-    "models": ["causal_lm", "quantize_lora", "hf_import"],
+    "models": [
+        "causal_lm",
+        "quantize_lora",
+        "hf_import",
+        # The keras-hub bridge: import, generation, pruning, grouped conversion, saving,
+        # and the model options; the rest of its file runs no backend-specific code.
+        "keras_hub::test_gpt2_imports_with_equal_lm_logits",
+        "keras_hub::test_pruned_and_converted_gpt2_reloads",
+        "model_options",
+    ],
     "layers_and_tools": [
         "layers",
         "validation",
@@ -54,8 +63,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 @pytest.mark.parametrize("group", list(JAX_GROUPS))
 def test_keras3_tests_pass_on_jax(group):
-    files = [f"tests/keras3/{name}_test.py" for name in JAX_GROUPS[group]]
-    deselect = [f"--deselect={nodeid}" for nodeid in JAX_DESELECT if nodeid.split("::")[0] in files]
+    files = [
+        f"tests/keras3/{name.split('::')[0]}_test.py"
+        + "".join(f"::{t}" for t in name.split("::")[1:])
+        for name in JAX_GROUPS[group]
+    ]
+    paths = {f.split("::")[0] for f in files}
+    deselect = [f"--deselect={nodeid}" for nodeid in JAX_DESELECT if nodeid.split("::")[0] in paths]
     env = dict(os.environ, KERAS_BACKEND="jax", **{GUARD: "1"})
     env.pop("PYTEST_XDIST_WORKER", None)
     result = subprocess.run(

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
-import subprocess
 import sys
 
 import keras
@@ -33,14 +31,10 @@ from tests.keras3.keras_hub_util import (  # noqa: E402
     lm_lines,
 )
 
-GUARD = "HEADSIZE_KERAS_HUB_SUBPROCESS"
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXTS = ["the cat sat on the mat", "a good movie and a bad plot"]
 LM_TEXTS = ["the cat", "a dog sat on a mat"]  # Fewer than 16 tokens: both padded.
-# What the JAX subprocess runs again: two tests here (import, generation, pruning, grouped
-# conversion, saving) and the model options; the rest exercises no backend-specific code beyond.
-JAX_TESTS = ("test_gpt2_imports_with_equal_lm_logits", "test_pruned_and_converted_gpt2_reloads")
-JAX_FILES = (__file__, str(pathlib.Path(__file__).with_name("model_options_test.py")))
+# Two tests here (import, generation, pruning, grouped conversion, saving) run again on JAX
+# with the model options: tests/keras3/jax_backend_test.py.
 
 
 @pytest.fixture(scope="module")
@@ -356,34 +350,3 @@ def test_missing_keras_hub_names_the_extra(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "headsize-tf[hub]" in err
     assert not (tmp_path / "e.npy").exists()
-
-
-@pytest.mark.skipif(keras.backend.backend() == "jax", reason="this is the JAX run")
-@pytest.mark.skipif(os.environ.get(GUARD) == "1", reason="inside the JAX subprocess")
-def test_keras_hub_bridge_on_jax():
-    pytest.importorskip("jax")
-    env = dict(os.environ, KERAS_BACKEND="jax", **{GUARD: "1"})
-    env.pop("PYTEST_XDIST_WORKER", None)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            *JAX_FILES,
-            "-q",
-            "-p",
-            "no:xdist",
-            "-p",
-            "no:cacheprovider",
-        ]
-        + ["-o", "addopts=", "-k", " or ".join([*JAX_TESTS, "model_options_test"])],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    passed = re.search(r"(\d+) passed", output)
-    assert passed and int(passed.group(1)) >= len(JAX_TESTS) + 8, output[-3000:]
