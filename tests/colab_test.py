@@ -54,6 +54,12 @@ def _backend(nb) -> str:
     return "jax" if 'KERAS_BACKEND", "jax"' in nb.cells[2].source else "tf_keras"
 
 
+def _test_id(path: pathlib.Path) -> str:
+    # "jax-07_keras3_jax": tests/conftest.py schedules each world's notebooks as one unit
+    # on one worker, so that they share that worker's kernel.
+    return f"{_backend(nbformat.read(path, as_version=4))}-{path.stem}"
+
+
 class _Kernels:
     """One kernel per Keras world, shared by that world's notebooks in this module.
 
@@ -107,7 +113,7 @@ def kernels():
     shared.close()
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[_test_id(p) for p in NOTEBOOKS])
 def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch, run_caches, kernels):
     # As on Colab. A kernel keeps the environment it started with: every test sets the same.
     monkeypatch.delenv("TF_DETERMINISTIC_OPS", raising=False)

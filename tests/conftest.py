@@ -183,22 +183,21 @@ def pytest_runtest_teardown(item, nextitem):
 # leaves its core idle; 2 cores, fresh clones, empty caches: CPU busy 92% of the run with
 # two workers, 99% with three, the CPU time the same, the suite 989-1,029 s -> 919 s).
 # A test file is one work unit (its module fixtures run once), except in the files below:
-# their tests are long and independent (a notebook, a JAX subprocess each), so each test
-# is a unit of its own and the workers share them.
-_EACH_TEST_A_UNIT = ("tests/colab_test.py", "tests/keras3/jax_backend_test.py")
+# the JAX backend run's tests are long and independent (a subprocess each), so each test
+# is a unit of its own and the workers share them; the notebooks form one unit per Keras
+# world (their ids start "jax-" or "tf_keras-"), whose notebooks share a kernel.
+_EACH_TEST_A_UNIT = ("tests/keras3/jax_backend_test.py",)
+_NOTEBOOKS = "tests/colab_test.py::test_notebook_runs_in_smoke_mode["
 # Units that start first, longest first (nodeid prefixes; minutes on 2 cores, roughly):
 # a long unit started last leaves the other worker idle at the end. The rest follow in
 # collection order.
 _START_FIRST = (
     "tests/keras3/jax_backend_test.py",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[09",
+    _NOTEBOOKS + "jax-",
+    _NOTEBOOKS + "tf_keras-",
     "tests/experiments/demo_test.py",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[07",
     "tests/experiments/reproduce_v2_test.py",
     "tests/experiments/sentiment_test.py",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[08",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[03",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[10",
     "tests/experiments/train_test.py",
     "tests/keras3/distribution_test.py",
     "tests/pruning/classifier_dir_test.py",
@@ -207,8 +206,6 @@ _START_FIRST = (
     "tests/serving/translation_test.py",
     "tests/tuning/tune_test.py",
     "tests/experiments/resume_test.py",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[02",
-    "tests/colab_test.py::test_notebook_runs_in_smoke_mode[04",
     "tests/colab_test.py",
     # Files of 20-50 s that collection order put last (a worker sat idle 38 s).
     "tests/reparam/convert_model_dir_test.py",
@@ -239,6 +236,8 @@ def pytest_xdist_make_scheduler(config, log):
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if nodeid.startswith(_NOTEBOOKS):
+                return nodeid[: nodeid.index("-", len(_NOTEBOOKS))]  # One unit per world.
             return nodeid if path in _EACH_TEST_A_UNIT else path
 
         def schedule(self) -> None:
