@@ -99,11 +99,9 @@ class _Kernels:
         if owner is None:
             self.owners[backend] = client
 
-    def close(self, *backends: str) -> None:
-        for backend in backends or list(self.owners):
-            owner = self.owners.pop(backend, None)
-            if owner is not None:
-                owner._cleanup_kernel()
+    def close(self) -> None:
+        while self.owners:
+            self.owners.popitem()[1]._cleanup_kernel()
 
 
 @pytest.fixture(scope="module")

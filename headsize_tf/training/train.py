@@ -190,7 +190,7 @@ def _build_optimizer_slots(optimizer, variables) -> None:
 
     Model Garden's optimizers create their slots in the first `apply_gradients`, inside
     the traced training loop; a `tf.function` whose first call creates variables is
-    traced twice, so every run paid for two traces of its training loop (a quarter of
+    traced twice, so every run paid for two traces of its training loop (a fifth of
     a short run's time). Variables without gradients get slots too (zeros, never
     updated); restoring a checkpoint written without them leaves them at zero, which
     is what they hold anyway.

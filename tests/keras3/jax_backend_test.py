@@ -63,12 +63,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 @pytest.mark.parametrize("group", list(JAX_GROUPS))
 def test_keras3_tests_pass_on_jax(group):
-    files = [
-        f"tests/keras3/{name.split('::')[0]}_test.py"
-        + "".join(f"::{t}" for t in name.split("::")[1:])
-        for name in JAX_GROUPS[group]
-    ]
-    paths = {f.split("::")[0] for f in files}
+    files, paths = [], set()
+    for entry in JAX_GROUPS[group]:  # "name" (a whole file) or "name::test"
+        name, _, test = entry.partition("::")
+        paths.add(f"tests/keras3/{name}_test.py")
+        files.append(f"tests/keras3/{name}_test.py" + (f"::{test}" if test else ""))
     deselect = [f"--deselect={nodeid}" for nodeid in JAX_DESELECT if nodeid.split("::")[0] in paths]
     env = dict(os.environ, KERAS_BACKEND="jax", **{GUARD: "1"})
     env.pop("PYTEST_XDIST_WORKER", None)
