@@ -331,7 +331,7 @@ def train_one(
     import keras
 
     from headsize_tf.experiments.lm_keras3 import device_description
-    from headsize_tf.keras3.lm_training import compile_lm
+    from headsize_tf.keras3.lm_training import build_optimizer, compile_lm
     from headsize_tf.keras3.modeling import CausalLM
 
     keras.utils.set_random_seed(seed)
@@ -345,6 +345,7 @@ def train_one(
         dropout=0.0,
     )
     compile_lm(lm, learning_rate, preset.steps)
+    build_optimizer(lm)
     evaluation = held_out(setting, preset.eval_examples)
     interval = max(1, preset.steps // preset.curve_points)
     checkpoints = sorted({*range(interval, preset.steps + 1, interval), preset.steps})

@@ -26,6 +26,7 @@ import numpy as np
 
 from headsize_tf.core.io import atomic_directory, check_output_free
 from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
+from headsize_tf.keras3.lm_training import build_optimizer
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.pretrained import SentenceEncoder
 from headsize_tf.keras3.pruning.importance import head_importance
@@ -143,6 +144,7 @@ def prune_classifier(
         optimizer=keras.optimizers.AdamW(settings.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
+    build_optimizer(model)  # Before `fit` traces its step (see its docstring).
     start = time.perf_counter()
     if settings.finetune_epochs > 0:
         steps = max(1, math.ceil(settings.finetune_epochs * len(y_train) / settings.batch_size))

@@ -21,6 +21,7 @@ import keras_tuner
 from headsize_tf.core.params import EncoderSpec, encoder_params
 from headsize_tf.core.search_space import SearchSpace
 from headsize_tf.core.spec import AttentionSpec, check_positive_int
+from headsize_tf.keras3.lm_training import build_optimizer
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 
 _DEFAULTS = {"attention_type": "standard", "num_heads": 4, "width": 64, "num_layers": 2}
@@ -149,4 +150,5 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
+        build_optimizer(model)  # Before `fit` traces its step (see its docstring).
         return model
