@@ -73,8 +73,10 @@ def finetune_minilm(
     shared_key_dim: int | None,
     data_dir: str | None,
     settings: DemoSettings,
+    in_memory: dict[str, Any] | None = None,
 ) -> dict:
-    """Fine-tunes MiniLM (or its collaborative conversion) and saves the classifier."""
+    """Fine-tunes MiniLM (or its collaborative conversion) and saves the classifier (also
+    into `in_memory`, by directory, when given)."""
     from headsize_tf.pretrained import load_sentence_encoder
     from headsize_tf.pruning import prune
     from headsize_tf.training import finetune as ft
@@ -105,6 +107,8 @@ def finetune_minilm(
     record["dev_accuracy"] = ft.accuracy(classifier, dev_ids, splits["dev"][1])
     record["encoder_params"] = int(classifier.encoder.count_params())
     prune.save_pruned(classifier, directory, {"finetune": info}, overwrite=True)
+    if in_memory is not None:
+        in_memory[str(directory)] = classifier
     return record
 
 
@@ -150,9 +154,14 @@ def prune_minilm(output: pathlib.Path, data_dir: str | None, settings: DemoSetti
 
 
 def measure_speed(
-    rows: list[dict], data_dir: str | None, repeats: int = 3, dev_examples: int | None = None
+    rows: list[dict],
+    data_dir: str | None,
+    repeats: int = 3,
+    dev_examples: int | None = None,
+    in_memory: dict[str, Any] | None = None,
 ) -> dict:
-    """Dev examples/s of each model (best of `repeats` passes after a warm-up)."""
+    """Dev examples/s of each model (best of `repeats` passes after a warm-up); a
+    classifier found in `in_memory` (by directory) is timed there, not reloaded."""
     from headsize_tf.pruning import prune
     from headsize_tf.serving import experiment_classifier
     from headsize_tf.training import finetune as ft
@@ -164,7 +173,9 @@ def measure_speed(
             tokenizer, model = experiment_classifier(row["model_dir"])
             encoder, length = model.checkpoint_items["encoder"], 128
         else:
-            model = prune.load_classifier(row["directory"])
+            model = (in_memory or {}).get(row["directory"]) or prune.load_classifier(
+                row["directory"]
+            )
             tokenizer, encoder, length = model.sentence_encoder, model.encoder, 64
         ids = ft.tokenize_all(tokenizer, texts, length)
         ft.predict_logits(model, ids)
