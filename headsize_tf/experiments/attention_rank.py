@@ -211,6 +211,8 @@ def run(
                 if keras3.exists():  # A Keras 3 run (`--framework keras3`, e.g. on a GPU).
                     import keras
 
+                    import headsize_tf.keras3.modeling  # noqa: F401  (registers the classes)
+
                     print(f"[rank] {name}", flush=True)
                     model = keras.saving.load_model(keras3, compile=False)
                     logits = recorded_logits(model, tokens, layers=model.attention_layers)

@@ -9,6 +9,16 @@ layout, written with `keras.ops` only so it runs on every Keras 3 backend
 the Keras 3 tools (the optional `hub` extra).
 """
 
-from headsize_tf.keras3 import layers
+import importlib
+from typing import Any
 
 __all__ = ["layers"]
+
+
+def __getattr__(name: str) -> Any:
+    # `headsize_tf.keras3.layers` loads Keras (and its backend) on first use, not with the
+    # package: `import headsize_tf.keras3.lm_training` (the reproduction runners, their
+    # worker claims) starts in a fraction of a second.
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,14 +1,11 @@
 """The Keras 3 LM runner of the reproduction: Model Garden's schedule, the data arrays, a grid
-of its own, and a run on JAX with TensorFlow unimportable (a JAX-only GPU image)."""
+of its own, resumption (its run on JAX with TensorFlow unimportable, as on a JAX-only GPU
+image: tests/keras3/no_tensorflow_test.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -229,44 +226,6 @@ def test_a_run_file_of_another_shape_stops_the_worker(tmp_path):
     )
     with pytest.raises(ValueError, match="is a run of another preset shape or framework"):
         rv2.run_pending(args, TEST, rv2.plan(TEST), out, tmp_path)
-
-
-BLOCK_TENSORFLOW = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorflow", "tf_keras", "official", "tensorflow_text"):
-            raise ImportError("TensorFlow is not installed here (blocked by the test)")
-sys.meta_path.insert(0, Block())
-"""
-
-
-def test_a_jax_run_needs_no_tensorflow(data_dir, tmp_path):
-    pytest.importorskip("jax")
-    lm_keras3.export_lm_arrays(data_dir / "austen")  # Done where TensorFlow is.
-    out = tmp_path / "out"
-    script = BLOCK_TENSORFLOW + textwrap.dedent(f"""
-        from headsize_tf.experiments import reproduce_v2
-        code = reproduce_v2.main(["--preset", "test", "--output", {str(out)!r},
-                                  "--work-dir", {str(tmp_path / "work")!r},
-                                  "--data-dir", {str(data_dir)!r}, "--framework", "keras3",
-                                  "--max-runs", "1", "--keys", "std_w16_h4_p4"])
-        assert "tensorflow" not in sys.modules
-        raise SystemExit(code)
-    """)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = (out / "runs").glob("*.json")
-    record = json.loads(path.read_text())
-    assert (record["framework"], record["backend"], record["key"]) == (
-        "keras3",
-        "jax",
-        "std_w16_h4_p4",
-    )
-    assert np.isfinite(record["test_perplexity"])
 
 
 def test_a_run_cut_off_after_a_checkpoint_resumes_to_the_same_numbers(

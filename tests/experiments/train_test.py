@@ -189,13 +189,6 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
             timeout=600,
         )
 
-    def test_cli_reports_bad_input(self):
-        result = self._cli(
-            "--experiment", "nope", "--model_dir", os.path.join(self._scratch_dir(), "m")
-        )
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("Unknown experiment 'nope'", result.stderr)
-
     def test_mirrored_over_two_logical_cpus(self):
         model_dir = os.path.join(self._scratch_dir(), "mirrored")
         short = (

@@ -1,6 +1,6 @@
 """`convert_lm_file`: a saved Keras 3 CausalLM converted, measured on text, uptrained, saved.
 
-No tf_keras on this path; `convert_no_tf_keras_test.py` runs the CLI end to end.
+No tf_keras on this path; `no_tf_keras_test.py` runs the CLI end to end.
 """
 
 from __future__ import annotations

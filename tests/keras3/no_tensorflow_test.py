@@ -1,22 +1,28 @@
-"""The Keras 3 front's tools run on JAX with TensorFlow absent.
+"""The Keras 3 front runs on JAX with TensorFlow absent.
 
 A JAX-only machine (a GPU or TPU image without TensorFlow) imports the layers,
-models and tools, converts and prunes a model; only text tokenization and the
-SavedModel export need TensorFlow. Found on a lent H100 machine, whose image has
-JAX and no TensorFlow: `headsize_tf.keras3.reparam` imported TensorFlow through the
-sentence encoders' WordPiece tokenizer.
+models and tools, converts and prunes a model, and trains a reproduction run
+(`reproduce_v2 --framework keras3`); only text tokenization and the SavedModel
+export need TensorFlow. Found on a lent H100 machine, whose image has JAX and no
+TensorFlow: `headsize_tf.keras3.reparam` imported TensorFlow through the sentence
+encoders' WordPiece tokenizer. One fresh Python process, TensorFlow made
+unimportable, checks both (a process each would only repeat JAX's and Keras' import).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 
+import numpy as np
 import pytest
 
-SCRIPT = """
+BLOCK_TENSORFLOW = """
 import sys
 
 class NoTensorFlow:
@@ -26,6 +32,9 @@ class NoTensorFlow:
         return None
 
 sys.meta_path.insert(0, NoTensorFlow())
+"""
+
+TOOLS = """
 import numpy as np
 import keras
 import headsize_tf.keras3.distribution
@@ -55,15 +64,55 @@ pruned = remove_heads(lm)
 np.testing.assert_allclose(keras.ops.convert_to_numpy(pruned(ids)), masked, atol=1e-5)
 assert tuple(pruned.attention_spec.num_heads) == (1,), pruned.attention_spec
 assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tf_keras")]
-print("ok")
+print("tools: ok", flush=True)
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
-def test_the_keras3_tools_convert_and_prune_on_jax_without_tensorflow():
-    env = dict(os.environ, KERAS_BACKEND="jax")
+@pytest.fixture(scope="module")
+def run(austen_data_dir, tmp_path_factory):
+    from headsize_tf.experiments import lm_keras3
+
+    root = tmp_path_factory.mktemp("no_tensorflow")
+    data_dir = root / "data"  # A private copy: the runner writes its arrays into it.
+    shutil.copytree(austen_data_dir, data_dir)
+    lm_keras3.export_lm_arrays(data_dir / "austen")  # Done where TensorFlow is.
+    out = root / "out"
+    reproduction = textwrap.dedent(f"""
+        from headsize_tf.experiments import reproduce_v2
+        code = reproduce_v2.main(["--preset", "test", "--output", {str(out)!r},
+                                  "--work-dir", {str(root / "work")!r},
+                                  "--data-dir", {str(data_dir)!r}, "--framework", "keras3",
+                                  "--max-runs", "1", "--keys", "std_w16_h4_p4"])
+        assert "tensorflow" not in sys.modules
+        raise SystemExit(code)
+    """)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", BLOCK_TENSORFLOW + TOOLS + reproduction],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
+    return done, out
+
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="no jax")
+
+
+def test_the_keras3_tools_convert_and_prune_on_jax_without_tensorflow(run):
+    done, _ = run
+    assert "tools: ok" in done.stdout.splitlines(), done.stderr[-3000:]
+
+
+def test_a_jax_reproduction_run_needs_no_tensorflow(run):
+    done, out = run
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "ok"
+    (path,) = (out / "runs").glob("*.json")
+    record = json.loads(path.read_text())
+    assert (record["framework"], record["backend"], record["key"]) == (
+        "keras3",
+        "jax",
+        "std_w16_h4_p4",
+    )
+    assert np.isfinite(record["test_perplexity"])
