@@ -142,7 +142,7 @@ CASES = [
     (
         "train_unknown_experiment",
         ["train", "--experiment", "nope", "--model_dir", "{out}"],
-        "nope",
+        "Unknown experiment 'nope'",
     ),
     (
         "train_yaml_syntax",

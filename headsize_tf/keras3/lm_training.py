@@ -97,10 +97,13 @@ def build_optimizer(model: Any) -> None:
     creates variables is traced twice: every `fit` of a freshly compiled model traced
     its step twice (a 1-layer LM's `fit` + `evaluate`: 4.0 -> 2.4 CPU-s, the same
     losses). Keras does the same itself at the start of `fit` under a strategy and
-    on JAX; an unbuilt model is left to `fit`.
+    on JAX. Call it once the trainable weights are final (after any `enable_lora` or
+    freezing); an uncompiled or unbuilt model is left to `fit`.
     """
-    if model.built and model.optimizer is not None and not model.optimizer.built:
-        model.optimizer.build(model.trainable_variables)
+    optimizer = getattr(model, "optimizer", None)
+    built = model.built and all(layer.built for layer in model._flatten_layers())
+    if built and optimizer is not None and not optimizer.built:
+        optimizer.build(model.trainable_variables)
 
 
 def perplexity(lm: Any, array: np.ndarray) -> tuple[float, float]:

@@ -6,7 +6,9 @@ models and tools, converts and prunes a model, and trains a reproduction run
 export need TensorFlow. Found on a lent H100 machine, whose image has JAX and no
 TensorFlow: `headsize_tf.keras3.reparam` imported TensorFlow through the sentence
 encoders' WordPiece tokenizer. One fresh Python process, TensorFlow made
-unimportable, checks both (a process each would only repeat JAX's and Keras' import).
+unimportable, checks both (a process each would only repeat JAX's and Keras' import),
+on JAX's CPU backend; the corpus arrays are exported beforehand, in this process,
+with TensorFlow. A failure in the tools part fails both tests, with its traceback.
 """
 
 from __future__ import annotations

@@ -68,7 +68,9 @@ def run(tmp_path_factory):
         "--decode-tokens",
         "4",
     ]
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, timeout=600
+    )
     return done, files, out
 
 

@@ -144,9 +144,9 @@ def prune_classifier(
         optimizer=keras.optimizers.AdamW(settings.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    build_optimizer(model)  # Before `fit` traces its step (see its docstring).
     start = time.perf_counter()
     if settings.finetune_epochs > 0:
+        build_optimizer(model)  # Before `fit` traces its step (see its docstring).
         steps = max(1, math.ceil(settings.finetune_epochs * len(y_train) / settings.batch_size))
         per_epoch = math.ceil(len(y_train) / settings.batch_size)
         epochs = math.ceil(steps / per_epoch)

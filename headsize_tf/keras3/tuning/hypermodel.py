@@ -150,5 +150,10 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-        build_optimizer(model)  # Before `fit` traces its step (see its docstring).
         return model
+
+    def fit(self, hp: keras_tuner.HyperParameters, model: keras.Model, *args, **kwargs) -> Any:
+        """`model.fit`, its optimizer built first (`lm_training.build_optimizer`): a
+        subclass may still change the trainable weights after `build`."""
+        build_optimizer(model)
+        return model.fit(*args, **kwargs)
