@@ -36,6 +36,7 @@ from headsize_tf.core.validation import (
     check_attention_mask_shape,
     check_head_mask_shape,
 )
+from headsize_tf.layers.autograph import without_autograph
 
 _GATES_KEY = "head_gate_values"  # The gates' name in checkpoints.
 
@@ -52,6 +53,7 @@ def static_shape(x: Any) -> list[int | None] | None:
     return None if shape.rank is None else shape.as_list()
 
 
+@without_autograph
 class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
     """Base of `StandardAttention`, `FixedHeadAttention`, `CollaborativeAttention`.
 

@@ -8,11 +8,13 @@ import tensorflow as tf
 import tf_keras
 
 from headsize_tf.core.validation import check_latent_args
+from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.layers.head_attention import _as_shape, inverse_sqrt
 from headsize_tf.layers.shared_kv_attention import SharedKVAttentionBase
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
+@without_autograph
 class LatentAttention(SharedKVAttentionBase):
     """Multi-head attention over a shared key/value latent (DeepSeek-V2's MLA, no RoPE).
 

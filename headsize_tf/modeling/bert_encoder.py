@@ -11,12 +11,14 @@ from official.modeling import tf_utils
 from official.nlp.modeling import networks
 
 from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
+from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.modeling import encoder_checkpoint
 from headsize_tf.modeling._tracking import replace_sublayer
 from headsize_tf.modeling.transformer_block import HeadsizeTransformerBlock
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
+@without_autograph
 class HeadsizeBertEncoder(networks.BertEncoderV2):
     """Model Garden's `BertEncoderV2` with standard, fixed-head or collaborative attention.
 

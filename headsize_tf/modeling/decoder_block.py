@@ -14,6 +14,7 @@ from headsize_tf.core.spec import (
     AttentionSpec,
     check_no_legacy_keys,
 )
+from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.layers.factory import make_attention
 
 
@@ -31,6 +32,7 @@ def _kept_groups(spec: AttentionSpec, pruned: Sequence[int], name: str) -> int:
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
+@without_autograph
 class HeadsizeDecoderBlock(tf_keras.layers.Layer):
     """Causal self-attention (+ optional cross-attention) and a feed-forward net.
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras
 
+from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 
 
+@without_autograph
 class SentenceClassifier(tf_keras.Model):
     """Encoder -> mean pooling -> dropout -> Dense(num_classes) logits.
 

@@ -10,12 +10,14 @@ import tf_keras
 
 from headsize_tf.core.kv_cache import cache_entries, dtype_bytes
 from headsize_tf.core.spec import AttentionSpec, check_no_legacy_keys, migrate_legacy_config
+from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.modeling.bert_encoder import plain_config
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 from headsize_tf.modeling.decoder_block import HeadsizeDecoderBlock
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
+@without_autograph
 class HeadsizeSeq2Seq(tf_keras.Model):
     """Transformer encoder-decoder (pre-LN) for translation-style tasks.
 

@@ -14,6 +14,7 @@ from official.modeling import tf_utils
 from official.nlp.modeling import layers as nlp_layers
 
 from headsize_tf.core.spec import LEGACY_KEYS, AttentionSpec
+from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.layers.factory import make_attention
 from headsize_tf.modeling._tracking import replace_sublayer
 
@@ -35,6 +36,7 @@ def _without_log(logger: logging.Logger, text: str) -> Iterator[None]:
 
 
 @tf_keras.utils.register_keras_serializable(package="headsize_tf")
+@without_autograph
 class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
     """`TransformerEncoderBlock` whose self-attention is one of our layers.
 

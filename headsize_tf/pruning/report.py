@@ -159,7 +159,7 @@ def decoding_speeds(
         raise ValueError(f"A prompt of {prompts.shape[1]} tokens leaves no position to decode.")
 
     def runner(model):
-        step = tf.function(model.decode_step, reduce_retracing=True)
+        step = tf.function(model.decode_step, reduce_retracing=True, autograph=False)
 
         def run():
             ids = tf.convert_to_tensor(prompts, tf.int32)

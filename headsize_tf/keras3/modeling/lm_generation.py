@@ -122,7 +122,9 @@ class GenerationMixin:
         if backend == "tensorflow":
             import tensorflow as tf
 
-            compiled = tf.function(self._decode)  # One trace per cache length.
+            # One trace per cache length; no autograph (the step is plain Python over the
+            # blocks, as `jax.jit` traces it).
+            compiled = tf.function(self._decode, autograph=False)
             return lambda token_ids, caches, index: compiled(
                 ops.convert_to_tensor(token_ids, "int32"), caches, tf.constant(index, tf.int32)
             )
