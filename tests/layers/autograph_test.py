@@ -101,3 +101,13 @@ def test_the_decorator_changes_only_the_decorated_class():
     assert layer._expects_training_arg  # Read through the decorator.
     np.testing.assert_allclose(layer(X, training=True), X + 1.0)
     np.testing.assert_allclose(tf.function(lambda x: layer(x, training=False))(X), X)
+
+
+def test_the_trainers_steps_are_not_converted():
+    """`headsize-tf train` runs Model Garden's task steps unconverted, as Keras 3's own
+    trainer marks its steps (orbit's loop around them keeps its autograph)."""
+    from headsize_tf.training import train
+
+    trainer = train._resumable_trainer_cls()
+    assert hasattr(trainer.train_step, "autograph_info__")
+    assert hasattr(trainer.eval_step, "autograph_info__")
