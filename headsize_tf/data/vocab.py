@@ -36,9 +36,11 @@ def build_wordpiece_vocab(lines: Iterable[str], vocab_size: int) -> list[str]:
     from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
 
     dataset = tf.data.Dataset.from_tensor_slices([line for line in lines if line.strip()])
-    words = (
-        dataset.batch(1000).prefetch(2).map(bert_tokenizer.BasicTokenizer(lower_case=True).tokenize)
+    # Unconverted: autograph would convert tensorflow-text's tokenizer, call by call.
+    tokenize = tf.autograph.experimental.do_not_convert(
+        bert_tokenizer.BasicTokenizer(lower_case=True).tokenize
     )
+    words = dataset.batch(1000).prefetch(2).map(tokenize)
     return learn_wordpiece(lib.count_words(words), vocab_size, RESERVED_TOKENS)
 
 

@@ -74,6 +74,8 @@ class LanguageModelingTask(base_task.Task):
 
             if params.is_training:
                 dataset = dataset.repeat()  # Idempotent if TFDS already repeats its files.
+            # Unconverted: autograph would convert tensorflow-text's tokenizer.
+            tokens = tf.autograph.experimental.do_not_convert(tokens)
             dataset = dataset.map(tokens, num_parallel_calls=tf.data.AUTOTUNE)
             dataset = dataset.flat_map(tf.data.Dataset.from_tensor_slices)
             dataset = dataset.batch(length, drop_remainder=True)

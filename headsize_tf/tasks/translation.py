@@ -67,7 +67,8 @@ def pair_fn(vocab_file: str, max_seq_length: int, lower_case: bool = True, trunc
         }
         return features, tf.concat([tgt, [ids[EOS]]], 0)
 
-    return fn
+    # Plain TensorFlow ops: tf.data need not convert it (nor, through it, tensorflow-text).
+    return tf.autograph.experimental.do_not_convert(fn)
 
 
 def pad_pairs(features, labels, length: int):

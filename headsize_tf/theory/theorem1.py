@@ -114,7 +114,7 @@ def fit_attention(
     optimizer = tf.keras.optimizers.Adam(learning_rate)
     optimizer.build([w_q, w_k])  # Slots made now: `step` is then traced once, not twice.
 
-    @tf.function
+    @tf.function(autograph=False)
     def step():
         with tf.GradientTape() as tape:
             logits = tf.transpose(w_k @ xt) @ (w_q @ xt) / np.sqrt(head_size)
