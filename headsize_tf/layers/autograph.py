@@ -5,18 +5,21 @@ tf_keras converts the `call` of every layer defined outside Keras with autograph
 traces it: in a `tf.function`, in `fit`, and when a functional model is built.
 Keras's built-in layers are not converted. Ours have no tensor-dependent Python
 control flow either (their `if`s test shapes, options and `None`), so converting
-them only cost time: in a fresh process, 7 of the 115 CPU-seconds of three
-training test files, and 2.8 s of a short `headsize-tf train` run (0.3 s after;
-`docs/testing.md`, stop 43).
+them only cost time. In a fresh process, with `headsize-tf train`'s steps also
+unconverted (`training.train`), conversion took 7.1 s (2.0 s after) of about
+115 CPU-seconds of three training test files, and 2.8 s (0.3 s after) of a short
+`headsize-tf train` run (`docs/testing.md`, stop 43).
 
 `without_autograph` marks a class's `call` with
 `tf.autograph.experimental.do_not_convert`. Everything such a call runs is
-then unconverted too: Model Garden's layers inside `HeadsizeBertEncoder`, and an
-override of an extension point such as `_logits_from_projected` (as a user's
-`_compute_attention` runs unconverted under stock MHA's `call`, which is Keras
-code). Such an override writes tensor-dependent branches and loops with
-`tf.cond` / `tf.while_loop`: a Python `if` on a tensor raises in a `tf.function`.
-A subclass that overrides `call` itself gets autograph as usual for its own code.
+then unconverted too, except inside a `tf.function` of its own: Model Garden's
+layers inside `HeadsizeBertEncoder`, and an override of an extension point such
+as `_logits_from_projected` (as a user's `_compute_attention` runs unconverted
+under stock MHA's `call`, which is Keras code). Such an override writes
+tensor-dependent branches and loops with `tf.cond` / `tf.while_loop`: a Python
+`if` on a tensor raises in a `tf.function`. A subclass that overrides `call`
+itself gets autograph for its own code where converted code calls it (a
+`tf.function` of the user's, `fit`), not inside another unconverted call.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def without_autograph(cls: T) -> T:
 
     Example:
 
+    >>> import tf_keras
     >>> @without_autograph
     ... class Scale(tf_keras.layers.Layer):
     ...     def call(self, x):

@@ -251,10 +251,13 @@ def _resumable_trainer_cls():
 
         last_eval_logs = None
 
-        # The steps run without autograph: Model Garden's tasks, layers and optimizers
-        # and ours have no tensor-dependent Python control flow, and converting every
-        # function the step calls cost 5-10% of a short run (orbit's loop around the
-        # steps keeps its autograph).
+        # The steps run without autograph, as Keras 3's trainer marks its own: Model
+        # Garden's tasks, layers and optimizers and ours have no tensor-dependent Python
+        # control flow, and converting every function a step calls cost seconds per
+        # process (orbit's loop around the steps keeps its autograph; with
+        # `runtime.enable_xla` on GPUs Model Garden traces the task's step in a
+        # `tf.function` of its own, which converts again). A model or task registered
+        # by a user runs unconverted here too: branch on tensors with `tf.cond`.
         @tf.autograph.experimental.do_not_convert
         def train_step(self, iterator):
             return super().train_step(iterator)
