@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Keras 3 front on a lent GPU machine (the `device` tool), whose image has JAX,
+# The Keras 3 front on a GPU machine whose image has JAX,
 # pytest and hypothesis but no TensorFlow: the Keras 3 tests that need no TensorFlow,
 # on JAX's GPU backend, then the KV-cache decoding benchmark at GPU-sized contexts.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reproduction grid's `gpu` preset (or PRESET=paper: the paper's shapes, width 256 against
-# 256 to 512) on a lent GPU machine (the `device` tool) whose image
+# 256 to 512) on a GPU machine whose image
 # has JAX but no TensorFlow: the Keras 3 runner (`--framework keras3`, KERAS_BACKEND=jax).
 #
 #   bash benchmarks/reproduce_v2_device.sh prepare          # here: wheels and data into .device/

@@ -64,7 +64,7 @@ class _Kernels:
     """One kernel per Keras world, shared by that world's notebooks in this module.
 
     Starting a kernel and importing TensorFlow, Keras and the library cost each
-    notebook 7-10 CPU-seconds (stop 41); ten notebooks now start two kernels. Each
+    notebook 7-10 CPU-seconds; the ten notebooks start two kernels. Each
     notebook still runs as in a fresh runtime: a first cell (not the notebook's)
     clears the kernel's namespace with `%reset -f`, so a name that only an earlier
     notebook defined or imported raises NameError, and changes into the test's

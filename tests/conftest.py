@@ -31,7 +31,7 @@ os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 # The same for BLAS (numpy, scipy, tensorly's CP and SVD): with three workers on two
-# cores, OpenBLAS's second thread mostly spins waiting for a core. Stop 41, with two busy
+# cores, OpenBLAS's second thread mostly spins waiting for a core. Measured with two busy
 # loops beside it (as the other workers are): notebook 03 used 18.1 -> 13.4 CPU-s.
 # (One thread for XLA's CPU runtime too, --xla_cpu_multi_thread_eigen=false, was within
 # the noise on the Keras 3 tests on JAX: 82.6 -> 75.7 and 79.2 -> 85.4 CPU-s.)

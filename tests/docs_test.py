@@ -343,3 +343,65 @@ def test_every_docs_page_is_linked_from_the_index_and_the_readme():
         if page.name != "index.md":
             assert f"]({page.name}" in index, f"docs/index.md does not link {page.name}"
             assert f"](docs/{page.name}" in readme, f"README.md does not link docs/{page.name}"
+
+
+# --- The docs describe the project, not its history -------------------------------------
+
+# Words of a development diary (work rounds, how a machine was obtained, sessions) in the
+# README, docs/ and results/, and work-round numbers in code comments.
+_HISTORY = re.compile(r"\bstop [0-9]+\b|\blent\b|\blease\b|\bsessions? (of|so far)", re.I)
+_HISTORY_COMMENT = re.compile(r"#.*\bstop [0-9]+")
+TESTING_PAGE_MAX_LINES = 110
+
+
+def _text_lines(*roots: pathlib.Path):
+    """(path, line number, line) of every text file under `roots` (binary files skipped)."""
+    for root in roots:
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in paths:
+            data = path.read_bytes()
+            if b"\0" in data:
+                continue
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                yield path, number, line
+
+
+def _history_hits(pattern: re.Pattern, *roots: pathlib.Path, skip=()) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path, number, line in _text_lines(*roots)
+        if path not in skip and pattern.search(line)
+    ]
+
+
+def test_history_patterns():
+    assert _HISTORY.search("measured at Stop " + "43 on two cores")
+    assert _HISTORY.search("the one GPU " + "lent so far")
+    assert _HISTORY.search("no GPU in this project's " + "sessions so far")
+    assert not _HISTORY.search("standard heads stop at 83.2%; a lenticular lens; release")
+    assert _HISTORY_COMMENT.search("x = 1  " + "# (CI, stop " + "27)")
+    assert not _HISTORY_COMMENT.search("stop" + " 27 outside a comment")
+
+
+def test_docs_and_results_describe_the_project_not_its_history():
+    hits = _history_hits(_HISTORY, README, DOCS, ROOT / "results")
+    assert hits == [], "\n".join(hits)
+
+
+def test_code_comments_name_no_work_rounds():
+    hits = _history_hits(
+        _HISTORY_COMMENT,
+        ROOT / "headsize_tf",
+        ROOT / "tests",
+        skip={pathlib.Path(__file__).resolve()},
+    )
+    assert hits == [], "\n".join(hits)
+
+
+def test_testing_page_is_a_reference():
+    lines = (DOCS / "testing.md").read_text().splitlines()
+    assert len(lines) <= TESTING_PAGE_MAX_LINES, f"docs/testing.md: {len(lines)} lines"

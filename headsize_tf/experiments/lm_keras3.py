@@ -2,7 +2,7 @@
 
 The Model Garden runner (`reproduction.runners.train_one`) needs TensorFlow; this one
 needs only Keras 3 and a backend, so the reproduction grid also runs where
-only JAX is installed (a lent GPU machine's image). It mirrors that runner:
+only JAX is installed (a GPU image with JAX alone). It mirrors that runner:
 
 * the Keras 3 `CausalLM` of the same shape (the core formula counts the same
   parameters as the tf_keras `HeadsizeCausalLM`), dropout 0.1;
@@ -154,7 +154,7 @@ def train_run(
       model_path: Where to save the trained model (`.keras`, atomically), if given.
       state_path: If given, the run's state (`.npz`: weights, optimizer, curve so far) is
         written there at every curve point, and a run that finds it resumes from it: a
-        run longer than one command (a lent GPU's 10 minutes) goes on in the next one.
+        run longer than one command (a job scheduler's time limit) goes on in the next one.
     """
     import keras
 

@@ -5,10 +5,10 @@ tf_keras converts the `call` of every layer defined outside Keras with autograph
 traces it: in a `tf.function`, in `fit`, and when a functional model is built.
 Keras's built-in layers are not converted. Ours have no tensor-dependent Python
 control flow either (their `if`s test shapes, options and `None`), so converting
-them only cost time. In a fresh process, with `headsize-tf train`'s steps also
-unconverted (`training.train`), conversion took 7.1 s (2.0 s after) of about
-115 CPU-seconds of three training test files, and 2.8 s (0.3 s after) of a short
-`headsize-tf train` run (`docs/testing.md`, stop 43).
+them only costs time. Measured in a fresh process, with `headsize-tf train`'s steps
+also unconverted (`training.train`): conversion takes 2.0 s (7.1 s with everything
+converted) of about 115 CPU-seconds of three training test files, and 0.3 s (2.8 s)
+of a short `headsize-tf train` run.
 
 `without_autograph` marks a class's `call` with
 `tf.autograph.experimental.do_not_convert`. Everything such a call runs is

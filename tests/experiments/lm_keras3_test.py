@@ -231,7 +231,7 @@ def test_a_run_file_of_another_shape_stops_the_worker(tmp_path):
 def test_a_run_cut_off_after_a_checkpoint_resumes_to_the_same_numbers(
     data_dir, tmp_path, monkeypatch
 ):
-    # A run longer than one command (a lent GPU's 10 minutes): its state at every curve
+    # A run longer than one command (a job scheduler's time limit): its state at every curve
     # point lets the next command go on; the resumed run ends where an uninterrupted
     # one does (the same windows, weights, optimizer moments and dropout seeds).
     corpus = data_dir / "austen"

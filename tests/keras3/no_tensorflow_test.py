@@ -3,8 +3,8 @@
 A JAX-only machine (a GPU or TPU image without TensorFlow) imports the layers,
 models and tools, converts and prunes a model, and trains a reproduction run
 (`reproduce_v2 --framework keras3`); only text tokenization and the SavedModel
-export need TensorFlow. Found on a lent H100 machine, whose image has JAX and no
-TensorFlow: `headsize_tf.keras3.reparam` imported TensorFlow through the sentence
+export need TensorFlow. On a GPU image with JAX and no
+TensorFlow, `headsize_tf.keras3.reparam` imported TensorFlow through the sentence
 encoders' WordPiece tokenizer. One fresh Python process, TensorFlow made
 unimportable, checks both (a process each would only repeat JAX's and Keras' import),
 on JAX's CPU backend; the corpus arrays are exported beforehand, in this process,

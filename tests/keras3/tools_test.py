@@ -138,7 +138,7 @@ def test_importance_is_the_gate_gradient(kind):
 
     # eps = 0.1: the loss is smooth in the gate (truncation < 0.1% here), and
     # the float32 noise of the two losses (~3e-7) stays < 0.2% of their
-    # difference. At eps = 1e-2 that noise reached 2.6% on JAX (CI, stop 27).
+    # difference. At eps = 1e-2 that noise reached 2.6% on JAX (seen in CI).
     eps = 1e-1
     for layer, head in [(0, 0), (0, 3), (1, 2)]:
         plus, minus = np.ones([2, 4]), np.ones([2, 4])

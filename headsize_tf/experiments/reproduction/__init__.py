@@ -37,8 +37,8 @@ rerun skips finished runs; the summary is rebuilt from the files.
     python -m headsize_tf.experiments.reproduction --preset cpu --output results/reproduction_v2
 
 `--framework keras3` trains with the Keras 3 runner (`lm_keras3`) on
-`KERAS_BACKEND`, so the grid also runs where only JAX is installed (a lent
-GPU's image: `benchmarks/reproduce_v2_device.sh`); its runs are a grid of
+`KERAS_BACKEND`, so the grid also runs where only JAX is installed (a GPU
+image with JAX alone: `benchmarks/reproduce_v2_device.sh`); its runs are a grid of
 their own (same protocol, another data order), never mixed with these.
 `--workers N` trains N runs at once (`scheduler`).
 

@@ -149,8 +149,8 @@ def train_one(
     the run's last curve point when an earlier command was cut off.
     """
     if framework == "keras3":
-        # The run's state at every curve point: a run cut off (a lent GPU's 10-minute
-        # command) resumes there in the next command instead of from step 0.
+        # The run's state at every curve point: a run cut off (a job scheduler's
+        # time limit) resumes there in the next command instead of from step 0.
         work_dir.mkdir(parents=True, exist_ok=True)
         state = run_dir(work_dir, preset, model.key, learning_rate, seed)
         result = lm_keras3.train_run(
