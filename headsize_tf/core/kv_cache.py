@@ -12,7 +12,10 @@ cache test checks the arrays' bytes against this module):
 * collaborative (shared key dim D): the shared key D, the content term h
   (with biases) and values h v;
 * grouped (G key/value heads): G p + G v;
-* latent (latent size r): r.
+* latent (latent size r): r, plus with RoPE the decoupled rotary keys,
+  `num_rope_heads` x 2 x (rotating pairs).
+
+Rotary positions change nothing else: keys are cached after rotation.
 
 Pure Python: shared by the tf_keras and Keras 3 fronts.
 """
@@ -80,7 +83,10 @@ def cache_entries(resolved: ResolvedAttention, use_bias: bool = True) -> dict[st
     if resolved.kind == "grouped":
         return {"key": resolved.num_kv_heads * p, "value": resolved.num_kv_heads * v}
     if resolved.kind == "latent":
-        return {"latent": resolved.kv_latent_dim}
+        entries = {"latent": resolved.kv_latent_dim}
+        if resolved.uses_rope:
+            entries["rope_key"] = resolved.num_rotary_heads * 2 * resolved.rope_pairs
+        return entries
     if resolved.kind == "collaborative":
         entries = {"key": resolved.shared_key_dim}
         if use_bias:

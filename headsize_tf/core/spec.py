@@ -28,6 +28,20 @@ Head-size rules (the only place they are coded):
 `value_dim` sets the per-head value size independently (default: the head
 size), as in `MultiHeadAttention(value_dim=...)`.
 
+Rotary positions (RoPE, `headsize_tf.core.rope`), on every kind:
+`rope_max_wavelength` (the base; None: no rotary positions, what configs
+without these fields load as), `rope_scaling` (Hugging Face's dict: linear,
+Llama 3's or YaRN) and `rope_frequencies`, the frequency indices that rotate
+per rotary head (None: all of them; a subset is partial RoPE). The rotary
+heads are the key/value heads (`num_heads` for standard and fixed_head,
+`num_kv_heads` for grouped), the one shared key of collaborative attention,
+and for latent attention the `num_rope_heads` decoupled rotary keys
+(DeepSeek-V2's MLA: 1; MHA2MLA's conversion: one per original key/value
+head), cached beside the latent. A latent head's query and key have
+`head_size` dimensions: the rotary pairs last, the rest compared with the
+latent's key up-projection. Its default set is p / 4 evenly spread
+frequencies.
+
 Per-layer settings: `num_heads`, `head_size`, `num_kv_heads` and
 `kv_latent_dim` may be sequences with one entry per layer (`for_layer(i)` gives layer i's scalar spec), so a pruned
 model or a spec with varying heads per layer is an ordinary spec.
@@ -40,11 +54,14 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from headsize_tf.core import rope
+from headsize_tf.core.errors import SpecError
+
 KINDS = ("standard", "fixed_head", "collaborative", "grouped", "latent")
 # Kinds whose optional `head_size` is an int (default width // num_heads).
 OPTIONAL_HEAD_SIZE_KINDS = ("collaborative", "grouped", "latent")
 # Fields that may hold one entry per layer.
-PER_LAYER_FIELDS = ("num_heads", "head_size", "num_kv_heads", "kv_latent_dim")
+PER_LAYER_FIELDS = ("num_heads", "head_size", "num_kv_heads", "kv_latent_dim", "num_rope_heads")
 SEQUENCE_LENGTH = "sequence_length"
 MIXING_INITIALIZERS = ("concatenate", "ones", "uniform", "normal")
 
@@ -56,10 +73,6 @@ LEGACY_KEYS = {
     "shared_key_dim": "attention.shared_key_dim",
     "mixing_initializer": "attention.mixing_initializer",
 }
-
-
-class SpecError(ValueError):
-    """An invalid attention setting; the message names the value and what was expected."""
 
 
 def check_positive_int(name: str, value: Any, expected: str = "a positive integer") -> int:
@@ -99,6 +112,35 @@ class ResolvedAttention:
     shared_key_dim: int | None = None
     num_kv_heads: int | None = None
     kv_latent_dim: int | None = None
+    rope_max_wavelength: float | None = None
+    rope_scaling: Any = None
+    rope_sets: tuple[tuple[int, ...], ...] | None = None
+    num_rope_heads: int | None = None
+
+    @property
+    def uses_rope(self) -> bool:
+        return self.rope_max_wavelength is not None
+
+    @property
+    def num_rotary_heads(self) -> int:
+        """Heads whose keys rotate: key/value heads, the shared key, or latent rotary keys."""
+        if self.kind == "grouped":
+            return int(self.num_kv_heads)
+        if self.kind == "collaborative":
+            return 1
+        if self.kind == "latent":
+            return int(self.num_rope_heads or 1)
+        return self.num_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """The size whose frequency grid the rotary sets index (the head's, or D)."""
+        return int(self.shared_key_dim) if self.kind == "collaborative" else self.head_size
+
+    @property
+    def rope_pairs(self) -> int:
+        """Rotating pairs per rotary head (0 without RoPE)."""
+        return len(self.rope_sets[0]) if self.uses_rope else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +161,15 @@ class AttentionSpec:
         query heads); must divide `num_heads`. May be a per-layer list.
       kv_latent_dim: latent only: the size r of the shared key/value latent.
         May be a per-layer list.
+      rope_max_wavelength: The RoPE base (e.g. 10000); None: no rotary
+        positions.
+      rope_scaling: None or a Hugging Face `rope_scaling` dict ("linear",
+        "llama3", "yarn" under `rope_type`).
+      rope_frequencies: The rotating frequency indices: None (all; latent:
+        p / 4 evenly spread), one list for every rotary head, one list per
+        rotary head, or one such entry per layer (`headsize_tf.core.rope`).
+      num_rope_heads: latent with RoPE only: the decoupled rotary keys (1 by
+        default). May be a per-layer list.
 
     Example:
 
@@ -139,6 +190,10 @@ class AttentionSpec:
     mixing_initializer: str = "uniform"
     num_kv_heads: int | tuple[int, ...] | None = None
     kv_latent_dim: int | tuple[int, ...] | None = None
+    rope_max_wavelength: float | None = None
+    rope_scaling: Any = None
+    rope_frequencies: Any = None
+    num_rope_heads: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -183,11 +238,14 @@ class AttentionSpec:
             )
         self._check_kind_field("num_kv_heads", "grouped")
         self._check_kind_field("kv_latent_dim", "latent")
+        self._check_rope()
         lists = {
             name: getattr(self, name)
             for name in PER_LAYER_FIELDS
             if isinstance(getattr(self, name), tuple)
         }
+        if rope.is_per_layer(self.rope_frequencies):
+            lists["rope_frequencies"] = self.rope_frequencies
         if len({len(v) for v in lists.values()}) > 1:
             raise SpecError(
                 "Per-layer lists have different lengths: "
@@ -206,6 +264,32 @@ class AttentionSpec:
             object.__setattr__(self, name, _per_layer(name, value, check_positive_int))
         elif value is not None:
             raise SpecError(f"{name}={value!r} is only for kind {kind!r} (kind is {self.kind!r}).")
+
+    def _check_rope(self) -> None:
+        """RoPE fields: a base first; scaling, sets and rotary keys only with one."""
+        set_ = object.__setattr__
+        if self.rope_max_wavelength is None:
+            for name in ("rope_scaling", "rope_frequencies", "num_rope_heads"):
+                if getattr(self, name) is not None:
+                    raise SpecError(
+                        f"{name}={getattr(self, name)!r} needs rotary positions: set "
+                        "`rope_max_wavelength` (the RoPE base, e.g. 10000)."
+                    )
+            return
+        set_(self, "rope_max_wavelength", rope.check_max_wavelength(self.rope_max_wavelength))
+        set_(self, "rope_scaling", rope.check_scaling(self.rope_scaling))
+        set_(self, "rope_frequencies", rope.normalize_frequencies(self.rope_frequencies))
+        if self.num_rope_heads is not None:
+            if self.kind != "latent":
+                raise SpecError(
+                    f"num_rope_heads={self.num_rope_heads!r} is only for kind 'latent' (kind is "
+                    f"{self.kind!r}): the other kinds rotate their own keys."
+                )
+            set_(
+                self,
+                "num_rope_heads",
+                _per_layer("num_rope_heads", self.num_rope_heads, check_positive_int),
+            )
 
     def _check_groups(self) -> None:
         """Every layer's `num_kv_heads` divides its `num_heads` (equal, contiguous groups)."""
@@ -230,6 +314,8 @@ class AttentionSpec:
             value = getattr(self, name)
             if isinstance(value, tuple):
                 return len(value)
+        if rope.is_per_layer(self.rope_frequencies):
+            return len(self.rope_frequencies)
         return None
 
     def check_num_layers(self, num_layers: int) -> None:
@@ -247,9 +333,10 @@ class AttentionSpec:
         def pick(value):
             return value[index] if isinstance(value, tuple) else value
 
-        return dataclasses.replace(
-            self, **{name: pick(getattr(self, name)) for name in PER_LAYER_FIELDS}
-        )
+        fields = {name: pick(getattr(self, name)) for name in PER_LAYER_FIELDS}
+        if rope.is_per_layer(self.rope_frequencies):
+            fields["rope_frequencies"] = self.rope_frequencies[index]
+        return dataclasses.replace(self, **fields)
 
     def layers(self, num_layers: int) -> list[AttentionSpec]:
         """One scalar spec per layer."""
@@ -301,7 +388,7 @@ class AttentionSpec:
             head_size = width // h
         else:
             head_size = spec.head_size
-        return ResolvedAttention(
+        resolved = ResolvedAttention(
             kind=self.kind,
             num_heads=h,
             head_size=head_size,
@@ -309,6 +396,38 @@ class AttentionSpec:
             shared_key_dim=self.shared_key_dim,
             num_kv_heads=self.num_kv_heads,
             kv_latent_dim=self.kv_latent_dim,
+        )
+        if self.rope_max_wavelength is None:
+            return resolved
+        rotary_dim = resolved.rotary_dim
+        if rotary_dim % 2:
+            raise SpecError(
+                f"Rotary positions need an even {'shared key dim' if self.kind == 'collaborative' else 'head size'}; "
+                f"got {rotary_dim}."
+            )
+        pairs = rotary_dim // 2
+        heads = dataclasses.replace(resolved, num_rope_heads=self.num_rope_heads or 1)
+        frequencies = self.rope_frequencies
+        if self.kind == "latent" and frequencies is None:
+            frequencies = rope.uniform_set(pairs, max(1, pairs // 2))
+        sets = rope.resolve_sets(frequencies, heads.num_rotary_heads, pairs)
+        if self.kind == "latent":
+            if len({len(s) for s in sets}) != 1 or not sets[0]:
+                raise SpecError(
+                    "Latent attention's rotary keys need the same number (>= 1) of frequencies "
+                    f"per rotary head; got sizes {[len(s) for s in sets]}."
+                )
+            if h % heads.num_rotary_heads:
+                raise SpecError(
+                    f"num_rope_heads={heads.num_rotary_heads} does not divide num_heads={h}; "
+                    "each rotary key serves an equal group of query heads."
+                )
+        return dataclasses.replace(
+            heads,
+            rope_max_wavelength=self.rope_max_wavelength,
+            rope_scaling=self.rope_scaling,
+            rope_sets=sets,
+            num_rope_heads=heads.num_rotary_heads if self.kind == "latent" else None,
         )
 
     def layer_kwargs(self) -> dict[str, Any]:
@@ -330,6 +449,12 @@ class AttentionSpec:
             kwargs["head_size"] = self.head_size
         if self.value_dim is not None:
             kwargs["value_dim"] = self.value_dim
+        if self.rope_max_wavelength is not None:
+            kwargs["rope_max_wavelength"] = self.rope_max_wavelength
+            kwargs["rope_scaling"] = self.rope_scaling
+            kwargs["rope_frequencies"] = _plain(self.rope_frequencies)
+            if self.kind == "latent":
+                kwargs["num_rope_heads"] = self.num_rope_heads or 1
         return kwargs
 
     # ---------------------------------------------------------- conversion
@@ -339,6 +464,17 @@ class AttentionSpec:
         for key in PER_LAYER_FIELDS:
             if isinstance(out[key], tuple):
                 out[key] = list(out[key])
+        out["rope_frequencies"] = _plain(self.rope_frequencies)
+        if self.rope_scaling is not None:
+            out["rope_scaling"] = dict(self.rope_scaling)
+        if self.rope_max_wavelength is None:  # Configs without RoPE keep their old form.
+            for key in (
+                "rope_max_wavelength",
+                "rope_scaling",
+                "rope_frequencies",
+                "num_rope_heads",
+            ):
+                del out[key]
         return out
 
     @classmethod
@@ -367,6 +503,13 @@ class AttentionSpec:
         if hasattr(value, "as_dict"):  # A Model Garden `hyperparams.Config`.
             return cls.from_dict(value.as_dict())
         raise SpecError(f"Expected an AttentionSpec or a dict of its fields; got {value!r}.")
+
+
+def _plain(value: Any) -> Any:
+    """Nested tuples as nested lists (JSON- and Keras-config-friendly)."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def migrate_legacy_config(config: Mapping[str, Any]) -> dict[str, Any]:

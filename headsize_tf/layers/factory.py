@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from headsize_tf.core.spec import AttentionSpec
+from headsize_tf.core.spec import AttentionSpec, SpecError
 from headsize_tf.layers.collaborative_attention import CollaborativeAttention
 from headsize_tf.layers.fixed_head_attention import FixedHeadAttention
 from headsize_tf.layers.grouped_attention import GroupedAttention
@@ -34,4 +34,10 @@ def make_attention(spec: AttentionSpec | Mapping[str, Any], **common: Any):
     >>> make_attention(AttentionSpec("fixed_head", num_heads=8, head_size=32), name="attn")
     """
     spec = AttentionSpec.coerce(spec)
+    if spec.rope_max_wavelength is not None:
+        raise SpecError(
+            f"rope_max_wavelength={spec.rope_max_wavelength!r}: rotary positions are built on "
+            "the Keras 3 front (headsize_tf.keras3.layers, DecoderLM); the tf_keras layers have "
+            "none."
+        )
     return ATTENTION_CLASSES[spec.kind](**spec.layer_kwargs(), **common)

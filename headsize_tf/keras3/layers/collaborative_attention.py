@@ -228,9 +228,25 @@ class CollaborativeAttention(HeadAttentionBase):
                 trainable=True,
             )
 
+    def _num_rotary_heads(self) -> int:
+        return 1  # The one shared key.
+
+    def _rotary_dim(self) -> int:
+        return self._shared_key_dim
+
+    def _build_query_key_norms(self) -> None:
+        if self._query_key_norm_epsilon is not None:
+            raise ValueError(
+                f"CollaborativeAttention {self.name!r} has no per-head keys to normalise; "
+                "query_key_norm_epsilon is for standard, fixed-head and grouped attention."
+            )
+
     def _project_key(self, key: Any) -> dict[str, Any]:
-        """{"key": shared keys [B, S, D], "content": content term [B, S, N]}."""
-        projected = {"key": self._key_dense(key)}
+        """{"key": shared keys [B, S, D] (rotated), "content": content term [B, S, N]}."""
+        shared = self._key_dense(key)
+        if self.uses_rope:
+            shared = self._rotate(shared[:, :, None])[:, :, 0]
+        projected = {"key": shared}
         if self._content_bias is not None:
             dtype = projected["key"].dtype
             content_bias = ops.cast(self._content_bias, dtype)
@@ -247,6 +263,10 @@ class CollaborativeAttention(HeadAttentionBase):
         mixed_query = ops.multiply(
             ops.expand_dims(projected_query, 1), ops.expand_dims(ops.expand_dims(mixing, 0), 2)
         )
+        if self.uses_rope:  # Each head's mixed query turns at its position, as the shared key.
+            mixed_query = ops.transpose(
+                self._rotate(ops.transpose(mixed_query, (0, 2, 1, 3))), (0, 2, 1, 3)
+            )
         logits = ops.einsum("bntd,bsd->bnts", mixed_query, projected["key"])
         if "content" in projected:
             content = ops.multiply(ops.transpose(projected["content"], (0, 2, 1)), scale)

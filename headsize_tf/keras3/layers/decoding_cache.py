@@ -71,7 +71,9 @@ class DecodingCacheMixin:
         to `cache` (or, with `decode_loop_step`, writes them at that index of a
         fixed-length cache, for static shapes under `jit`) and attends over the
         cache. The cache holds the layer's own projections, so it has the right
-        size for any head size.
+        size for any head size. Rotary layers rotate the new queries and keys
+        at their positions: from `decode_loop_step`, else from the cache's
+        length (0 without a cache).
 
         Args:
           query: New positions [B, T_new, width] (self-attention input).
@@ -89,24 +91,31 @@ class DecodingCacheMixin:
             if self._build_shapes_dict is None:
                 self._build_shapes_dict = {"query_shape": shape, "value_shape": shape}
             self.build(shape, shape)
-        new = self._project_key_value(query, query)
-        if cache is None:
-            cache = new
-        elif decode_loop_step is None:
-            cache = {name: ops.concatenate([cache[name], new[name]], axis=1) for name in new}
+        # The new positions' first index: rotary layers rotate their queries and keys there.
+        if decode_loop_step is not None:
+            start = decode_loop_step
         else:
-            updated = {}
-            for name, tensor in cache.items():
-                length = tensor.shape[1]
-                where = ops.one_hot(decode_loop_step, length, dtype=tensor.dtype)
-                where = ops.reshape(where, (1, length) + (1,) * (len(tensor.shape) - 2))
-                updated[name] = tensor * (1 - where) + ops.cast(new[name], tensor.dtype) * where
-            cache = updated
-        if attention_mask is not None:
-            # Every cache entry has time on axis 1.
-            self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
-            attention_mask = ops.convert_to_tensor(attention_mask)
-        context = self._attend_cached(query, cache, attention_mask, training)
+            start = 0 if cache is None else next(iter(cache.values())).shape[1]
+        with self._positions_from(start):
+            new = self._project_key_value(query, query)
+            if cache is None:
+                cache = new
+            elif decode_loop_step is None:
+                cache = {name: ops.concatenate([cache[name], new[name]], axis=1) for name in new}
+            else:
+                cache = {
+                    name: ops.slice_update(
+                        tensor,
+                        [0, decode_loop_step] + [0] * (len(tensor.shape) - 2),
+                        ops.cast(new[name], tensor.dtype),
+                    )
+                    for name, tensor in cache.items()
+                }
+            if attention_mask is not None:
+                # Every cache entry has time on axis 1.
+                self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
+                attention_mask = ops.convert_to_tensor(attention_mask)
+            context = self._attend_cached(query, cache, attention_mask, training)
         if self._use_gate:
             context = ops.multiply(context, self._gate_dense(query))
         return self._project_output(context), cache

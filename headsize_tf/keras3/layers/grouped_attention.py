@@ -37,6 +37,15 @@ class GroupedAttention(SharedKVAttentionBase):
     Head removal (pruning) removes whole groups: a group's key/value head goes
     when all its query heads go; gates mask single query heads.
 
+    With rotary positions (Llama, Mistral, Qwen: `rope_max_wavelength`), each
+    key/value head has its own rotary set, and with `use_bias` the keys keep a
+    bias `[G, p]`: rotated with the key, it no longer cancels in the softmax
+    (Qwen2). Where `keras.ops.dot_product_attention` applies (no returned
+    scores, no attention dropout, value size = head size; JAX and other
+    backends but TensorFlow, whose op repeats the shared heads), the G
+    key/value heads go to it as they are, without repeating (flash attention
+    where the backend has it).
+
     Args:
       num_heads: Number of query heads h.
       num_kv_heads: Number of key/value heads G; must divide `num_heads`.
@@ -85,11 +94,70 @@ class GroupedAttention(SharedKVAttentionBase):
         groups = self._num_kv_heads
         self._build_query_output_and_bias(query_shape)
         self._key_dense = self._dense(
-            "key", key_shape, "abc,cde->abde", (None, groups, self._key_dim), False
+            "key",
+            key_shape,
+            "abc,cde->abde",
+            (None, groups, self._key_dim),
+            self._use_bias and self.uses_rope,
         )
         self._value_dense = self._dense(
             "value", value_shape, "abc,cde->abde", (None, groups, self._value_dim), False
         )
+
+    def _num_rotary_heads(self) -> int:
+        return self._num_kv_heads
+
+    def _attend_projected(
+        self,
+        query: Any,
+        projected: dict[str, Any],
+        attention_mask: Any,
+        training: Any,
+        return_attention_scores: bool = False,
+        use_causal_mask: bool = False,
+    ) -> tuple[Any, Any]:
+        dropout_active = self._dropout > 0 and training is not None and training is not False
+        if (
+            self._force_einsum
+            # TensorFlow's op repeats the shared heads (and fails for one): einsums are leaner.
+            or keras.backend.backend() == "tensorflow"
+            or return_attention_scores
+            or dropout_active
+            or self._value_dim != self._key_dim
+        ):
+            return super()._attend_projected(
+                query,
+                projected,
+                attention_mask,
+                training,
+                return_attention_scores=return_attention_scores,
+                use_causal_mask=use_causal_mask,
+            )
+        mask = attention_mask
+        if mask is not None:
+            for _ in range(4 - len(mask.shape)):
+                mask = ops.expand_dims(mask, axis=-3)  # The heads axis.
+            mask = ops.cast(mask, "bool")
+        context = ops.dot_product_attention(
+            self._project_query(query),
+            projected["key"],
+            projected["value"],
+            mask=mask,
+            scale=self._inverse_sqrt_key_dim,
+            is_causal=use_causal_mask,
+            flash_attention=self._flash_attention,
+        )
+        if mask is None:
+            if self._value_bias is None:
+                return context, None
+            return ops.add(context, ops.cast(self._value_bias, context.dtype)), None
+        # A fully masked row attends to nothing: zero weights, no value bias (the einsum path's).
+        attends = ops.cast(ops.transpose(ops.any(mask, axis=-1), (0, 2, 1)), context.dtype)
+        context = ops.multiply(context, ops.expand_dims(attends, -1))
+        if self._value_bias is not None:
+            bias = ops.cast(self._value_bias, context.dtype)
+            context = ops.add(context, ops.multiply(ops.expand_dims(attends, -1), bias))
+        return context, None
 
     def _grouped(self, tensor: Any, axis: int) -> Any:
         """Splits the heads axis `axis` into (groups, group size)."""

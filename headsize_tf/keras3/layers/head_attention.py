@@ -29,6 +29,14 @@ axis 1, value head size = head size, no attention dropout in this call, no
 returned scores, dot-product scores) the layer uses it, with Keras MHA's
 `flash_attention` argument; otherwise it computes the scores with einsums.
 
+Rotary positions (`rope_max_wavelength`, `rope_scaling`,
+`rope_frequencies`; `headsize_tf.core.rope`): the projected queries and keys
+are rotated at their positions (keras-hub's and Hugging Face's half-split
+convention) before the scores, and keys are cached rotated; a full call
+starts at position 0, `call_cached` at its cache index. `query_key_norm_epsilon`
+adds a per-head RMSNorm of queries and keys before the rotation (Qwen3's),
+and `use_output_bias=False` drops the output bias alone (Qwen2's projections).
+
 Subclasses implement `_resolve_head_size` and, if their scores differ from
 dot-product attention over per-head projections, `_build_projections`,
 `_project_key` and `_logits_from_projected`.
@@ -36,19 +44,23 @@ dot-product attention over per-head projections, `_build_projections`,
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 from keras import ops
 
+from headsize_tf.core import rope
+from headsize_tf.core.errors import SpecError
 from headsize_tf.core.validation import (
     check_attention_args,
     check_attention_mask_shape,
     check_head_mask_shape,
 )
+from headsize_tf.keras3.layers import rotary
 from headsize_tf.keras3.layers.decoding_cache import DecodingCacheMixin
 
 Shape = tuple[int | None, ...]
@@ -114,6 +126,16 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
       use_gate: Whether to gate the attention output with a sigmoid projection
         of the query (as in Keras' MHA).
       seed: Optional int seed of the attention dropout.
+      rope_max_wavelength: The RoPE base; None (default): no rotary positions.
+      rope_scaling: None or a Hugging Face `rope_scaling` dict (linear,
+        llama3, yarn).
+      rope_frequencies: The rotating frequency indices: None (all), one list
+        for every rotary head or one list per rotary head (partial RoPE).
+      query_key_norm_epsilon: If set, a per-head RMSNorm (weights
+        `query_norm` / `key_norm`, `[head size]`) of queries and keys before
+        RoPE, with this epsilon (Qwen3).
+      use_output_bias: Whether the output projection has a bias (None:
+        `use_bias`).
       **kwargs: Base layer arguments (`name`, `dtype` policies, ...).
 
     All arguments after `num_heads` (and a subclass's head-size arguments) are
@@ -144,6 +166,11 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         bias_constraint: Any = None,
         use_gate: bool = False,
         seed: int | None = None,
+        rope_max_wavelength: float | None = None,
+        rope_scaling: Mapping[str, Any] | None = None,
+        rope_frequencies: Any = None,
+        query_key_norm_epsilon: float | None = None,
+        use_output_bias: bool | None = None,
         **kwargs: Any,
     ):
         num_heads, value_dim, dropout, seed = check_attention_args(
@@ -179,6 +206,36 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         self._force_einsum = False
         # `object.__setattr__`: Keras' attribute tracking must not see the gates.
         object.__setattr__(self, "_head_gates", None)
+        if rope_max_wavelength is None and (
+            rope_scaling is not None or rope_frequencies is not None
+        ):
+            raise SpecError(
+                "rope_scaling / rope_frequencies need rotary positions: set `rope_max_wavelength`."
+            )
+        self._rope_max_wavelength = (
+            None if rope_max_wavelength is None else rope.check_max_wavelength(rope_max_wavelength)
+        )
+        self._rope_scaling = rope.check_scaling(rope_scaling)
+        self._rope_frequencies = rope.normalize_frequencies(rope_frequencies)
+        if rope.is_per_layer(self._rope_frequencies):
+            raise SpecError("A layer takes one rope_frequencies entry, not a per-layer list.")
+        if query_key_norm_epsilon is not None and not float(query_key_norm_epsilon) > 0:
+            raise SpecError(
+                f"`query_key_norm_epsilon` must be None or > 0; got {query_key_norm_epsilon!r}."
+            )
+        self._query_key_norm_epsilon = (
+            None if query_key_norm_epsilon is None else float(query_key_norm_epsilon)
+        )
+        if use_output_bias is not None and not isinstance(use_output_bias, bool):
+            raise SpecError(f"`use_output_bias` must be None or a bool; got {use_output_bias!r}.")
+        self._use_output_bias_arg = use_output_bias
+        self._use_output_bias = use_bias if use_output_bias is None else use_output_bias
+        self._rope_inverse = None  # [rows, pairs] float32, set in build.
+        self._rope_factor = 1.0
+        self.query_norm = None
+        self.key_norm = None
+        # The first position of the current call's queries and new keys (RoPE).
+        object.__setattr__(self, "_rope_start", 0)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _front_mismatch(self, args, kwargs)
@@ -198,6 +255,16 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
     def value_dim(self) -> int | None:
         """Per-head value size (`head_size` unless `value_dim` was set); None before build."""
         return self._value_dim
+
+    @property
+    def uses_rope(self) -> bool:
+        """Whether queries and keys are rotated (rotary positions)."""
+        return self._rope_max_wavelength is not None
+
+    @property
+    def rope_sets(self) -> tuple[tuple[int, ...], ...] | None:
+        """The rotating frequency indices of each rotary head (None without RoPE or unbuilt)."""
+        return getattr(self, "_rope_sets", None)
 
     @property
     def head_gates(self) -> keras.Variable | None:
@@ -242,7 +309,85 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         self._value_dim = self._value_dim_arg or head_size
         self._inverse_sqrt_key_dim = 1.0 / math.sqrt(float(head_size))
         self._build_projections(query_shape, value_shape, key_shape)
+        self._build_query_key_norms()
+        self._build_rope()
         self._create_head_gates()
+
+    # ----------------------------------------------------------------- RoPE
+    def _num_rotary_heads(self) -> int:
+        """Heads whose keys rotate, each with its own rotary set (default: every head)."""
+        return self._num_heads
+
+    def _rotary_dim(self) -> int:
+        """The size whose frequency grid the rotary sets index (default: the head size)."""
+        return self._key_dim
+
+    def _build_rope(self) -> None:
+        if not self.uses_rope:
+            self._rope_sets = None
+            return
+        dim = self._rotary_dim()
+        if dim % 2:
+            raise SpecError(f"Layer {self.name!r}: rotary positions need an even size; got {dim}.")
+        self._rope_sets = rope.resolve_sets(
+            self._rope_frequencies, self._num_rotary_heads(), dim // 2, "rope_frequencies"
+        )
+        self._rope_inverse = rope.frequency_table(
+            self._rope_sets, dim, self._rope_max_wavelength, self._rope_scaling
+        )
+        self._rope_factor = rope.attention_factor(self._rope_scaling)
+
+    def _build_query_key_norms(self) -> None:
+        if self._query_key_norm_epsilon is None:
+            return
+        for name in ("query_norm", "key_norm"):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name, shape=(self._key_dim,), initializer="ones", trainable=True
+                ),
+            )
+
+    @contextlib.contextmanager
+    def _positions_from(self, start: Any) -> Iterator[None]:
+        """Queries and new keys of calls inside this block start at position `start`."""
+        previous = self._rope_start
+        object.__setattr__(self, "_rope_start", start)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_rope_start", previous)
+
+    def _rotate(self, x: Any) -> Any:
+        """RoPE of projected queries or keys `[B, T, H, p]` from the current start position."""
+        if self._rope_inverse is None:
+            return x
+        return rotary.rotate(x, self._rope_inverse, self._rope_start, self._rope_factor)
+
+    def _project_query(self, query: Any) -> Any:
+        """Projected queries `[B, T, N, H]`: query dense, query norm, RoPE."""
+        projected = self._query_dense(query)
+        if self.query_norm is not None:
+            projected = rotary.rms_normalize(
+                projected, self.query_norm, self._query_key_norm_epsilon
+            )
+        return self._rotate(projected)
+
+    def _finish_key(self, key: Any) -> Any:
+        """Projected keys `[B, S, K, H]` normalised (query-key norm) and rotated."""
+        if self.key_norm is not None:
+            key = rotary.rms_normalize(key, self.key_norm, self._query_key_norm_epsilon)
+        return self._rotate(key)
+
+    def _make_output_dense(self, query_shape: Any, common_kwargs: Any, name: Any = None) -> Any:
+        """Keras MHA's output projection, with a bias only if `use_output_bias`."""
+        use_bias = self._use_bias
+        self._use_bias = self._use_output_bias
+        try:
+            return super()._make_output_dense(query_shape, common_kwargs, name)
+        finally:
+            self._use_bias = use_bias
 
     def _build_projections(self, query_shape: Shape, value_shape: Shape, key_shape: Shape) -> None:
         """Builds Q/K/V/output projections; default: Keras' MHA ones."""
@@ -282,8 +427,8 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
     # Key-side projections are split from the scores so a decoding cache can
     # store them: every tensor of the dict has time on axis 1.
     def _project_key(self, key: Any) -> dict[str, Any]:
-        """Key-side tensors the logits need: {"key": [B, S, N, H]}."""
-        return {"key": self._key_dense(key)}
+        """Key-side tensors the logits need: {"key": [B, S, N, H]} (normalised, rotated)."""
+        return {"key": self._finish_key(self._key_dense(key))}
 
     def _project_key_value(self, key: Any, value: Any) -> dict[str, Any]:
         projected = self._project_key(key)
@@ -292,7 +437,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
 
     def _logits_from_projected(self, query: Any, projected: dict[str, Any]) -> Any:
         """Scaled logits [B, N, T, S] from the query and projected key tensors."""
-        projected_query = self._query_dense(query)
+        projected_query = self._project_query(query)
         projected_query = ops.multiply(
             projected_query, ops.cast(self._inverse_sqrt_key_dim, projected_query.dtype)
         )
@@ -340,7 +485,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                     mask = ops.expand_dims(mask, axis=-3)  # The heads axis.
                 mask = ops.cast(mask, "bool")
             context = ops.dot_product_attention(
-                self._query_dense(query),
+                self._project_query(query),
                 projected["key"],
                 projected["value"],
                 mask=mask,
@@ -474,7 +619,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
             )
         projected = self._project_key_value(key, value)
         return self._compute_attention(
-            self._query_dense(query),
+            self._project_query(query),
             projected["key"],
             projected["value"],
             attention_mask,
@@ -520,4 +665,20 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         config.pop("key_dim", None)
         config["value_dim"] = self._value_dim_arg
         config["flash_attention"] = self._flash_attention_arg
+        config.update(
+            {
+                "rope_max_wavelength": self._rope_max_wavelength,
+                "rope_scaling": self._rope_scaling,
+                "rope_frequencies": _plain(self._rope_frequencies),
+                "query_key_norm_epsilon": self._query_key_norm_epsilon,
+                "use_output_bias": self._use_output_bias_arg,
+            }
+        )
         return config
+
+
+def _plain(value: Any) -> Any:
+    """Nested tuples as nested lists (a JSON config)."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value

@@ -1,4 +1,4 @@
-"""Attention over a shared key/value latent (DeepSeek-V2's MLA, without RoPE), on Keras 3."""
+"""Attention over a shared key/value latent (DeepSeek-V2's MLA, with decoupled RoPE), on Keras 3."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from headsize_tf.core import rope
+from headsize_tf.core.errors import SpecError
 from headsize_tf.core.spec import check_positive_int
 from headsize_tf.keras3.layers.head_attention import Shape
 from headsize_tf.keras3.layers.shared_kv import SharedKVAttentionBase
@@ -37,6 +39,26 @@ class LatentAttention(SharedKVAttentionBase):
 
     The latent is computed from one input: `key`, if given, must be `value`.
 
+    Rotary positions (`rope_max_wavelength`) use DeepSeek-V2's decoupled
+    rotary key: a latent cannot carry a per-position rotation, so each of
+    `num_rope_heads` rotary keys `k_R = rope(y W_KR)` (`2k` dimensions, `k`
+    rotating frequency pairs of the head's grid, `rope_frequencies`) is
+    computed beside the latent and cached with it. A head's query has
+    `head_size` p dimensions: the first `p - 2k` meet the latent's key
+    up-projection (`key_up` `[r, h, p - 2k]`), the last `2k` are rotated and
+    meet the rotary key of the head's group (query head i uses rotary key
+    `i // (h / num_rope_heads)`). The softmax scale stays 1 / sqrt(p). One
+    rotary key is DeepSeek's and TransMLA's form, one per original key/value
+    head MHA2MLA's. Weights added: `rope_key` `[e, num_rope_heads, 2k]` (a
+    bias `[num_rope_heads, 2k]` with `use_bias`: rotated, a key bias no
+    longer cancels).
+
+    Absorbed decoding attends as multi-query attention over `[latent, rotary
+    key]`: the absorbed query `[q_nope W_UK^T, q_rope]` against keys `[c,
+    k_R]` whose first `r` dimensions are also the values; on JAX through
+    `keras.ops.dot_product_attention` (flash attention where the backend has
+    it), elsewhere with einsums.
+
     Args:
       num_heads: Number of heads h.
       kv_latent_dim: Latent size r.
@@ -45,7 +67,11 @@ class LatentAttention(SharedKVAttentionBase):
       value_dim: Per-head value size v; `head_size` by default.
       absorb: Whether `call_cached` attends in latent space (True) or
         up-projects the cached latents every step (False).
-      **kwargs: `HeadAttentionBase` arguments.
+      num_rope_heads: With rotary positions: the decoupled rotary keys (a
+        divisor of `num_heads`; 1 by default).
+      **kwargs: `HeadAttentionBase` arguments (`rope_max_wavelength`,
+        `rope_scaling`, `rope_frequencies`: one set, or one per rotary key,
+        of equal sizes; p / 4 evenly spread frequencies by default).
 
     Call arguments: as `keras.layers.MultiHeadAttention` (rank-3 inputs).
 
@@ -75,10 +101,26 @@ class LatentAttention(SharedKVAttentionBase):
         kv_latent_dim: int,
         head_size: int | None = None,
         absorb: bool = True,
+        num_rope_heads: int | None = None,
         **kwargs: Any,
     ):
         super().__init__(num_heads=num_heads, head_size=head_size, **kwargs)
         self._kv_latent_dim = check_positive_int("kv_latent_dim", kv_latent_dim)
+        if num_rope_heads is not None and not self.uses_rope:
+            raise SpecError(
+                f"num_rope_heads={num_rope_heads!r} needs rotary positions: set "
+                "`rope_max_wavelength`."
+            )
+        self._num_rope_heads = (
+            None if num_rope_heads is None else check_positive_int("num_rope_heads", num_rope_heads)
+        )
+        if self._num_rope_heads is not None and self._num_heads % self._num_rope_heads:
+            raise SpecError(
+                f"num_rope_heads={self._num_rope_heads} does not divide num_heads="
+                f"{self._num_heads}; each rotary key serves an equal group of query heads."
+            )
+        self._rope_key_dense = None
+        self._rope_pairs = 0
         self._absorb = True
         self.absorb = absorb
         self._latent_dense = None
@@ -88,6 +130,21 @@ class LatentAttention(SharedKVAttentionBase):
     @property
     def kv_latent_dim(self) -> int:
         return self._kv_latent_dim
+
+    @property
+    def num_rope_heads(self) -> int | None:
+        """Decoupled rotary keys (None without rotary positions)."""
+        return (self._num_rope_heads or 1) if self.uses_rope else None
+
+    @property
+    def rope_pairs(self) -> int:
+        """Rotating frequency pairs per rotary key (0 without RoPE; set at build)."""
+        return self._rope_pairs
+
+    @property
+    def nope_dim(self) -> int | None:
+        """Query/key dimensions per head compared through the latent (p - 2k); None unbuilt."""
+        return None if self._key_dim is None else self._key_dim - 2 * self._rope_pairs
 
     @property
     def absorb(self) -> bool:
@@ -107,12 +164,37 @@ class LatentAttention(SharedKVAttentionBase):
                 f"{tuple(key_shape)} differs from value shape {tuple(value_shape)}."
             )
         rank, heads = self._kv_latent_dim, self._num_heads
+        if self.uses_rope:
+            pairs = self._key_dim // 2
+            frequencies = self._rope_frequencies
+            if frequencies is None:
+                frequencies = rope.uniform_set(pairs, max(1, pairs // 2))
+            self._rope_sets = rope.resolve_sets(
+                frequencies, self.num_rope_heads, pairs, "rope_frequencies"
+            )
+            sizes = {len(chosen) for chosen in self._rope_sets}
+            if len(sizes) != 1 or not sizes.pop():
+                raise SpecError(
+                    f"LatentAttention {self.name!r}: the rotary keys need the same number (>= 1) "
+                    f"of frequencies each; got {[len(c) for c in self._rope_sets]}."
+                )
+            self._rope_pairs = len(self._rope_sets[0])
         self._build_query_output_and_bias(query_shape)
         self._latent_dense = self._dense("latent", value_shape, "abc,cd->abd", (None, rank), False)
         latent_shape = (value_shape[0], value_shape[1], rank)
-        self._key_up_dense = self._dense(
-            "key_up", latent_shape, "abc,cde->abde", (None, heads, self._key_dim), False
-        )
+        self._key_up_dense = None
+        if self.nope_dim > 0:
+            self._key_up_dense = self._dense(
+                "key_up", latent_shape, "abc,cde->abde", (None, heads, self.nope_dim), False
+            )
+        if self.uses_rope:
+            self._rope_key_dense = self._dense(
+                "rope_key",
+                value_shape,
+                "abc,cde->abde",
+                (None, self.num_rope_heads, 2 * self._rope_pairs),
+                self._use_bias,
+            )
         self._value_up_dense = self._dense(
             "value_up", latent_shape, "abc,cde->abde", (None, heads, self._value_dim), False
         )
@@ -147,16 +229,59 @@ class LatentAttention(SharedKVAttentionBase):
             use_causal_mask=use_causal_mask,
         )
 
+    # ----------------------------------------------------------------- RoPE
+    def _build_query_key_norms(self) -> None:
+        if self._query_key_norm_epsilon is not None:
+            raise ValueError(
+                f"LatentAttention {self.name!r} has no per-head keys to normalise; "
+                "query_key_norm_epsilon is for standard, fixed-head and grouped attention."
+            )
+
+    def _num_rotary_heads(self) -> int:
+        return self.num_rope_heads or 1
+
+    def _build_rope(self) -> None:
+        if not self.uses_rope:
+            self._rope_sets = None
+            return
+        # Only the rotary keys' own 2k dimensions: the chosen pairs' frequencies.
+        self._rope_inverse = rope.compact_table(
+            self._rope_sets, self._key_dim, self._rope_max_wavelength, self._rope_scaling
+        )
+        self._rope_factor = rope.attention_factor(self._rope_scaling)
+
+    def _project_query(self, query: Any) -> Any:
+        """Projected queries `[B, T, h, p]`; with RoPE the last 2k dimensions are rotated."""
+        projected = self._query_dense(query)
+        if not self.uses_rope:
+            return projected
+        nope = self.nope_dim
+        rotated = self._rotate(projected[..., nope:])
+        if nope == 0:
+            return rotated
+        return ops.concatenate([projected[..., :nope], rotated], axis=-1)
+
     def _project_key(self, key: Any) -> dict[str, Any]:
-        return {"latent": self._latent_dense(key)}
+        return self._project_key_value(key, key)
 
     def _project_key_value(self, key: Any, value: Any) -> dict[str, Any]:
-        return {"latent": self._latent_dense(value)}
+        projected = {"latent": self._latent_dense(value)}
+        if self.uses_rope:
+            projected["rope_key"] = self._rotate(self._rope_key_dense(value))
+        return projected
+
+    def _rope_keys_per_head(self, rope_key: Any) -> Any:
+        """Rotary keys `[B, S, R, 2k]` repeated to every query head of their group."""
+        return ops.repeat(rope_key, self._num_heads // self.num_rope_heads, axis=2)
 
     def _per_head(self, projected: dict[str, Any]) -> dict[str, Any]:
         """Keys and values up-projected from the latents (the non-absorbed path)."""
         latent = projected["latent"]
-        return {"key": self._key_up_dense(latent), "value": self._value_up_dense(latent)}
+        parts = [] if self._key_up_dense is None else [self._key_up_dense(latent)]
+        if self.uses_rope:
+            parts.append(ops.cast(self._rope_keys_per_head(projected["rope_key"]), latent.dtype))
+        keys = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+        return {"key": keys, "value": self._value_up_dense(latent)}
 
     def _logits_from_projected(self, query: Any, projected: dict[str, Any]) -> Any:
         keys = self._per_head(projected)["key"] if "latent" in projected else projected["key"]
@@ -169,9 +294,23 @@ class LatentAttention(SharedKVAttentionBase):
         # Quantized up-projections hold integer kernels: up-project instead.
         return (
             self._absorb
-            and self._key_up_dense.quantization_mode is None
+            and (self._key_up_dense is None or self._key_up_dense.quantization_mode is None)
             and self._value_up_dense.quantization_mode is None
         )
+
+    def _absorbed_query(self, query: Any, dtype: Any) -> Any:
+        """`[B, T, h, r (+ 2k)]`: the scaled query's latent part times W_UK^T, then its rotary part."""
+        scaled = self._scaled_query(query)
+        parts = []
+        if self._key_up_dense is not None:
+            key_up = ops.cast(self._key_up_dense.kernel, dtype)  # [r, h, p - 2k]
+            parts.append(ops.einsum("bthp,rhp->bthr", scaled[..., : self.nope_dim], key_up))
+        else:
+            shape = ops.shape(scaled)
+            parts.append(ops.zeros((shape[0], shape[1], shape[2], self._kv_latent_dim), dtype))
+        if self.uses_rope:
+            parts.append(ops.cast(scaled[..., self.nope_dim :], dtype))
+        return parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
 
     def _attend_cached(
         self, query: Any, cache: dict[str, Any], attention_mask: Any, training: Any
@@ -180,19 +319,65 @@ class LatentAttention(SharedKVAttentionBase):
             return super()._attend_cached(query, cache, attention_mask, training)
         latent = cache["latent"]  # [B, S, r]
         dtype = latent.dtype
-        key_up = ops.cast(self._key_up_dense.kernel, dtype)  # [r, h, p]
         value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [r, h, v]
-        absorbed_query = ops.einsum("bthp,rhp->bthr", self._scaled_query(query), key_up)
-        logits = ops.einsum("bthr,bsr->bhts", absorbed_query, latent)
+        absorbed = self._absorbed_query(query, dtype)  # [B, T, h, r (+ 2k)], already scaled
+        if self.uses_rope:
+            keys = ops.concatenate(
+                [
+                    ops.repeat(latent[:, :, None], self.num_rope_heads, axis=2),
+                    ops.cast(cache["rope_key"], dtype),
+                ],
+                axis=-1,
+            )  # [B, S, R, r + 2k]
+        else:
+            keys = latent[:, :, None]  # [B, S, 1, r]
+        dropout_active = self._dropout > 0 and training is not None and training is not False
+        if keras.backend.backend() == "jax" and not dropout_active:
+            # Multi-query (grouped) attention over [latent, rotary key]; the values are the
+            # keys' first r dimensions.
+            mask = attention_mask
+            if mask is not None:
+                for _ in range(4 - len(mask.shape)):
+                    mask = ops.expand_dims(mask, axis=-3)
+                mask = ops.cast(mask, "bool")
+            latent_context = ops.dot_product_attention(
+                absorbed, keys, keys, mask=mask, scale=1.0, flash_attention=self._flash_attention
+            )[..., : self._kv_latent_dim]
+            context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
+            if mask is None:
+                attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
+            else:
+                attends = ops.cast(ops.transpose(ops.any(mask, axis=-1), (0, 2, 1)), dtype)
+            context = ops.multiply(context, ops.expand_dims(attends, -1))
+            return self._add_value_bias_rows(context, attends)
+        groups = self.num_rope_heads or 1
+        grouped = self._grouped_heads(absorbed, groups)  # [B, T, R, n, r + 2k]
+        logits = ops.einsum("btgnc,bsgc->bgnts", grouped, keys)
+        logits = ops.reshape(logits, (ops.shape(logits)[0], self._num_heads) + logits.shape[3:])
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
         latent_context = ops.einsum("bhts,bsr->bthr", dropped, latent)
         context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
         return self._add_value_bias(context, dropped)
 
+    def _grouped_heads(self, tensor: Any, groups: int) -> Any:
+        shape = ops.shape(tensor)
+        return ops.reshape(
+            tensor, (shape[0], shape[1], groups, self._num_heads // groups, shape[3])
+        )
+
     def _cache_dims(self) -> dict[str, list[int]]:
-        return {"latent": [self._kv_latent_dim]}
+        dims = {"latent": [self._kv_latent_dim]}
+        if self.uses_rope:
+            dims["rope_key"] = [self.num_rope_heads, 2 * self._rope_pairs]
+        return dims
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update({"kv_latent_dim": self._kv_latent_dim, "absorb": self._absorb})
+        config.update(
+            {
+                "kv_latent_dim": self._kv_latent_dim,
+                "absorb": self._absorb,
+                "num_rope_heads": self._num_rope_heads,
+            }
+        )
         return config

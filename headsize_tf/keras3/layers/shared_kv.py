@@ -108,7 +108,7 @@ class SharedKVAttentionBase(HeadAttentionBase):
             )
 
     def _scaled_query(self, query: Any) -> Any:
-        projected = self._query_dense(query)
+        projected = self._project_query(query)
         return ops.multiply(projected, ops.cast(self._inverse_sqrt_key_dim, projected.dtype))
 
     def _softmax_and_dropout(
@@ -151,6 +151,13 @@ class SharedKVAttentionBase(HeadAttentionBase):
         row_sums = ops.transpose(ops.sum(dropped, axis=-1), (0, 2, 1))  # [B, T, N]
         bias = ops.cast(self._value_bias, context.dtype)
         return ops.add(context, ops.multiply(ops.expand_dims(row_sums, -1), bias))
+
+    def _add_value_bias_rows(self, context: Any, attends: Any) -> Any:
+        """context [B, T, N, H] + attends [B, T, 1|N] (1: the row attends) times the value bias."""
+        if self._value_bias is None:
+            return context
+        bias = ops.cast(self._value_bias, context.dtype)
+        return ops.add(context, ops.multiply(ops.expand_dims(attends, -1), bias))
 
     def _call_compute_attention(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         raise NotImplementedError(

@@ -12,8 +12,13 @@ model) and is no model by itself. The class it is mixed into provides:
 
 * `_blocks`: the decoder blocks, each with `call_cached(x, cache,
   attention_mask=..., decode_loop_step=...)` (`TransformerEncoder`);
-* `token_embedding`, `position_embedding` (with `position_embeddings`) and
-  `_logits(x)`: the final norm and the tied output projection;
+* `_embed(token_ids, start)`: the input embeddings of tokens at positions
+  start, start + 1, ... (here: token plus learned position embeddings, from
+  `token_embedding` and `position_embedding`; rotary models embed tokens only
+  and rotate inside attention) and `_logits(x)`: the final norm and the
+  output projection;
+* optionally `_prefill_mask` / `_step_mask` (here causal; a sliding window
+  narrows them);
 * `hidden_dim`, `vocabulary_size`, `max_sequence_length` and `tokenizer`
   (None, or a Keras tokenizer layer);
 * `variables` and `dtype_policy` (a Keras model's).
@@ -44,6 +49,16 @@ class GenerationMixin:
         positions = ops.slice(table, (start, 0), (ops.shape(token_ids)[1], self.hidden_dim))
         return tokens + ops.cast(positions, tokens.dtype)[None]
 
+    def _prefill_mask(self, batch: Any, prompt: Any) -> Any:
+        """The prompt's self-attention mask `[batch, prompt, prompt]` (causal)."""
+        causal = ops.cast(ops.tril(ops.ones((prompt, prompt))), "int32")
+        return ops.broadcast_to(causal[None], (batch, prompt, prompt))
+
+    def _step_mask(self, batch: Any, length: int, index: Any) -> Any:
+        """A new token's mask `[batch, 1, length]` over the caches (positions <= index)."""
+        visible = ops.arange(length) <= index
+        return ops.broadcast_to(visible[None, None], (batch, 1, length))
+
     def prefill(self, token_ids: Any, length: int) -> tuple[Any, list[dict[str, Any]]]:
         """Logits of a prompt and every block's decoding cache, padded to `length` positions.
 
@@ -62,8 +77,7 @@ class GenerationMixin:
                 f"prefill needs 1 <= prompt length ({prompt}) <= length ({length}) <= "
                 f"max_sequence_length ({self.max_sequence_length})."
             )
-        causal = ops.cast(ops.tril(ops.ones((prompt, prompt))), "int32")
-        mask = ops.broadcast_to(causal[None], (batch, prompt, prompt))
+        mask = self._prefill_mask(batch, prompt)
         x, caches = self._embed(token_ids, 0), []
         for block in self._blocks:
             x, cache = block.call_cached(x, None, attention_mask=mask)
@@ -99,8 +113,7 @@ class GenerationMixin:
     def _decode(self, token_ids, caches, index):
         """`decode_step` without its checks: `index` may be a traced scalar."""
         length = next(iter(caches[0].values())).shape[1]  # Time is axis 1 of every entry.
-        visible = ops.arange(length) <= index
-        mask = ops.broadcast_to(visible[None, None], (ops.shape(token_ids)[0], 1, length))
+        mask = self._step_mask(ops.shape(token_ids)[0], length, index)
         x, updated = self._embed(token_ids, index), []
         for block, cache in zip(self._blocks, caches, strict=True):
             x, cache = block.call_cached(x, cache, attention_mask=mask, decode_loop_step=index)

@@ -1,0 +1,275 @@
+"""A Llama-family decoder checkpoint in one framework-neutral form.
+
+Every Llama-shaped decoder the library reads (a GGUF file, a local Hugging
+Face directory, a keras-hub preset) and writes passes through
+`LlamaCheckpoint`: a `LlamaConfig` (the architecture, in the Hugging Face
+`config.json` vocabulary), the weights as numpy arrays under Hugging Face's
+names and in its layout (PyTorch `[out, in]` matrices; queries and keys in
+the half-split rotary convention), and the tokenizer as a `tokenizers` JSON
+string. Readers produce it, the Keras 3 `DecoderLM` loads it, writers
+consume it: one mapping per format, never one per pair of formats.
+
+Weight names (`weight_names`), per layer `i`:
+
+* `model.layers.{i}.self_attn.{q,k,v,o}_proj.weight` (`[h p, d]`,
+  `[G p, d]`, `[G p, d]`, `[d, h p]`), with `.bias` on q/k/v when
+  `attention_bias` (Qwen2);
+* `model.layers.{i}.self_attn.{q,k}_norm.weight` (`[p]`) when `qk_norm`
+  (Qwen3);
+* `model.layers.{i}.mlp.{gate,up,down}_proj.weight`;
+* `model.layers.{i}.input_layernorm.weight`,
+  `model.layers.{i}.post_attention_layernorm.weight`;
+
+and `model.embed_tokens.weight`, `model.norm.weight`, and `lm_head.weight`
+unless the embeddings are tied. Pure Python and numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core.errors import CheckpointError
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+HIDDEN_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """The architecture of a Llama-family decoder (Hugging Face `config.json` terms).
+
+    Attributes:
+      model_type: "llama", "mistral", "qwen2" or "qwen3".
+      vocabulary_size: Tokens in the vocabulary (`vocab_size`).
+      num_layers: Decoder blocks (`num_hidden_layers`).
+      hidden_dim: Width d (`hidden_size`).
+      num_query_heads: Query heads h (`num_attention_heads`).
+      num_key_value_heads: Key/value heads G (`num_key_value_heads`).
+      head_dim: Per-head size p (`head_dim`; hidden_dim // h by default).
+      intermediate_dim: Gated feed-forward size (`intermediate_size`).
+      rope_max_wavelength: RoPE base (`rope_theta`).
+      rope_scaling: None, or Hugging Face's `rope_scaling` dict ("linear",
+        "llama3" or "yarn" under `rope_type`).
+      rms_norm_epsilon: RMSNorm epsilon (`rms_norm_eps`).
+      tie_word_embeddings: Whether the output projection is the embedding.
+      max_sequence_length: Positions (`max_position_embeddings`).
+      attention_bias: Whether q/k/v projections have biases (Qwen2).
+      sliding_window: None, or the attention window (Mistral).
+      qk_norm: Per-head RMSNorm of queries and keys before RoPE (Qwen3).
+      hidden_activation: Feed-forward gate activation ("silu": SwiGLU).
+      bos_token_id, eos_token_id: Special token ids (None if unknown).
+    """
+
+    model_type: str
+    vocabulary_size: int
+    num_layers: int
+    hidden_dim: int
+    num_query_heads: int
+    num_key_value_heads: int
+    intermediate_dim: int
+    head_dim: int | None = None
+    rope_max_wavelength: float = 10000.0
+    rope_scaling: Mapping[str, Any] | None = None
+    rms_norm_epsilon: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_sequence_length: int = 2048
+    attention_bias: bool = False
+    sliding_window: int | None = None
+    qk_norm: bool = False
+    hidden_activation: str = "silu"
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MODEL_TYPES:
+            raise CheckpointError(
+                f"Unsupported model_type {self.model_type!r}; expected one of {list(MODEL_TYPES)}."
+            )
+        for name in (
+            "vocabulary_size",
+            "num_layers",
+            "hidden_dim",
+            "num_query_heads",
+            "num_key_value_heads",
+            "intermediate_dim",
+            "max_sequence_length",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+                raise CheckpointError(f"`{name}` must be a positive int; got {value!r}.")
+        if self.num_query_heads % self.num_key_value_heads:
+            raise CheckpointError(
+                f"num_key_value_heads={self.num_key_value_heads} does not divide "
+                f"num_query_heads={self.num_query_heads}."
+            )
+        if self.head_dim is None:
+            if self.hidden_dim % self.num_query_heads:
+                raise CheckpointError(
+                    f"hidden_dim {self.hidden_dim} is not a multiple of num_query_heads "
+                    f"{self.num_query_heads}; give head_dim."
+                )
+            object.__setattr__(self, "head_dim", self.hidden_dim // self.num_query_heads)
+        if self.head_dim % 2:
+            raise CheckpointError(f"head_dim must be even for RoPE; got {self.head_dim}.")
+        if self.hidden_activation not in HIDDEN_ACTIVATIONS:
+            raise CheckpointError(
+                f"Unsupported hidden_activation {self.hidden_activation!r}; expected one of "
+                f"{list(HIDDEN_ACTIVATIONS)}."
+            )
+        if self.rope_scaling is not None:
+            object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))
+
+    # ------------------------------------------------------------ Hugging Face
+    @classmethod
+    def from_hf_config(cls, config: Mapping[str, Any]) -> LlamaConfig:
+        """The config of a Hugging Face `config.json` dict; other model types are refused."""
+        model_type = config.get("model_type")
+        if model_type not in MODEL_TYPES:
+            raise CheckpointError(
+                f"config.json has model_type {model_type!r}; supported: {list(MODEL_TYPES)}."
+            )
+        try:
+            heads = int(config["num_attention_heads"])
+            hidden = int(config["hidden_size"])
+            window = config.get("sliding_window")
+            if model_type == "qwen2" and not config.get("use_sliding_window", False):
+                window = None
+            scaling = config.get("rope_scaling")
+            if scaling is not None and scaling.get("rope_type", scaling.get("type")) == "default":
+                scaling = None
+            return cls(
+                model_type=model_type,
+                vocabulary_size=int(config["vocab_size"]),
+                num_layers=int(config["num_hidden_layers"]),
+                hidden_dim=hidden,
+                num_query_heads=heads,
+                num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+                intermediate_dim=int(config["intermediate_size"]),
+                head_dim=config.get("head_dim") or hidden // heads,
+                rope_max_wavelength=float(config.get("rope_theta", 10000.0)),
+                rope_scaling=scaling,
+                rms_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
+                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                max_sequence_length=int(config.get("max_position_embeddings", 2048)),
+                attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
+                sliding_window=None if window is None else int(window),
+                qk_norm=model_type == "qwen3",
+                hidden_activation=str(config.get("hidden_act", "silu")),
+                bos_token_id=_optional_int(config.get("bos_token_id")),
+                eos_token_id=_optional_int(config.get("eos_token_id")),
+            )
+        except KeyError as error:
+            raise CheckpointError(f"config.json lacks {error.args[0]!r}.") from None
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """A Hugging Face `config.json` dict of this architecture."""
+        architectures = {
+            "llama": "LlamaForCausalLM",
+            "mistral": "MistralForCausalLM",
+            "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM",
+        }
+        config: dict[str, Any] = {
+            "architectures": [architectures[self.model_type]],
+            "model_type": self.model_type,
+            "vocab_size": int(self.vocabulary_size),
+            "num_hidden_layers": int(self.num_layers),
+            "hidden_size": int(self.hidden_dim),
+            "num_attention_heads": int(self.num_query_heads),
+            "num_key_value_heads": int(self.num_key_value_heads),
+            "head_dim": int(self.head_dim),
+            "intermediate_size": int(self.intermediate_dim),
+            "rope_theta": float(self.rope_max_wavelength),
+            "rope_scaling": None if self.rope_scaling is None else dict(self.rope_scaling),
+            "rms_norm_eps": float(self.rms_norm_epsilon),
+            "tie_word_embeddings": bool(self.tie_word_embeddings),
+            "max_position_embeddings": int(self.max_sequence_length),
+            "attention_bias": bool(self.attention_bias),
+            "hidden_act": self.hidden_activation,
+            "torch_dtype": "float32",
+        }
+        if self.model_type == "qwen2":
+            config["use_sliding_window"] = self.sliding_window is not None
+        if self.sliding_window is not None or self.model_type in ("mistral", "qwen2"):
+            config["sliding_window"] = self.sliding_window
+        if self.bos_token_id is not None:
+            config["bos_token_id"] = int(self.bos_token_id)
+        if self.eos_token_id is not None:
+            config["eos_token_id"] = int(self.eos_token_id)
+        return config
+
+
+def _optional_int(value: Any) -> int | None:
+    if isinstance(value, list | tuple):  # Some configs list several end tokens.
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+@dataclasses.dataclass
+class LlamaCheckpoint:
+    """A Llama-family decoder: config, Hugging Face-named numpy weights, tokenizer.
+
+    Attributes:
+      config: The architecture.
+      weights: Name -> float32 array, Hugging Face names and layout.
+      tokenizer_json: A `tokenizers.Tokenizer` JSON string, or None.
+      chat_template: The chat template (Jinja), or None.
+      source: Where it came from, for reports ("gguf:/path", "hf:/dir", ...).
+    """
+
+    config: LlamaConfig
+    weights: dict[str, np.ndarray]
+    tokenizer_json: str | None = None
+    chat_template: str | None = None
+    source: str = ""
+
+    def check(self) -> None:
+        """Raises a `CheckpointError` naming the first missing or misshapen weight."""
+        expected = weight_shapes(self.config)
+        for name, shape in expected.items():
+            if name not in self.weights:
+                raise CheckpointError(f"{self.source or 'checkpoint'} lacks weight {name!r}.")
+            if tuple(self.weights[name].shape) != shape:
+                raise CheckpointError(
+                    f"{self.source or 'checkpoint'}: weight {name!r} has shape "
+                    f"{tuple(self.weights[name].shape)}; expected {shape}."
+                )
+
+
+def weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Hugging Face name -> shape of every weight of `config`, in a fixed order."""
+    d, h, g = config.hidden_dim, config.num_query_heads, config.num_key_value_heads
+    p = config.head_dim
+    f = config.intermediate_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocabulary_size, d)}
+    for i in range(config.num_layers):
+        prefix = f"model.layers.{i}."
+        shapes[prefix + "input_layernorm.weight"] = (d,)
+        shapes[prefix + "self_attn.q_proj.weight"] = (h * p, d)
+        shapes[prefix + "self_attn.k_proj.weight"] = (g * p, d)
+        shapes[prefix + "self_attn.v_proj.weight"] = (g * p, d)
+        if config.attention_bias:
+            shapes[prefix + "self_attn.q_proj.bias"] = (h * p,)
+            shapes[prefix + "self_attn.k_proj.bias"] = (g * p,)
+            shapes[prefix + "self_attn.v_proj.bias"] = (g * p,)
+        if config.qk_norm:
+            shapes[prefix + "self_attn.q_norm.weight"] = (p,)
+            shapes[prefix + "self_attn.k_norm.weight"] = (p,)
+        shapes[prefix + "self_attn.o_proj.weight"] = (d, h * p)
+        shapes[prefix + "post_attention_layernorm.weight"] = (d,)
+        shapes[prefix + "mlp.gate_proj.weight"] = (f, d)
+        shapes[prefix + "mlp.up_proj.weight"] = (f, d)
+        shapes[prefix + "mlp.down_proj.weight"] = (d, f)
+    shapes["model.norm.weight"] = (d,)
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (config.vocabulary_size, d)
+    return shapes
+
+
+def weight_names(config: LlamaConfig) -> list[str]:
+    """Every weight name of `config` (`weight_shapes`' keys)."""
+    return list(weight_shapes(config))

@@ -1,0 +1,492 @@
+"""Reading Llama GGUF files (llama.cpp's format) into a `LlamaCheckpoint`.
+
+`read_gguf_llama` opens a GGUF file of architecture "llama" with `gguf`'s
+reader, turns its metadata into a `LlamaConfig`, dequantizes every tensor to
+float32 (`gguf.quants.dequantize`: F32, F16, BF16, the legacy, k- and
+i-quants) and renames it to its Hugging Face name:
+
+* ``token_embd.weight`` -> ``model.embed_tokens.weight``
+* ``blk.{i}.attn_{q,k,v,output}.weight`` -> ``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight``
+* ``blk.{i}.ffn_{gate,up,down}.weight`` -> ``model.layers.{i}.mlp.{gate,up,down}_proj.weight``
+* ``blk.{i}.attn_norm.weight``, ``blk.{i}.ffn_norm.weight`` -> ``input_layernorm`` and
+  ``post_attention_layernorm``
+* ``output_norm.weight`` -> ``model.norm.weight``; ``output.weight`` -> ``lm_head.weight``
+  (without it, the embeddings are tied).
+
+GGUF lists a tensor's dimensions innermost first (a `[out, in]` matrix shows
+as `(in, out)`); the arrays `gguf` returns are row-major `[out, in]` already,
+PyTorch's layout.
+
+llama.cpp rotates adjacent pairs `(2i, 2i + 1)` of each head, Hugging Face
+the pairs `(i, i + p/2)`: llama.cpp's `convert_hf_to_gguf.py` permutes the
+rows of the query and key projections of each head to match
+(`permute_llama_cpp`, with the query or the key/value head count). The reader
+applies the inverse, `unpermute_llama_cpp`, so the weights are in Hugging
+Face's half-split convention. A `rope_freqs.weight` tensor (Llama 3.1's
+frequency factors) becomes the "llama3" `rope_scaling` it was computed from.
+
+The tokenizer (`tokenizer.ggml.model` "gpt2", byte-level BPE) is rebuilt as
+a `tokenizers.Tokenizer` from `tokenizer.ggml.tokens` and `.merges`, with the
+pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (`PRE_TOKENIZERS`);
+control tokens (token type 3) become special added tokens, user-defined ones
+(type 4) plain added tokens. No post-processor adds BOS: the model code adds
+it. Needs the `gguf` and `tokenizers` packages (the `gguf` extra); no
+TensorFlow or Keras.
+
+Example:
+
+>>> checkpoint = read_gguf_llama("SmolLM2-135M-Instruct.Q4_1.gguf")
+>>> checkpoint.weights["model.layers.0.self_attn.k_proj.weight"].shape
+(192, 576)
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig, weight_shapes
+
+ARCHITECTURE = "llama"
+_GGUF_EXTRA_HINT = 'pip install "headsize-tf[gguf]"'
+
+# GGUF tensor name (after "blk.{i}.") -> Hugging Face name (after "model.layers.{i}.").
+LAYER_TENSORS = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+# The regular expressions of llama.cpp's pre-tokenizers (src/llama-vocab.cpp).
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+DEFAULT_REGEXES = (r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]")
+# `tokenizer.ggml.pre` -> (pre-tokenizer kind, BPE ignores merges for whole-vocabulary words).
+# "digits": each digit alone, then the GPT-2 regex (Hugging Face: Digits(individual_digits)
+# + ByteLevel(use_regex)); "gpt2": the GPT-2 regex; "llama3": Llama 3's regex; "default":
+# llama.cpp's default chain of four regexes. A file without the key gets "default", as in
+# llama.cpp.
+PRE_TOKENIZERS = {
+    "smollm": ("digits", False),
+    "starcoder": ("digits", False),
+    "refact": ("digits", False),
+    "gpt-2": ("gpt2", False),
+    "llama-bpe": ("llama3", True),
+    "llama3": ("llama3", True),
+    "llama-v3": ("llama3", True),
+    "default": ("default", False),
+}
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+# (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) tried
+# against a `rope_freqs.weight` tensor; the factor comes from the tensor.
+_LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
+
+
+def permute_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's permutation of query/key rows: half-split rotary pairs -> adjacent pairs.
+
+    The formula of `LlamaModel.permute` in llama.cpp's `convert_hf_to_gguf.py`:
+    within each of the `n_head` heads of `p` rows, row `j * p/2 + i` (half `j`,
+    pair `i`) moves to row `2 i + j`, so Hugging Face's pair `(i, i + p/2)`
+    becomes llama.cpp's pair `(2i, 2i + 1)`.
+
+    Args:
+      weights: `[n_head * p, ...]` rows of a query or key projection (or its bias).
+      n_head: Heads of the projection (query heads for q, key/value heads for k).
+
+    Returns:
+      The permuted array, same shape.
+
+    Example:
+
+    >>> permute_llama_cpp(np.arange(4.0), 1)
+    array([0., 2., 1., 3.])
+    """
+    weights = np.asarray(weights)
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def unpermute_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of `permute_llama_cpp`: llama.cpp's adjacent rotary pairs -> half-split.
+
+    Args:
+      weights: `[n_head * p, ...]` rows of a query or key projection from a GGUF file.
+      n_head: Heads of the projection (query heads for q, key/value heads for k).
+
+    Returns:
+      The rows in Hugging Face's order, same shape.
+
+    Example:
+
+    >>> unpermute_llama_cpp(np.array([0.0, 2.0, 1.0, 3.0]), 1)
+    array([0., 1., 2., 3.])
+    """
+    weights = np.asarray(weights)
+    return (
+        weights.reshape(n_head, weights.shape[0] // n_head // 2, 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
+    """Reads a Llama-architecture GGUF file as a float32 `LlamaCheckpoint`.
+
+    Args:
+      path: The `.gguf` file.
+
+    Returns:
+      The checkpoint: config (model_type "llama"), Hugging Face-named float32
+      weights in Hugging Face's layout, the tokenizer as a `tokenizers` JSON
+      string, the chat template, and source "gguf:<path>".
+
+    Raises:
+      CheckpointError: The file is missing, truncated or not GGUF; its
+        architecture is not "llama"; it has a tensor type `gguf` cannot
+        dequantize, an unknown tensor, a RoPE scaling, tokenizer model or
+        pre-tokenizer this reader does not map.
+      ImportError: `gguf` or `tokenizers` is not installed.
+
+    Example:
+
+    >>> checkpoint = read_gguf_llama("SmolLM2-135M-Instruct.Q4_1.gguf")
+    >>> checkpoint.config.num_key_value_heads
+    3
+    """
+    try:
+        import gguf
+    except ImportError:
+        raise ImportError(
+            f"Reading GGUF files needs the `gguf` package: {_GGUF_EXTRA_HINT}"
+        ) from None
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise CheckpointError(f"GGUF file {path} does not exist.")
+    if not path.is_file():
+        raise CheckpointError(f"{path} is not a file; expected a .gguf file.")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as error:  # gguf raises ValueError, IndexError, struct errors, ...
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CheckpointError(
+            f"{path} is not a readable GGUF file ({reason}); expected a complete .gguf file."
+        ) from None
+    fields = _Fields(reader)
+    architecture = fields.get("general.architecture")
+    if architecture != ARCHITECTURE:
+        raise CheckpointError(
+            f"GGUF architecture {architecture!r} is not supported; expected {ARCHITECTURE!r}."
+        )
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    config = _config(fields, tensors, path)
+    weights = _weights(gguf, tensors, config, path)
+    checkpoint = LlamaCheckpoint(
+        config=config,
+        weights=weights,
+        tokenizer_json=_tokenizer_json(fields, path),
+        chat_template=fields.get("tokenizer.chat_template"),
+        source=f"gguf:{path}",
+    )
+    checkpoint.check()
+    return checkpoint
+
+
+class _Fields:
+    """The metadata of a GGUF reader as Python values."""
+
+    def __init__(self, reader: Any):
+        self._fields = reader.fields
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        field = self._fields.get(key)
+        return default if field is None else field.contents()
+
+    def require(self, key: str, path: pathlib.Path) -> Any:
+        if key not in self._fields:
+            raise CheckpointError(f"{path} lacks GGUF metadata {key!r}.")
+        return self.get(key)
+
+
+def _one_value(value: Any, key: str, path: pathlib.Path) -> Any:
+    """A per-layer list of equal values as one value (some files list head counts per layer)."""
+    if isinstance(value, list):
+        if not value or any(item != value[0] for item in value):
+            raise CheckpointError(
+                f"{path}: {key} varies between layers ({value[:4]}...); expected one value."
+            )
+        return value[0]
+    return value
+
+
+def _config(fields: _Fields, tensors: Mapping[str, Any], path: pathlib.Path) -> LlamaConfig:
+    def key(name: str) -> str:
+        return f"{ARCHITECTURE}.{name}"
+
+    experts = fields.get(key("expert_count"), 0)
+    if experts:
+        raise CheckpointError(
+            f"{path}: {key('expert_count')}={experts} (a mixture of experts) is not supported; "
+            "expected a dense model."
+        )
+    hidden = int(fields.require(key("embedding_length"), path))
+    heads = int(_one_value(fields.require(key("attention.head_count"), path), "head_count", path))
+    kv_heads = int(
+        _one_value(fields.get(key("attention.head_count_kv"), heads), "head_count_kv", path)
+    )
+    head_dim = int(fields.get(key("attention.key_length"), 0) or hidden // heads)
+    rope_dim = int(fields.get(key("rope.dimension_count"), head_dim))
+    if rope_dim != head_dim:
+        raise CheckpointError(
+            f"{path}: {key('rope.dimension_count')}={rope_dim} rotates part of each head; "
+            f"expected the whole head_dim {head_dim}."
+        )
+    theta = _float32(fields.get(key("rope.freq_base"), 10000.0))
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        vocab = len(tokens)
+    elif key("vocab_size") in fields:
+        vocab = int(fields.get(key("vocab_size")))
+    else:
+        vocab = int(tensors["token_embd.weight"].shape[-1]) if "token_embd.weight" in tensors else 0
+    return LlamaConfig(
+        model_type="llama",
+        vocabulary_size=vocab,
+        num_layers=int(fields.require(key("block_count"), path)),
+        hidden_dim=hidden,
+        num_query_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_dim=int(
+            _one_value(
+                fields.require(key("feed_forward_length"), path), "feed_forward_length", path
+            )
+        ),
+        head_dim=head_dim,
+        rope_max_wavelength=theta,
+        rope_scaling=_rope_scaling(fields, tensors, theta, head_dim, path),
+        rms_norm_epsilon=_float32(fields.get(key("attention.layer_norm_rms_epsilon"), 1e-5)),
+        tie_word_embeddings="output.weight" not in tensors,
+        max_sequence_length=int(fields.get(key("context_length"), 2048)),
+        bos_token_id=_optional_int(fields.get("tokenizer.ggml.bos_token_id")),
+        eos_token_id=_optional_int(fields.get("tokenizer.ggml.eos_token_id")),
+    )
+
+
+def _float32(value: Any) -> float:
+    """A float32 metadata value as its shortest decimal (1e-05, not 9.999999747378752e-06)."""
+    return float(str(np.float32(value)))
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _rope_scaling(
+    fields: _Fields, tensors: Mapping[str, Any], theta: float, head_dim: int, path: pathlib.Path
+) -> dict[str, Any] | None:
+    scaling_type = fields.get(f"{ARCHITECTURE}.rope.scaling.type")
+    factor = fields.get(f"{ARCHITECTURE}.rope.scaling.factor")
+    old_linear = fields.get(f"{ARCHITECTURE}.rope.scale_linear")
+    if scaling_type is None and old_linear is not None and float(old_linear) != 1.0:
+        scaling_type, factor = "linear", old_linear
+    scaling = None
+    if scaling_type not in (None, "none"):
+        if scaling_type != "linear" or factor is None:
+            raise CheckpointError(
+                f"{path}: RoPE scaling type {scaling_type!r} is not supported; expected 'none' or "
+                "'linear' with a factor."
+            )
+        scaling = {"rope_type": "linear", "factor": _float32(factor)}
+    if "rope_freqs.weight" in tensors:
+        if scaling is not None:
+            raise CheckpointError(
+                f"{path} has both linear RoPE scaling and rope_freqs.weight; expected one of them."
+            )
+        freqs = np.asarray(tensors["rope_freqs.weight"].data, np.float64).reshape(-1)
+        scaling = _llama3_rope_scaling(freqs, theta, head_dim, path)
+    return scaling
+
+
+def _llama3_rope_scaling(
+    factors: np.ndarray, theta: float, head_dim: int, path: pathlib.Path
+) -> dict[str, Any] | None:
+    """The "llama3" `rope_scaling` whose frequency factors (llama.cpp's rope_freqs) are `factors`."""
+    if factors.shape != (head_dim // 2,):
+        raise CheckpointError(
+            f"{path}: rope_freqs.weight has {factors.size} values; expected {head_dim // 2}."
+        )
+    if np.allclose(factors, 1.0):
+        return None
+    factor = float(factors.max())
+    wavelengths = 2 * np.pi * theta ** (np.arange(0, head_dim, 2) / head_dim)
+    for low, high, original in _LLAMA3_ROPE_CANDIDATES:
+        smooth = (original / wavelengths - low) / (high - low)
+        expected = np.where(
+            wavelengths < original / high,
+            1.0,
+            np.where(wavelengths > original / low, factor, 1 / ((1 - smooth) / factor + smooth)),
+        )
+        if np.allclose(factors, expected, rtol=1e-4):
+            return {
+                "rope_type": "llama3",
+                "factor": _float32(factor),
+                "low_freq_factor": low,
+                "high_freq_factor": high,
+                "original_max_position_embeddings": original,
+            }
+    raise CheckpointError(
+        f"{path}: rope_freqs.weight matches no Llama 3 RoPE scaling (factor {factor:g}, "
+        "low/high frequency factors 1/4, 8192 original positions); expected one that does."
+    )
+
+
+def _weights(
+    gguf: Any, tensors: Mapping[str, Any], config: LlamaConfig, path: pathlib.Path
+) -> dict[str, np.ndarray]:
+    names = _hf_names(tensors, config, path)
+    expected = weight_shapes(config)
+    weights = {}
+    for gguf_name, hf_name in names.items():
+        tensor = tensors[gguf_name]
+        try:
+            array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        except NotImplementedError:
+            raise CheckpointError(
+                f"{path}: tensor {gguf_name!r} has type {tensor.tensor_type.name}, which gguf "
+                "cannot dequantize; expected F32, F16, BF16 or a quantization gguf supports."
+            ) from None
+        except ValueError as error:
+            raise CheckpointError(
+                f"{path}: tensor {gguf_name!r} of type {tensor.tensor_type.name} is damaged "
+                f"({error}); expected a complete tensor."
+            ) from None
+        array = np.array(array, dtype=np.float32)  # A copy: the reader's memory map closes.
+        if tuple(array.shape) != expected[hf_name]:
+            raise CheckpointError(
+                f"{path}: tensor {gguf_name!r} has shape {tuple(array.shape)} (as [out, in]); "
+                f"expected {expected[hf_name]}."
+            )
+        if hf_name.endswith("q_proj.weight"):
+            array = unpermute_llama_cpp(array, config.num_query_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            array = unpermute_llama_cpp(array, config.num_key_value_heads)
+        weights[hf_name] = np.ascontiguousarray(array)
+    return weights
+
+
+def _hf_names(
+    tensors: Mapping[str, Any], config: LlamaConfig, path: pathlib.Path
+) -> dict[str, str]:
+    """GGUF name -> Hugging Face name of every weight tensor; unknown tensors are refused."""
+    names = {}
+    for name in tensors:
+        if name == "rope_freqs.weight":
+            continue
+        if name in GLOBAL_TENSORS:
+            names[name] = GLOBAL_TENSORS[name]
+            continue
+        parts = name.split(".", 2)
+        if (
+            len(parts) == 3
+            and parts[0] == "blk"
+            and parts[1].isdigit()
+            and int(parts[1]) < config.num_layers
+            and parts[2] in LAYER_TENSORS
+        ):
+            names[name] = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
+            continue
+        raise CheckpointError(
+            f"{path}: tensor {name!r} is not part of a dense Llama; expected token_embd, blk.N "
+            "attention/feed-forward/norm tensors, output_norm and output."
+        )
+    return names
+
+
+def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
+    try:
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    except ImportError:
+        raise ImportError(
+            f"Reading GGUF tokenizers needs the `tokenizers` package: {_GGUF_EXTRA_HINT}"
+        ) from None
+    model = fields.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise CheckpointError(
+            f"{path}: GGUF tokenizer model {model!r} is not supported; expected 'gpt2' "
+            "(byte-level BPE)."
+        )
+    pre = fields.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise CheckpointError(
+            f"{path}: GGUF pre-tokenizer {pre!r} is not supported; expected one of "
+            f"{sorted(PRE_TOKENIZERS)}."
+        )
+    kind, ignore_merges = PRE_TOKENIZERS[pre]
+    tokens = fields.require("tokenizer.ggml.tokens", path)
+    merges = []
+    for merge in fields.get("tokenizer.ggml.merges", []):
+        split = merge.find(" ", 1)  # As llama.cpp: the first space after the first character.
+        if split < 0:
+            raise CheckpointError(f"{path}: BPE merge {merge!r} has no space; expected 'a b'.")
+        merges.append((merge[:split], merge[split + 1 :]))
+    vocab = {token: index for index, token in enumerate(tokens)}
+    try:
+        bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges)
+    except Exception as error:
+        raise CheckpointError(
+            f"{path}: the GGUF vocabulary and merges do not form a BPE model ({error})."
+        ) from None
+    tokenizer = Tokenizer(bpe)
+    # The byte-level step splits with the GPT-2 regex itself where that regex comes last.
+    use_regex = kind in ("digits", "gpt2")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)
+    if kind == "digits":
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+    elif kind == "gpt2":
+        tokenizer.pre_tokenizer = byte_level
+    elif kind == "llama3":
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated"), byte_level]
+        )
+    else:
+        splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in DEFAULT_REGEXES]
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])
+    tokenizer.decoder = decoders.ByteLevel()
+    types = fields.get("tokenizer.ggml.token_type") or []
+    special = [tokens[i] for i, kind in enumerate(types) if kind == TOKEN_TYPE_CONTROL]
+    added = [tokens[i] for i, kind in enumerate(types) if kind == TOKEN_TYPE_USER_DEFINED]
+    if added:
+        tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    if special:
+        tokenizer.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t in special]
+        )
+    return tokenizer.to_str()

@@ -1,0 +1,352 @@
+"""keras-hub's Llama-family decoders <-> the library's `DecoderLM`.
+
+keras-hub ships Llama, Llama3 (SmolLM 1/2 load as Llama3), Mistral, Qwen
+(2) and Qwen3 as backbones whose attention is `EinsumDense` kernels (query
+`[d, h, p]`, key / value `[d, G, p]`, output `[h, p, d]`), not stock
+`MultiHeadAttention`. Each family of `DECODER_FAMILIES` says how its config
+and weights read into the framework-neutral
+`headsize_tf.core.llama_checkpoint.LlamaCheckpoint`, which
+`headsize_tf.keras3.pretrained.llama` turns into a `DecoderLM` (and back), so
+every format shares one mapping onto the model. Families whose computation
+the library does not build yet (Gemma's post-norms, soft-caps and query
+scaling, ...) are refused by name with what is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import numpy as np
+
+from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
+from headsize_tf.keras3.hub._require import require_keras_hub
+from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
+from headsize_tf.keras3.pretrained.llama import checkpoint_from_decoder, decoder_from_checkpoint
+
+# keras-hub decoders have no position limit of their own; a DecoderLM needs one.
+DEFAULT_MAX_SEQUENCE_LENGTH = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderFamily:
+    """A keras-hub decoder family the bridge reads and writes.
+
+    Args:
+      model_type: The Hugging Face `model_type` it corresponds to.
+      backbone_class: keras-hub's backbone class name.
+      causal_lm_class: keras-hub's causal LM task class name.
+      attention_bias: Its query/key/value projections have biases (Qwen2).
+      qk_norm: Its queries and keys get a per-head RMSNorm (Qwen3).
+    """
+
+    model_type: str
+    backbone_class: str
+    causal_lm_class: str
+    attention_bias: bool = False
+    qk_norm: bool = False
+
+
+DECODER_FAMILIES: dict[str, DecoderFamily] = {
+    family.backbone_class: family
+    for family in (
+        DecoderFamily("llama", "LlamaBackbone", "LlamaCausalLM"),
+        DecoderFamily("llama", "Llama3Backbone", "Llama3CausalLM"),
+        DecoderFamily("mistral", "MistralBackbone", "MistralCausalLM"),
+        DecoderFamily("qwen2", "QwenBackbone", "QwenCausalLM", attention_bias=True),
+        DecoderFamily("qwen3", "Qwen3Backbone", "Qwen3CausalLM", qk_norm=True),
+    )
+}
+# Families the library cannot compute yet, and what they need.
+REFUSED_FAMILIES = {
+    "GemmaBackbone": "post-attention and post-feed-forward norms, an embedding scaled by "
+    "sqrt(width), query scaling by query_head_dim_normalize",
+    "Gemma3Backbone": "post-norms, attention logit soft-capping, query scaling, local and "
+    "global RoPE bases per layer, per-head query/key norms with (1 + scale)",
+    "Gemma4Backbone": "Gemma 3's features and per-layer embeddings",
+    "Phi3Backbone": "fused query/key/value and gate/up projections with LongRoPE scaling",
+    "FalconBackbone": "parallel attention and feed-forward, LayerNorm and ALiBi positions",
+    "SmolLM3Backbone": "layers without RoPE (NoPE every fourth layer)",
+}
+
+
+def supported_decoders() -> str:
+    """The supported keras-hub decoder backbones, for messages."""
+    return ", ".join(DECODER_FAMILIES)
+
+
+def family_of(backbone: Any) -> DecoderFamily:
+    """The `DecoderFamily` of a keras-hub backbone, or a `CheckpointError` naming what is missing."""
+    name = type(backbone).__name__
+    return family_of_class(name)
+
+
+def family_of_class(name: str) -> DecoderFamily:
+    """The `DecoderFamily` of a keras-hub backbone class name (`CheckpointError` if unsupported)."""
+    if name in DECODER_FAMILIES:
+        return DECODER_FAMILIES[name]
+    if name in REFUSED_FAMILIES:
+        raise CheckpointError(
+            f"keras-hub's {name} is not supported yet: it needs {REFUSED_FAMILIES[name]}; "
+            f"supported decoders: {supported_decoders()}."
+        )
+    raise CheckpointError(
+        f"keras-hub's {name} is not a supported decoder; supported: {supported_decoders()}."
+    )
+
+
+def _rope_scaling(family: DecoderFamily, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    if family.backbone_class in ("LlamaBackbone", "Llama3Backbone"):
+        if float(config.get("rope_position_scaling_factor", 1.0)) != 1.0:
+            raise CheckpointError(
+                "keras-hub's Llama rope_position_scaling_factor="
+                f"{config['rope_position_scaling_factor']} is not applied by keras-hub's own "
+                "rotary layer; the bridge refuses it rather than compute another function."
+            )
+        if config.get("rope_frequency_adjustment_factor") is None:
+            return None
+        return {
+            "rope_type": "llama3",
+            "factor": float(config["rope_frequency_adjustment_factor"]),
+            "low_freq_factor": float(config["rope_low_freq_factor"]),
+            "high_freq_factor": float(config["rope_high_freq_factor"]),
+            "original_max_position_embeddings": int(config["rope_pretraining_sequence_length"]),
+        }
+    factor = float(config.get("rope_scaling_factor", 1.0))
+    return None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
+
+
+def llama_config_of(
+    backbone: Any, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
+) -> LlamaConfig:
+    """The `LlamaConfig` of a keras-hub decoder backbone."""
+    family = family_of(backbone)
+    config = backbone.get_config()
+    heads = int(config["num_query_heads"])
+    window = None
+    if family.backbone_class == "MistralBackbone":
+        window = config.get("sliding_window")
+    elif family.backbone_class == "QwenBackbone" and config.get("use_sliding_window_attention"):
+        window = config.get("sliding_window_size")
+    # keras-hub's Llama configs omit `tie_word_embeddings`: read the embedding layer.
+    tie = getattr(backbone.token_embedding, "tie_weights", False)
+    return LlamaConfig(
+        model_type=family.model_type,
+        vocabulary_size=int(config["vocabulary_size"]),
+        num_layers=int(config["num_layers"]),
+        hidden_dim=int(config["hidden_dim"]),
+        num_query_heads=heads,
+        num_key_value_heads=int(config["num_key_value_heads"]),
+        intermediate_dim=int(config["intermediate_dim"]),
+        head_dim=config.get("head_dim") or int(config["hidden_dim"]) // heads,
+        rope_max_wavelength=float(config.get("rope_max_wavelength", 10000)),
+        rope_scaling=_rope_scaling(family, config),
+        rms_norm_epsilon=float(config.get("layer_norm_epsilon", 1e-6)),
+        tie_word_embeddings=bool(tie),
+        max_sequence_length=int(max_sequence_length),
+        attention_bias=family.attention_bias,
+        sliding_window=None if window is None else int(window),
+        qk_norm=family.qk_norm,
+    )
+
+
+def _np(variable: Any) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+
+
+def _hub_blocks(backbone: Any):
+    for block in backbone.transformer_layers:
+        yield block, block._self_attention_layer
+
+
+def checkpoint_from_hub(
+    backbone: Any, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
+) -> LlamaCheckpoint:
+    """A keras-hub decoder backbone's weights as a `LlamaCheckpoint` (Hugging Face names)."""
+    config = llama_config_of(backbone, max_sequence_length)
+    d = config.hidden_dim
+    w: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": _np(backbone.token_embedding.embeddings)
+    }
+    for i, (block, attention) in enumerate(_hub_blocks(backbone)):
+        prefix = f"model.layers.{i}."
+        for role, name in (("q", "_query_dense"), ("k", "_key_dense"), ("v", "_value_dense")):
+            dense = getattr(attention, name)
+            w[prefix + f"self_attn.{role}_proj.weight"] = _np(dense.kernel).reshape(d, -1).T
+            if config.attention_bias:
+                w[prefix + f"self_attn.{role}_proj.bias"] = _np(dense.bias).reshape(-1)
+        w[prefix + "self_attn.o_proj.weight"] = _np(attention._output_dense.kernel).reshape(-1, d).T
+        if config.qk_norm:
+            w[prefix + "self_attn.q_norm.weight"] = _np(attention._query_dense_layer_norm.scale)
+            w[prefix + "self_attn.k_norm.weight"] = _np(attention._key_dense_layer_norm.scale)
+        w[prefix + "input_layernorm.weight"] = _np(block._self_attention_layernorm.scale)
+        w[prefix + "post_attention_layernorm.weight"] = _np(block._feedforward_layernorm.scale)
+        w[prefix + "mlp.gate_proj.weight"] = _np(block._feedforward_gate_dense.kernel).T
+        w[prefix + "mlp.up_proj.weight"] = _np(block._feedforward_intermediate_dense.kernel).T
+        w[prefix + "mlp.down_proj.weight"] = _np(block._feedforward_output_dense.kernel).T
+    w["model.norm.weight"] = _np(backbone.layer_norm.scale)
+    if not config.tie_word_embeddings:
+        w["lm_head.weight"] = _np(backbone.token_embedding.reverse_embeddings).T
+    checkpoint = LlamaCheckpoint(
+        config,
+        {name: np.ascontiguousarray(value) for name, value in w.items()},
+        source=f"keras-hub {type(backbone).__name__}",
+    )
+    checkpoint.check()
+    return checkpoint
+
+
+def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: str) -> Any:
+    """A keras-hub decoder backbone of `backbone_class` holding `checkpoint`'s weights."""
+    keras_hub = require_keras_hub()
+    family = family_of_class(backbone_class)
+    config = checkpoint.config
+    if (config.attention_bias, config.qk_norm) != (family.attention_bias, family.qk_norm):
+        raise CheckpointError(
+            f"keras-hub's {backbone_class} has attention_bias={family.attention_bias} and "
+            f"qk_norm={family.qk_norm}; the model has {config.attention_bias} and {config.qk_norm}."
+        )
+    d, h = config.hidden_dim, config.num_query_heads
+    kwargs: dict[str, Any] = {
+        "vocabulary_size": config.vocabulary_size,
+        "num_layers": config.num_layers,
+        "num_query_heads": h,
+        "num_key_value_heads": config.num_key_value_heads,
+        "hidden_dim": d,
+        "intermediate_dim": config.intermediate_dim,
+        "rope_max_wavelength": config.rope_max_wavelength,
+        "layer_norm_epsilon": config.rms_norm_epsilon,
+    }
+    scaling = config.rope_scaling
+    if backbone_class in ("LlamaBackbone", "Llama3Backbone"):
+        if config.head_dim * h != d:
+            raise CheckpointError(f"keras-hub's {backbone_class} needs head_dim = width / heads.")
+        # Untied, always: keras-hub's Llama configs do not record tying, so a tied preset
+        # reloads untied and fails; an output matrix equal to the embedding is the same model.
+        kwargs["tie_word_embeddings"] = False
+        if scaling is not None:
+            if scaling["rope_type"] != "llama3":
+                raise CheckpointError(f"keras-hub's {backbone_class} takes no {scaling} scaling.")
+            kwargs.update(
+                rope_frequency_adjustment_factor=scaling["factor"],
+                rope_low_freq_factor=scaling["low_freq_factor"],
+                rope_high_freq_factor=scaling["high_freq_factor"],
+                rope_pretraining_sequence_length=scaling["original_max_position_embeddings"],
+            )
+    else:
+        if scaling is not None and scaling["rope_type"] != "linear":
+            raise CheckpointError(f"keras-hub's {backbone_class} takes linear RoPE scaling only.")
+        kwargs["rope_scaling_factor"] = 1.0 if scaling is None else scaling["factor"]
+        if backbone_class == "MistralBackbone":
+            if config.tie_word_embeddings:
+                raise CheckpointError("keras-hub's MistralBackbone has untied embeddings only.")
+            kwargs["sliding_window"] = config.sliding_window
+            kwargs["head_dim"] = config.head_dim
+        elif backbone_class == "QwenBackbone":
+            kwargs["tie_word_embeddings"] = config.tie_word_embeddings
+            kwargs["use_sliding_window_attention"] = config.sliding_window is not None
+            if config.sliding_window is not None:
+                kwargs["sliding_window_size"] = config.sliding_window
+        else:  # Qwen3
+            kwargs["tie_word_embeddings"] = config.tie_word_embeddings
+            kwargs["head_dim"] = config.head_dim
+    backbone = getattr(keras_hub.models, backbone_class)(**kwargs)
+    w = checkpoint.weights
+    backbone.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
+    g = config.num_key_value_heads
+    for i, (block, attention) in enumerate(_hub_blocks(backbone)):
+        prefix = f"model.layers.{i}."
+        for role, name, heads in (
+            ("q", "_query_dense", h),
+            ("k", "_key_dense", g),
+            ("v", "_value_dense", g),
+        ):
+            dense = getattr(attention, name)
+            matrix = w[prefix + f"self_attn.{role}_proj.weight"]
+            dense.kernel.assign(matrix.T.reshape(d, heads, -1))
+            if config.attention_bias:
+                dense.bias.assign(w[prefix + f"self_attn.{role}_proj.bias"].reshape(heads, -1))
+        attention._output_dense.kernel.assign(
+            w[prefix + "self_attn.o_proj.weight"].T.reshape(h, -1, d)
+        )
+        if config.qk_norm:
+            attention._query_dense_layer_norm.scale.assign(w[prefix + "self_attn.q_norm.weight"])
+            attention._key_dense_layer_norm.scale.assign(w[prefix + "self_attn.k_norm.weight"])
+        block._self_attention_layernorm.scale.assign(w[prefix + "input_layernorm.weight"])
+        block._feedforward_layernorm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
+        block._feedforward_gate_dense.kernel.assign(w[prefix + "mlp.gate_proj.weight"].T)
+        block._feedforward_intermediate_dense.kernel.assign(w[prefix + "mlp.up_proj.weight"].T)
+        block._feedforward_output_dense.kernel.assign(w[prefix + "mlp.down_proj.weight"].T)
+    backbone.layer_norm.scale.assign(w["model.norm.weight"])
+    if not backbone.token_embedding.tie_weights:
+        head = w["model.embed_tokens.weight"] if config.tie_word_embeddings else w["lm_head.weight"]
+        backbone.token_embedding.reverse_embeddings.assign(head.T)
+    return backbone
+
+
+def _split(model: Any) -> tuple[Any, Any]:
+    """(backbone, tokenizer or None) of a keras-hub backbone or causal LM."""
+    backbone = getattr(model, "backbone", model)
+    preprocessor = getattr(model, "preprocessor", None)
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    return backbone, tokenizer
+
+
+def import_hub_decoder(
+    model: Any, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH, dtype: Any = None
+) -> DecoderLM:
+    """A `DecoderLM` computing what a keras-hub decoder (backbone or causal LM) computes.
+
+    A causal LM's keras-hub tokenizer is attached, so `generate` takes text.
+
+    Example:
+
+    >>> lm = import_hub_decoder(keras_hub.models.Llama3CausalLM.from_preset(DIR))
+    """
+    backbone, tokenizer = _split(model)
+    lm = decoder_from_checkpoint(checkpoint_from_hub(backbone, max_sequence_length), dtype=dtype)
+    if tokenizer is not None:
+        lm.tokenizer = tokenizer
+    return lm
+
+
+def load_hub_decoder(
+    preset: str | os.PathLike, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
+) -> DecoderLM:
+    """A keras-hub decoder preset (a local directory or, online, a name) as a `DecoderLM`.
+
+    A preset written with a causal LM task keeps its tokenizer; a bare
+    backbone preset loads without one.
+    """
+    keras_hub = require_keras_hub()
+    preset = str(preset)
+    directory = pathlib.Path(preset).expanduser()
+    if directory.is_dir() and not (directory / "config.json").is_file():
+        raise CheckpointError(f"{preset} is not a keras-hub preset (it has no config.json).")
+    if (directory / "task.json").is_file():
+        model = keras_hub.models.CausalLM.from_preset(preset)
+    else:
+        model = keras_hub.models.Backbone.from_preset(preset)
+    family_of(getattr(model, "backbone", model))
+    return import_hub_decoder(model, max_sequence_length)
+
+
+def save_hub_decoder(
+    lm: DecoderLM, directory: str | os.PathLike, backbone_class: str = "Llama3Backbone"
+) -> Any:
+    """Writes `lm` as a keras-hub preset of `backbone_class` (`save_to_preset`); returns the backbone.
+
+    Only models a Llama-family checkpoint can hold are written (see
+    `checkpoint_from_decoder`): grouped or multi-head attention with full
+    RoPE, the same heads in every layer.
+    """
+    family = family_of_class(backbone_class)
+    checkpoint = checkpoint_from_decoder(lm, family.model_type)
+    backbone = hub_backbone_from_checkpoint(checkpoint, backbone_class)
+    backbone.save_to_preset(str(directory))
+    return backbone

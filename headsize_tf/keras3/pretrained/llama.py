@@ -1,0 +1,222 @@
+"""Llama-family checkpoints <-> the Keras 3 `DecoderLM` (one mapping, every format).
+
+`decoder_from_checkpoint` builds a `DecoderLM` from a framework-neutral
+`headsize_tf.core.llama_checkpoint.LlamaCheckpoint` (GGUF files, Hugging Face
+directories and keras-hub presets all read into one), and
+`checkpoint_from_decoder` writes one back while the model is still
+expressible as a Llama-family checkpoint (multi-head or grouped K/V with
+full RoPE; a latent or collaborative model is `.keras` or SavedModel only).
+
+Weight layout: Hugging Face's `[out, in]` matrices become Keras kernels
+`[in, out]`, reshaped per head: query `[d, h, p]`, key / value `[d, G, p]`
+(grouped) or `[d, h, p]` (multi-head), output `[h, p, d]`. A grouped value
+bias `[G, p]` becomes the layer's per-query-head `[h, p]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
+from headsize_tf.keras3.layers import GroupedAttention
+from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
+from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
+
+
+def decoder_config(config: LlamaConfig) -> dict[str, Any]:
+    """`DecoderLM` arguments computing the function of a Llama-family `config`."""
+    h, g, p = config.num_query_heads, config.num_key_value_heads, config.head_dim
+    if g < h:
+        attention = {"kind": "grouped", "num_heads": h, "num_kv_heads": g, "head_size": p}
+    elif p * h == config.hidden_dim:
+        attention = {"kind": "standard", "num_heads": h}
+    else:
+        attention = {"kind": "fixed_head", "num_heads": h, "head_size": p}
+    attention["rope_max_wavelength"] = config.rope_max_wavelength
+    if config.rope_scaling is not None:
+        attention["rope_scaling"] = dict(config.rope_scaling)
+    return {
+        "vocabulary_size": config.vocabulary_size,
+        "num_layers": config.num_layers,
+        "hidden_dim": config.hidden_dim,
+        "attention": attention,
+        "intermediate_dim": config.intermediate_dim,
+        "max_sequence_length": config.max_sequence_length,
+        "layer_norm_epsilon": config.rms_norm_epsilon,
+        "activation": "silu" if config.hidden_activation == "silu" else "gelu_approximate",
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "attention_bias": config.attention_bias,
+        "query_key_norm": config.qk_norm,
+        "sliding_window": config.sliding_window,
+    }
+
+
+def _per_head(matrix: np.ndarray, heads: int) -> np.ndarray:
+    """HF `[heads * p, d]` -> Keras `[d, heads, p]`."""
+    return np.ascontiguousarray(matrix.T.reshape(matrix.shape[1], heads, -1))
+
+
+def decoder_from_checkpoint(
+    checkpoint: LlamaCheckpoint, dtype: Any = None, with_tokenizer: bool = True
+) -> DecoderLM:
+    """A `DecoderLM` holding `checkpoint`'s weights (and its tokenizer, if any).
+
+    Args:
+      checkpoint: A Llama-family checkpoint (`read_gguf_llama`,
+        `read_hf_llama_dir`, the keras-hub bridge).
+      dtype: The model's dtype policy (None: Keras' default).
+      with_tokenizer: Attach a `BytePairTokenizer` when the checkpoint has one.
+
+    Example:
+
+    >>> lm = decoder_from_checkpoint(read_hf_llama_dir("SmolLM2-135M"))
+    >>> lm.generate("The capital of France is", max_new_tokens=3)
+    """
+    checkpoint.check()
+    config = checkpoint.config
+    tokenizer = None
+    if with_tokenizer and checkpoint.tokenizer_json is not None:
+        tokenizer = BytePairTokenizer(
+            checkpoint.tokenizer_json,
+            config.bos_token_id,
+            config.eos_token_id,
+            checkpoint.chat_template,
+        )
+    lm = DecoderLM(**decoder_config(config), tokenizer=tokenizer, dtype=dtype)
+    w = checkpoint.weights
+    h, g = config.num_query_heads, config.num_key_value_heads
+    lm.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
+    for i, block in enumerate(lm.transformer_layers):
+        prefix = f"model.layers.{i}."
+        attention = block.attention_layer
+        attention._query_dense.kernel.assign(_per_head(w[prefix + "self_attn.q_proj.weight"], h))
+        attention._key_dense.kernel.assign(_per_head(w[prefix + "self_attn.k_proj.weight"], g))
+        attention._value_dense.kernel.assign(_per_head(w[prefix + "self_attn.v_proj.weight"], g))
+        output = w[prefix + "self_attn.o_proj.weight"]  # [d, h p]
+        attention._output_dense.kernel.assign(output.T.reshape(h, -1, output.shape[0]))
+        if config.attention_bias:
+            attention._query_dense.bias.assign(w[prefix + "self_attn.q_proj.bias"].reshape(h, -1))
+            attention._key_dense.bias.assign(w[prefix + "self_attn.k_proj.bias"].reshape(g, -1))
+            value_bias = w[prefix + "self_attn.v_proj.bias"].reshape(g, -1)
+            if isinstance(attention, GroupedAttention):  # Kept per query head.
+                attention.value_bias.assign(np.repeat(value_bias, h // g, axis=0))
+            else:
+                attention._value_dense.bias.assign(value_bias)
+        if config.qk_norm:
+            attention.query_norm.assign(w[prefix + "self_attn.q_norm.weight"])
+            attention.key_norm.assign(w[prefix + "self_attn.k_norm.weight"])
+        block._self_attention_layer_norm.scale.assign(w[prefix + "input_layernorm.weight"])
+        block._feedforward_layer_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
+        block._feedforward_gate_dense.kernel.assign(w[prefix + "mlp.gate_proj.weight"].T)
+        block._feedforward_intermediate_dense.kernel.assign(w[prefix + "mlp.up_proj.weight"].T)
+        block._feedforward_output_dense.kernel.assign(w[prefix + "mlp.down_proj.weight"].T)
+    lm.final_norm.scale.assign(w["model.norm.weight"])
+    if lm.lm_head is not None:
+        lm.lm_head.kernel.assign(w["lm_head.weight"].T)
+    return lm
+
+
+def _np(variable: Any) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+
+
+def _not_expressible(why: str) -> CheckpointError:
+    return CheckpointError(
+        f"This DecoderLM is not a Llama-family checkpoint any more ({why}); save it as .keras "
+        "(model.save) or export a SavedModel instead."
+    )
+
+
+def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCheckpoint:
+    """The Llama-family checkpoint of `lm` (Hugging Face names and layout).
+
+    Args:
+      lm: A `DecoderLM` with multi-head or grouped attention, full RoPE, one
+        head count per model (pruned models with per-layer heads, latent and
+        collaborative attention have no Llama-family form).
+      model_type: The Hugging Face `model_type` to write ("llama",
+        "mistral", "qwen2" or "qwen3"; it must agree with the model's
+        options: biases for qwen2, query-key norm for qwen3).
+
+    Raises:
+      CheckpointError: naming what the checkpoint format cannot hold.
+    """
+    spec = lm.attention_spec
+    if spec.kind not in ("standard", "fixed_head", "grouped"):
+        raise _not_expressible(f"{spec.kind} attention")
+    if spec.per_layer_length is not None:
+        raise _not_expressible("its layers differ in heads")
+    if spec.rope_frequencies is not None:
+        raise _not_expressible("partial RoPE")
+    layers = lm.attention_layers
+    first = layers[0]
+    h, p = first.num_heads, first.head_size
+    g = getattr(first, "num_kv_heads", h)
+    tokenizer = lm.tokenizer
+    config = LlamaConfig(
+        model_type=model_type,
+        vocabulary_size=lm.vocabulary_size,
+        num_layers=lm.num_layers,
+        hidden_dim=lm.hidden_dim,
+        num_query_heads=h,
+        num_key_value_heads=g,
+        intermediate_dim=lm.intermediate_dim,
+        head_dim=p,
+        rope_max_wavelength=spec.rope_max_wavelength,
+        rope_scaling=spec.rope_scaling,
+        rms_norm_epsilon=lm.layer_norm_epsilon,
+        tie_word_embeddings=lm.tie_word_embeddings,
+        max_sequence_length=lm.max_sequence_length,
+        attention_bias=lm.attention_bias,
+        sliding_window=lm.sliding_window,
+        qk_norm=lm.query_key_norm,
+        hidden_activation="silu" if lm.activation == "silu" else "gelu_pytorch_tanh",
+        bos_token_id=getattr(tokenizer, "start_token_id", None),
+        eos_token_id=getattr(tokenizer, "end_token_id", None),
+    )
+    w: dict[str, np.ndarray] = {"model.embed_tokens.weight": _np(lm.token_embedding.embeddings)}
+    for i, (block, attention) in enumerate(zip(lm.transformer_layers, layers, strict=True)):
+        gates = _np(attention.head_gates)
+        if not np.all(gates == 1):
+            raise _not_expressible(f"layer {i} has masked heads (gates {gates.tolist()})")
+        prefix = f"model.layers.{i}."
+        d = lm.hidden_dim
+        w[prefix + "self_attn.q_proj.weight"] = _np(attention._query_dense.kernel).reshape(d, -1).T
+        w[prefix + "self_attn.k_proj.weight"] = _np(attention._key_dense.kernel).reshape(d, -1).T
+        w[prefix + "self_attn.v_proj.weight"] = _np(attention._value_dense.kernel).reshape(d, -1).T
+        w[prefix + "self_attn.o_proj.weight"] = _np(attention._output_dense.kernel).reshape(-1, d).T
+        if lm.attention_bias:
+            w[prefix + "self_attn.q_proj.bias"] = _np(attention._query_dense.bias).reshape(-1)
+            w[prefix + "self_attn.k_proj.bias"] = _np(attention._key_dense.bias).reshape(-1)
+            if isinstance(attention, GroupedAttention):
+                per_query = _np(attention.value_bias).reshape(g, h // g, -1)
+                if not np.allclose(per_query, per_query[:, :1]):
+                    raise _not_expressible(f"layer {i}'s value biases differ within a group")
+                w[prefix + "self_attn.v_proj.bias"] = per_query[:, 0].reshape(-1)
+            else:
+                w[prefix + "self_attn.v_proj.bias"] = _np(attention._value_dense.bias).reshape(-1)
+        if lm.query_key_norm:
+            w[prefix + "self_attn.q_norm.weight"] = _np(attention.query_norm)
+            w[prefix + "self_attn.k_norm.weight"] = _np(attention.key_norm)
+        w[prefix + "input_layernorm.weight"] = _np(block._self_attention_layer_norm.scale)
+        w[prefix + "post_attention_layernorm.weight"] = _np(block._feedforward_layer_norm.scale)
+        w[prefix + "mlp.gate_proj.weight"] = _np(block._feedforward_gate_dense.kernel).T
+        w[prefix + "mlp.up_proj.weight"] = _np(block._feedforward_intermediate_dense.kernel).T
+        w[prefix + "mlp.down_proj.weight"] = _np(block._feedforward_output_dense.kernel).T
+    w["model.norm.weight"] = _np(lm.final_norm.scale)
+    if lm.lm_head is not None:
+        w["lm_head.weight"] = _np(lm.lm_head.kernel).T
+    weights = {name: np.ascontiguousarray(value) for name, value in w.items()}
+    checkpoint = LlamaCheckpoint(
+        config,
+        weights,
+        tokenizer_json=getattr(tokenizer, "tokenizer_json", None),
+        chat_template=getattr(tokenizer, "chat_template", None),
+        source="DecoderLM",
+    )
+    checkpoint.check()
+    return checkpoint
