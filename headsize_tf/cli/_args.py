@@ -52,7 +52,7 @@ def _open_fraction(text: str) -> float:
 
 
 class _PretrainedNames(Sequence):
-    """The registered pretrained encoders, read when argparse needs them.
+    """The registered pretrained models of one kind, read when argparse needs them.
 
     The registry is the framework-neutral `headsize_tf.data.pretrained` (not
     `headsize_tf.pretrained`, which loads tf_keras: `--framework keras3` must
@@ -60,10 +60,13 @@ class _PretrainedNames(Sequence):
     names, so that checkpoints registered after the parser is built count.
     """
 
+    def __init__(self, kind: str = "encoder"):
+        self.kind = kind
+
     def _names(self) -> list[str]:
         from headsize_tf.data.pretrained import PRETRAINED
 
-        return sorted(PRETRAINED)
+        return sorted(name for name, spec in PRETRAINED.items() if spec.kind == self.kind)
 
     def __getitem__(self, index):
         return self._names()[index]

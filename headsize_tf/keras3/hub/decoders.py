@@ -6,7 +6,7 @@ keras-hub ships Llama, Llama3 (SmolLM 1/2 load as Llama3), Mistral, Qwen
 `MultiHeadAttention`. Each family of `DECODER_FAMILIES` says how its config
 and weights read into the framework-neutral
 `headsize_tf.core.llama_checkpoint.LlamaCheckpoint`, which
-`headsize_tf.keras3.pretrained.llama` turns into a `DecoderLM` (and back), so
+`headsize_tf.keras3.modeling.llama_weights` turns into a `DecoderLM` (and back), so
 every format shares one mapping onto the model. Families whose computation
 the library does not build yet (Gemma's post-norms, soft-caps and query
 scaling, ...) are refused by name with what is missing.
@@ -27,7 +27,10 @@ from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
 from headsize_tf.keras3.hub._require import require_keras_hub
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
-from headsize_tf.keras3.pretrained.llama import checkpoint_from_decoder, decoder_from_checkpoint
+from headsize_tf.keras3.modeling.llama_weights import (
+    checkpoint_from_decoder,
+    decoder_from_checkpoint,
+)
 
 # keras-hub decoders have no position limit of their own; a DecoderLM needs one.
 DEFAULT_MAX_SEQUENCE_LENGTH = 8192
@@ -309,10 +312,8 @@ def import_hub_decoder(
     >>> lm = import_hub_decoder(keras_hub.models.Llama3CausalLM.from_preset(DIR))
     """
     backbone, tokenizer = _split(model)
-    lm = decoder_from_checkpoint(checkpoint_from_hub(backbone, max_sequence_length), dtype=dtype)
-    if tokenizer is not None:
-        lm.tokenizer = tokenizer
-    return lm
+    checkpoint = checkpoint_from_hub(backbone, max_sequence_length)
+    return decoder_from_checkpoint(checkpoint, tokenizer=tokenizer, dtype=dtype)
 
 
 def load_hub_decoder(

@@ -1,4 +1,4 @@
-"""Llama-family checkpoints <-> the Keras 3 `DecoderLM` (one mapping, every format).
+"""Llama-family checkpoints <-> the Keras 3 `DecoderLM`'s weights (one mapping, every format).
 
 `decoder_from_checkpoint` builds a `DecoderLM` from a framework-neutral
 `headsize_tf.core.llama_checkpoint.LlamaCheckpoint` (GGUF files, Hugging Face
@@ -24,7 +24,6 @@ from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
 from headsize_tf.keras3.layers import GroupedAttention
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
-from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
 
 
 def decoder_config(config: LlamaConfig) -> dict[str, Any]:
@@ -61,31 +60,22 @@ def _per_head(matrix: np.ndarray, heads: int) -> np.ndarray:
 
 
 def decoder_from_checkpoint(
-    checkpoint: LlamaCheckpoint, dtype: Any = None, with_tokenizer: bool = True
+    checkpoint: LlamaCheckpoint, tokenizer: Any = None, dtype: Any = None
 ) -> DecoderLM:
-    """A `DecoderLM` holding `checkpoint`'s weights (and its tokenizer, if any).
+    """A `DecoderLM` holding `checkpoint`'s weights.
 
     Args:
       checkpoint: A Llama-family checkpoint (`read_gguf_llama`,
         `read_hf_llama_dir`, the keras-hub bridge).
+      tokenizer: The tokenizer to attach (`generate` on text), or None.
       dtype: The model's dtype policy (None: Keras' default).
-      with_tokenizer: Attach a `BytePairTokenizer` when the checkpoint has one.
 
     Example:
 
     >>> lm = decoder_from_checkpoint(read_hf_llama_dir("SmolLM2-135M"))
-    >>> lm.generate("The capital of France is", max_new_tokens=3)
     """
     checkpoint.check()
     config = checkpoint.config
-    tokenizer = None
-    if with_tokenizer and checkpoint.tokenizer_json is not None:
-        tokenizer = BytePairTokenizer(
-            checkpoint.tokenizer_json,
-            config.bos_token_id,
-            config.eos_token_id,
-            checkpoint.chat_template,
-        )
     lm = DecoderLM(**decoder_config(config), tokenizer=tokenizer, dtype=dtype)
     w = checkpoint.weights
     h, g = config.num_query_heads, config.num_key_value_heads

