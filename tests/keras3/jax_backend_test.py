@@ -35,6 +35,7 @@ JAX_GROUPS = {
         "keras_hub::test_gpt2_imports_with_equal_lm_logits",
         "keras_hub::test_pruned_and_converted_gpt2_reloads",
         "model_options",
+        "modeling/decoder_lm",
     ],
     "layers_and_tools": [
         "layers",
@@ -46,6 +47,8 @@ JAX_GROUPS = {
         "property_oracle",
         "shared_kv",
         "kv_convert",
+        "hub/decoders",
+        "layers/rope",
     ],
 }
 JAX_DESELECT = [

@@ -136,6 +136,10 @@ def llama_config_of(
         window = config.get("sliding_window")
     elif family.backbone_class == "QwenBackbone" and config.get("use_sliding_window_attention"):
         window = config.get("sliding_window_size")
+    elif family.backbone_class == "Qwen3Backbone":
+        window = config.get("sliding_window_size")
+    if window is not None and int(window) >= max_sequence_length:
+        window = None  # A window as long as every sequence masks nothing.
     # keras-hub's Llama configs omit `tie_word_embeddings`: read the embedding layer.
     tie = getattr(backbone.token_embedding, "tie_weights", False)
     return LlamaConfig(
@@ -227,6 +231,11 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
     }
     scaling = config.rope_scaling
     if backbone_class in ("LlamaBackbone", "Llama3Backbone"):
+        if config.sliding_window is not None:
+            raise CheckpointError(
+                f"keras-hub's {backbone_class} has no sliding window; the model attends within "
+                f"{config.sliding_window} positions (MistralBackbone or QwenBackbone have one)."
+            )
         if config.head_dim * h != d:
             raise CheckpointError(f"keras-hub's {backbone_class} needs head_dim = width / heads.")
         # Untied, always: keras-hub's Llama configs do not record tying, so a tied preset
@@ -255,9 +264,12 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
             kwargs["use_sliding_window_attention"] = config.sliding_window is not None
             if config.sliding_window is not None:
                 kwargs["sliding_window_size"] = config.sliding_window
-        else:  # Qwen3
+        else:  # Qwen3: keras-hub applies its window (32768 by default) on some backends.
             kwargs["tie_word_embeddings"] = config.tie_word_embeddings
             kwargs["head_dim"] = config.head_dim
+            kwargs["sliding_window_size"] = config.sliding_window or max(
+                config.max_sequence_length, 32768
+            )
     backbone = getattr(keras_hub.models, backbone_class)(**kwargs)
     w = checkpoint.weights
     backbone.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])

@@ -11,7 +11,8 @@ exactly stock MHA's for the same shapes. It is the Keras 3 mirror of
 * per-head gates `xi_h` (a non-trainable `[num_heads]` variable, all ones by
   default) folded into the output projection kernel, which is exactly the same
   as multiplying each head's context by `xi_h` (Michel et al., 2019) but costs
-  `O(num_heads * head_size * width)` per call, independent of batch and length;
+  `O(num_heads * head_size * width)` per call, independent of batch and length
+  (a call with fewer rows than the width, a decoding step, gates the context);
 * validation of arguments and of `attention_mask` shapes with messages that
   name the bad value and what was expected (the tf_keras front's messages);
 * a decoding cache (`init_cache`, `call_cached`), inherited from
@@ -512,10 +513,19 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         return dense.quantization_mode is None and dense.activity_regularizer is None
 
     def _project_output(self, context: Any) -> Any:
-        """Output projection with the head gates folded into the kernel."""
+        """Output projection with the head gates: on the context for few rows, else in the kernel.
+
+        Both cost one multiply: a decoding step's few rows `[B, 1, N, H]` are
+        cheaper to gate than the `[N, H, width]` kernel; a long sequence's
+        rows are not. Same result either way.
+        """
         dense = self._output_dense
         gates = ops.convert_to_tensor(self._head_gates)
-        if not self._fold_gates_into_kernel():
+        rows = 1
+        for dim in context.shape[:-2]:
+            rows = None if dim is None or rows is None else rows * int(dim)
+        few_rows = rows is not None and rows < int(dense.kernel.shape[-1])
+        if few_rows or not self._fold_gates_into_kernel():
             # Quantized or regularized projections: gate the context instead.
             gates = ops.reshape(ops.cast(gates, context.dtype), (self._num_heads, 1))  # [N, Hv]
             return dense(ops.multiply(context, gates))

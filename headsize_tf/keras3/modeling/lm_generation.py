@@ -125,8 +125,9 @@ class GenerationMixin:
 
         The index is a traced scalar, so one compilation serves every step of
         a (batch size, cache length) shape; each new shape compiles once more.
-        On JAX the weights are passed in (a `StatelessScope`), on TensorFlow
-        the variables are read, so assigned weights are seen. Other backends
+        On JAX the weights are passed in (a `StatelessScope`) and the caches
+        are donated (updated in place: do not reuse caches passed to a step),
+        on TensorFlow the variables are read, so assigned weights are seen. Other backends
         get the eager `decode_step`. `generate` keeps the compiled step and
         makes a new one when the model's variables or dtype policy change
         (e.g. LoRA enabled, quantized).
@@ -150,7 +151,9 @@ class GenerationMixin:
                 with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
                     return self._decode(token_ids, caches, index)
 
-            compiled = jax.jit(stateless)
+            # The caches are donated: a step writes its new position in place instead of
+            # copying every layer's cache (`generate` never reads a cache it passed on).
+            compiled = jax.jit(stateless, donate_argnums=(2,))
             return lambda token_ids, caches, index: compiled(
                 [v.value for v in variables],
                 ops.convert_to_tensor(token_ids, "int32"),
