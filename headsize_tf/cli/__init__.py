@@ -30,6 +30,7 @@ from headsize_tf.cli import (
     demo,
     embed,
     export,
+    generate,
     params,
     prune,
     train,
@@ -41,7 +42,20 @@ from headsize_tf.core.spec import SpecError
 
 __all__ = ["build_parser", "main", "read_lines"]
 
-COMMANDS = (params, data, train, embed, compress, convert, analyze, prune, tune, export, demo)
+COMMANDS = (
+    params,
+    data,
+    train,
+    embed,
+    compress,
+    convert,
+    analyze,
+    prune,
+    tune,
+    export,
+    generate,
+    demo,
+)
 ERRORS = (SpecError, CheckpointError, ValueError, RuntimeError, OSError)
 
 

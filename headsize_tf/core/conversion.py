@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core import convert, kv_sharing
+from headsize_tf.core import convert, kv_sharing, rope
 from headsize_tf.core.spec import AttentionSpec, ResolvedAttention, SpecError, check_positive_int
 
 TARGET_KINDS = ("grouped", "latent", "collaborative")
@@ -44,10 +44,19 @@ class ConversionTarget:
       kind: "grouped" (G key/value heads), "latent" (a shared r-sized
         key/value latent) or "collaborative" (a shared D-sized query/key space).
       size: G, r or D; one int for every layer, or one per layer.
-      method: grouped: "svd" (default, per-group operator subspaces) or
-        "mean" (Ainslie et al.'s mean pooling); latent: "joint_svd" (default,
-        keys balanced against values, TransMLA) or "joint_svd_unbalanced"
-        (MHA2MLA); collaborative: "als" (default) or "tensorly".
+      method: grouped: "svd" (default, per-group operator subspaces; "mean"
+        on rotary models, where "svd" is refused) or "mean" (Ainslie et al.'s
+        mean pooling); latent: "joint_svd" (default, keys balanced against
+        values, TransMLA) or "joint_svd_unbalanced" (MHA2MLA);
+        collaborative: "als" (default) or "tensorly".
+      rope_frequencies: Latent targets of rotary models: the frequency pairs
+        each source key/value head keeps on RoPE (its decoupled rotary key),
+        one list per key/value head, or one such entry per layer; None keeps
+        every pair (the exact limit: the latent then holds the values).
+
+    Sources are multi-head or grouped layers (Llama's GQA), with or without
+    rotary positions (RoPE); the converted spec keeps the source's RoPE
+    settings.
 
     Example:
 
@@ -60,6 +69,7 @@ class ConversionTarget:
     kind: str
     size: int | tuple[int, ...]
     method: str | None = None
+    rope_frequencies: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
@@ -74,6 +84,15 @@ class ConversionTarget:
         else:
             size = check_positive_int(name, self.size)
         object.__setattr__(self, "size", size)
+        if self.rope_frequencies is not None:
+            if self.kind != "latent":
+                raise SpecError(
+                    "rope_frequencies (the rotary pairs kept) are for latent targets; grouped K/V "
+                    "keeps every key's rotation."
+                )
+            object.__setattr__(
+                self, "rope_frequencies", rope.normalize_frequencies(self.rope_frequencies)
+            )
         method = self.method or DEFAULT_METHODS[self.kind]
         if method not in METHODS[self.kind]:
             raise SpecError(
@@ -102,16 +121,45 @@ class ConversionTarget:
                 "attention layers."
             )
         for i, layer in enumerate(layers):
-            if layer.kind not in ("standard", "fixed_head"):
+            sources = ("standard", "fixed_head", "grouped")
+            if layer.kind not in sources or (
+                self.kind == "collaborative" and layer.kind == "grouped"
+            ):
                 raise SpecError(
                     f"Layer {i} has {layer.kind} attention; only multi-head (standard or "
-                    "fixed_head) attention converts."
+                    "fixed_head) attention converts"
+                    + ("" if self.kind == "collaborative" else " (or grouped K/V)")
+                    + f" to {self.kind}."
+                )
+            if self.kind == "collaborative" and layer.uses_rope:
+                raise SpecError(
+                    "Collaborative heads share one query/key space mixed per head, which RoPE's "
+                    "per-pair rotations do not commute with; a rotary model converts to grouped "
+                    "or latent K/V."
                 )
             size = self.layer_size(i)
             if self.kind == "grouped":
                 kv_sharing.check_num_kv_heads(size, layer.num_heads)
+                if layer.uses_rope and self.method == "svd":
+                    raise SpecError(
+                        "--method svd re-bases key dimensions, which RoPE rotates in fixed pairs "
+                        "by position; a rotary model converts to grouped K/V with --method mean."
+                    )
+                if layer.uses_rope and len(set(layer.rope_sets)) > 1:
+                    raise SpecError(
+                        f"Layer {i}'s key/value heads rotate different frequency sets; pooling "
+                        "them into shared key/value heads would mix rotations."
+                    )
             elif self.kind == "latent":
-                full = layer.num_heads * (layer.head_size + layer.value_dim)
+                rotary = self.layer_rope_sets(i, layer) if layer.uses_rope else None
+                kept = 0 if rotary is None else len(rotary[0])
+                nope = layer.num_heads * (layer.head_size - 2 * kept)
+                full = nope + layer.num_heads * layer.value_dim
+                if not layer.uses_rope and self.rope_frequencies is not None:
+                    raise SpecError(
+                        "rope_frequencies were given, but the model has no rotary positions "
+                        "(RoPE): there is no rotation to keep."
+                    )
                 kv_sharing.check_latent_rank(size, full if width is None else min(width, full))
         if self.kind == "collaborative":
             # Layers below D (e.g. pruned ones) convert exactly at their own full rank.
@@ -120,6 +168,22 @@ class ConversionTarget:
                 raise SpecError(
                     f"shared_key_dim={self.size} is above the full rank heads x head size = {full}."
                 )
+
+    def layer_rope_sets(self, index: int, layer: ResolvedAttention) -> tuple[tuple[int, ...], ...]:
+        """The rotary pairs each key/value head of a rotary layer keeps (latent targets)."""
+        groups = layer.num_kv_heads or layer.num_heads
+        value = self.rope_frequencies
+        if rope.is_per_layer(value):
+            value = value[index]
+        if value is None:
+            return tuple(tuple(range(layer.head_size // 2)) for _ in range(groups))
+        sets = rope.resolve_sets(value, groups, layer.head_size // 2, "rope_frequencies")
+        if len({len(s) for s in sets}) != 1 or not sets[0]:
+            raise SpecError(
+                "rope_frequencies: every key/value head keeps the same number (>= 1) of "
+                f"frequency pairs; got {[len(s) for s in sets]}."
+            )
+        return sets
 
     def spec(self, layers: Sequence[ResolvedAttention], width: int | None = None) -> AttentionSpec:
         """The converted model's spec (per-layer lists where the layers differ)."""
@@ -141,9 +205,34 @@ class ConversionTarget:
                     "(a spec has one value_dim)."
                 )
             common["value_dim"] = values.pop()
+        rotary = {layer.uses_rope for layer in layers}
+        if len(rotary) > 1:
+            raise SpecError("Some layers rotate their keys (RoPE) and some do not.")
+        if rotary.pop():
+            first = layers[0]
+            common["rope_max_wavelength"] = first.rope_max_wavelength
+            common["rope_scaling"] = first.rope_scaling
         if self.kind == "grouped":
+            if "rope_max_wavelength" in common:
+                sets = [layer.rope_sets[0] for layer in layers]
+                full = [tuple(range(layer.head_size // 2)) for layer in layers]
+                if sets != full:
+                    common["rope_frequencies"] = [[list(s)] for s in sets]
             return AttentionSpec("grouped", num_kv_heads=field(sizes), **common)
         if self.kind == "latent":
+            if "rope_max_wavelength" in common:
+                per_layer = [
+                    [list(s) for s in self.layer_rope_sets(i, layer)]
+                    for i, layer in enumerate(layers)
+                ]
+                common["rope_frequencies"] = (
+                    per_layer
+                    if len(layers) > 1 and any(p != per_layer[0] for p in per_layer)
+                    else per_layer[0]
+                )
+                common["num_rope_heads"] = field(
+                    [layer.num_kv_heads or layer.num_heads for layer in layers]
+                )
             return AttentionSpec("latent", kv_latent_dim=field(sizes), **common)
         if len(set(sizes)) > 1:
             raise SpecError(
@@ -157,17 +246,36 @@ class ConversionTarget:
         weights: dict[str, np.ndarray | None],
         index: int,
         name: str = "attention",
+        source: ResolvedAttention | None = None,
         **kwargs: Any,
     ) -> tuple[dict[str, np.ndarray | None], dict[str, Any]]:
-        """Layer `index`'s converted weights (core layout) and a JSON-able report."""
+        """Layer `index`'s converted weights (core layout) and a JSON-able report.
+
+        `source` (the layer's resolved sizes) says whether it rotates its keys.
+        """
         size = self.layer_size(index)
+        rotary = source is not None and source.uses_rope
+        for role in ("query_norm", "key_norm"):
+            if weights.get(role) is not None:
+                raise SpecError(
+                    f"Layer {name!r} normalises its queries and keys per head (Qwen3); shared "
+                    "K/V conversion of such layers is not supported."
+                )
+            weights = {k: v for k, v in weights.items() if k != role}
         if self.kind == "grouped":
-            out, report = kv_sharing.grouped_weights(weights, size, method=self.method, name=name)
+            out, report = kv_sharing.grouped_weights(
+                weights, size, method=self.method, rope=rotary, name=name
+            )
             return out, {"layer": name, **report.to_dict()}
         if self.kind == "latent":
-            out, report = kv_sharing.latent_weights(
-                weights, size, balance=self.method == "joint_svd", name=name
-            )
+            balance = self.method == "joint_svd"
+            if rotary:
+                out, report = kv_sharing.rope_latent_weights(
+                    weights, size, self.layer_rope_sets(index, source), balance=balance, name=name
+                )
+            else:
+                weights = {k: v for k, v in weights.items() if k != "key_bias"}
+                out, report = kv_sharing.latent_weights(weights, size, balance=balance, name=name)
             return out, {"layer": name, **report.to_dict()}
         out, report = convert.convert_weights(
             weights, size, name=name, method=self.method, **kwargs
@@ -176,4 +284,13 @@ class ConversionTarget:
 
     def to_dict(self) -> dict[str, Any]:
         size = list(self.size) if isinstance(self.size, tuple) else self.size
-        return {"kind": self.kind, self.size_name: size, "method": self.method}
+        out = {"kind": self.kind, self.size_name: size, "method": self.method}
+        if self.rope_frequencies is not None:
+            out["rope_frequencies"] = _plain(self.rope_frequencies)
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value

@@ -16,14 +16,20 @@ two forms deployed today, training-free (uptraining then recovers quality):
     the projection error is the only error, and it is the smallest a shared
     `p`-dimensional key (`v`-dimensional value) can have for those operators
     (Eckart-Young). With one head per group it is exact.
-* **A shared latent key/value** (DeepSeek-V2's MLA, no RoPE): one `r`-sized
+* **A shared latent key/value** (DeepSeek-V2's MLA): one `r`-sized
   latent per position, `c = x W_DKV`, with per-head up-projections
   `k^(i) = c W_UK^(i)`, `v^(i) = c W_UV^(i)`. MHA2MLA's joint SVD of the
   stacked key and value kernels `[W_K, W_V]` gives `W_DKV` (its top-`r` left
   singular vectors) and the up-projections (the kernels in that basis); the
   keys are first scaled to the values' Frobenius norm (TransMLA's balancing),
   so neither dominates the shared subspace. At `r = rank([W_K, W_V])` it is
-  exact.
+  exact. A rotary model (RoPE) converts with `rope_latent_weights`: the key
+  dimensions that keep their rotation become decoupled rotary keys, cached
+  beside the latent (MHA2MLA's partial RoPE; exact when every pair is kept).
+
+Grouped sources (fewer key/value heads than query heads, Llama's GQA)
+convert too: `per_query_head` repeats their key/value heads, which changes
+nothing they compute.
 
 Biases, exactly:
 
@@ -166,6 +172,7 @@ def grouped_weights(
     num_kv_heads: int,
     *,
     method: str = "mean",
+    rope: bool = False,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The grouped-query weights of a multi-head layer.
@@ -176,6 +183,9 @@ def grouped_weights(
         Query head i belongs to group `i // (h / G)`.
       method: "mean" (Ainslie et al.'s mean pooling) or "svd" (the
         per-group operator subspaces of the module docstring).
+      rope: The layer rotates its queries and keys (RoPE). Only maps that
+        commute with the rotation are allowed: "mean" (the group's keys and
+        key biases averaged); "svd" re-bases key dimensions and is refused.
       name: The layer's name, for error messages.
 
     Returns:
@@ -192,6 +202,13 @@ def grouped_weights(
     """
     if method not in GROUPED_METHODS:
         raise ValueError(f"Unknown grouping method {method!r}; expected one of {GROUPED_METHODS}.")
+    if rope and method == "svd":
+        raise SpecError(
+            "method='svd' re-bases each group's key dimensions, but RoPE rotates fixed pairs of "
+            "them by position, so the re-based keys would rotate wrongly; use method='mean' on "
+            "a rotary model."
+        )
+    weights = per_query_head(weights)
     _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
     query = np.asarray(weights["query_kernel"], np.float64)
     key = np.asarray(weights["key_kernel"], np.float64)
@@ -235,6 +252,11 @@ def grouped_weights(
     value_bias = _value_bias(weights)
     if value_bias is not None and method == "svd":
         value_bias = _refit_value_bias(value_bias.astype(np.float64), output, new_output)
+    key_bias = weights.get("key_bias")
+    if rope and key_bias is not None:  # Rotated, a key bias does not cancel: pooled with the keys.
+        key_bias = np.asarray(key_bias, np.float64).reshape(groups, size, -1).mean(axis=1)
+    else:
+        key_bias = None
     out = {
         "query_kernel": new_query.astype(f32),
         "query_bias": None if new_query_bias is None else new_query_bias.astype(f32),
@@ -245,6 +267,8 @@ def grouped_weights(
         "output_bias": weights.get("output_bias"),
         "head_gates": _gates(weights, heads),
     }
+    if key_bias is not None:
+        out["key_bias"] = key_bias.astype(f32)
     if method == "mean":
         key_energy = [_kept_energy(key, out["key_kernel"], size)]
         value_energy = [_kept_energy(value, out["value_kernel"], size)]
@@ -291,6 +315,7 @@ def latent_weights(
     (16, 8)
     """
     _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
+    weights = per_query_head(weights)
     key = np.asarray(weights["key_kernel"], np.float64)
     value = np.asarray(weights["value_kernel"], np.float64)
     e, heads, p = key.shape
@@ -326,6 +351,172 @@ def latent_weights(
         "joint_svd",
         rank,
         float(np.sum(key_up**2) / max(np.sum(flat_key**2), 1e-300)),
+        float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
+    )
+    return out, report
+
+
+def per_query_head(weights: Weights, num_kv_heads: int | None = None) -> dict[str, Any]:
+    """A grouped layer's weights as a multi-head layer's (key/value heads repeated per group).
+
+    The multi-head layer computes exactly what the grouped one computes: each
+    query head gets its group's key/value kernels (and key bias); the value
+    bias is already per query head. Multi-head weights pass unchanged.
+
+    Args:
+      weights: Core-layout weights; `key_kernel` `[e, G, p]` with G < h for
+        a grouped layer.
+      num_kv_heads: Unused (the key kernel says G); for symmetry with callers.
+    """
+    out = dict(weights)
+    heads = np.shape(weights["query_kernel"])[1]
+    groups = np.shape(weights["key_kernel"])[1]
+    if groups == heads:
+        return out
+    size = heads // groups
+    for role, axis in (("key_kernel", 1), ("value_kernel", 1), ("key_bias", 0)):
+        if out.get(role) is not None:
+            out[role] = np.repeat(np.asarray(out[role]), size, axis=axis)
+    return out
+
+
+def rope_layout(sets: Any, head_size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Per rotary set: the dimensions that rotate (pairs' first halves, then their partners) and
+    the rest, in a head of `head_size` (half-split: dimension j pairs with j + p / 2)."""
+    half = head_size // 2
+    rotary, rest = [], []
+    for chosen in sets:
+        dims = [int(j) for j in chosen] + [int(j) + half for j in chosen]
+        rotary.append(dims)
+        rest.append([d for d in range(head_size) if d not in set(dims)])
+    return rotary, rest
+
+
+def rope_latent_weights(
+    weights: Weights,
+    kv_latent_dim: int,
+    rope_sets: Any,
+    *,
+    balance: bool = True,
+    name: str = "attention",
+) -> tuple[dict[str, np.ndarray | None], SharingReport]:
+    """The latent weights of a rotary multi-head or grouped layer: decoupled rotary keys + a joint SVD.
+
+    MHA2MLA's conversion (Ji et al., 2025): each source key/value head g
+    keeps RoPE on its frequency pairs `rope_sets[g]` (k pairs each): those
+    `2k` key dimensions become rotary key g, cached as they are; the other
+    `p - 2k` key dimensions lose their rotation and, with the values, go
+    through the joint SVD into the latent. Each query head's dimensions are
+    reordered to match (the kept ones last), so its query is the original
+    query, permuted: the softmax scale stays 1 / sqrt(p). With every pair
+    kept (k = p / 2) the latent holds the values alone and, at full rank, the
+    layer equals the source. A key bias on the rotating dimensions is kept
+    (rotated, it does not cancel); on the others it is dropped (it does).
+
+    Args:
+      weights: The layer's core-layout weights (multi-head, or grouped with
+        `key_kernel` `[e, G, p]`).
+      kv_latent_dim: r, in [1, rank of the stacked non-rotary keys and values].
+      rope_sets: One set of frequency indices (in [0, p / 2)) per source
+        key/value head, all of the same size k >= 1.
+      balance: Scale the non-rotary keys to the values' norm before the SVD
+        (TransMLA's balancing).
+      name: The layer's name, for messages.
+
+    Returns:
+      (weights with `query_kernel` (reordered), `query_bias`, `latent_kernel`
+      `[e, r]`, `key_up_kernel` `[r, h, p - 2k]` (absent when k = p / 2),
+      `value_up_kernel`, `rope_key_kernel` `[e, G, 2k]`, `rope_key_bias`,
+      `value_bias`, `output_kernel`, `output_bias`, `head_gates`; report).
+    """
+    _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
+    query = np.asarray(weights["query_kernel"], np.float64)
+    key = np.asarray(weights["key_kernel"], np.float64)
+    value = np.asarray(weights["value_kernel"], np.float64)
+    e, groups, p = key.shape
+    heads = query.shape[1]
+    if value.shape[0] != e:
+        raise ValueError(
+            f"Attention layer {name!r} has key width {e} and value width {value.shape[0]}; a "
+            "shared latent is computed from one input, so they must be equal."
+        )
+    sets = [tuple(s) for s in rope_sets]
+    if len(sets) != groups:
+        raise SpecError(
+            f"Layer {name!r} has {groups} key/value heads; got {len(sets)} rotary sets (one per "
+            "key/value head)."
+        )
+    pairs = {len(s) for s in sets}
+    if len(pairs) != 1 or 0 in pairs:
+        raise SpecError(
+            f"Layer {name!r}: every key/value head keeps the same number (>= 1) of rotary "
+            f"frequencies; got {[len(s) for s in sets]}."
+        )
+    k = pairs.pop()
+    if any(max(s) >= p // 2 for s in sets):
+        raise SpecError(
+            f"Layer {name!r}: a head of size {p} has {p // 2} frequency pairs (0..{p // 2 - 1}); "
+            f"got {[list(s) for s in sets]}."
+        )
+    rotary, rest = rope_layout(sets, p)
+    size = heads // groups
+    new_query = np.stack(
+        [query[:, i, rest[i // size] + rotary[i // size]] for i in range(heads)], 1
+    )
+    query_bias = weights.get("query_bias")
+    if query_bias is not None:
+        query_bias = np.asarray(query_bias, np.float64)
+        query_bias = np.stack(
+            [query_bias[i, rest[i // size] + rotary[i // size]] for i in range(heads)]
+        )
+    rope_key = np.stack([key[:, g, rotary[g]] for g in range(groups)], axis=1)  # [e, G, 2k]
+    key_bias = weights.get("key_bias")
+    rope_key_bias = None
+    if key_bias is not None:
+        key_bias = np.asarray(key_bias, np.float64)
+        rope_key_bias = np.stack([key_bias[g, rotary[g]] for g in range(groups)])
+    nope = p - 2 * k
+    per_head_value = per_query_head({"query_kernel": query, "key_kernel": value})["key_kernel"]
+    flat_value = per_head_value.reshape(e, -1)
+    if nope:
+        nope_key = np.stack([key[:, i // size, rest[i // size]] for i in range(heads)], axis=1)
+        flat_key = nope_key.reshape(e, -1)
+    else:
+        flat_key = np.zeros([e, 0])
+    full = min(e, flat_key.shape[1] + flat_value.shape[1])
+    rank = check_latent_rank(kv_latent_dim, full)
+    scale = 1.0
+    if balance and flat_key.size:
+        key_norm = np.linalg.norm(flat_key)
+        scale = np.linalg.norm(flat_value) / key_norm if key_norm > 0 else 1.0
+    basis, _ = _top_subspace(np.hstack([scale * flat_key, flat_value]), rank)  # [e, r]
+    value_up = basis.T @ flat_value
+    f32 = np.float32
+    out: dict[str, np.ndarray | None] = {
+        "query_kernel": new_query.astype(f32),
+        "query_bias": None if query_bias is None else query_bias.astype(f32),
+        "latent_kernel": basis.astype(f32),
+        "value_up_kernel": value_up.reshape(rank, heads, -1).astype(f32),
+        "rope_key_kernel": rope_key.astype(f32),
+        "rope_key_bias": None if rope_key_bias is None else rope_key_bias.astype(f32),
+        "value_bias": _value_bias(weights),
+        "output_kernel": np.asarray(weights["output_kernel"], f32),
+        "output_bias": weights.get("output_bias"),
+        "head_gates": _gates(weights, heads),
+    }
+    key_energy = 1.0
+    if nope:
+        key_up = basis.T @ flat_key
+        out["key_up_kernel"] = key_up.reshape(rank, heads, nope).astype(f32)
+        # Of the key operators' energy: the rotary dimensions are kept whole.
+        total = np.sum(key**2)
+        kept = np.sum(rope_key**2) + np.sum(key_up**2) / size
+        key_energy = float(kept / max(total, 1e-300))
+    report = SharingReport(
+        "latent",
+        "rope_joint_svd",
+        rank,
+        min(key_energy, 1.0),
         float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
     )
     return out, report

@@ -173,6 +173,9 @@ HEAD_AXES: dict[str, dict[str, int | None]] = {
         "value_bias": 0,
         "output_kernel": 0,
         "output_bias": None,
+        # Per-head RMSNorm scales of queries and keys (Qwen3): one for every head.
+        "query_norm": None,
+        "key_norm": None,
     },
     "collaborative": {
         "query_kernel": None,
@@ -198,18 +201,24 @@ HEAD_AXES["latent"] = {
     "value_bias": 0,
     "output_kernel": 0,
     "output_bias": None,
+    # Decoupled rotary keys (one, or one per group of query heads; see `remove`).
+    "rope_key_kernel": None,
+    "rope_key_bias": None,
 }
 HEAD_AXES["grouped"] = {
     "query_kernel": 1,
     "query_bias": 0,
     "key_kernel": None,
+    "key_bias": None,
     "value_kernel": None,
     "value_bias": 0,
     "output_kernel": 0,
     "output_bias": None,
+    "query_norm": None,
+    "key_norm": None,
 }
-# Group (key/value head) axis of a grouped layer's key/value kernels `[e, G, .]`.
-GROUP_AXES: dict[str, int] = {"key_kernel": 1, "value_kernel": 1}
+# Group (key/value head) axis of a grouped layer's key/value tensors `[e, G, .]`, `[G, p]`.
+GROUP_AXES: dict[str, int] = {"key_kernel": 1, "value_kernel": 1, "key_bias": 0}
 
 
 def whole_groups(keep: Sequence[int], num_heads: int, num_kv_heads: int) -> list[int]:

@@ -42,7 +42,7 @@ def test_value_sizes_other_than_the_head_size_are_kept():
         (lambda: ConversionTarget("grouped", 2, "median"), "Unknown grouped method 'median'"),
         (lambda: ConversionTarget("grouped", [2]).spec([STANDARD] * 2), "has 1 entries"),
         (
-            lambda: ConversionTarget("latent", 4).spec(
+            lambda: ConversionTarget("collaborative", 4).spec(
                 [AttentionSpec("grouped", num_heads=8, num_kv_heads=2).resolve(64)]
             ),
             "Layer 0 has grouped attention",

@@ -118,7 +118,7 @@ def test_bad_targets_name_the_value():
         convert_model(lm, ConversionTarget("latent", 17))
     grouped, _ = convert_model(lm, ConversionTarget("grouped", 2))
     with pytest.raises(SpecError, match="has grouped attention"):
-        convert_model(grouped, ConversionTarget("latent", 4))
+        convert_model(grouped, ConversionTarget("collaborative", 4))
 
 
 def test_pruning_a_grouped_model_removes_whole_groups_and_equals_the_masked_model():

@@ -134,4 +134,4 @@ def test_bad_targets_name_the_value(lm):
         convert_attention_model(lm, ConversionTarget("latent", (4, 4, 4)), progress=False)
     grouped, _ = convert_attention_model(lm, ConversionTarget("grouped", 2), progress=False)
     with pytest.raises(SpecError, match=r"Layer 0 has grouped attention"):
-        convert_attention_model(grouped, ConversionTarget("latent", 8), progress=False)
+        convert_attention_model(grouped, ConversionTarget("collaborative", 8), progress=False)

@@ -523,7 +523,8 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         gates = ops.convert_to_tensor(self._head_gates)
         rows = 1
         for dim in context.shape[:-2]:
-            rows = None if dim is None or rows is None else rows * int(dim)
+            dim = _dim(dim)  # None if unknown or symbolic (shape-polymorphic export).
+            rows = None if dim is None or rows is None else rows * dim
         few_rows = rows is not None and rows < int(dense.kernel.shape[-1])
         if few_rows or not self._fold_gates_into_kernel():
             # Quantized or regularized projections: gate the context instead.

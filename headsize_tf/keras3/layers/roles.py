@@ -8,7 +8,11 @@ and for collaborative heads the shared `query_kernel` / `key_kernel`, `mixing`
 and `content_bias` instead of per-head query/key tensors. Grouped layers have
 `key_kernel` / `value_kernel` `[e, G, p]` without biases and a per-query-head
 `value_bias`; latent layers have `latent_kernel`, `key_up_kernel`,
-`value_up_kernel` instead of key/value kernels (`headsize_tf.core.kv_sharing`).
+`value_up_kernel` instead of key/value kernels (`headsize_tf.core.kv_sharing`),
+and with rotary positions `rope_key_kernel` / `rope_key_bias` (the decoupled
+rotary keys; no `key_up_kernel` when every key dimension rotates). Rotary
+grouped layers keep a `key_bias`; query-key norms (Qwen3) are `query_norm` and
+`key_norm`.
 """
 
 from __future__ import annotations
@@ -57,10 +61,17 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
         )
         for role in (*sublayers, "output"):
             dense = getattr(layer, f"_{role}_dense")
-            roles[f"{role}_kernel"] = dense.kernel
+            if dense is not None:  # A latent layer whose key dimensions all rotate has no key_up.
+                roles[f"{role}_kernel"] = dense.kernel
         roles["query_bias"] = layer._query_dense.bias
         roles["value_bias"] = layer.value_bias
         roles["output_bias"] = layer._output_dense.bias
+        if isinstance(layer, GroupedAttention):
+            roles["key_bias"] = layer._key_dense.bias  # Rotated keys keep theirs (else None).
+            _add_norms(layer, roles)
+        elif layer.uses_rope:
+            roles["rope_key_kernel"] = layer._rope_key_dense.kernel
+            roles["rope_key_bias"] = layer._rope_key_dense.bias
         return roles
     for role in ("query", "key", "value", "output"):
         dense = getattr(layer, f"_{role}_dense")
@@ -70,7 +81,16 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
         del roles["query_bias"], roles["key_bias"]  # The content bias replaces them.
         roles["mixing"] = layer.mixing
         roles["content_bias"] = layer.content_bias
+    else:
+        _add_norms(layer, roles)
     return roles
+
+
+def _add_norms(layer: keras.layers.Layer, roles: dict[str, Any]) -> None:
+    """The per-head query/key RMSNorm scales (Qwen3), where the layer has them."""
+    if getattr(layer, "query_norm", None) is not None:
+        roles["query_norm"] = layer.query_norm
+        roles["key_norm"] = layer.key_norm
 
 
 def numpy_weights(layer: keras.layers.Layer) -> dict[str, np.ndarray | None]:

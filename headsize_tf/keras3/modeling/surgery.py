@@ -1,9 +1,10 @@
-"""Rebuilding a `BertBackbone` or `CausalLM` with other attention, keeping everything else.
+"""Rebuilding a `BertBackbone`, `CausalLM` or `DecoderLM` with other attention, keeping the rest.
 
 Conversion to collaborative heads and physical head removal both produce a
 model whose attention spec differs (kind, per-layer head counts) while the
-embeddings, LayerNorms, feed-forward nets and the pooler (BERT) or final
-LayerNorm (LM) are copied unchanged.
+embeddings, norms, feed-forward nets and the pooler (BERT), final LayerNorm
+(`CausalLM`) or final RMSNorm and output projection (`DecoderLM`) are copied
+unchanged.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import keras
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.modeling.causal_lm import CausalLM
+from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 
 # The models whose attention the Keras 3 tools rewrite (pruning, CP conversion).
-AttentionModel = BertBackbone | CausalLM
+AttentionModel = BertBackbone | CausalLM | DecoderLM
 
 
 def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
@@ -38,8 +40,21 @@ def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
         last = [model.pooled_dense]
     elif isinstance(model, CausalLM):
         layers, last = [model.token_embedding, model.position_embedding], [model.final_norm]
+    elif isinstance(model, DecoderLM):
+        layers, last = [model.token_embedding], [model.final_norm, model.lm_head]
+        for block in model.transformer_layers:
+            layers += [
+                block._self_attention_layer_norm,
+                block._feedforward_layer_norm,
+                block._feedforward_gate_dense,
+                block._feedforward_intermediate_dense,
+                block._feedforward_output_dense,
+            ]
+        return [layer for layer in layers + last if layer is not None]
     else:
-        raise TypeError(f"Expected a Keras 3 BertBackbone or CausalLM; got {type(model).__name__}.")
+        raise TypeError(
+            f"Expected a Keras 3 BertBackbone, CausalLM or DecoderLM; got {type(model).__name__}."
+        )
     for block in model.transformer_layers:
         layers += [
             block._self_attention_layer_norm,

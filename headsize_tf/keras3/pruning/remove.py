@@ -1,4 +1,4 @@
-"""Physical removal of pruned heads from a Keras 3 `BertBackbone` or `CausalLM`.
+"""Physical removal of pruned heads from a Keras 3 `BertBackbone`, `CausalLM` or `DecoderLM`.
 
 Masking a head (gate 0) keeps its cost; removing it slices the per-head
 weights with the core's plan (`headsize_tf.core.pruning_plan.slice_heads`:
@@ -101,21 +101,42 @@ def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> At
     kept = [_kept_weights(layer, row) for layer, row in zip(layers, mask, strict=True)]
     spec = backbone.attention_spec
     head_sizes = [layer.head_size for layer in layers]
-    new_spec = dataclasses.replace(
-        spec,
-        num_heads=tuple(count for _, count, _ in kept),
-        head_size=None if spec.kind == "standard" else tuple(head_sizes),
-    )
+    changes = {
+        "num_heads": tuple(count for _, count, _ in kept),
+        "head_size": None if spec.kind == "standard" else tuple(head_sizes),
+    }
     if spec.kind == "grouped":
-        new_spec = dataclasses.replace(new_spec, num_kv_heads=tuple(g for _, _, g in kept))
+        changes["num_kv_heads"] = tuple(g for _, _, g in kept)
+    new_spec = dataclasses.replace(spec, **changes)
     if spec.kind == "standard":
-        # Fewer heads of the same size: the head size no longer is width // heads.
-        new_spec = spec.__class__(
-            "fixed_head",
+        # Fewer heads of the same size: the head size no longer is width // heads. Rotary
+        # sets per head (partial RoPE) follow the kept heads.
+        rope_sets = None
+        if spec.rope_frequencies is not None:
+            rope_sets = [
+                [layer.rope_sets[h] for h in np.flatnonzero(row[: layer.num_heads] != 0)]
+                or [layer.rope_sets[0]]
+                for layer, row in zip(layers, mask, strict=True)
+            ]
+        new_spec = dataclasses.replace(
+            spec,
+            kind="fixed_head",
             num_heads=new_spec.num_heads,
             head_size=tuple(head_sizes),
-            value_dim=spec.value_dim,
+            rope_frequencies=rope_sets,
         )
+    elif spec.kind == "grouped" and spec.rope_frequencies is not None:
+        # Rotary sets per key/value head follow the kept groups.
+        rope_sets = []
+        for layer, row in zip(layers, mask, strict=True):
+            keep = whole_groups(
+                [int(h) for h in np.flatnonzero(row[: layer.num_heads] != 0)] or [0],
+                layer.num_heads,
+                layer.num_kv_heads,
+            )
+            size = layer.num_heads // layer.num_kv_heads
+            rope_sets.append([layer.rope_sets[g] for g in sorted({h // size for h in keep})])
+        new_spec = dataclasses.replace(new_spec, rope_frequencies=rope_sets)
     new = with_attention(backbone, new_spec)
     for target, (weights, _, _) in zip(new.attention_layers, kept, strict=True):
         assign_weights(target, weights)

@@ -87,18 +87,34 @@ def to_collaborative(
 
 
 def _resolved(layer: keras.layers.Layer) -> ResolvedAttention:
+    """A source layer's sizes (multi-head or grouped K/V) and rotary settings."""
     kind = kind_of(layer)
-    if kind != "standard":
+    if kind not in ("standard", "grouped"):
         raise SpecError(
-            f"Layer {layer.name!r} has {kind} attention; only multi-head attention converts."
+            f"Layer {layer.name!r} has {kind} attention; only multi-head or grouped K/V "
+            "attention converts."
         )
-    return ResolvedAttention("standard", layer.num_heads, layer.head_size, layer.value_dim)
+    rope = {}
+    if getattr(layer, "uses_rope", False):
+        rope = {
+            "rope_max_wavelength": layer._rope_max_wavelength,
+            "rope_scaling": layer._rope_scaling,
+            "rope_sets": layer.rope_sets,
+        }
+    return ResolvedAttention(
+        kind,
+        layer.num_heads,
+        layer.head_size,
+        layer.value_dim,
+        num_kv_heads=getattr(layer, "num_kv_heads", None),
+        **rope,
+    )
 
 
 def convert_model(
     model: AttentionModel, target: ConversionTarget, **kwargs: Any
 ) -> tuple[AttentionModel, list[dict[str, Any]]]:
-    """`model` (a `CausalLM` or `BertBackbone`) with every attention layer converted to `target`.
+    """`model` (a `CausalLM`, `DecoderLM` or `BertBackbone`) with its attention converted to `target`.
 
     The one conversion driver of the Keras 3 front: the new model has
     `target.spec(...)` as its attention (per-layer lists where layers
@@ -108,7 +124,9 @@ def convert_model(
     `heads x head size` compute exactly what `model` computes.
 
     Args:
-      model: A multi-head (standard or fixed-head) `CausalLM` or `BertBackbone`.
+      model: A multi-head (standard or fixed-head) `CausalLM` or `BertBackbone`, or a
+        `DecoderLM` with multi-head or grouped K/V (rotary: grouped by "mean", latent with
+        decoupled rotary keys, `ConversionTarget.rope_frequencies`).
       target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
       **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
 
@@ -130,7 +148,7 @@ def convert_model(
     reports = []
     for index, (source, dest) in enumerate(zip(layers, new.attention_layers, strict=True)):
         converted, report = target.convert_layer(
-            numpy_weights(source), index, name=source.name, **kwargs
+            numpy_weights(source), index, name=source.name, source=resolved[index], **kwargs
         )
         assign_weights(dest, converted)
         reports.append(report)

@@ -1,0 +1,113 @@
+"""Text for a pretrained decoder: token windows from its own tokenizer, and held-out perplexity.
+
+A `DecoderLM` with a tokenizer (`BytePairTokenizer`, or a keras-hub one)
+reads plain text itself: `decoder_lm_text` cuts a registered plain text
+(`headsize_tf.data.plain_text`: Austen's novels, Moby Dick, Python's docs)
+or a UTF-8 file into windows of its token ids, each led by the model's start
+token; `decoder_perplexity` is the token-mean perplexity of the windows
+(every position after the start token predicted).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.data.lm_text import LMText, lm_text_lines
+from headsize_tf.data.plain_text import PLAIN_TEXTS, plain_text, token_windows
+
+# Registered texts: (training part, held-out part).
+TEXT_PARTS = {
+    "austen": ("train", "valid"),
+    "moby_dick": (None, "all"),
+    "python_docs": ("reference", "tutorial"),
+}
+
+
+def _tokenize(lm: Any):
+    tokenizer = getattr(lm, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("The decoder carries no tokenizer: it cannot read text.")
+
+    def tokenize(text: str) -> np.ndarray:
+        ids = tokenizer.tokenize(text)
+        return np.asarray(ids.numpy() if hasattr(ids, "numpy") else ids, np.int32).reshape(-1)
+
+    return tokenize, getattr(tokenizer, "start_token_id", None)
+
+
+def decoder_lm_text(
+    lm: Any,
+    window: int,
+    *,
+    corpus: str | None = None,
+    data_file: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    max_train_windows: int | None = None,
+    max_held_out_windows: int | None = None,
+    train: bool = True,
+) -> LMText:
+    """Training and held-out windows of `window` ids of a text, in `lm`'s own tokens.
+
+    Args:
+      lm: A decoder with a `tokenizer` (`tokenize`, `start_token_id`).
+      window: Ids per window (the start token and `window - 1` text tokens).
+      corpus: A registered plain text (`TEXT_PARTS`: "austen" trains on four
+        novels and holds out Northanger Abbey; "moby_dick" is held out
+        whole; "python_docs" trains on the language reference and holds out
+        the tutorial).
+      data_file: A UTF-8 file instead (lines held out by SHA-1, about 20%).
+      data_dir: The plain texts' cache.
+      max_train_windows, max_held_out_windows: Keep the first n windows.
+      train: Tokenize the training part too (False: held out only).
+
+    Raises:
+      ValueError: no or two sources, an unknown corpus, or a part too short
+        for one window.
+    """
+    if (corpus is None) == (data_file is None):
+        raise ValueError("Give one text source: corpus= (a registered text) or data_file=.")
+    tokenize, start = _tokenize(lm)
+    if corpus is not None:
+        if corpus not in TEXT_PARTS:
+            raise ValueError(
+                f"corpus={corpus!r} is not a registered plain text; expected one of "
+                f"{sorted(TEXT_PARTS)}."
+            )
+        train_part, held_part = TEXT_PARTS[corpus]
+        parts = {"held_out": plain_text(corpus, held_part, data_dir)}
+        if train and train_part is not None:
+            parts["train"] = plain_text(corpus, train_part, data_dir)
+        source = f"{corpus} ({PLAIN_TEXTS[corpus].source}); held out: {held_part}"
+    else:
+        parts, source = lm_text_lines(data_file=data_file)
+        if not train:
+            parts.pop("train")
+    limits = {"train": max_train_windows, "held_out": max_held_out_windows}
+    windows = {
+        name: token_windows(lines, tokenize, window, start, max_windows=limits[name])
+        for name, lines in parts.items()
+    }
+    empty = np.zeros([0, window], np.int32)
+    tokenizer = type(lm.tokenizer).__name__
+    return LMText(
+        windows.get("train", empty), windows["held_out"], f"{tokenizer} (the model's own)", source
+    )
+
+
+def decoder_perplexity(lm: Any, windows: np.ndarray, batch_size: int = 4) -> float:
+    """Token-mean perplexity of `lm` on `windows` `[n, window]` (position 0 is context only)."""
+    import keras
+
+    total, count = 0.0, 0
+    for start in range(0, len(windows), batch_size):
+        batch = windows[start : start + batch_size]
+        logits = keras.ops.convert_to_numpy(lm(batch[:, :-1])).astype(np.float64)
+        logits -= logits.max(-1, keepdims=True)
+        log_norm = np.log(np.exp(logits).sum(-1))
+        picked = np.take_along_axis(logits, batch[:, 1:, None], -1)[..., 0]
+        total += float(np.sum(log_norm - picked))
+        count += picked.size
+    return float(np.exp(total / max(count, 1)))
