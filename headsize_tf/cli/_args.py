@@ -89,12 +89,26 @@ KERAS_HUB_HELP = (
 )
 
 
+DECODER_HELP = (
+    "a pretrained decoder on the Keras 3 front: a registered name (smollm2-135m-instruct-q4), a "
+    ".gguf file (llama), a Hugging Face directory (config.json, model.safetensors, "
+    "tokenizer.json), a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3) or a "
+    "DecoderLM .keras file"
+)
+
+
 def add_model_source(
-    p: argparse.ArgumentParser, model_dir_help: str | None = None, keras_hub: bool = False
+    p: argparse.ArgumentParser,
+    model_dir_help: str | None = None,
+    keras_hub: bool = False,
+    decoder: bool = False,
 ) -> None:
     """`--model NAME` or `--checkpoint DIR` (or, given its help, `--model_dir DIR`; with
-    `keras_hub`, `--keras-hub-preset NAME_OR_DIR`): one."""
+    `keras_hub`, `--keras-hub-preset NAME_OR_DIR`; with `decoder`, `--decoder NAME_OR_PATH`):
+    one."""
     source = p.add_mutually_exclusive_group(required=True)
+    if decoder:
+        source.add_argument("--decoder", metavar="NAME_OR_PATH", default=None, help=DECODER_HELP)
     if model_dir_help:
         source.add_argument("--model_dir", "--model-dir", dest="model_dir", help=model_dir_help)
     source.add_argument(

@@ -87,6 +87,66 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     )
 
 
+# Tokens per window of a pretrained decoder's text (its positions run to thousands).
+DECODER_WINDOW = 256
+
+
+def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
+    """Converts the pretrained decoder `args.decoder` to `target`; returns the report.
+
+    Its text (`--data-file` or `--corpus`: austen, moby_dick, python_docs) is
+    tokenised by its own tokenizer into windows of `--sequence-length`
+    (default 256) tokens after its start token. Writes `--output` with
+    `model.keras` (a `DecoderLM`, tokenizer included), `report.json` and
+    `conversion.png`.
+    """
+    from headsize_tf.core.io import check_output_free
+
+    text_given = _check_text_flags(args)
+    if args.vocab:
+        raise ValueError(
+            "--vocab is the WordPiece vocabulary of a .keras CausalLM; a decoder tokenises "
+            "text with its own tokenizer: drop --vocab."
+        )
+    if not text_given and args.sequence_length:
+        raise ValueError("--sequence-length shapes the text of --data-file / --corpus.")
+    check_output_free(args.output, args.overwrite)
+    from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
+    from headsize_tf.keras3.pretrained.decoders import load_decoder
+    from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
+
+    lm = load_decoder(args.decoder)
+    if (
+        target.kind == "grouped"
+        and args.method is None
+        and lm.attention_spec.rope_max_wavelength is not None
+    ):
+        # svd re-bases rotated key dimensions: mean pooling is the rotary models' default.
+        target = type(target)(target.kind, target.size, "mean")
+    text = None
+    if text_given:
+        length = args.sequence_length or min(DECODER_WINDOW, lm.max_sequence_length)
+        text = decoder_lm_text(
+            lm,
+            _window(args, lm.max_sequence_length) if args.sequence_length else length + 1,
+            corpus=args.corpus,
+            data_file=args.data_file,
+            data_dir=args.data_dir,
+            max_train_windows=max(1, args.uptrain_steps * args.batch_size),
+            max_held_out_windows=args.eval_windows,
+            train=args.uptrain_steps > 0,
+        )
+    return convert(
+        lm,
+        target,
+        args.output,
+        text=text,
+        source=str(args.decoder),
+        eval_windows=args.eval_windows,
+        **_options(args, target),
+    )
+
+
 def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     """Converts the keras-hub GPT-2 `args.keras_hub_preset` to `target`; returns the report.
 

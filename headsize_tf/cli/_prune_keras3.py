@@ -121,6 +121,59 @@ def _lm_texts(args: argparse.Namespace, architecture: str) -> tuple[list[str], l
     )
 
 
+def prune_decoder(args: argparse.Namespace) -> dict:
+    """`--decoder`: a pretrained decoder pruned on its own next-token loss on plain text.
+
+    Importance windows from the training text (`--importance-examples` of
+    them), perplexity on the held-out text; grouped K/V layers lose whole
+    groups (`remove_heads`), so the KV cache shrinks. Writes `model.keras`
+    and `report.json`.
+    """
+    from headsize_tf.core.io import check_output_free
+    from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
+    from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
+    from headsize_tf.keras3.pretrained.decoders import load_decoder
+    from headsize_tf.keras3.pruning import LMAdapter
+
+    check_output_free(args.output, args.overwrite)
+    if args.attention_kinds:
+        raise ValueError("--attention-kinds is for translation model_dirs; a decoder has one kind.")
+    given = [flag for flag, name in _LABELLED_FLAGS if getattr(args, name, None)]
+    if given or args.data == "rotten_tomatoes":
+        raise ValueError(
+            f"{', '.join(given or ['--data rotten_tomatoes'])}: labelled data; a decoder is "
+            "pruned on plain text: --data-file FILE or --data austen."
+        )
+    if not args.data_file and args.data != "austen":
+        raise ValueError("A decoder is pruned on plain text: pass --data austen or --data-file.")
+    lm = load_decoder(args.decoder)
+    text = decoder_lm_text(
+        lm,
+        LM_WINDOW + 1,
+        corpus=None if args.data_file else "austen",
+        data_file=args.data_file,
+        max_train_windows=args.importance_examples,
+        max_held_out_windows=LM_EVAL_WINDOWS,
+    )
+    adapter = LMAdapter(lm, text.train, text.held_out, source=args.decoder)
+    spec = lm.attention_spec
+
+    def extras(report: dict[str, Any], pruned: Any) -> None:
+        report.update(
+            framework="keras3",
+            data=text.source,
+            windows={"importance": int(len(text.train)), "eval": int(len(text.held_out))},
+            heads_per_layer=list(pruned.lm.attention_spec.num_heads),
+            kv_heads_per_layer=list(pruned.lm.attention_spec.num_kv_heads)
+            if pruned.lm.attention_spec.kind == "grouped"
+            else None,
+            source_attention=spec.to_dict(),
+        )
+
+    schedule = PruneSchedule(**schedule_arguments(args))
+    return prune_loop(adapter, schedule, args.output, overwrite=args.overwrite, extras=extras)
+
+
 def _prune_hub_lm(args: argparse.Namespace, hub: Any) -> dict:
     from headsize_tf.keras3.hub import prune_hub_lm
 

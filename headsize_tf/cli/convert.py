@@ -28,7 +28,7 @@ import argparse
 from typing import Any
 
 from headsize_tf.cli import _convert_keras3, _convert_tf_keras
-from headsize_tf.cli._args import FRAMEWORKS, _open_fraction, _positive_int
+from headsize_tf.cli._args import DECODER_HELP, FRAMEWORKS, _open_fraction, _positive_int
 
 TARGETS = ("grouped", "latent", "collaborative")
 SIZE_FLAGS = {"grouped": "kv_heads", "latent": "kv_rank", "collaborative": "shared_key_dim"}
@@ -77,6 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="with --framework keras3: a Keras 3 CausalLM saved as .keras; writes the "
         "directory --output (model.keras, report.json, conversion.png)",
     )
+    source.add_argument("--decoder", metavar="NAME_OR_PATH", default=None, help=DECODER_HELP)
     source.add_argument(
         "--keras-hub-preset",
         metavar="NAME_OR_DIR",
@@ -136,6 +137,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="a model_dir: validation batches of the metrics",
     )
     p.add_argument("--decode-tokens", type=_positive_int, default=32)
+    p.add_argument(
+        "--eval-windows",
+        type=_positive_int,
+        default=64,
+        help="a .keras LM or decoder: held-out windows of the perplexity",
+    )
     p.add_argument("--max-iter", type=_positive_int, default=100, help="collaborative: CP sweeps")
     p.add_argument(
         "--tolerance", type=float, default=None, help="collaborative: warn above this CP error"
@@ -144,7 +151,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     texts = text.add_mutually_exclusive_group()
     texts.add_argument("--data-file", help="plain UTF-8 text (about 20%% of lines held out)")
     texts.add_argument(
-        "--corpus", choices=["austen"], help="a prepared corpus: train.txt, held out valid.txt"
+        "--corpus",
+        choices=["austen", "moby_dick", "python_docs"],
+        help="a .keras LM: austen (prepared: train.txt, held out valid.txt); a decoder: a plain "
+        "text (austen: four novels train, Northanger Abbey held out; moby_dick: held out "
+        "whole; python_docs: the reference trains, the tutorial is held out)",
     )
     text.add_argument("--data-dir", default=None, help="the prepared corpora's directory")
     text.add_argument(
@@ -201,7 +212,12 @@ def run(args: argparse.Namespace) -> int:
     from headsize_tf.core.spec import SpecError
 
     hub = args.keras_hub_preset is not None
-    framework = args.framework or ("keras3" if args.model or hub else "tf_keras")
+    decoder = args.decoder is not None
+    framework = args.framework or ("keras3" if args.model or hub or decoder else "tf_keras")
+    if decoder and framework != "keras3":
+        raise ValueError("--decoder is a Keras 3 model: drop --framework tf_keras (or say keras3).")
+    if args.corpus not in (None, "austen") and not decoder:
+        raise ValueError(f"--corpus {args.corpus} is a plain text for --decoder models.")
     if args.model and framework != "keras3":
         raise ValueError(f"--model {args.model} is a .keras file: add --framework keras3.")
     if hub and framework != "keras3":
@@ -214,7 +230,9 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         target = target_of(args)
-        if hub:
+        if decoder:
+            report = _convert_keras3.convert_decoder(args, target)
+        elif hub:
             report = _convert_keras3.convert_hub_preset(args, target)
         elif framework == "keras3":
             report = _convert_keras3.convert_lm_file(args, target)

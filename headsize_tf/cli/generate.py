@@ -12,18 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from headsize_tf.cli._args import _positive_int
-
-DECODER_HELP = (
-    "a registered decoder (smollm2-135m-instruct-q4), a .gguf file (llama), a Hugging Face "
-    "directory (config.json, model.safetensors, tokenizer.json), a keras-hub preset "
-    "directory (Llama, Llama3, Mistral, Qwen, Qwen3) or a DecoderLM .keras file"
-)
-
-
-def add_decoder_source(p: argparse.ArgumentParser, required: bool = True) -> None:
-    """`--decoder NAME_OR_PATH`: the one flag every decoder command takes."""
-    p.add_argument("--decoder", metavar="NAME_OR_PATH", required=required, help=DECODER_HELP)
+from headsize_tf.cli._args import DECODER_HELP, _positive_int
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -33,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Loads a Llama-family decoder into the Keras 3 DecoderLM and continues each "
         "--prompt with cached decoding (greedy, or sampled with --temperature / --top-k).",
     )
-    add_decoder_source(p)
+    p.add_argument("--decoder", metavar="NAME_OR_PATH", required=True, help=DECODER_HELP)
     p.add_argument("--prompt", action="append", required=True, help="text to continue (repeatable)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=32)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")

@@ -20,8 +20,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "physically and writes the checkpoint, report.json, label_map.json, importance.png and "
         "curve.png. The data are the built-in sentiment task (default), a labelled CSV / TSV / "
         "JSONL file (--data-file) or a TFDS GLUE task (--tfds). A keras-hub GPT-2 "
-        "(--keras-hub-preset) is pruned on its own next-token loss on plain text (--data-file, "
-        "one text a line, or --data austen), with validation perplexity.",
+        "(--keras-hub-preset) and a pretrained decoder (--decoder: SmolLM2, GGUF, Hugging Face, "
+        "keras-hub Llama / Mistral / Qwen) are pruned on their own next-token loss on plain "
+        "text (--data-file, one text a line, or --data austen), with validation perplexity; a "
+        "decoder loses whole key/value groups, and its KV cache shrinks.",
     )
     add_model_source(
         p,
@@ -32,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "own training data, dev accuracy or perplexity on its validation data; writes a pruned "
         "model_dir",
         keras_hub=True,
+        decoder=True,
     )
     add_framework(p)
     source = p.add_argument_group("data (one of --data, --data-file, --tfds)")
@@ -109,6 +112,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "pretrained/tf_keras": _prune_tf_keras.prune_pretrained,
     "pretrained/keras3": _prune_keras3.prune_pretrained,
     "keras_hub": _prune_keras3.prune_hub_preset,
+    "decoder": _prune_keras3.prune_decoder,
 }
 
 
@@ -122,6 +126,8 @@ def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (a model_dir's options checked)."""
     if getattr(args, "keras_hub_preset", None):
         return "keras_hub"
+    if getattr(args, "decoder", None):
+        return "decoder"
     if not getattr(args, "model_dir", None):
         return f"pretrained/{args.framework}"
     experiment = _prune_tf_keras.model_dir_experiment(args.model_dir)

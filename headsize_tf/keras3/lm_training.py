@@ -118,6 +118,35 @@ def perplexity(lm: Any, array: np.ndarray) -> tuple[float, float]:
     return float(np.exp(result["xent"])), float(result["xent"])
 
 
+def windows_perplexity(lm: Any, windows: np.ndarray, batch_size: int = 8) -> float:
+    """exp of the token-mean next-token cross entropy of `lm` over `windows` (no compile needed).
+
+    The perplexity of the Keras 3 front's decoders: every position of a window
+    but the last predicts the next id (a start token in position 0 is
+    context only). Log-softmax in float64 on the host.
+
+    Args:
+      lm: A causal LM: `lm.predict_on_batch(ids [B, T])` -> logits `[B, T, V]`.
+      windows: int32 `[N, T + 1]` token windows.
+      batch_size: Windows per batch (one compiled shape but the last).
+
+    Example:
+
+    >>> windows_perplexity(lm, windows)
+    """
+    total, count = 0.0, 0
+    for start in range(0, len(windows), batch_size):
+        batch = np.asarray(windows[start : start + batch_size])
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        logits = np.asarray(lm.predict_on_batch(inputs), np.float64)
+        top = logits.max(-1, keepdims=True)
+        log_z = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+        picked = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+        total += float((log_z - picked).sum())
+        count += targets.size
+    return float(np.exp(total / max(count, 1)))
+
+
 def fit_windows(
     lm: Any,
     train: np.ndarray,

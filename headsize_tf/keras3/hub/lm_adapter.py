@@ -8,17 +8,15 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-import keras
 import numpy as np
 
 from headsize_tf.core.io import atomic_directory
 from headsize_tf.data.lm_text import LMText, check_windows, lm_text_lines
 from headsize_tf.keras3.hub.hub_model import HubModel, to_numpy
 from headsize_tf.keras3.hub.presets import load_hub_preset
-from headsize_tf.keras3.pruning.importance import head_importance
-from headsize_tf.keras3.pruning.remove import head_mask, remove_heads, set_head_mask
-
-REPORT_FILE = "report.json"
+from headsize_tf.keras3.lm_training import windows_perplexity
+from headsize_tf.keras3.pruning.lm_adapter import REPORT_FILE, LMAdapter
+from headsize_tf.keras3.pruning.remove import remove_heads
 
 
 def lm_windows(hub: HubModel, texts: Sequence[str], length: int, limit: int) -> np.ndarray:
@@ -108,38 +106,15 @@ def hub_lm_text(
     return LMText(windows["train"], windows["held_out"], tokenizer, source)
 
 
-def _batches(windows: np.ndarray, batch_size: int):
-    for start in range(0, len(windows), batch_size):
-        batch = windows[start : start + batch_size]
-        yield batch[:, :-1], batch[:, 1:]
+# The Keras 3 front's one perplexity (kept here under its old name for the bridge's callers).
+perplexity = windows_perplexity
 
 
-def perplexity(lm: keras.Model, windows: np.ndarray, batch_size: int = 8) -> float:
-    """exp of the token-mean next-token cross entropy of `lm` over `windows`.
+class HubLMAdapter(LMAdapter):
+    """A `HubModel` causal LM as a `ModelAdapter`: `LMAdapter` saving in the bridge's layout.
 
-    Args:
-      lm: A causal LM: `lm.predict_on_batch(ids [B, T])` -> logits `[B, T, V]`.
-      windows: int32 `[N, T + 1]` windows (`lm_windows`).
-      batch_size: Windows per batch (one compiled shape but the last).
-
-    Example:
-
-    >>> perplexity(hub.backbone, lm_windows(hub, dev_lines, 64, 128))
-    """
-    total, count = 0.0, 0
-    for inputs, targets in _batches(windows, batch_size):
-        logits = np.asarray(lm.predict_on_batch(inputs), np.float64)
-        top = logits.max(-1, keepdims=True)
-        log_z = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
-        picked = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
-        total += float((log_z - picked).sum())
-        count += targets.size
-    return float(np.exp(total / max(count, 1)))
-
-
-class HubLMAdapter:
-    """A `HubModel` causal LM as a `ModelAdapter`: importance E|dL/dxi_h| of the next-token
-    loss on training windows, validation perplexity, `HubModel.save` as the output.
+    Importance E|dL/dxi_h| of the next-token loss on training windows,
+    validation perplexity, `HubModel.save` as the output.
 
     Args:
       hub: The `HubModel` (GPT-2).
@@ -153,9 +128,6 @@ class HubLMAdapter:
     >>> prune_loop(HubLMAdapter(hub, windows, dev_windows), PruneSchedule(0.3), "pruned")
     """
 
-    metric_name = "perplexity"
-    report_file = REPORT_FILE
-
     def __init__(
         self,
         hub: HubModel,
@@ -165,41 +137,8 @@ class HubLMAdapter:
     ):
         if not hub.arch.causal_lm:
             raise ValueError(f"HubLMAdapter takes a causal LM; got {hub.architecture}.")
-        for name, windows in (("importance", importance_windows), ("evaluation", eval_windows)):
-            if len(windows) == 0:
-                raise ValueError(
-                    f"No {name} windows: the text has fewer tokens than one window "
-                    f"({np.shape(windows)[1]} tokens)."
-                )
-        self.hub, self.lm = hub, hub.backbone
-        self.importance_windows, self.eval_windows = importance_windows, eval_windows
-        self.batch_size = batch_size
-        self.source = hub.source
-
-    def attention_kinds(self) -> list[str]:
-        return ["self"] * len(self.lm.attention_layers)
-
-    def original_heads(self) -> list[list[int]]:
-        return [
-            [h if np.isfinite(v) else -1 for h, v in enumerate(row)] for row in self.head_mask()
-        ]
-
-    def head_mask(self) -> np.ndarray:
-        return head_mask(self.lm)
-
-    def set_head_mask(self, mask: np.ndarray) -> None:
-        set_head_mask(self.lm, np.nan_to_num(np.asarray(mask, np.float32), nan=0.0))
-
-    def head_importance(self) -> np.ndarray:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        data = _batches(self.importance_windows, self.batch_size)
-        return head_importance(self.lm, data, loss)
-
-    def evaluate(self) -> dict[str, float]:
-        return {"perplexity": perplexity(self.lm, self.eval_windows, self.batch_size)}
-
-    def count_params(self) -> int:
-        return int(self.lm.count_params())
+        super().__init__(hub.backbone, importance_windows, eval_windows, batch_size, hub.source)
+        self.hub = hub
 
     def remove_heads(self, mask: np.ndarray) -> HubLMAdapter:
         return self._like(self.hub.with_backbone(remove_heads(self.lm, mask)))

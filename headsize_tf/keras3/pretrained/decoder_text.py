@@ -95,19 +95,3 @@ def decoder_lm_text(
     return LMText(
         windows.get("train", empty), windows["held_out"], f"{tokenizer} (the model's own)", source
     )
-
-
-def decoder_perplexity(lm: Any, windows: np.ndarray, batch_size: int = 4) -> float:
-    """Token-mean perplexity of `lm` on `windows` `[n, window]` (position 0 is context only)."""
-    import keras
-
-    total, count = 0.0, 0
-    for start in range(0, len(windows), batch_size):
-        batch = windows[start : start + batch_size]
-        logits = keras.ops.convert_to_numpy(lm(batch[:, :-1])).astype(np.float64)
-        logits -= logits.max(-1, keepdims=True)
-        log_norm = np.log(np.exp(logits).sum(-1))
-        picked = np.take_along_axis(logits, batch[:, 1:, None], -1)[..., 0]
-        total += float(np.sum(log_norm - picked))
-        count += picked.size
-    return float(np.exp(total / max(count, 1)))

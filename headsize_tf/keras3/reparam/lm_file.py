@@ -46,8 +46,11 @@ from headsize_tf.core.conversion_report import PLOT_FILE, REPORT_FILE, plot_conv
 from headsize_tf.core.io import atomic_directory, check_output_free, write_json
 from headsize_tf.core.kv_cache import kv_cache_bytes_per_token
 from headsize_tf.keras3 import lm_training
-from headsize_tf.keras3.modeling import CausalLM
+from headsize_tf.keras3.modeling import CausalLM, DecoderLM
 from headsize_tf.keras3.reparam.convert import convert_model
+
+# The Keras 3 LMs `convert_lm_file` takes.
+LM_CLASSES = (CausalLM, DecoderLM)
 
 MODEL_FILE = "model.keras"
 
@@ -65,10 +68,10 @@ def load_lm_file(path: str | os.PathLike) -> CausalLM:
             "model.save('NAME.keras'))."
         )
     model = keras.saving.load_model(path)
-    if not isinstance(model, CausalLM):
+    if not isinstance(model, LM_CLASSES):
         raise ValueError(
             f"model={str(path)!r} holds a {type(model).__name__}; convert takes a Keras 3 "
-            "headsize_tf CausalLM."
+            "headsize_tf CausalLM or DecoderLM."
         )
     return model
 
@@ -124,7 +127,7 @@ def _uncompiled(lm: CausalLM) -> CausalLM:
     if not lm.compiled:
         return lm
     # The same tokenizer object (a keras-hub one keeps its vocabulary, which its config lacks).
-    fresh = CausalLM.from_config({**lm.get_config(), "tokenizer": lm.tokenizer})
+    fresh = type(lm).from_config({**lm.get_config(), "tokenizer": lm.tokenizer})
     fresh(np.zeros([1, 1], "int32"))
     fresh.set_weights(lm.get_weights())
     return fresh
@@ -167,7 +170,8 @@ def convert_lm_file(
     """Converts a `.keras` CausalLM's attention; see the module doc.
 
     Args:
-      model: The `.keras` file of a Keras 3 `CausalLM` (or the loaded model).
+      model: The `.keras` file of a Keras 3 `CausalLM` or `DecoderLM` (or the loaded
+        model; a pretrained decoder from `keras3.pretrained.load_decoder`).
       target: `ConversionTarget` (grouped / latent / collaborative and size).
       output: The directory written (`model.keras`, `report.json`,
         `conversion.png`), atomically.
@@ -200,10 +204,10 @@ def convert_lm_file(
             "uptrain_steps= needs text to train on: pass data_file= (plain text) or corpus=."
         )
     check_output_free(output, overwrite)
-    lm = model if isinstance(model, CausalLM) else load_lm_file(model)
+    lm = model if isinstance(model, LM_CLASSES) else load_lm_file(model)
     converted, layers = convert_model(lm, target, **kwargs)
     report: dict[str, Any] = {
-        "source": source or (lm.name if isinstance(model, CausalLM) else str(model)),
+        "source": source or (lm.name if isinstance(model, LM_CLASSES) else str(model)),
         "framework": "keras3",
         "backend": keras.backend.backend(),
         "target": target.to_dict(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from headsize_tf.data.gguf_llama import permute_llama_cpp
-from headsize_tf.keras3.pretrained.decoder_text import decoder_perplexity
+from headsize_tf.keras3.lm_training import windows_perplexity
 from headsize_tf.keras3.pretrained.decoders import load_decoder
 
 PROMPT = "The capital of France is Paris, and the capital of Germany is"
@@ -39,7 +39,7 @@ def test_smollm2_continues_a_prompt_and_scores_austen_under_the_ceiling(smollm2_
     assert continuation[len(PROMPT) :].startswith(" Berlin")
     ids = np.concatenate([[lm.tokenizer.start_token_id], lm.tokenizer.tokenize(TEXT)])
     windows = ids[None].astype("int32")
-    perplexity = decoder_perplexity(lm, windows)
+    perplexity = windows_perplexity(lm, windows)
     assert perplexity < PERPLEXITY_CEILING
     # The ceiling catches a wrong rotary layout: llama.cpp's row order left in one layer's
     # queries.
@@ -48,4 +48,4 @@ def test_smollm2_continues_a_prompt_and_scores_austen_under_the_ceiling(smollm2_
     d, h, p = kernel.shape
     hf_rows = kernel.reshape(d, h * p).T
     layer._query_dense.kernel.assign(permute_llama_cpp(hf_rows, h).T.reshape(d, h, p))
-    assert decoder_perplexity(lm, windows) > 3 * perplexity
+    assert windows_perplexity(lm, windows) > 3 * perplexity
