@@ -1,0 +1,211 @@
+"""The decoder commands end to end on a tiny GGUF model, and their bad inputs (exit 2, one line).
+
+`generate`, `convert --decoder` and `prune --decoder` run in process
+(`headsize_tf.cli.main`) on a tiny random Llama written as llama.cpp writes it
+(q/k rows permuted, a byte-level BPE with SmolLM2's pre-tokenizer); the real
+SmolLM2 is tests/keras3/pretrained/smollm2_test.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from headsize_tf import cli
+from headsize_tf.data.hf_llama_dir import write_hf_llama_dir
+from tests.data.llama_files_test import random_checkpoint, write_gguf, write_q8_1_norm
+from tests.data.llama_files_test import tokenizer_json as tokenizer_json_fixture
+
+tokenizer_json = tokenizer_json_fixture  # The tiny byte-level BPE (a module fixture).
+
+TEXT = [f"Line {i}: the quick brown fox jumps over the lazy dog {i % 7} times." for i in range(400)]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tokenizer_json):
+    root = tmp_path_factory.mktemp("decoders")
+    checkpoint = random_checkpoint(tokenizer_json)
+    good = write_gguf(root / "tiny.gguf", checkpoint)
+    truncated = root / "truncated.gguf"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    not_gguf = root / "notes.gguf"
+    not_gguf.write_text("not a GGUF file\n")
+    hf = write_hf_llama_dir(checkpoint, root / "hf")
+    no_tokenizer = root / "hf_no_tokenizer"
+    shutil.copytree(hf, no_tokenizer)
+    (no_tokenizer / "tokenizer.json").unlink()
+    text = root / "text.txt"
+    text.write_text("\n".join(TEXT) + "\n")
+    return {
+        "gguf": str(good),
+        "gpt2": str(write_gguf(root / "gpt2.gguf", checkpoint, architecture="gpt2")),
+        "truncated": str(truncated),
+        "not_gguf": str(not_gguf),
+        "q8_1": str(write_q8_1_norm(root / "q8_1.gguf", checkpoint)),
+        "hf": str(hf),
+        "no_tokenizer": str(no_tokenizer),
+        "text": str(text),
+        "long": "word " * 80,  # The tiny model has 64 positions.
+        "root": str(root),
+    }
+
+
+CONVERT = ["convert", "--decoder", "{gguf}", "--to", "grouped", "--output", "{out}"]
+CASES = [
+    (
+        "gguf_of_another_architecture",
+        ["generate", "--decoder", "{gpt2}", "--prompt", "a"],
+        "architecture 'gpt2' is not supported; expected 'llama'",
+    ),
+    (
+        "truncated_gguf",
+        ["generate", "--decoder", "{truncated}", "--prompt", "a"],
+        "is not a readable GGUF file",
+    ),
+    (
+        "not_a_gguf",
+        ["generate", "--decoder", "{not_gguf}", "--prompt", "a"],
+        "is not a readable GGUF file",
+    ),
+    (
+        "quantization_gguf_cannot_read",
+        ["generate", "--decoder", "{q8_1}", "--prompt", "a"],
+        "Q8_1, which gguf cannot dequantize",
+    ),
+    (
+        "hf_directory_without_tokenizer",
+        ["generate", "--decoder", "{no_tokenizer}", "--prompt", "a"],
+        "has no tokenizer.json",
+    ),
+    (
+        "prompt_longer_than_the_positions",
+        ["generate", "--decoder", "{gguf}", "--prompt", "{long}"],
+        "exceeds max_sequence_length 64",
+    ),
+    (
+        "kv_heads_not_dividing_the_query_heads",
+        [*CONVERT, "--kv-heads", "3"],
+        "--kv-heads 3 does not divide num_heads=4",
+    ),
+    (
+        "svd_on_a_rotary_model",
+        [*CONVERT, "--kv-heads", "1", "--method", "svd"],
+        "--method svd re-bases key dimensions",
+    ),
+    (
+        "unknown_decoder",
+        ["generate", "--decoder", "no-such-model", "--prompt", "a"],
+        "is neither a registered decoder",
+    ),
+]
+
+
+def _fill(argv, files, out):
+    return [a.format(out=out, **files) for a in argv]
+
+
+@pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_decoder_input_is_one_line_and_writes_nothing(argv, fragment, files, tmp_path, capsys):
+    out = tmp_path / "out"
+    try:
+        code = cli.main(_fill(argv, files, str(out)))
+    except SystemExit as exit_:  # argparse errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, lines
+    assert lines[0].startswith("headsize-tf") and fragment in lines[0], lines[0]
+    assert not out.exists()
+
+
+def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
+    assert (
+        cli.main(
+            [
+                "generate",
+                "--decoder",
+                files["gguf"],
+                "--prompt",
+                "the quick",
+                "--max-new-tokens",
+                "4",
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "the quick" in printed and "parameters" in printed
+    out = tmp_path / "grouped"
+    argv = [
+        "convert",
+        "--decoder",
+        files["hf"],
+        "--to",
+        "grouped",
+        "--kv-heads",
+        "1",
+        "--data-file",
+        files["text"],
+        "--sequence-length",
+        "32",
+        "--eval-windows",
+        "4",
+        "--decode-tokens",
+        "4",
+        "--output",
+        str(out),
+    ]
+    assert cli.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["kv_cache_fraction"] == pytest.approx(0.5)
+    assert report["target"]["method"] == "mean"  # The rotary default.
+    assert report["perplexity"]["converted"] > 0
+    exact = tmp_path / "latent"
+    argv = [
+        "convert",
+        "--decoder",
+        files["gguf"],
+        "--to",
+        "latent",
+        "--kv-rank",
+        "32",
+        "--data-file",
+        files["text"],
+        "--sequence-length",
+        "32",
+        "--eval-windows",
+        "4",
+        "--decode-tokens",
+        "4",
+        "--output",
+        str(exact),
+    ]
+    assert cli.main(argv) == 0
+    report = json.loads((exact / "report.json").read_text())
+    # Every rotary pair kept, the latent at the values' full rank (2 K/V heads x 16): exact.
+    ppl = report["perplexity"]
+    assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+    pruned = tmp_path / "pruned"
+    argv = [
+        "prune",
+        "--decoder",
+        str(exact / "model.keras"),
+        "--data-file",
+        files["text"],
+        "--target-fraction",
+        "0.5",
+        "--step",
+        "0.5",
+        "--importance-examples",
+        "8",
+        "--output",
+        str(pruned),
+    ]
+    argv[2] = str(out / "model.keras")  # The grouped model: whole groups go.
+    assert cli.main(argv) == 0
+    report = json.loads((pruned / "report.json").read_text())
+    assert report["kv_heads_per_layer"] is not None
+    assert (pruned / "model.keras").is_file()
