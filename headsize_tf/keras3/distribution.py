@@ -11,9 +11,11 @@ after the output projection (Megatron-style tensor parallelism).
 
 `head_layout_map(model, mesh)` writes that `LayoutMap` for every attention
 layer of a built model (ours, stock `keras.layers.MultiHeadAttention` and its
-subclasses, e.g. keras-hub's), per-layer head counts included. A layer whose
-head count the mesh's model axis does not divide stays replicated, and the
-helper warns naming it. Collaborative heads share their query/key projection
+subclasses, e.g. keras-hub's), per-layer head counts included. Grouped K/V
+layers (Llama's GQA) shard their key/value heads with their groups of query
+heads, where the model axis divides the key/value heads. A layer whose head
+count the mesh's model axis does not divide stays replicated, and the helper
+warns naming it. Collaborative heads share their query/key projection
 (`[width, D]`, no head axis): it stays replicated, while the mixing vectors,
 values and output are sharded by heads.
 
@@ -54,8 +56,13 @@ _HEAD_AXES: dict[tuple[str, str], dict[int, int]] = {
     ("attention_output", "kernel"): {3: 0},
     ("attention_output", "bias"): {},
 }
-# Variables of the attention layer itself (collaborative heads): name -> {rank: axis}.
-_OWN_HEAD_AXES: dict[str, dict[int, int]] = {"mixing": {2: 0}, "content_bias": {2: 1}}
+# Variables of the attention layer itself (collaborative heads; the per-query-head value bias
+# of grouped and latent layers): name -> {rank: axis}.
+_OWN_HEAD_AXES: dict[str, dict[int, int]] = {
+    "mixing": {2: 0},
+    "content_bias": {2: 1},
+    "value_bias": {2: 0},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +104,8 @@ def _head_axis(layer: keras.layers.MultiHeadAttention, variable: Any) -> int | N
         axis = _HEAD_AXES[(parts[-2], parts[-1])].get(rank)
     else:
         axis = _OWN_HEAD_AXES.get(parts[-1], {}).get(rank)
-    if axis is not None and variable.shape[axis] != layer.num_heads:
+    groups = getattr(layer, "num_kv_heads", None)
+    if axis is not None and variable.shape[axis] not in (layer.num_heads, groups):
         return None  # Not a head axis after all (e.g. a width that equals nothing).
     return axis
 
@@ -125,7 +133,9 @@ def head_sharding_plan(model: keras.Model, model_axis_size: int) -> list[LayerSh
     plans = []
     for layer in attention_layers(model):
         heads = int(layer.num_heads)
-        sharded = heads % model_axis_size == 0
+        # Grouped K/V: whole groups per device (their key/value heads with their queries).
+        groups = int(getattr(layer, "num_kv_heads", None) or heads)
+        sharded = heads % model_axis_size == 0 and groups % model_axis_size == 0
         layouts: dict[str, tuple[str | None, ...]] = {}
         for variable in layer.weights:
             axes: list[str | None] = [None] * len(variable.shape)

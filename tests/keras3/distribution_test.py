@@ -73,7 +73,39 @@ out["specs"] = {
     for v in sharded.weights if "self_attention_layer/" in v.path
 }
 out["plan"] = [[p.num_heads, p.sharded] for p in head_sharding_plan(reference, 2)]
-collaborative = build({"kind": "collaborative", "num_heads": 4, "shared_key_dim": 12})
+from headsize_tf.keras3.modeling import DecoderLM
+
+
+def build_decoder():
+    lm = DecoderLM(vocabulary_size=40, num_layers=2, hidden_dim=16, intermediate_dim=32,
+                   attention={"kind": "grouped", "num_heads": 4, "num_kv_heads": 2,
+                              "rope_max_wavelength": 100.0},
+                   attention_bias=True, max_sequence_length=16)
+    lm(np.zeros((4, 8), "int32"))
+    return lm
+
+
+keras.utils.set_random_seed(1)
+decoder = build_decoder()
+weights = decoder.get_weights()
+build = build_decoder
+out["decoder_single"] = losses(build_decoder())
+with data_parallel.scope():
+    out["decoder_data_parallel"] = losses(build_decoder())
+decoder_parallel = keras.distribution.ModelParallel(
+    layout_map=head_layout_map(decoder, mesh), batch_dim_name="batch"
+)
+with decoder_parallel.scope():
+    sharded_decoder = build_decoder()
+    out["decoder_model_parallel"] = losses(sharded_decoder)
+out["decoder_specs"] = {
+    v.path.split("/", 1)[1]: [a for a in v.value.sharding.spec] + [None] * (len(v.shape) - len(v.value.sharding.spec))
+    for v in sharded_decoder.weights if "self_attention/" in v.path
+}
+collaborative = CausalLM(vocabulary_size=40, num_layers=3, hidden_dim=16, intermediate_dim=32,
+                         attention={"kind": "collaborative", "num_heads": 4,
+                                    "shared_key_dim": 12}, max_sequence_length=16)
+collaborative(np.zeros((4, 8), "int32"))
 out["collaborative"] = {
     k: list(v) for k, v in head_sharding_plan(collaborative, 2)[0].layouts.items()
 }
@@ -131,6 +163,21 @@ def test_head_axes_are_sharded_and_undivisible_layers_replicated(result):
     assert result["plan"] == [[4, True], [2, True], [3, False]]
     (warning,) = result["warnings"]
     assert "block_2/self_attention_layer (3 heads)" in warning and "replicated" in warning
+
+
+def test_grouped_decoder_trains_alike_on_one_device_data_and_head_parallel(result):
+    single = result["decoder_single"]
+    assert single[-1] < single[0]
+    assert result["decoder_data_parallel"] == pytest.approx(single, rel=1e-5, abs=1e-5)
+    assert result["decoder_model_parallel"] == pytest.approx(single, rel=1e-5, abs=1e-5)
+    specs = result["decoder_specs"]
+    prefix = "block_0/self_attention/"
+    assert specs[prefix + "query/kernel"] == [None, "model", None]  # 4 query heads.
+    assert specs[prefix + "key/kernel"] == [None, "model", None]  # 2 key/value heads.
+    assert specs[prefix + "key/bias"] == ["model", None]  # Rotated, kept.
+    assert specs[prefix + "value/kernel"] == [None, "model", None]
+    assert specs[prefix + "value_bias"] == ["model", None]  # Per query head.
+    assert specs[prefix + "attention_output/kernel"] == ["model", None, None]
 
 
 def test_collaborative_shares_query_key_replicated_and_shards_the_rest(result):
