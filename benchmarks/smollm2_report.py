@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             for x in ids:
                 ours = keras.ops.convert_to_numpy(lm(x))[0]
                 hidden = backbone({"token_ids": x, "padding_mask": np.ones_like(x)})
-                theirs = keras.ops.convert_to_numpy(backbone.token_embedding(hidden, reverse=True))[0]
+                theirs = keras.ops.convert_to_numpy(backbone.token_embedding(hidden, reverse=True))[
+                    0
+                ]
                 rows.append(
                     {
                         "tokens": int(x.shape[1]),

@@ -36,6 +36,10 @@ def files(tmp_path_factory, tokenizer_json):
     no_tokenizer = root / "hf_no_tokenizer"
     shutil.copytree(hf, no_tokenizer)
     (no_tokenizer / "tokenizer.json").unlink()
+    from headsize_tf.keras3.modeling import CausalLM
+
+    lm = CausalLM(vocabulary_size=50, num_layers=1, hidden_dim=16, max_sequence_length=32)
+    lm.save(root / "lm.keras")
     text = root / "text.txt"
     text.write_text("\n".join(TEXT) + "\n")
     return {
@@ -53,6 +57,8 @@ def files(tmp_path_factory, tokenizer_json):
 
 
 CONVERT = ["convert", "--decoder", "{gguf}", "--to", "grouped", "--output", "{out}"]
+LATENT = ["convert", "--decoder", "{gguf}", "--to", "latent", "--data-file", "{text}"]
+LATENT += ["--sequence-length", "16", "--output", "{out}"]
 CASES = [
     (
         "gguf_of_another_architecture",
@@ -98,6 +104,27 @@ CASES = [
         "unknown_decoder",
         ["generate", "--decoder", "no-such-model", "--prompt", "a"],
         "is neither a registered decoder",
+    ),
+    (
+        "rope_strategy_on_a_model_without_rope",
+        ["convert", "--framework", "keras3", "--model", "{root}/lm.keras", "--to", "latent"]
+        + ["--cache-fraction", "0.25", "--output", "{out}"],
+        "needs a rotary model",
+    ),
+    (
+        "more_rotary_pairs_than_a_head_has",
+        [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "9"],
+        "rope_pairs=9: a head of size 16 has 8 frequency pairs",
+    ),
+    (
+        "budget_below_the_rotary_keys",
+        [*LATENT, "--cache-fraction", "0.1", "--rope-pairs", "2"],
+        "is no more than the rotary keys' own 8",
+    ),
+    (
+        "calibration_text_too_short",
+        [*LATENT, "--cache-fraction", "0.5", "--calibration-windows", "100000"],
+        "--calibration-windows 100000 asks for more",
     ),
 ]
 
@@ -188,6 +215,14 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     # Every rotary pair kept, the latent at the values' full rank (2 K/V heads x 16): exact.
     ppl = report["perplexity"]
     assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+    budget = tmp_path / "budget"
+    argv = _fill(LATENT, files, str(budget)) + ["--cache-fraction", "0.5", "--rope-pairs", "2"]
+    argv += ["--allocation", "energy", "--calibration-windows", "4", "--eval-windows", "2"]
+    assert cli.main([*argv, "--decode-tokens", "4"]) == 0
+    report = json.loads((budget / "report.json").read_text())
+    assert report["kv_cache_fraction"] == pytest.approx(0.5)
+    assert report["calibration"]["tokens"] == 4 * 17
+    assert sum(report["latent_per_layer"]) == 2 * (32 - 2 * 2 * 2)  # The uniform total.
     pruned = tmp_path / "pruned"
     argv = [
         "prune",

@@ -38,7 +38,7 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     """`convert_lm_file`'s keyword arguments from the flags (text and source aside)."""
     cp = (
         {"max_iter": args.max_iter, "tolerance": args.tolerance}
-        if target.kind == "collaborative"
+        if target is not None and target.kind == "collaborative"
         else {}
     )
     return {
@@ -116,6 +116,8 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
 
     lm = load_decoder(args.decoder)
+    if target is None:
+        return _compress_decoder(args, lm)
     if (
         target.kind == "grouped"
         and args.method is None
@@ -145,6 +147,92 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
         eval_windows=args.eval_windows,
         **_options(args, target),
     )
+
+
+def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
+    """`--cache-fraction`: the rotary latent of `compress_kv`, calibrated on the training text."""
+    from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
+    from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv
+    from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
+
+    plan = KVPlan(
+        args.cache_fraction,
+        rope_strategy=args.rope_strategy,
+        rope_pairs=args.rope_pairs,
+        calibrated=args.calibration == "activations",
+        allocation=args.allocation,
+    )
+    stats = None
+    needs_text = plan.calibrated or plan.rope_strategy == "2norm"
+    if needs_text and args.corpus is None and args.data_file is None:
+        raise ValueError(
+            "--rope-strategy 2norm and --calibration activations measure the model on text: "
+            "pass --corpus or --data-file (or --rope-strategy high/low/uniform with "
+            "--calibration weights)."
+        )
+    length = args.sequence_length or min(DECODER_WINDOW, lm.max_sequence_length)
+    text = None
+    if args.corpus is not None or args.data_file is not None:
+        text = decoder_lm_text(
+            lm,
+            length + 1,
+            corpus=args.corpus,
+            data_file=args.data_file,
+            data_dir=args.data_dir,
+            max_train_windows=max(args.calibration_windows, args.uptrain_steps * args.batch_size),
+            max_held_out_windows=args.eval_windows,
+        )
+        if needs_text:
+            if len(text.train) < args.calibration_windows:
+                raise ValueError(
+                    f"The calibration text has {len(text.train)} training windows of {length} "
+                    f"tokens; --calibration-windows {args.calibration_windows} asks for more "
+                    "(give more text, or fewer windows)."
+                )
+            stats = _cached_stats(args, lm, text.train[: args.calibration_windows], text.source)
+
+    def converter(model: Any) -> tuple[Any, dict[str, Any]]:
+        converted, report = compress_kv(model, plan, stats)
+        target = {
+            "kind": "latent",
+            "cache_fraction": plan.cache_fraction,
+            "method": f"rope {plan.rope_strategy} x {plan.rope_pairs}, "
+            f"{'calibrated' if plan.calibrated else 'weights'}, {plan.allocation}",
+        }
+        return converted, {**report, "target": target}
+
+    return convert(
+        lm,
+        None,
+        args.output,
+        text=text,
+        source=str(args.decoder),
+        eval_windows=args.eval_windows,
+        converter=converter,
+        **_options(args, None),
+    )
+
+
+def _cached_stats(args: argparse.Namespace, lm: Any, windows: Any, source: str) -> Any:
+    """Calibration statistics of the decoder on `windows`, computed once and cached."""
+    import hashlib
+
+    from headsize_tf.core.io import cache_root
+    from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
+
+    key = hashlib.sha256(
+        f"{args.decoder}|{source}|{windows.shape}|{windows.tobytes().hex()[:64]}".encode()
+    ).hexdigest()[:16]
+    path = cache_root() / "calibration" / f"{key}.npz"
+    if path.exists():
+        print(f"calibration statistics: {path} (cached)", flush=True)
+        return CalibrationStats.load(path)
+    print(f"measuring calibration statistics on {windows.shape[0]} windows ...", flush=True)
+    stats = calibration_stats(
+        lm, windows, source=f"{source}; {windows.shape[0]} training windows of {windows.shape[1]}"
+    )
+    stats.save(path)
+    return stats
 
 
 def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:

@@ -114,6 +114,45 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="grouped: svd (default) or mean (Ainslie's mean pooling); latent: joint_svd "
         "(default) or joint_svd_unbalanced; collaborative: als (default) or tensorly",
     )
+    rotary = p.add_argument_group(
+        "a rotary decoder's latent at a cache budget (--decoder --to latent; MHA2MLA's partial "
+        "RoPE, in place of --kv-rank)"
+    )
+    rotary.add_argument(
+        "--cache-fraction",
+        type=_open_fraction,
+        default=None,
+        help="the fraction of the KV cache kept (e.g. 0.1875): latent + rotary keys per layer",
+    )
+    rotary.add_argument(
+        "--rope-strategy",
+        choices=["high", "low", "uniform", "2norm"],
+        default="2norm",
+        help="which frequency pairs keep RoPE (2norm: largest query x key pair norms on the "
+        "calibration text; default)",
+    )
+    rotary.add_argument(
+        "--rope-pairs", type=_positive_int, default=4, help="pairs kept per key/value head"
+    )
+    rotary.add_argument(
+        "--calibration",
+        choices=["activations", "weights"],
+        default="activations",
+        help="the latent's SVD: of the key/value activations on the calibration text (default) "
+        "or of the weights",
+    )
+    rotary.add_argument(
+        "--allocation",
+        choices=["uniform", "energy"],
+        default="uniform",
+        help="latent sizes per layer: the same, or by spectral energy at the same total",
+    )
+    rotary.add_argument(
+        "--calibration-windows",
+        type=_positive_int,
+        default=32,
+        help="windows of the corpus's training text the statistics are measured on",
+    )
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument(
@@ -183,8 +222,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def target_of(args: argparse.Namespace) -> Any:
-    """The `ConversionTarget` the flags name (the size flag of --to, no other)."""
+    """The `ConversionTarget` the flags name (the size flag of --to, no other); None for a
+    rotary latent at a cache budget (`--cache-fraction`)."""
     from headsize_tf.core.conversion import ConversionTarget
+
+    if getattr(args, "cache_fraction", None) is not None:
+        if args.to != "latent":
+            raise ValueError("--cache-fraction sizes a latent: --to latent.")
+        if args.decoder is None:
+            raise ValueError(
+                "--cache-fraction keeps some rotary pairs (RoPE) beside a latent: it needs a "
+                "rotary model (--decoder); a model without RoPE converts with --kv-rank."
+            )
+        if args.kv_rank is not None:
+            raise ValueError("--cache-fraction sets the latent's size: drop --kv-rank.")
+        return None
 
     flag = SIZE_FLAGS[args.to]
     for kind, other in SIZE_FLAGS.items():

@@ -247,11 +247,14 @@ class ConversionTarget:
         index: int,
         name: str = "attention",
         source: ResolvedAttention | None = None,
+        covariance: np.ndarray | None = None,
         **kwargs: Any,
     ) -> tuple[dict[str, np.ndarray | None], dict[str, Any]]:
         """Layer `index`'s converted weights (core layout) and a JSON-able report.
 
-        `source` (the layer's resolved sizes) says whether it rotates its keys.
+        `source` (the layer's resolved sizes) says whether it rotates its keys;
+        `covariance` (its inputs' second moment, from calibration text) makes a
+        latent's SVD one of the activations (`kv_sharing.joint_basis`).
         """
         size = self.layer_size(index)
         rotary = source is not None and source.uses_rope
@@ -271,11 +274,18 @@ class ConversionTarget:
             balance = self.method == "joint_svd"
             if rotary:
                 out, report = kv_sharing.rope_latent_weights(
-                    weights, size, self.layer_rope_sets(index, source), balance=balance, name=name
+                    weights,
+                    size,
+                    self.layer_rope_sets(index, source),
+                    balance=balance,
+                    covariance=covariance,
+                    name=name,
                 )
             else:
                 weights = {k: v for k, v in weights.items() if k != "key_bias"}
-                out, report = kv_sharing.latent_weights(weights, size, balance=balance, name=name)
+                out, report = kv_sharing.latent_weights(
+                    weights, size, balance=balance, covariance=covariance, name=name
+                )
             return out, {"layer": name, **report.to_dict()}
         out, report = convert.convert_weights(
             weights, size, name=name, method=self.method, **kwargs

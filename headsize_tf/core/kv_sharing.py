@@ -167,6 +167,98 @@ def _top_subspace(matrix: np.ndarray, rank: int) -> tuple[np.ndarray, float]:
     return basis, min(energy, 1.0)
 
 
+def _whitener(covariance: np.ndarray, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """(S, S^-1) with S S = the covariance (plus eps x its mean eigenvalue on the diagonal)."""
+    covariance = np.asarray(covariance, np.float64)
+    values, vectors = np.linalg.eigh((covariance + covariance.T) / 2)
+    values = np.maximum(values, 0) + eps * max(float(np.mean(values)), 1e-12)
+    root = np.sqrt(values)
+    return (vectors * root) @ vectors.T, (vectors / root) @ vectors.T
+
+
+def joint_basis(
+    flat_key: np.ndarray,
+    flat_value: np.ndarray,
+    rank: int,
+    *,
+    balance: bool = True,
+    covariance: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The shared latent of keys and values: down-projection, up-projections and spectrum.
+
+    Finds `down` `[e, r]` and up-projections with `down @ key_up ~= flat_key`
+    and `down @ value_up ~= flat_value`, best in the least-squares sense of
+    the weights (`covariance` None: MHA2MLA's joint SVD) or of the
+    activations `x W` over inputs of second moment `covariance` `[e, e]`
+    (a whitened SVD: the error the layer's outputs see, as CARE and
+    TransMLA's PCA of activations measure it). Exact at full rank.
+
+    Args:
+      flat_key, flat_value: `[e, key columns]`, `[e, value columns]` (key
+        columns may be 0).
+      rank: r.
+      balance: Scale the keys to the values' norm (in the same metric) before
+        the SVD (TransMLA's balancing of K against V).
+      covariance: The inputs' second-moment matrix `E[x^T x]`, or None.
+
+    Returns:
+      (down `[e, r]`, key_up `[r, key columns]`, value_up `[r, value columns]`,
+      the singular values of the balanced stacked matrix, descending).
+    """
+    if covariance is None:
+        root = inverse = np.eye(flat_key.shape[0])
+    else:
+        root, inverse = _whitener(covariance)
+    key, value = root @ flat_key, root @ flat_value
+    scale = 1.0
+    if balance and key.size:
+        key_norm = np.linalg.norm(key)
+        scale = np.linalg.norm(value) / key_norm if key_norm > 0 else 1.0
+    stacked = np.hstack([scale * key, value])
+    u, singular, _ = np.linalg.svd(stacked, full_matrices=False)
+    basis = u[:, :rank]
+    if basis.shape[1] < rank:  # Fewer directions than asked: pad orthonormally.
+        pad = np.linalg.qr(np.concatenate([basis, np.eye(stacked.shape[0])], axis=1))[0]
+        basis = pad[:, :rank]
+    return inverse @ basis, basis.T @ key, basis.T @ value, singular
+
+
+def allocate_ranks(
+    spectra: list[np.ndarray], total: int, minimum: int = 1, maximum: list[int] | None = None
+) -> list[int]:
+    """Latent sizes per layer summing to `total`, by spectral energy (a global greedy).
+
+    Each further latent dimension goes to the layer whose next singular value
+    keeps the largest share of that layer's energy (`s_i^2 / sum s^2`), so
+    layers whose keys and values are low-rank give up dimensions to layers
+    that need them. Every layer gets at least `minimum` and at most
+    `maximum[l]` (default: its number of singular values).
+
+    Example:
+
+    >>> allocate_ranks([np.array([4.0, 1.0]), np.array([2.0, 2.0])], 3)
+    [1, 2]
+    """
+    limits = maximum or [len(s) for s in spectra]
+    ranks = [min(minimum, limit) for limit in limits]
+    if total < sum(ranks) or total > sum(limits):
+        raise SpecError(
+            f"A total latent budget of {total} cannot be split over {len(spectra)} layers with "
+            f"{minimum} to their full ranks ({sum(limits)} in all) each."
+        )
+    shares = []
+    for layer, values in enumerate(spectra):
+        energy = np.asarray(values, np.float64) ** 2
+        energy = energy / max(energy.sum(), 1e-300)
+        for index in range(ranks[layer], limits[layer]):
+            share = energy[index] if index < len(energy) else 0.0
+            shares.append((-share, layer, index))
+    shares.sort()
+    for _, layer, _ in shares[: total - sum(ranks)]:
+        ranks[layer] += 1
+    return ranks
+
+
 def grouped_weights(
     weights: Weights,
     num_kv_heads: int,
@@ -290,6 +382,7 @@ def latent_weights(
     kv_latent_dim: int,
     *,
     balance: bool = True,
+    covariance: np.ndarray | None = None,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The shared-latent weights of a multi-head layer (joint SVD of keys and values).
@@ -300,6 +393,8 @@ def latent_weights(
       kv_latent_dim: r, the latent size, in [1, `latent_full_rank(weights)`].
       balance: Scale the keys to the values' Frobenius norm before the SVD
         (TransMLA); False is MHA2MLA's plain joint SVD.
+      covariance: The layer inputs' second moment `[e, e]` (calibration):
+        the SVD of the activations instead of the weights (`joint_basis`).
       name: The layer's name, for error messages.
 
     Returns:
@@ -327,13 +422,9 @@ def latent_weights(
     rank = check_latent_rank(kv_latent_dim, latent_full_rank(weights))
     flat_key = key.reshape(e, -1)
     flat_value = value.reshape(e, -1)
-    scale = 1.0
-    if balance:
-        key_norm = np.linalg.norm(flat_key)
-        scale = np.linalg.norm(flat_value) / key_norm if key_norm > 0 else 1.0
-    basis, _ = _top_subspace(np.hstack([scale * flat_key, flat_value]), rank)  # [e, r]
-    key_up = basis.T @ flat_key  # [r, h p]
-    value_up = basis.T @ flat_value
+    basis, key_up, value_up, _ = joint_basis(
+        flat_key, flat_value, rank, balance=balance, covariance=covariance
+    )
     f32 = np.float32
     out = {
         "query_kernel": np.asarray(weights["query_kernel"], f32),
@@ -392,12 +483,48 @@ def rope_layout(sets: Any, head_size: int) -> tuple[list[list[int]], list[list[i
     return rotary, rest
 
 
+def _latent_operands(
+    key: np.ndarray, value: np.ndarray, rest: list[list[int]], heads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The non-rotary keys and the values per query head, flattened `[e, columns]`: what the
+    latent holds (key/value head g's `rest[g]` dimensions)."""
+    e, groups, _ = key.shape
+    size = heads // groups
+    per_head_value = np.repeat(value, size, axis=1) if groups != heads else value
+    flat_value = per_head_value.reshape(e, -1)
+    if not rest[0]:
+        return np.zeros([e, 0]), flat_value
+    nope_key = np.stack([key[:, i // size, rest[i // size]] for i in range(heads)], axis=1)
+    return nope_key.reshape(e, -1), flat_value
+
+
+def rope_latent_spectrum(
+    weights: Weights,
+    rope_sets: Any,
+    *,
+    balance: bool = True,
+    covariance: np.ndarray | None = None,
+) -> np.ndarray:
+    """The singular values `rope_latent_weights`' joint SVD keeps the top of (descending).
+
+    What a per-layer budget allocation (`allocate_ranks`) compares across layers.
+    """
+    key = np.asarray(weights["key_kernel"], np.float64)
+    value = np.asarray(weights["value_kernel"], np.float64)
+    heads = np.shape(weights["query_kernel"])[1]
+    _, rest = rope_layout([tuple(s) for s in rope_sets], key.shape[2])
+    flat_key, flat_value = _latent_operands(key, value, rest, heads)
+    full = min(key.shape[0], flat_key.shape[1] + flat_value.shape[1])
+    return joint_basis(flat_key, flat_value, full, balance=balance, covariance=covariance)[3]
+
+
 def rope_latent_weights(
     weights: Weights,
     kv_latent_dim: int,
     rope_sets: Any,
     *,
     balance: bool = True,
+    covariance: np.ndarray | None = None,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The latent weights of a rotary multi-head or grouped layer: decoupled rotary keys + a joint SVD.
@@ -421,6 +548,8 @@ def rope_latent_weights(
         key/value head, all of the same size k >= 1.
       balance: Scale the non-rotary keys to the values' norm before the SVD
         (TransMLA's balancing).
+      covariance: The layer inputs' second moment `[e, e]` (calibration): a
+        whitened SVD of the key and value activations (`joint_basis`).
       name: The layer's name, for messages.
 
     Returns:
@@ -476,21 +605,12 @@ def rope_latent_weights(
         key_bias = np.asarray(key_bias, np.float64)
         rope_key_bias = np.stack([key_bias[g, rotary[g]] for g in range(groups)])
     nope = p - 2 * k
-    per_head_value = per_query_head({"query_kernel": query, "key_kernel": value})["key_kernel"]
-    flat_value = per_head_value.reshape(e, -1)
-    if nope:
-        nope_key = np.stack([key[:, i // size, rest[i // size]] for i in range(heads)], axis=1)
-        flat_key = nope_key.reshape(e, -1)
-    else:
-        flat_key = np.zeros([e, 0])
+    flat_key, flat_value = _latent_operands(key, value, rest, heads)
     full = min(e, flat_key.shape[1] + flat_value.shape[1])
     rank = check_latent_rank(kv_latent_dim, full)
-    scale = 1.0
-    if balance and flat_key.size:
-        key_norm = np.linalg.norm(flat_key)
-        scale = np.linalg.norm(flat_value) / key_norm if key_norm > 0 else 1.0
-    basis, _ = _top_subspace(np.hstack([scale * flat_key, flat_value]), rank)  # [e, r]
-    value_up = basis.T @ flat_value
+    basis, key_up, value_up, _ = joint_basis(
+        flat_key, flat_value, rank, balance=balance, covariance=covariance
+    )
     f32 = np.float32
     out: dict[str, np.ndarray | None] = {
         "query_kernel": new_query.astype(f32),
@@ -506,7 +626,6 @@ def rope_latent_weights(
     }
     key_energy = 1.0
     if nope:
-        key_up = basis.T @ flat_key
         out["key_up_kernel"] = key_up.reshape(rank, heads, nope).astype(f32)
         # Of the key operators' energy: the rotary dimensions are kept whole.
         total = np.sum(key**2)

@@ -324,3 +324,56 @@ def rotate_numpy(x: np.ndarray, positions: np.ndarray, inverse: np.ndarray) -> n
     cos, sin = np.cos(angles), np.sin(angles)
     x1, x2 = x[..., :n], x[..., n:]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+PAIR_STRATEGIES = ("high", "low", "uniform", "2norm")
+
+
+def select_pairs(
+    strategy: str, pairs: int, count: int, num_heads: int, scores: np.ndarray | None = None
+) -> tuple[FrequencySet, ...]:
+    """The `count` frequency pairs each of `num_heads` rotary heads keeps on RoPE (MHA2MLA).
+
+    Strategies (Ji et al., 2025, Sec. 3.1): "high" keeps the highest
+    frequencies (indices 0..count-1: the shortest wavelengths), "low" the
+    lowest, "uniform" evenly spread ones, and "2norm" the pairs with the
+    largest `scores[head, pair]` (the mean norm of the query pair times that
+    of the key pair, measured on text: the pairs that contribute most to the
+    scores).
+
+    Example:
+
+    >>> select_pairs("uniform", 32, 4, 3)[0]
+    (0, 8, 16, 24)
+    """
+    if strategy not in PAIR_STRATEGIES:
+        raise SpecError(
+            f"Unknown rotary pair strategy {strategy!r}; expected one of {list(PAIR_STRATEGIES)}."
+        )
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int | np.integer)
+        or not 1 <= count <= pairs
+    ):
+        raise SpecError(
+            f"A head of {2 * pairs} dimensions has {pairs} frequency pairs; keeping {count!r} "
+            f"needs 1 <= pairs kept <= {pairs}."
+        )
+    if strategy == "high":
+        chosen = tuple(range(count))
+    elif strategy == "low":
+        chosen = tuple(range(pairs - count, pairs))
+    elif strategy == "uniform":
+        chosen = uniform_set(pairs, count)
+    else:
+        if scores is None:
+            raise SpecError("The 2norm strategy needs pair scores measured on calibration text.")
+        scores = np.asarray(scores, np.float64)
+        if scores.shape != (num_heads, pairs):
+            raise SpecError(
+                f"2norm pair scores have shape {scores.shape}; expected {(num_heads, pairs)}."
+            )
+        return tuple(
+            tuple(sorted(int(j) for j in np.argsort(-row, kind="stable")[:count])) for row in scores
+        )
+    return (chosen,) * num_heads

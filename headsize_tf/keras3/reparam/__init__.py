@@ -4,11 +4,17 @@ key/value heads (Ainslie et al., 2023) and a shared key/value latent (MLA), on o
 a saved `.keras` CausalLM (`headsize-tf convert --framework keras3`)."""
 
 from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
 from headsize_tf.keras3.reparam.compress import compress, mean_cosine
 from headsize_tf.keras3.reparam.convert import compress_backbone, convert_model, to_collaborative
+from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv
 from headsize_tf.keras3.reparam.lm_file import convert_lm_file
 
 __all__ = [
+    "CalibrationStats",
+    "KVPlan",
+    "calibration_stats",
+    "compress_kv",
     "ConversionTarget",
     "compress",
     "compress_backbone",

@@ -112,7 +112,10 @@ def _resolved(layer: keras.layers.Layer) -> ResolvedAttention:
 
 
 def convert_model(
-    model: AttentionModel, target: ConversionTarget, **kwargs: Any
+    model: AttentionModel,
+    target: ConversionTarget,
+    covariances: list[Any] | None = None,
+    **kwargs: Any,
 ) -> tuple[AttentionModel, list[dict[str, Any]]]:
     """`model` (a `CausalLM`, `DecoderLM` or `BertBackbone`) with its attention converted to `target`.
 
@@ -128,6 +131,9 @@ def convert_model(
         `DecoderLM` with multi-head or grouped K/V (rotary: grouped by "mean", latent with
         decoupled rotary keys, `ConversionTarget.rope_frequencies`).
       target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
+      covariances: Latent targets: each layer's attention-input second moment
+        (`keras3.reparam.calibration`), for an SVD of the activations; None:
+        of the weights.
       **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
 
     Returns:
@@ -148,7 +154,12 @@ def convert_model(
     reports = []
     for index, (source, dest) in enumerate(zip(layers, new.attention_layers, strict=True)):
         converted, report = target.convert_layer(
-            numpy_weights(source), index, name=source.name, source=resolved[index], **kwargs
+            numpy_weights(source),
+            index,
+            name=source.name,
+            source=resolved[index],
+            covariance=None if covariances is None else covariances[index],
+            **kwargs,
         )
         assign_weights(dest, converted)
         reports.append(report)

@@ -165,6 +165,7 @@ def convert_lm_file(
     overwrite: bool = False,
     source: str | None = None,
     save_model: Callable[[CausalLM, pathlib.Path], Any] | None = None,
+    converter: Callable[[Any], tuple[Any, dict[str, Any]]] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Converts a `.keras` CausalLM's attention; see the module doc.
@@ -190,12 +191,16 @@ def convert_lm_file(
       save_model: Writes the converted (uncompiled) model into the directory
         being written (default: as `model.keras`); e.g. a keras-hub model's
         own format with its tokenizer (`keras3.hub.convert_hub_lm`).
+      converter: Converts the model in place of `convert_model(lm, target)`:
+        `lm -> (converted, a report with "target" and "layers")`, e.g. a
+        budgeted rotary latent (`keras3.reparam.kv_compress.compress_kv`);
+        `target` is then None.
       **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
 
     Returns:
       The report (also `output/report.json`).
     """
-    if not isinstance(target, ConversionTarget):
+    if converter is None and not isinstance(target, ConversionTarget):
         raise TypeError(f"target must be a ConversionTarget; got {target!r}.")
     if isinstance(uptrain_steps, bool) or not isinstance(uptrain_steps, int) or uptrain_steps < 0:
         raise ValueError(f"uptrain_steps must be an int >= 0; got {uptrain_steps!r}.")
@@ -205,12 +210,19 @@ def convert_lm_file(
         )
     check_output_free(output, overwrite)
     lm = model if isinstance(model, LM_CLASSES) else load_lm_file(model)
-    converted, layers = convert_model(lm, target, **kwargs)
+    details: dict[str, Any] = {}
+    if converter is None:
+        converted, layers = convert_model(lm, target, **kwargs)
+        target_report = target.to_dict()
+    else:
+        converted, details = converter(lm)
+        layers, target_report = details.pop("layers"), details.pop("target")
     report: dict[str, Any] = {
         "source": source or (lm.name if isinstance(model, LM_CLASSES) else str(model)),
         "framework": "keras3",
         "backend": keras.backend.backend(),
-        "target": target.to_dict(),
+        "target": target_report,
+        **details,
         "uptrain_steps": int(uptrain_steps),
         "layers": layers,
         "params": {"original": int(lm.count_params()), "converted": int(converted.count_params())},

@@ -1,0 +1,353 @@
+"""KV-cache conversion of a real pretrained decoder at equal cache: SmolLM2-135M-Instruct (4-bit).
+
+The study of `results/kv_sharing_smollm2/`: the rotary decoder's 384 cached
+values per token and layer (3 key/value heads x (64 + 64)) cut by every
+head-sharing method the library has, training-free, and measured on text
+not used for calibration.
+
+* Latent K/V with decoupled rotary keys (`keras3.reparam.kv_compress`): the
+  rotary pairs each key/value head keeps (MHA2MLA's S_high, S_low,
+  S_uniform, S_2-norm), the latent's SVD of the weights or of the
+  activations (calibrated on Austen's four training novels), uniform or
+  energy-allocated latent sizes, at 18.75% of the cache (the full grid), and
+  the best of each at 50%, 31.25% and 12.5%; three calibration samples for
+  the best at 18.75%.
+* Grouped K/V, 3 -> 1 key/value heads by mean pooling (33%), and pruning
+  whole key/value groups by importance to one per layer (33%).
+
+Metrics on two held-out texts (Austen's Northanger Abbey, Melville's Moby
+Dick; `--eval-windows` windows of 256 tokens each): perplexity, top-1
+next-token agreement with the original model, and agreement of greedy
+continuations of fixed prompts. Each run writes `runs/NAME.json` when it
+ends; a rerun skips finished runs. `report` writes `README.md`'s table,
+`perplexity_vs_cache.png` and `summary.json`.
+
+Usage:
+  python -m headsize_tf.experiments.kv_sharing_smollm2 --output OUT [--runs NAME,...]
+      [--report-only] [--eval-windows 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+MODEL = "smollm2-135m-instruct-q4"
+WINDOW = 257  # The start token and 256 text tokens.
+EVAL_TEXTS = ("austen", "moby_dick")
+PROMPTS = (
+    "The capital of France is Paris, and the capital of Germany is",
+    "It is a truth universally acknowledged, that",
+    "Call me Ishmael. Some years ago,",
+    "def add(a, b):",
+    "The three primary colours are",
+    "Water boils at a temperature of",
+)
+NEW_TOKENS = 12
+FRACTIONS = {"50%": 0.5, "31.25%": 0.3125, "18.75%": 0.1875, "12.5%": 0.125}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One converted model of the study.
+
+    Args:
+      name: The run's name (its result file).
+      method: "original", "latent", "grouped" or "pruned".
+      fraction: The cache fraction (latent), for the table.
+      strategy: Rotary pairs kept (latent): high, low, uniform, 2norm.
+      pairs: Pairs per key/value head (latent).
+      calibrated: The latent's SVD of activations (else weights).
+      allocation: uniform or energy.
+      seed: The calibration sample's seed.
+    """
+
+    name: str
+    method: str
+    fraction: float = 1.0
+    strategy: str = "2norm"
+    pairs: int = 4
+    calibrated: bool = True
+    allocation: str = "uniform"
+    seed: int = 0
+
+
+def plan() -> list[Run]:
+    """Every run of the study, in the order it runs."""
+    runs = [Run("original", "original")]
+    for strategy in ("2norm", "uniform", "high", "low"):
+        for calibrated in (True, False):
+            for allocation in ("uniform", "energy"):
+                label = f"{'act' if calibrated else 'w'}-{allocation}"
+                runs.append(
+                    Run(
+                        f"latent-18.75-{strategy}-{label}",
+                        "latent",
+                        0.1875,
+                        strategy,
+                        4,
+                        calibrated,
+                        allocation,
+                    )
+                )
+    for fraction in ("50%", "31.25%", "12.5%"):
+        value = FRACTIONS[fraction]
+        tag = fraction.rstrip("%")
+        runs.append(
+            Run(f"latent-{tag}-2norm-act-energy", "latent", value, "2norm", 4, True, "energy")
+        )
+        runs.append(Run(f"latent-{tag}-uniform-w-uniform", "latent", value, "uniform", 4, False))
+    runs.append(Run("grouped-33-mean", "grouped", 1 / 3))
+    runs.append(Run("pruned-33-groups", "pruned", 1 / 3))
+    for seed in (1, 2):
+        runs.append(
+            Run(
+                f"latent-18.75-2norm-act-energy-seed{seed}",
+                "latent",
+                0.1875,
+                "2norm",
+                4,
+                True,
+                "energy",
+                seed,
+            )
+        )
+    return runs
+
+
+class Study:
+    """The loaded model, its texts and the original's reference outputs (computed once)."""
+
+    def __init__(self, output: pathlib.Path, eval_windows: int, calibration_windows: int):
+        from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
+        from headsize_tf.keras3.pretrained.decoders import load_decoder
+
+        self.output = output
+        self.lm = load_decoder(MODEL)
+        self.eval = {
+            name: decoder_lm_text(
+                self.lm, WINDOW, corpus=name, max_held_out_windows=eval_windows, train=False
+            ).held_out
+            for name in EVAL_TEXTS
+        }
+        train = decoder_lm_text(self.lm, WINDOW, corpus="austen", max_train_windows=None).train
+        self.calibration_pool = train
+        self.calibration_windows = calibration_windows
+        self.prompts = [
+            np.array([[self.lm.tokenizer.start_token_id, *self.lm.tokenizer.tokenize(p)]], "int32")
+            for p in PROMPTS
+        ]
+        self._stats: dict[int, Any] = {}
+        self._reference: dict[str, Any] | None = None
+
+    def calibration(self, seed: int):
+        """Calibration statistics on a seeded sample of the training novels (cached on disk)."""
+        from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
+
+        if seed not in self._stats:
+            path = self.output / "calibration" / f"seed{seed}.npz"
+            if path.exists():
+                self._stats[seed] = CalibrationStats.load(path)
+            else:
+                rng = np.random.default_rng(seed)
+                pick = rng.choice(len(self.calibration_pool), self.calibration_windows, False)
+                windows = self.calibration_pool[np.sort(pick)]
+                source = (
+                    f"austen train (four novels), {len(windows)} windows of {WINDOW - 1} tokens "
+                    f"after the start token, sampled with seed {seed}"
+                )
+                stats = calibration_stats(self.lm, windows, source=source)
+                stats.save(path)
+                self._stats[seed] = stats
+        return self._stats[seed]
+
+    def outputs(self, model) -> dict[str, Any]:
+        """Per text: perplexity and argmax tokens; greedy continuations of the prompts."""
+        import keras
+
+        out: dict[str, Any] = {}
+        for name, windows in self.eval.items():
+            total, count, argmax = 0.0, 0, []
+            for start in range(0, len(windows), 4):
+                batch = windows[start : start + 4]
+                logits = np.asarray(keras.ops.convert_to_numpy(model(batch[:, :-1])), np.float64)
+                top = logits.max(-1, keepdims=True)
+                log_z = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+                picked = np.take_along_axis(logits, batch[:, 1:, None], -1)[..., 0]
+                total += float((log_z - picked).sum())
+                count += picked.size
+                argmax.append(logits.argmax(-1))
+            out[name] = {
+                "perplexity": float(np.exp(total / count)),
+                "argmax": np.concatenate(argmax),
+            }
+        out["greedy"] = [model.generate(p, NEW_TOKENS)[0, p.shape[1] :] for p in self.prompts]
+        return out
+
+    def reference(self) -> dict[str, Any]:
+        if self._reference is None:
+            self._reference = self.outputs(self.lm)
+        return self._reference
+
+
+def _convert(study: Study, run: Run):
+    from headsize_tf.core.conversion import ConversionTarget
+    from headsize_tf.keras3.reparam import KVPlan, compress_kv, convert_model
+
+    lm = study.lm
+    if run.method == "original":
+        return lm, {}
+    if run.method == "latent":
+        stats = study.calibration(run.seed) if (run.calibrated or run.strategy == "2norm") else None
+        kv_plan = KVPlan(run.fraction, run.strategy, run.pairs, run.calibrated, run.allocation)
+        model, report = compress_kv(lm, kv_plan, stats)
+        report.pop("layers")
+        return model, report
+    if run.method == "grouped":
+        model, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
+        return model, {}
+    # Pruned: whole key/value groups by importance, to one group per layer.
+    import keras
+
+    from headsize_tf.keras3.pruning import head_importance, remove_heads
+
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    stats_windows = study.calibration_pool[: study.calibration_windows]
+    batches = [
+        (b[:, :-1], b[:, 1:])
+        for b in np.array_split(stats_windows, max(1, len(stats_windows) // 4))
+    ]
+    scores = head_importance(lm, batches, loss)  # [layers, 9]
+    groups = scores.reshape(len(scores), 3, 3).sum(-1)
+    mask = np.zeros_like(scores)
+    for layer, best in enumerate(groups.argmax(-1)):
+        mask[layer, 3 * best : 3 * best + 3] = 1.0
+    return remove_heads(lm, mask), {"kept_group_per_layer": groups.argmax(-1).tolist()}
+
+
+def run_one(study: Study, run: Run) -> dict[str, Any]:
+    """Converts, measures and writes `runs/NAME.json`; returns the record."""
+    from headsize_tf.core import kv_cache
+    from headsize_tf.core.io import write_json
+
+    start = time.perf_counter()
+    model, details = _convert(study, run)
+    convert_s = time.perf_counter() - start
+    outputs = study.outputs(model)
+    reference = study.reference()
+    record: dict[str, Any] = {
+        "run": dataclasses.asdict(run),
+        "cache_bytes_per_token": kv_cache.kv_cache_bytes_per_token(
+            model.attention_spec, model.hidden_dim, model.num_layers
+        ),
+        "params": int(model.count_params()),
+        "convert_seconds": round(convert_s, 1),
+        "details": details,
+    }
+    for name in EVAL_TEXTS:
+        record[name] = {
+            "perplexity": outputs[name]["perplexity"],
+            "top1_agreement": float(np.mean(outputs[name]["argmax"] == reference[name]["argmax"])),
+        }
+    same = [
+        float(np.mean(a == b)) for a, b in zip(outputs["greedy"], reference["greedy"], strict=True)
+    ]
+    record["greedy_agreement"] = float(np.mean(same))
+    record["seconds"] = round(time.perf_counter() - start, 1)
+    write_json(study.output / "runs" / f"{run.name}.json", record)
+    return record
+
+
+def report(output: pathlib.Path) -> str:
+    """README table, plot and summary.json of the finished runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from headsize_tf.core.io import save_figure, write_json
+
+    records = [json.loads(p.read_text()) for p in sorted((output / "runs").glob("*.json"))]
+    if not records:
+        raise ValueError(f"{output}/runs holds no finished run.")
+    original = next((r for r in records if r["run"]["method"] == "original"), None)
+    base = (
+        original["cache_bytes_per_token"]
+        if original
+        else max(r["cache_bytes_per_token"] for r in records)
+    )
+    order = {run.name: i for i, run in enumerate(plan())}
+    records.sort(key=lambda r: order.get(r["run"]["name"], 1e9))
+    lines = [
+        "| run | cache | austen ppl | moby dick ppl | top-1 agree (austen) | greedy agree | params |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        lines.append(
+            f"| {r['run']['name']} | {r['cache_bytes_per_token'] / base:.4f} | "
+            f"{r['austen']['perplexity']:.2f} | {r['moby_dick']['perplexity']:.2f} | "
+            f"{r['austen']['top1_agreement']:.3f} | {r['greedy_agreement']:.3f} | {r['params']:,} |"
+        )
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = {"latent": "o", "grouped": "s", "pruned": "^", "original": "*"}
+    for r in records:
+        x = r["cache_bytes_per_token"] / base
+        ax.scatter(x, r["austen"]["perplexity"], marker=markers[r["run"]["method"]], s=30)
+    ax.set(
+        xlabel="KV cache kept (fraction of SmolLM2's)",
+        ylabel="Northanger Abbey perplexity (log)",
+        yscale="log",
+        title="SmolLM2-135M-Instruct (4-bit), training-free KV conversion",
+    )
+    ax.grid(alpha=0.3)
+    save_figure(fig, output / "perplexity_vs_cache.png")
+    plt.close(fig)
+    write_json(output / "summary.json", {"runs": records})
+    table = "\n".join(lines)
+    (output / "table.md").write_text(table + "\n")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", required=True, help="the study's directory (runs/, report)")
+    parser.add_argument("--runs", default="", help="comma-separated run names (default: all)")
+    parser.add_argument("--eval-windows", type=int, default=32)
+    parser.add_argument("--calibration-windows", type=int, default=32)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    output = pathlib.Path(args.output)
+    if not args.report_only:
+        wanted = [name for name in args.runs.split(",") if name]
+        runs = [run for run in plan() if not wanted or run.name in wanted]
+        unknown = set(wanted) - {run.name for run in plan()}
+        if unknown:
+            raise SystemExit(f"Unknown runs {sorted(unknown)}.")
+        todo = [run for run in runs if not (output / "runs" / f"{run.name}.json").exists()]
+        print(
+            f"{len(runs) - len(todo)} of {len(runs)} runs finished; {len(todo)} to go", flush=True
+        )
+        if todo:
+            study = Study(output, args.eval_windows, args.calibration_windows)
+            for i, run in enumerate(todo, 1):
+                record = run_one(study, run)
+                print(
+                    f"[{i}/{len(todo)}] {run.name}: austen {record['austen']['perplexity']:.2f}, "
+                    f"moby dick {record['moby_dick']['perplexity']:.2f}, greedy agreement "
+                    f"{record['greedy_agreement']:.2f} ({record['seconds']} s)",
+                    flush=True,
+                )
+    print(report(output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""A rotary decoder's KV cache cut to a budget: MHA2MLA's partial RoPE, calibrated, allocated.
+
+`compress_kv(lm, plan, stats)` converts every attention layer of a rotary
+`DecoderLM` (multi-head or grouped K/V) into a shared latent with decoupled
+rotary keys at a given fraction of the cache:
+
+1. **Which pairs keep RoPE** (`KVPlan.rope_strategy`, MHA2MLA's S_high,
+   S_low, S_uniform or S_2-norm, `headsize_tf.core.rope.select_pairs`): each
+   key/value head keeps `rope_pairs` frequency pairs as its rotary key,
+   cached as they are; the other key dimensions lose their rotation.
+2. **The latent** of the non-rotary keys and the values: their joint SVD
+   (`headsize_tf.core.kv_sharing.rope_latent_weights`), of the weights or,
+   calibrated, of the activations (the inputs' second moments from
+   `calibration.calibration_stats`), keys balanced against values.
+3. **Its size per layer**: the cache budget less the rotary keys, the same
+   in every layer ("uniform") or allocated by spectral energy across layers
+   at the same total ("energy", `kv_sharing.allocate_ranks`).
+
+The cache a token adds per layer is `latent + key/value heads x 2 x
+rope_pairs` values, against `2 x key/value heads x head size` before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from headsize_tf.core import kv_sharing, rope
+from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.core.errors import SpecError
+from headsize_tf.keras3.layers.roles import numpy_weights
+from headsize_tf.keras3.reparam.calibration import CalibrationStats
+from headsize_tf.keras3.reparam.convert import convert_model
+
+ALLOCATIONS = ("uniform", "energy")
+
+
+@dataclasses.dataclass(frozen=True)
+class KVPlan:
+    """How `compress_kv` cuts the cache.
+
+    Args:
+      cache_fraction: The fraction of the original KV cache kept, in (0, 1].
+      rope_strategy: "high", "low", "uniform" or "2norm" (needs calibration).
+      rope_pairs: Frequency pairs each key/value head keeps on RoPE.
+      calibrated: Take the latent's SVD of the activations (needs
+        calibration statistics) instead of the weights.
+      allocation: "uniform" (the same latent in every layer) or "energy".
+      balance: Scale keys to the values' norm before the SVD (TransMLA).
+
+    Example:
+
+    >>> KVPlan(0.1875, rope_strategy="2norm", rope_pairs=4, allocation="energy")
+    """
+
+    cache_fraction: float
+    rope_strategy: str = "2norm"
+    rope_pairs: int = 4
+    calibrated: bool = True
+    allocation: str = "uniform"
+    balance: bool = True
+
+    def __post_init__(self) -> None:
+        fraction = self.cache_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise SpecError(f"cache_fraction must be a number in (0, 1]; got {fraction!r}.")
+        if not 0 < fraction <= 1:
+            raise SpecError(f"cache_fraction must be in (0, 1]; got {fraction!r}.")
+        if self.rope_strategy not in rope.PAIR_STRATEGIES:
+            raise SpecError(
+                f"Unknown rope_strategy {self.rope_strategy!r}; expected one of "
+                f"{list(rope.PAIR_STRATEGIES)}."
+            )
+        if self.allocation not in ALLOCATIONS:
+            raise SpecError(
+                f"Unknown allocation {self.allocation!r}; expected one of {list(ALLOCATIONS)}."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
+    """(key/value heads, head size, latent size under a uniform budget) of a source layer."""
+    if not getattr(layer, "uses_rope", False):
+        raise SpecError(
+            f"Layer {layer.name!r} has no rotary positions: a rotary strategy needs a RoPE model "
+            "(convert --to latent without --rope-strategy for the others)."
+        )
+    groups = int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
+    head_size = int(layer.head_size)
+    pairs = head_size // 2
+    if plan.rope_pairs > pairs:
+        raise SpecError(
+            f"rope_pairs={plan.rope_pairs}: a head of size {head_size} has {pairs} frequency pairs."
+        )
+    original = groups * (head_size + int(layer.value_dim))
+    rotary = groups * 2 * plan.rope_pairs
+    budget = int(round(plan.cache_fraction * original))
+    if budget <= rotary:
+        raise SpecError(
+            f"A cache of {plan.cache_fraction:.4g} x {original} = {budget} values per token and "
+            f"layer is no more than the rotary keys' own {rotary} ({groups} key/value heads x 2 x "
+            f"{plan.rope_pairs} pairs): keep fewer rotary pairs or more of the cache."
+        )
+    return groups, head_size, budget - rotary
+
+
+def compress_kv(
+    lm: Any, plan: KVPlan, stats: CalibrationStats | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """`lm` with a latent KV cache of `plan.cache_fraction` (see the module docstring).
+
+    Args:
+      lm: A rotary `DecoderLM` (multi-head or grouped K/V).
+      plan: The budget and the method.
+      stats: Calibration statistics of `lm` (needed for "2norm" and
+        `calibrated`).
+
+    Returns:
+      (the converted `DecoderLM`, a report: the plan, rotary sets and latent
+      sizes per layer, cache values per token and layer, the per-layer
+      conversion reports).
+
+    Raises:
+      SpecError: a model without RoPE, more rotary pairs than a head has, a
+        budget at or below the rotary keys' own size, or a method that needs
+        calibration without it.
+    """
+    layers = lm.attention_layers
+    needs_stats = plan.calibrated or plan.rope_strategy == "2norm"
+    if needs_stats and stats is None:
+        raise SpecError(
+            f"The plan ({'2norm pairs' if plan.rope_strategy == '2norm' else 'calibrated SVD'}) "
+            "needs calibration statistics of the model (calibration_stats on text)."
+        )
+    if stats is not None and len(stats.covariances) != len(layers):
+        raise SpecError(
+            f"Calibration statistics of {len(stats.covariances)} layers for a model of "
+            f"{len(layers)}."
+        )
+    sets, ranks, rotary_values = [], [], []
+    for i, layer in enumerate(layers):
+        groups, head_size, rank = _layer_plan(layer, plan)
+        scores = None if stats is None else stats.pair_scores[i]
+        sets.append(
+            rope.select_pairs(plan.rope_strategy, head_size // 2, plan.rope_pairs, groups, scores)
+        )
+        ranks.append(rank)
+        rotary_values.append(groups * 2 * plan.rope_pairs)
+    covariances = stats.covariances if (plan.calibrated and stats is not None) else None
+    fulls = []
+    for i, layer in enumerate(layers):
+        weights = numpy_weights(layer)
+        spectrum = kv_sharing.rope_latent_spectrum(
+            weights,
+            sets[i],
+            balance=plan.balance,
+            covariance=None if covariances is None else covariances[i],
+        )
+        fulls.append(len(spectrum))
+        if plan.allocation == "energy":
+            ranks[i] = (ranks[i], spectrum)
+    if plan.allocation == "energy":
+        spectra = [spectrum for _, spectrum in ranks]
+        total = sum(rank for rank, _ in ranks)
+        ranks = kv_sharing.allocate_ranks(spectra, min(total, sum(fulls)), 1, fulls)
+    ranks = [min(rank, full) for rank, full in zip(ranks, fulls, strict=True)]
+    target = ConversionTarget(
+        "latent",
+        tuple(ranks),
+        "joint_svd" if plan.balance else "joint_svd_unbalanced",
+        rope_frequencies=[[list(s) for s in layer_sets] for layer_sets in sets],
+    )
+    converted, reports = convert_model(lm, target, covariances=covariances)
+    original = [
+        int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
+        * (int(layer.head_size) + int(layer.value_dim))
+        for layer in layers
+    ]
+    kept = [rank + rotary for rank, rotary in zip(ranks, rotary_values, strict=True)]
+    report = {
+        "plan": plan.to_dict(),
+        "calibration": None
+        if stats is None
+        else {"tokens": int(stats.tokens), "source": stats.source},
+        "latent_per_layer": ranks,
+        "rope_sets_per_layer": [[list(s) for s in layer_sets] for layer_sets in sets],
+        "cache_values_per_token_per_layer": {"original": original, "converted": kept},
+        "cache_fraction": float(np.sum(kept) / np.sum(original)),
+        "layers": reports,
+    }
+    return converted, report
