@@ -189,6 +189,12 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert report["target"]["method"] == "mean"  # The rotary default.
+    healed = tmp_path / "healed"
+    argv = [*argv[:-1], str(healed), "--heal-steps", "20", "--heal-windows", "8"]
+    assert cli.main(argv) == 0
+    heal = json.loads((healed / "report.json").read_text())["heal"]
+    for layer in heal["layers"]:  # Distillation brings each layer nearer the original's.
+        assert layer["relative_error_after"] < layer["relative_error_before"]
     assert report["perplexity"]["converted"] > 0
     exact = tmp_path / "latent"
     argv = [

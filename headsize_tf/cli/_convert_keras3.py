@@ -134,19 +134,46 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
             corpus=args.corpus,
             data_file=args.data_file,
             data_dir=args.data_dir,
-            max_train_windows=max(1, args.uptrain_steps * args.batch_size),
+            max_train_windows=max(1, args.heal_windows, args.uptrain_steps * args.batch_size),
             max_held_out_windows=args.eval_windows,
-            train=args.uptrain_steps > 0,
+            train=args.uptrain_steps > 0 or args.heal_steps > 0,
         )
+
+    def converter(model: Any) -> tuple[Any, dict[str, Any]]:
+        from headsize_tf.keras3.reparam import convert_model
+
+        converted, layers = convert_model(model, target)
+        return converted, {"layers": layers, "target": target.to_dict()}
+
     return convert(
         lm,
-        target,
+        None,
         args.output,
         text=text,
         source=str(args.decoder),
         eval_windows=args.eval_windows,
+        converter=_healed(args, converter, text),
         **_options(args, target),
     )
+
+
+def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
+    """`converter` followed by `--heal-steps` of layer-wise distillation on the training text."""
+    if not args.heal_steps:
+        return converter
+    if text is None or not len(text.train):
+        raise ValueError("--heal-steps distils on training text: pass --corpus or --data-file.")
+
+    def healed(model: Any) -> tuple[Any, dict[str, Any]]:
+        from headsize_tf.keras3.reparam.heal import layerwise_distill
+
+        converted, report = converter(model)
+        windows = text.train[: args.heal_windows]
+        print(f"healing: {args.heal_steps} steps per layer on {len(windows)} windows", flush=True)
+        heal = layerwise_distill(model, converted, windows, args.heal_steps, progress=None)
+        return converted, {**report, "heal": heal}
+
+    return healed
 
 
 def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
@@ -179,7 +206,9 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
             corpus=args.corpus,
             data_file=args.data_file,
             data_dir=args.data_dir,
-            max_train_windows=max(args.calibration_windows, args.uptrain_steps * args.batch_size),
+            max_train_windows=max(
+                args.calibration_windows, args.heal_windows, args.uptrain_steps * args.batch_size
+            ),
             max_held_out_windows=args.eval_windows,
         )
         if needs_text:
@@ -208,7 +237,7 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         text=text,
         source=str(args.decoder),
         eval_windows=args.eval_windows,
-        converter=converter,
+        converter=_healed(args, converter, text),
         **_options(args, None),
     )
 

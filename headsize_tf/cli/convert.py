@@ -153,6 +153,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=32,
         help="windows of the corpus's training text the statistics are measured on",
     )
+    p.add_argument(
+        "--heal-steps",
+        type=_non_negative_int,
+        default=0,
+        help="a --decoder: Adam steps per attention layer of layer-wise distillation from the "
+        "original (its outputs on the training text), before any uptraining",
+    )
+    p.add_argument(
+        "--heal-windows",
+        type=_positive_int,
+        default=32,
+        help="training windows the healing distils on",
+    )
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument(
@@ -266,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
     hub = args.keras_hub_preset is not None
     decoder = args.decoder is not None
     framework = args.framework or ("keras3" if args.model or hub or decoder else "tf_keras")
+    if args.heal_steps and not decoder:
+        raise ValueError("--heal-steps is for --decoder models.")
     if decoder and framework != "keras3":
         raise ValueError("--decoder is a Keras 3 model: drop --framework tf_keras (or say keras3).")
     if args.corpus not in (None, "austen") and not decoder:

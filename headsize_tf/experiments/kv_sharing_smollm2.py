@@ -68,6 +68,8 @@ class Run:
       calibrated: The latent's SVD of activations (else weights).
       allocation: uniform or energy.
       seed: The calibration sample's seed.
+      heal_steps: Adam steps per layer of layer-wise distillation after the
+        conversion (`keras3.reparam.heal`; 0: training-free).
     """
 
     name: str
@@ -78,6 +80,10 @@ class Run:
     calibrated: bool = True
     allocation: str = "uniform"
     seed: int = 0
+    heal_steps: int = 0
+
+
+HEAL_STEPS = 200
 
 
 def plan() -> list[Run]:
@@ -107,6 +113,21 @@ def plan() -> list[Run]:
         runs.append(Run(f"latent-{tag}-uniform-w-uniform", "latent", value, "uniform", 4, False))
     runs.append(Run("grouped-33-mean", "grouped", 1 / 3))
     runs.append(Run("pruned-33-groups", "pruned", 1 / 3))
+    for fraction in ("31.25%", "18.75%"):
+        tag = fraction.rstrip("%")
+        runs.append(
+            Run(
+                f"latent-{tag}-2norm-act-energy-healed",
+                "latent",
+                FRACTIONS[fraction],
+                "2norm",
+                4,
+                True,
+                "energy",
+                heal_steps=HEAL_STEPS,
+            )
+        )
+    runs.append(Run("grouped-33-mean-healed", "grouped", 1 / 3, heal_steps=HEAL_STEPS))
     for seed in (1, 2):
         runs.append(
             Run(
@@ -153,7 +174,11 @@ class Study:
         from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
 
         if seed not in self._stats:
-            path = self.output / "calibration" / f"seed{seed}.npz"
+            from headsize_tf.core.io import cache_root
+
+            # 80 MB of second moments: the cache, not the results.
+            name = f"kv_sharing_smollm2_{self.calibration_windows}_seed{seed}.npz"
+            path = cache_root() / "calibration" / name
             if path.exists():
                 self._stats[seed] = CalibrationStats.load(path)
             else:
@@ -234,15 +259,24 @@ def _convert(study: Study, run: Run):
 
 
 def run_one(study: Study, run: Run) -> dict[str, Any]:
-    """Converts, measures and writes `runs/NAME.json`; returns the record."""
+    """Converts (heals), measures and writes `runs/NAME.json`; returns the record."""
     from headsize_tf.core import kv_cache
     from headsize_tf.core.io import write_json
+    from headsize_tf.keras3.reparam.heal import layerwise_distill
 
     start = time.perf_counter()
     model, details = _convert(study, run)
+    if run.heal_steps:
+        windows = study.calibration_pool[: study.calibration_windows]
+        heal = layerwise_distill(study.lm, model, windows, run.heal_steps, progress=None)
+        details["heal"] = {k: v for k, v in heal.items() if k != "layers"}
+        details["heal"]["relative_error_mean"] = {
+            stage: float(np.mean([layer[f"relative_error_{stage}"] for layer in heal["layers"]]))
+            for stage in ("before", "after")
+        }
     convert_s = time.perf_counter() - start
-    outputs = study.outputs(model)
     reference = study.reference()
+    outputs = reference if run.method == "original" else study.outputs(model)
     record: dict[str, Any] = {
         "run": dataclasses.asdict(run),
         "cache_bytes_per_token": kv_cache.kv_cache_bytes_per_token(

@@ -49,6 +49,7 @@ JAX_GROUPS = {
         "kv_convert",
         "hub/decoders",
         "layers/rope",
+        "reparam/kv_compress",
     ],
 }
 JAX_DESELECT = [

@@ -1,0 +1,114 @@
+"""Healing a converted decoder layer by layer: each attention layer distilled from the original's.
+
+After a training-free KV conversion, `layerwise_distill` trains every
+converted attention layer to reproduce the original layer's outputs on the
+same inputs: the original model's attention inputs (its normalised hidden
+states on calibration text) go through the original layer for the targets
+and through the converted layer for the prediction, and Adam minimises the
+mean squared error relative to the targets' mean square. No backward pass
+goes through the model: each layer trains alone (a few seconds on a CPU), so
+healing fits where end-to-end uptraining does not. It is backend-neutral
+(`keras.Model.fit` on a one-layer model sharing the converted layer).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+
+
+def _attention_inputs(lm: Any, windows: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Per layer, the attention inputs `[n, length, width]` of `lm` on `windows`."""
+    inputs: list[list[np.ndarray]] = [[] for _ in lm.transformer_layers]
+    for start in range(0, len(windows), batch_size):
+        ids = keras.ops.convert_to_tensor(np.asarray(windows[start : start + batch_size]), "int32")
+        x = lm.token_embedding(ids)
+        for i, block in enumerate(lm.transformer_layers):
+            h = block._self_attention_layer_norm(x)
+            inputs[i].append(np.asarray(keras.ops.convert_to_numpy(h), np.float32))
+            x = block(x, use_causal_mask=True)
+    return [np.concatenate(parts) for parts in inputs]
+
+
+def _one_layer_model(layer: keras.layers.Layer, length: int, width: int) -> keras.Model:
+    x = keras.Input((length, width))
+    return keras.Model(x, layer(x, x, use_causal_mask=True))
+
+
+def _outputs(model: keras.Model, inputs: np.ndarray, batch_size: int) -> np.ndarray:
+    return np.concatenate(
+        [
+            np.asarray(model.predict_on_batch(inputs[i : i + batch_size]), np.float32)
+            for i in range(0, len(inputs), batch_size)
+        ]
+    )
+
+
+def layerwise_distill(
+    original: Any,
+    converted: Any,
+    windows: np.ndarray,
+    steps: int = 100,
+    learning_rate: float = 1e-3,
+    batch_size: int = 4,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """Trains each attention layer of `converted` to reproduce `original`'s (in place).
+
+    Args:
+      original: The source `DecoderLM` (or any model with `transformer_layers`
+        of pre-norm blocks and `attention_layers`).
+      converted: Its converted copy (same blocks, other attention).
+      windows: int32 `[n, length]` calibration windows.
+      steps: Adam steps per layer.
+      learning_rate: Adam's rate.
+      batch_size: Windows per step.
+      seed: Seed of the batches' order.
+      progress: Called with one line per layer (None: silent).
+
+    Returns:
+      {"steps", "learning_rate", "tokens", "seconds", "layers": [{"layer",
+      "relative_error_before", "relative_error_after"}]}: the error is the
+      mean squared difference over the targets' mean square.
+    """
+    start_time = time.perf_counter()
+    keras.utils.set_random_seed(seed)
+    inputs = _attention_inputs(original, windows, batch_size)
+    length, width = inputs[0].shape[1:]
+    report: dict[str, Any] = {
+        "steps": int(steps),
+        "learning_rate": float(learning_rate),
+        "tokens": int(np.prod(windows.shape)),
+        "layers": [],
+    }
+    pairs = zip(original.attention_layers, converted.attention_layers, strict=True)
+    for i, (teacher, student) in enumerate(pairs):
+        targets = _outputs(_one_layer_model(teacher, length, width), inputs[i], batch_size)
+        scale = float(np.mean(targets**2)) or 1.0
+        model = _one_layer_model(student, length, width)
+        before = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
+        per_epoch = max(1, len(inputs[i]) // batch_size)
+        epochs = max(1, -(-steps // per_epoch))
+        model.fit(
+            inputs[i],
+            targets,
+            batch_size=batch_size,
+            epochs=epochs,
+            steps_per_epoch=min(per_epoch, steps),
+            shuffle=True,
+            verbose=0,
+        )
+        after = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
+        report["layers"].append(
+            {"layer": i, "relative_error_before": before, "relative_error_after": after}
+        )
+        if progress is not None:
+            progress(f"layer {i}: relative error {before:.4f} -> {after:.4f}")
+    report["seconds"] = round(time.perf_counter() - start_time, 1)
+    return report

@@ -1,0 +1,146 @@
+"""Rotary-aware KV conversion: exact limits, pair selection, calibration, per-layer budgets."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headsize_tf.core import kv_sharing, rope
+from headsize_tf.core.conversion import ConversionTarget
+from headsize_tf.core.errors import SpecError
+from headsize_tf.keras3.modeling import DecoderLM
+from headsize_tf.keras3.reparam import KVPlan, calibration_stats, compress_kv, convert_model
+from tests.keras3 import util
+
+BASE = 500.0
+
+
+def _decoder(heads=6, groups=3, head_size=8, bias=False, seed=0):
+    lm = DecoderLM(
+        vocabulary_size=40,
+        num_layers=2,
+        hidden_dim=24,
+        intermediate_dim=32,
+        attention={
+            "kind": "grouped",
+            "num_heads": heads,
+            "num_kv_heads": groups,
+            "head_size": head_size,
+            "rope_max_wavelength": BASE,
+        },
+        attention_bias=bias,
+        max_sequence_length=32,
+    )
+    rng = np.random.default_rng(seed)
+    lm.set_weights(
+        [
+            (
+                rng.normal(0, 0.3, w.shape) + (1.0 if w.ndim == 1 and w.shape[0] == 24 else 0.0)
+            ).astype("float32")
+            for w in lm.get_weights()
+        ]
+    )
+    return lm
+
+
+IDS = np.random.default_rng(1).integers(0, 40, (3, 12)).astype("int32")
+
+
+@settings(max_examples=8 if keras.backend.backend() == "tensorflow" else 3, deadline=None)
+@given(
+    shape=st.sampled_from([(4, 2, 8), (6, 3, 8), (4, 4, 4), (6, 2, 12)]),
+    bias=st.booleans(),
+    data=st.data(),
+)
+def test_every_pair_kept_at_full_rank_is_the_source_and_decodes_alike(shape, bias, data):
+    heads, groups, head_size = shape
+    lm = _decoder(heads, groups, head_size, bias, seed=data.draw(st.integers(0, 5)))
+    pairs = head_size // 2
+    # The exact limit: every pair on RoPE, in any order per key/value head; the latent holds
+    # the values at their full rank (groups x head size).
+    sets = [data.draw(st.permutations(range(pairs))) for _ in range(groups)]
+    target = ConversionTarget("latent", groups * head_size, rope_frequencies=sets)
+    latent, _ = convert_model(lm, target)
+    assert latent.attention_spec.num_rope_heads == groups
+    expected = util.np_(lm(IDS))
+    np.testing.assert_allclose(util.np_(latent(IDS)), expected, atol=1e-4)
+    prompt, _ = latent.prefill(IDS[:, :5], 12)
+    np.testing.assert_allclose(util.np_(prompt), expected[:, :5], atol=1e-4)
+
+
+def test_a_full_budget_with_every_pair_is_exact_calibrated_or_not():
+    lm = _decoder(bias=True)
+    stats = calibration_stats(lm, IDS, source="random ids")
+    expected = util.np_(lm(IDS))
+    for calibrated in (False, True):
+        plan = KVPlan(1.0, "high", 4, calibrated=calibrated)
+        model, report = compress_kv(lm, plan, stats)
+        assert report["cache_fraction"] == pytest.approx(1.0)
+        np.testing.assert_allclose(util.np_(model(IDS)), expected, atol=2e-4)
+
+
+def test_calibration_statistics_are_the_attention_inputs_moments():
+    lm = _decoder()
+    stats = calibration_stats(lm, IDS)
+    x = lm.token_embedding(IDS)
+    normed = util.np_(lm.transformer_layers[0]._self_attention_layer_norm(x)).reshape(-1, 24)
+    np.testing.assert_allclose(stats.covariances[0], normed.T @ normed / normed.shape[0], rtol=1e-5)
+    assert stats.tokens == IDS.size
+    assert stats.pair_scores[0].shape == (3, 4) and np.all(stats.pair_scores[0] > 0)
+
+
+def test_a_calibrated_latent_keeps_the_activations_better_than_a_weight_svd():
+    rng = np.random.default_rng(0)
+    key, value = rng.normal(size=(16, 12)), rng.normal(size=(16, 8))
+    x = rng.normal(size=(400, 16)) @ np.diag(np.linspace(0.1, 3.0, 16))
+    covariance = x.T @ x / len(x)
+
+    def error(cov):
+        down, key_up, value_up, _ = kv_sharing.joint_basis(key, value, 6, covariance=cov)
+        return np.linalg.norm(x @ down @ key_up - x @ key) + np.linalg.norm(
+            x @ down @ value_up - x @ value
+        )
+
+    assert error(covariance) < 0.8 * error(None)
+
+
+def test_pair_strategies_and_energy_allocation():
+    assert rope.select_pairs("high", 8, 3, 2) == ((0, 1, 2), (0, 1, 2))
+    assert rope.select_pairs("low", 8, 3, 1) == ((5, 6, 7),)
+    assert rope.select_pairs("uniform", 8, 4, 1) == ((0, 2, 4, 6),)
+    scores = np.array([[0.1, 5.0, 0.2, 3.0], [4.0, 0.0, 1.0, 2.0]])
+    assert rope.select_pairs("2norm", 4, 2, 2, scores) == ((1, 3), (0, 3))
+    with pytest.raises(SpecError, match="needs pair scores"):
+        rope.select_pairs("2norm", 4, 2, 2)
+    spectra = [np.array([10.0, 0.1, 0.1]), np.array([1.0, 1.0, 1.0])]
+    ranks = kv_sharing.allocate_ranks(spectra, 4)
+    assert sum(ranks) == 4 and ranks[1] > ranks[0]  # The flat spectrum gets more.
+
+
+def test_energy_allocation_keeps_the_total_and_budgets_are_checked():
+    lm = _decoder()
+    stats = calibration_stats(lm, IDS)
+    _, uniform = compress_kv(lm, KVPlan(0.5, "2norm", 2), stats)
+    _, energy = compress_kv(lm, KVPlan(0.5, "2norm", 2, allocation="energy"), stats)
+    assert sum(uniform["latent_per_layer"]) == sum(energy["latent_per_layer"])
+    assert energy["cache_fraction"] == pytest.approx(0.5)
+    with pytest.raises(SpecError, match="no more than the rotary keys' own"):
+        compress_kv(lm, KVPlan(0.2, "high", 2, calibrated=False))
+    with pytest.raises(SpecError, match="needs calibration statistics"):
+        compress_kv(lm, KVPlan(0.5, "2norm", 2))
+    with pytest.raises(SpecError, match="4 frequency pairs"):
+        compress_kv(lm, KVPlan(0.9, "high", 5, calibrated=False))
+
+
+def test_rotary_grouped_by_mean_keeps_a_rotated_key_bias_and_is_exact_at_the_same_groups():
+    lm = _decoder(bias=True)
+    grouped, _ = convert_model(lm, ConversionTarget("grouped", 3, "mean"))
+    np.testing.assert_allclose(util.np_(grouped(IDS)), util.np_(lm(IDS)), atol=1e-5)
+    one, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
+    assert tuple(one.attention_layers[0]._key_dense.bias.shape) == (1, 8)
+    with pytest.raises(SpecError, match="re-bases key dimensions"):
+        convert_model(lm, ConversionTarget("grouped", 1, "svd"))
+    assert keras.ops.shape(one(IDS)) == (3, 12, 40)
