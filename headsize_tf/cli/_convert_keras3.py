@@ -23,6 +23,19 @@ def _check_text_flags(args: argparse.Namespace) -> bool:
     return text_given
 
 
+def _check_own_tokenizer_flags(args: argparse.Namespace, what: str) -> bool:
+    """The text flags of a model that tokenises its text itself; returns whether text was given."""
+    text_given = _check_text_flags(args)
+    if args.vocab:
+        raise ValueError(
+            f"--vocab is the WordPiece vocabulary of a .keras CausalLM; {what} tokenises the "
+            "text with its own tokenizer: drop --vocab."
+        )
+    if not text_given and args.sequence_length:
+        raise ValueError("--sequence-length shapes the text of --data-file / --corpus.")
+    return text_given
+
+
 def _window(args: argparse.Namespace, max_sequence_length: int) -> int:
     """Ids per text window: `--sequence-length` (default: the model's positions) plus one."""
     length = args.sequence_length or max_sequence_length
@@ -102,14 +115,7 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     """
     from headsize_tf.core.io import check_output_free
 
-    text_given = _check_text_flags(args)
-    if args.vocab:
-        raise ValueError(
-            "--vocab is the WordPiece vocabulary of a .keras CausalLM; a decoder tokenises "
-            "text with its own tokenizer: drop --vocab."
-        )
-    if not text_given and args.sequence_length:
-        raise ValueError("--sequence-length shapes the text of --data-file / --corpus.")
+    text_given = _check_own_tokenizer_flags(args, "a decoder")
     check_output_free(args.output, args.overwrite)
     from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
     from headsize_tf.keras3.pretrained.decoders import load_decoder
@@ -278,14 +284,7 @@ def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     """
     from headsize_tf.core.io import check_output_free
 
-    text_given = _check_text_flags(args)
-    if args.vocab:
-        raise ValueError(
-            "--vocab is the WordPiece vocabulary of a .keras LM; a keras-hub model tokenises "
-            "the text with its own tokenizer: drop --vocab."
-        )
-    if not text_given and args.sequence_length:
-        raise ValueError("--sequence-length shapes the text of --data-file / --corpus.")
+    text_given = _check_own_tokenizer_flags(args, "a keras-hub model")
     check_output_free(args.output, args.overwrite)
     from headsize_tf.keras3.hub import convert_hub_lm, hub_lm_text, load_hub_preset
 

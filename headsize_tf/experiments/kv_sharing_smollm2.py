@@ -61,7 +61,8 @@ class Run:
 
     Args:
       name: The run's name (its result file).
-      method: "original", "latent", "grouped" or "pruned".
+      method: "original", "latent", "grouped", "pruned" or "partial_rope" (rotary pairs
+        kept, the latent at full rank: what dropping RoPE alone costs).
       fraction: The cache fraction (latent), for the table.
       strategy: Rotary pairs kept (latent): high, low, uniform, 2norm.
       pairs: Pairs per key/value head (latent).
@@ -128,6 +129,9 @@ def plan() -> list[Run]:
             )
         )
     runs.append(Run("grouped-33-mean-healed", "grouped", 1 / 3, heal_steps=HEAL_STEPS))
+    # What partial RoPE alone costs: 4 pairs per key/value head rotate, the latent at full rank.
+    for strategy in ("2norm", "high"):
+        runs.append(Run(f"partial-rope-only-{strategy}", "partial_rope", 1.0, strategy, 4))
     for seed in (1, 2):
         runs.append(
             Run(
@@ -224,6 +228,7 @@ class Study:
 
 
 def _convert(study: Study, run: Run):
+    from headsize_tf.core import rope
     from headsize_tf.core.conversion import ConversionTarget
     from headsize_tf.keras3.reparam import KVPlan, compress_kv, convert_model
 
@@ -236,6 +241,19 @@ def _convert(study: Study, run: Run):
         model, report = compress_kv(lm, kv_plan, stats)
         report.pop("layers")
         return model, report
+    if run.method == "partial_rope":
+        stats = study.calibration(run.seed)
+        layer = lm.attention_layers[0]
+        sets = [
+            [list(s) for s in rope.select_pairs(run.strategy, 32, run.pairs, 3, scores)]
+            for scores in stats.pair_scores
+        ]
+        full = min(
+            lm.hidden_dim, layer.num_heads * (layer.head_size - 2 * run.pairs + layer.value_dim)
+        )
+        target = ConversionTarget("latent", full, rope_frequencies=sets)
+        model, _ = convert_model(lm, target)
+        return model, {"latent": full, "rope_sets_per_layer": sets}
     if run.method == "grouped":
         model, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
         return model, {}
@@ -331,7 +349,7 @@ def report(output: pathlib.Path) -> str:
             f"{r['austen']['top1_agreement']:.3f} | {r['greedy_agreement']:.3f} | {r['params']:,} |"
         )
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    markers = {"latent": "o", "grouped": "s", "pruned": "^", "original": "*"}
+    markers = {"latent": "o", "grouped": "s", "pruned": "^", "original": "*", "partial_rope": "x"}
     for r in records:
         x = r["cache_bytes_per_token"] / base
         ax.scatter(x, r["austen"]["perplexity"], marker=markers[r["run"]["method"]], s=30)

@@ -133,31 +133,16 @@ class GroupedAttention(SharedKVAttentionBase):
                 return_attention_scores=return_attention_scores,
                 use_causal_mask=use_causal_mask,
             )
-        mask = attention_mask
-        if mask is not None:
-            for _ in range(4 - len(mask.shape)):
-                mask = ops.expand_dims(mask, axis=-3)  # The heads axis.
-            mask = ops.cast(mask, "bool")
-        context = ops.dot_product_attention(
+        context, attends = self._dot_product_context(
             self._project_query(query),
             projected["key"],
             projected["value"],
-            mask=mask,
-            scale=self._inverse_sqrt_key_dim,
-            is_causal=use_causal_mask,
-            flash_attention=self._flash_attention,
+            attention_mask,
+            use_causal_mask,
         )
-        if mask is None:
-            if self._value_bias is None:
-                return context, None
-            return ops.add(context, ops.cast(self._value_bias, context.dtype)), None
-        # A fully masked row attends to nothing: zero weights, no value bias (the einsum path's).
-        attends = ops.cast(ops.transpose(ops.any(mask, axis=-1), (0, 2, 1)), context.dtype)
-        context = ops.multiply(context, ops.expand_dims(attends, -1))
-        if self._value_bias is not None:
-            bias = ops.cast(self._value_bias, context.dtype)
-            context = ops.add(context, ops.multiply(ops.expand_dims(attends, -1), bias))
-        return context, None
+        if attends is None:  # Every row attends: its value bias adds whole.
+            attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
+        return self._add_value_bias_rows(context, attends), None
 
     def _grouped(self, tensor: Any, axis: int) -> Any:
         """Splits the heads axis `axis` into (groups, group size)."""

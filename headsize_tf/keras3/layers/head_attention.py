@@ -88,6 +88,13 @@ def _dim(d: Any) -> int | None:
         return None
 
 
+def four_d_mask(mask: Any) -> Any:
+    """A `[B, T, S]` (or `[B, 1, S]`) attention mask as a bool `[B, 1, T, S]` (a heads axis)."""
+    for _ in range(4 - len(mask.shape)):
+        mask = ops.expand_dims(mask, axis=-3)
+    return ops.cast(mask, "bool")
+
+
 def _front_mismatch(layer: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
     """Raises TypeError if a tf_keras (Keras 2) tensor was passed to this Keras 3 layer."""
     values = list(args) + list(kwargs.values())
@@ -459,6 +466,38 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
             and self._value_dim == self._key_dim
         )
 
+    def _dot_product_context(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        attention_mask: Any,
+        use_causal_mask: bool,
+        scale: float | None = None,
+    ) -> tuple[Any, Any]:
+        """`keras.ops.dot_product_attention` of projected tensors, and which rows attend.
+
+        Keys and values may have fewer heads than the queries (a divisor:
+        grouped K/V). A fully masked row gets zero weights, as from
+        `_masked_softmax` on the einsum path (the op gives it uniform ones):
+        the output must not depend on the path. Returns (context `[B, T, N,
+        H]`, `[B, T, 1]` ones where a row attends, or None without a mask).
+        """
+        mask = None if attention_mask is None else four_d_mask(attention_mask)
+        context = ops.dot_product_attention(
+            query,
+            key,
+            value,
+            mask=mask,
+            scale=self._inverse_sqrt_key_dim if scale is None else scale,
+            is_causal=use_causal_mask,
+            flash_attention=self._flash_attention,
+        )
+        if mask is None:
+            return context, None
+        attends = ops.cast(ops.transpose(ops.any(mask, axis=-1), (0, 2, 1)), context.dtype)
+        return ops.multiply(context, ops.expand_dims(attends, -1)), attends
+
     def _attend_projected(
         self,
         query: Any,
@@ -480,26 +519,13 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                 " attention scores."
             )
         if self._uses_dot_product_attention(query, training, return_attention_scores):
-            mask = attention_mask
-            if mask is not None:
-                for _ in range(4 - len(mask.shape)):
-                    mask = ops.expand_dims(mask, axis=-3)  # The heads axis.
-                mask = ops.cast(mask, "bool")
-            context = ops.dot_product_attention(
+            context, _ = self._dot_product_context(
                 self._project_query(query),
                 projected["key"],
                 projected["value"],
-                mask=mask,
-                scale=self._inverse_sqrt_key_dim,
-                is_causal=use_causal_mask,
-                flash_attention=self._flash_attention,
+                attention_mask,
+                use_causal_mask,
             )
-            if mask is not None:
-                # A fully masked row gets zero weights, as from `_masked_softmax` on the
-                # einsum path (dot_product_attention gives it uniform ones): the output
-                # must not depend on the path, i.e. on `return_attention_scores`.
-                attends = ops.transpose(ops.any(mask, axis=-1), (0, 2, 1))  # [B, T, N]
-                context = ops.where(ops.expand_dims(attends, -1), context, ops.zeros_like(context))
             return context, None
         if use_causal_mask:
             attention_mask = self._compute_causal_mask(query, projected["value"])

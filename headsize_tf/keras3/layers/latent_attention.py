@@ -335,20 +335,14 @@ class LatentAttention(SharedKVAttentionBase):
         if keras.backend.backend() == "jax" and not dropout_active:
             # Multi-query (grouped) attention over [latent, rotary key]; the values are the
             # keys' first r dimensions.
-            mask = attention_mask
-            if mask is not None:
-                for _ in range(4 - len(mask.shape)):
-                    mask = ops.expand_dims(mask, axis=-3)
-                mask = ops.cast(mask, "bool")
-            latent_context = ops.dot_product_attention(
-                absorbed, keys, keys, mask=mask, scale=1.0, flash_attention=self._flash_attention
-            )[..., : self._kv_latent_dim]
-            context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
-            if mask is None:
+            latent_context, attends = self._dot_product_context(
+                absorbed, keys, keys, attention_mask, False, scale=1.0
+            )
+            context = ops.einsum(
+                "bthr,rhv->bthv", latent_context[..., : self._kv_latent_dim], value_up
+            )
+            if attends is None:
                 attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
-            else:
-                attends = ops.cast(ops.transpose(ops.any(mask, axis=-1), (0, 2, 1)), dtype)
-            context = ops.multiply(context, ops.expand_dims(attends, -1))
             return self._add_value_bias_rows(context, attends)
         groups = self.num_rope_heads or 1
         grouped = self._grouped_heads(absorbed, groups)  # [B, T, R, n, r + 2k]

@@ -213,15 +213,7 @@ class CausalLM(GenerationMixin, keras.Model):
         return self._logits(x)
 
     def _logits(self, x: Any) -> Any:
-        x = self.final_norm(x)
-        embedding = self.token_embedding
-        if embedding.quantization_mode:
-            # A quantized table holds integers and per-row scales: looking up every row
-            # dequantizes it the way the input side does (int8, int4, blocks, LoRA).
-            table = embedding(ops.arange(self.vocabulary_size, dtype="int32"))
-        else:
-            table = embedding.embeddings
-        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
+        return self._tied_logits(self.final_norm(x))
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -245,12 +237,3 @@ class CausalLM(GenerationMixin, keras.Model):
             }
         )
         return config
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any], custom_objects=None) -> CausalLM:
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.get(config["dtype"])
-        if isinstance(config.get("activation"), dict):
-            config["activation"] = keras.activations.deserialize(config["activation"])
-        return cls(**config)

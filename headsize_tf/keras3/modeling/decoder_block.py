@@ -12,11 +12,11 @@ from headsize_tf.core.spec import AttentionSpec, SpecError, check_positive_int
 from headsize_tf.keras3.layers.factory import make_attention
 from headsize_tf.keras3.modeling.activations import get_activation
 from headsize_tf.keras3.modeling.rms_norm import RMSNorm
-from headsize_tf.keras3.modeling.transformer_encoder import clone_initializer
+from headsize_tf.keras3.modeling.transformer_encoder import CachedBlockMixin, clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="headsize_tf_keras3")
-class DecoderBlock(keras.layers.Layer):
+class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
     """Pre-RMSNorm self-attention and gated feed-forward, with residuals (Llama's block).
 
     `x + attention(rmsnorm(x))`, then `x + down(act(gate(rmsnorm(x))) * up(rmsnorm(x)))`:
@@ -148,33 +148,6 @@ class DecoderBlock(keras.layers.Layer):
             )
 
         return self._block(inputs, attend, training)
-
-    def call_cached(
-        self,
-        inputs: Any,
-        cache: dict[str, Any] | None = None,
-        attention_mask: Any = None,
-        decode_loop_step: Any = None,
-    ) -> tuple[Any, dict[str, Any]]:
-        """The block over new positions with the attention's decoding cache (inference).
-
-        As the attention layer's `call_cached`: `inputs` `[B, T_new, width]`
-        are the new positions, `attention_mask` `[B, T_new, S]` masks the
-        updated cache, rotary positions start at `decode_loop_step` (else at
-        the cache's length).
-
-        Returns:
-          (output `[B, T_new, width]`, updated cache).
-        """
-        updated = {}
-
-        def attend(x):
-            out, updated["cache"] = self._self_attention_layer.call_cached(
-                x, cache, attention_mask=attention_mask, decode_loop_step=decode_loop_step
-            )
-            return out
-
-        return self._block(inputs, attend, False), updated["cache"]
 
     def _block(self, inputs, attend, training):
         x = attend(self._self_attention_layer_norm(inputs))

@@ -245,15 +245,7 @@ class DecoderLM(GenerationMixin, keras.Model):
 
     def _logits(self, x: Any) -> Any:
         x = self.final_norm(x)
-        if self.lm_head is not None:
-            return self.lm_head(x)
-        embedding = self.token_embedding
-        if embedding.quantization_mode:
-            # A quantized table holds integers and scales: looking every row up dequantizes it.
-            table = embedding(ops.arange(self.vocabulary_size, dtype="int32"))
-        else:
-            table = embedding.embeddings
-        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
+        return self._tied_logits(x) if self.lm_head is None else self.lm_head(x)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -281,12 +273,3 @@ class DecoderLM(GenerationMixin, keras.Model):
             }
         )
         return config
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any], custom_objects=None) -> DecoderLM:
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.get(config["dtype"])
-        if isinstance(config.get("activation"), dict):
-            config["activation"] = keras.activations.deserialize(config["activation"])
-        return cls(**config)

@@ -40,7 +40,31 @@ from headsize_tf.core.spec import check_positive_int
 
 
 class GenerationMixin:
-    """`prefill`, `decode_step`, `compiled_decode_step` and `generate` (see the module docstring)."""
+    """`prefill`, `decode_step`, `compiled_decode_step` and `generate` (see the module docstring).
+
+    It also holds what the library's LMs share beside generation: `_tied_logits` (the
+    output projection through the token embedding) and `from_config`.
+    """
+
+    def _tied_logits(self, x: Any) -> Any:
+        """Logits of normalised states `x` through the token embedding (tied output)."""
+        embedding = self.token_embedding
+        if embedding.quantization_mode:
+            # A quantized table holds integers and per-row scales: looking up every row
+            # dequantizes it the way the input side does (int8, int4, blocks, LoRA).
+            table = embedding(ops.arange(self.vocabulary_size, dtype="int32"))
+        else:
+            table = embedding.embeddings
+        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.get(config["dtype"])
+        if isinstance(config.get("activation"), dict):
+            config["activation"] = keras.activations.deserialize(config["activation"])
+        return cls(**config)
 
     def _embed(self, token_ids: Any, start: int) -> Any:
         """Token plus position embeddings of `token_ids` at positions start, start + 1, ..."""

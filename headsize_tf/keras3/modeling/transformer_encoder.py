@@ -40,8 +40,43 @@ def merge_padding_and_attention_mask(padding_mask: Any, attention_mask: Any) -> 
     return mask
 
 
+class CachedBlockMixin:
+    """`call_cached`: a block over new positions with its attention's decoding cache.
+
+    Mixed into blocks with `_self_attention_layer` (a layer with `call_cached`) and
+    `_block(inputs, attend, training)` (the block around one attention call).
+    """
+
+    def call_cached(
+        self,
+        inputs: Any,
+        cache: dict[str, Any] | None = None,
+        attention_mask: Any = None,
+        decode_loop_step: Any = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """The block over new positions with the attention's decoding cache (inference).
+
+        The block's counterpart of the attention layer's `call_cached` (same
+        arguments; no dropout): `inputs` [B, T_new, width] are the new
+        positions, `attention_mask` [B, T_new, S] masks the updated cache;
+        rotary attention rotates at `decode_loop_step` (else the cache's length).
+
+        Returns:
+          (output [B, T_new, width], updated cache).
+        """
+        updated = {}
+
+        def attend(x):
+            out, updated["cache"] = self._self_attention_layer.call_cached(
+                x, cache, attention_mask=attention_mask, decode_loop_step=decode_loop_step
+            )
+            return out
+
+        return self._block(inputs, attend, False), updated["cache"]
+
+
 @keras.saving.register_keras_serializable(package="headsize_tf_keras3")
-class TransformerEncoder(keras.layers.Layer):
+class TransformerEncoder(CachedBlockMixin, keras.layers.Layer):
     """Transformer encoder block (self-attention and feed-forward net, residuals, LayerNorms).
 
     The block of keras-hub's `TransformerEncoder` with its arguments, except
@@ -212,32 +247,6 @@ class TransformerEncoder(keras.layers.Layer):
             )
 
         return self._block(inputs, attend, training)
-
-    def call_cached(
-        self,
-        inputs: Any,
-        cache: dict[str, Any] | None = None,
-        attention_mask: Any = None,
-        decode_loop_step: Any = None,
-    ) -> tuple[Any, dict[str, Any]]:
-        """The block over new positions with the attention's decoding cache (inference).
-
-        The block's counterpart of the attention layer's `call_cached` (same
-        arguments; no dropout): `inputs` [B, T_new, width] are the new
-        positions, `attention_mask` [B, T_new, S] masks the updated cache.
-
-        Returns:
-          (output [B, T_new, width], updated cache).
-        """
-        updated = {}
-
-        def attend(x):
-            out, updated["cache"] = self._self_attention_layer.call_cached(
-                x, cache, attention_mask=attention_mask, decode_loop_step=decode_loop_step
-            )
-            return out
-
-        return self._block(inputs, attend, False), updated["cache"]
 
     def _block(self, inputs, attend, training):
         residual = inputs
