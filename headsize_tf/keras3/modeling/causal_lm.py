@@ -179,21 +179,6 @@ class CausalLM(GenerationMixin, keras.Model):
         self.final_norm.build(shape)
         self.built = True
 
-    @property
-    def attention_spec(self) -> AttentionSpec:
-        """The spec ("sequence_length" resolved to `max_sequence_length`)."""
-        return self.attention.with_sequence_length(self.max_sequence_length)
-
-    @property
-    def transformer_layers(self) -> list[TransformerEncoder]:
-        """The decoder blocks, first to last."""
-        return list(self._blocks)
-
-    @property
-    def attention_layers(self) -> list[keras.layers.Layer]:
-        """The self-attention layer of each block."""
-        return [block.attention_layer for block in self._blocks]
-
     def call(self, token_ids, training=None):
         padding_mask = None
         if isinstance(token_ids, dict):

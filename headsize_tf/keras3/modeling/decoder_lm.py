@@ -190,21 +190,6 @@ class DecoderLM(GenerationMixin, keras.Model):
             self.lm_head.build(shape)
         self.built = True
 
-    @property
-    def attention_spec(self) -> AttentionSpec:
-        """The spec ("sequence_length" resolved to `max_sequence_length`)."""
-        return self.attention.with_sequence_length(self.max_sequence_length)
-
-    @property
-    def transformer_layers(self) -> list[DecoderBlock]:
-        """The decoder blocks, first to last."""
-        return list(self._blocks)
-
-    @property
-    def attention_layers(self) -> list[keras.layers.Layer]:
-        """The self-attention layer of each block."""
-        return [block.attention_layer for block in self._blocks]
-
     # ------------------------------------------------------------------ masks
     def _window(self, mask: Any, queries: Any, keys_length: Any, start: Any) -> Any:
         """`mask` with keys older than the sliding window removed."""

@@ -36,15 +36,31 @@ import keras
 import numpy as np
 from keras import ops
 
-from headsize_tf.core.spec import check_positive_int
+from headsize_tf.core.spec import AttentionSpec, check_positive_int
 
 
 class GenerationMixin:
     """`prefill`, `decode_step`, `compiled_decode_step` and `generate` (see the module docstring).
 
-    It also holds what the library's LMs share beside generation: `_tied_logits` (the
-    output projection through the token embedding) and `from_config`.
+    It also holds what the library's LMs share beside generation: `attention_spec`,
+    `transformer_layers`, `attention_layers`, `_tied_logits` (the output projection
+    through the token embedding) and `from_config`.
     """
+
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        """The spec ("sequence_length" resolved to `max_sequence_length`)."""
+        return self.attention.with_sequence_length(self.max_sequence_length)
+
+    @property
+    def transformer_layers(self) -> list[Any]:
+        """The decoder blocks, first to last."""
+        return list(self._blocks)
+
+    @property
+    def attention_layers(self) -> list[Any]:
+        """The self-attention layer of each block."""
+        return [block.attention_layer for block in self._blocks]
 
     def _tied_logits(self, x: Any) -> Any:
         """Logits of normalised states `x` through the token embedding (tied output)."""
