@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int, add_framework
+from headsize_tf.cli._args import DECODER_HELP, _positive_int, add_framework
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,6 +31,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--task lm: a CausalLM .keras file",
     )
     source.add_argument(
+        "--decoder",
+        metavar="NAME_OR_PATH",
+        default=None,
+        help="--task lm on the Keras 3 front: " + DECODER_HELP + "; its own tokenizer is exported "
+        "in-graph",
+    )
+    source.add_argument(
         "--model_dir",
         help="a `headsize-tf train` model_dir "
         "(headsize_bert/*, headsize_lm/language_modeling or "
@@ -53,6 +60,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="translation: output pieces at most (default: the data's max_seq_length)",
     )
+    p.add_argument(
+        "--max-length",
+        type=_positive_int,
+        default=None,
+        help="a --decoder: positions the export serves, prompt and continuation (default: the "
+        "model's; the decoding caches have this length)",
+    )
     p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
     p.add_argument("--version", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true")
@@ -61,6 +75,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.decoder is not None:
+        if args.task != "lm":
+            raise ValueError(f"--decoder exports a language model: --task lm, not {args.task}.")
+        args.framework = "keras3"
+    elif args.max_length is not None:
+        raise ValueError("--max-length is for --decoder exports.")
     if args.framework == "keras3":
         return _run_keras3(args)
     from headsize_tf.serving.sources import export_source
@@ -101,6 +121,8 @@ def _run_keras3(args: argparse.Namespace) -> int:
         vocab_file=args.vocab_file,
         version=args.version,
         overwrite=args.overwrite,
+        decoder=args.decoder,
+        max_length=args.max_length,
     )
     signatures = "serving_default [text], serve_ids [ids, mask]"
     if args.task == "lm":

@@ -34,7 +34,7 @@ import keras
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.data.serving_export import check_export_version, export
-from headsize_tf.keras3.modeling import CausalLM
+from headsize_tf.keras3.modeling import CausalLM, DecoderLM
 from headsize_tf.keras3.pretrained import SentenceEncoder, load_sentence_encoder
 from headsize_tf.keras3.pruning.classifier import HEAD_FILE, load_classifier
 from headsize_tf.keras3.serving.encoder_module import EncoderServingModule
@@ -134,15 +134,18 @@ def export_classifier(
 
 
 def export_causal_lm(
-    lm: CausalLM,
-    vocab_file: str | os.PathLike,
+    lm: CausalLM | DecoderLM,
+    vocab_file: str | os.PathLike | None,
     export_dir: str | os.PathLike,
     *,
     lower_case: bool = True,
     version: int = 1,
     overwrite: bool = False,
+    max_length: int | None = None,
 ) -> pathlib.Path:
-    """Exports a Keras 3 `CausalLM` with its vocabulary (`LanguageModelServingModule`).
+    """Exports a Keras 3 `CausalLM` with its vocabulary, or a `DecoderLM` with its own tokenizer.
+
+    (`LanguageModelServingModule`.)
 
     Signatures: `serving_default(text)` / `serve_ids(input_word_ids,
     input_mask)` -> `log_likelihood`, `num_tokens`,
@@ -150,9 +153,11 @@ def export_causal_lm(
     `output_ids`, `continuation` (greedy).
 
     Args:
-      lm: The `CausalLM` (any backend).
-      vocab_file: The WordPiece vocabulary it was trained with (e.g.
-        `DATA_DIR/austen/vocab.txt` of `headsize-tf data prepare austen`).
+      lm: The `CausalLM` or `DecoderLM` (any backend).
+      vocab_file: A `CausalLM`'s WordPiece vocabulary (e.g.
+        `DATA_DIR/austen/vocab.txt` of `headsize-tf data prepare austen`); None
+        for a `DecoderLM` (its tokenizer goes into the graph).
+      max_length: Positions the export serves (default: the model's).
       lower_case: As the training data (the prepared corpora are lower-cased).
       export_dir, version, overwrite: As `export_sentence_encoder`.
 
@@ -169,14 +174,17 @@ def export_causal_lm(
     """
     check_export_version(export_dir, version, overwrite)
     if keras.backend.backend() == "tensorflow":
-        module = LanguageModelServingModule(lm, vocab_file, lower_case)
+        module = LanguageModelServingModule(lm, vocab_file, lower_case, max_length)
         return export(module, export_dir, version, overwrite)
-    lm_tokenizer(lm, vocab_file, lower_case)  # Checked here, before the subprocess.
+    decoder = isinstance(lm, DecoderLM)
+    if not decoder:
+        lm_tokenizer(lm, vocab_file, lower_case)  # Checked here, before the subprocess.
 
     def bundle(directory: pathlib.Path) -> dict:
         lm.save(str(directory / "lm.keras"))
-        shutil.copyfile(vocab_file, directory / "vocab.txt")
-        return {"task": "lm", "lower_case": bool(lower_case)}
+        if not decoder:
+            shutil.copyfile(vocab_file, directory / "vocab.txt")
+        return {"task": "lm", "lower_case": bool(lower_case), "max_length": max_length}
 
     return _export_on_tensorflow(bundle, export_dir, version, overwrite)
 
@@ -238,7 +246,13 @@ def export_bundle(
     task = config["task"]
     if task == "lm":
         lm = keras.saving.load_model(str(bundle / "lm.keras"))
-        module = LanguageModelServingModule(lm, bundle / "vocab.txt", config["lower_case"])
+        vocab = bundle / "vocab.txt"
+        module = LanguageModelServingModule(
+            lm,
+            vocab if vocab.exists() else None,
+            config["lower_case"],
+            config.get("max_length"),
+        )
     else:
         encoder = SentenceEncoder.load(bundle / "encoder")
         classifier = None
@@ -257,6 +271,8 @@ def export_source(
     vocab_file: str | os.PathLike | None = None,
     version: int = 1,
     overwrite: bool = False,
+    decoder: str | os.PathLike | None = None,
+    max_length: int | None = None,
 ) -> pathlib.Path:
     """`headsize-tf export --framework keras3`: loads the source, exports it, returns the path.
 
@@ -269,6 +285,10 @@ def export_source(
         `CausalLM`, and its `vocab_file`).
       model, checkpoint, vocab_file: The source (above).
       version, overwrite: As `export_sentence_encoder`.
+      decoder: "lm": a pretrained decoder (`keras3.pretrained.load_decoder`: a
+        registered name, `.gguf`, a Hugging Face or keras-hub directory, a
+        `DecoderLM` `.keras` file), exported with its own tokenizer in-graph.
+      max_length: "lm": positions the export serves (default: the model's).
 
     Raises:
       ValueError: a task this front does not export, or a source that does not
@@ -303,6 +323,15 @@ def export_source(
         classifier = load_classifier(checkpoint, encoder)
         return export_classifier(
             encoder, classifier, export_dir, version=version, overwrite=overwrite
+        )
+    if decoder is not None:
+        if vocab_file:
+            raise ValueError("--vocab-file is a CausalLM's; a decoder brings its own tokenizer.")
+        from headsize_tf.keras3.pretrained.decoders import load_decoder
+
+        lm = load_decoder(decoder)
+        return export_causal_lm(
+            lm, None, export_dir, version=version, overwrite=overwrite, max_length=max_length
         )
     path = pathlib.Path(checkpoint) if checkpoint else None
     if path is None or path.suffix != ".keras" or not path.is_file():

@@ -13,8 +13,9 @@ from headsize_tf.data.serving_export import (
     language_model_outputs,
 )
 from headsize_tf.data.wordpiece import WordPieceTokenizer
-from headsize_tf.keras3.modeling import CausalLM
+from headsize_tf.keras3.modeling import CausalLM, DecoderLM
 from headsize_tf.keras3.serving.encoder_module import require_tensorflow_backend
+from headsize_tf.keras3.serving.graph_tokenizer import GraphBytePairTokenizer
 
 MAX_NEW_TOKENS_SPEC = tf.TensorSpec([], tf.int32, name="max_new_tokens")
 
@@ -43,7 +44,8 @@ def lm_tokenizer(
 
 
 class LanguageModelServingModule(tf.Module):
-    """A Keras 3 `CausalLM` with its WordPiece vocabulary as a `tf.Module` to export.
+    """A Keras 3 `CausalLM` (with its WordPiece vocabulary) or `DecoderLM` (with its byte-level
+    BPE, `GraphBytePairTokenizer`) as a `tf.Module` to export.
 
     Signatures (`serving_signatures()`):
 
@@ -69,11 +71,17 @@ class LanguageModelServingModule(tf.Module):
     fails with InvalidArgumentError naming the limit. Needs the TensorFlow
     backend.
 
+    A `DecoderLM`'s text is tokenised by its own tokenizer in-graph, its start
+    token first; its continuation is detokenised by the same.
+
     Args:
-      lm: The `CausalLM`.
-      vocab_file: The WordPiece vocabulary it was trained with (at most
+      lm: The `CausalLM` or `DecoderLM`.
+      vocab_file: A `CausalLM`'s WordPiece vocabulary (at most
         `lm.vocabulary_size` tokens); exported as an asset.
       lower_case: Lower-case and strip accents, as the training data.
+      max_length: Positions the export serves (prompt and continuation; at
+        most, and by default, the model's `max_sequence_length`): the
+        decoding caches have this length.
 
     Example:
 
@@ -86,14 +94,25 @@ class LanguageModelServingModule(tf.Module):
         Learners" (greedy decoding of a GPT-style LM).
     """
 
-    def __init__(self, lm: CausalLM, vocab_file: str | os.PathLike, lower_case: bool = True):
+    def __init__(
+        self,
+        lm: CausalLM | DecoderLM,
+        vocab_file: str | os.PathLike | None = None,
+        lower_case: bool = True,
+        max_length: int | None = None,
+    ):
         super().__init__(name="headsize_keras3_lm_serving")
         require_tensorflow_backend("LanguageModelServingModule")
-        tokenizer = lm_tokenizer(lm, vocab_file, lower_case)
+        if isinstance(lm, DecoderLM):
+            if lm.tokenizer is None:
+                raise ValueError("The DecoderLM carries no tokenizer: it cannot serve text.")
+            tokenizer = GraphBytePairTokenizer(lm.tokenizer)
+        else:
+            tokenizer = lm_tokenizer(lm, vocab_file, lower_case)
         object.__setattr__(self, "lm", lm)  # Untracked, as Keras' own export; its state:
         self.model_variables = list(lm.variables)
-        self.wordpiece = tokenizer  # Tracked: the vocabulary asset.
-        self._length = lm.max_sequence_length
+        self.wordpiece = tokenizer  # Tracked: the vocabulary asset (or the BPE's tables).
+        self._length = min(max_length or lm.max_sequence_length, lm.max_sequence_length)
 
     def serving_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
         """The signatures `headsize_tf.data.serving_export.export` writes."""

@@ -1,0 +1,76 @@
+"""A decoder's SavedModel takes raw text: its own BPE in-graph, scores and greedy continuations."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from headsize_tf.data.hf_llama_dir import write_hf_llama_dir
+from headsize_tf.keras3.pretrained.decoders import load_decoder
+from headsize_tf.keras3.serving import export_source
+from headsize_tf.keras3.serving.graph_tokenizer import GraphBytePairTokenizer
+from tests.data.llama_files_test import random_checkpoint
+from tests.data.llama_files_test import tokenizer_json as tokenizer_json_fixture
+
+tokenizer_json = tokenizer_json_fixture  # The tiny byte-level BPE with SmolLM2's pre-tokenizer.
+TEXTS = ["the quick brown fox 12345", "naïve café 東京 and 3.14", "a   b\n\n  c"]
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="a SavedModel is a TensorFlow graph"
+)
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory, tokenizer_json):
+    directory = write_hf_llama_dir(
+        random_checkpoint(tokenizer_json), tmp_path_factory.mktemp("hf") / "tiny"
+    )
+    return str(directory), load_decoder(directory)
+
+
+def _byte_level_text(lm, ids) -> bytes:
+    """The bytes a byte-level BPE's tokens spell (GPT-2's byte <-> unicode map inverted)."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars, extra = dict(zip(printable, printable, strict=True)), 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = 256 + extra
+            extra += 1
+    to_byte = {chr(c): b for b, c in chars.items()}
+    text = "".join(lm.tokenizer.id_to_token(int(i)) for i in ids)
+    return bytes(to_byte[c] for c in text)
+
+
+def test_the_graph_tokenizer_gives_the_models_ids(decoder):
+    _, lm = decoder
+    graph = GraphBytePairTokenizer(lm.tokenizer)
+    tokens = graph.tokenize(tf.constant(TEXTS), 40)
+    for row, text in enumerate(TEXTS):
+        expected = [lm.tokenizer.start_token_id, *lm.tokenizer.tokenize(text)]
+        n = int(tokens["input_mask"][row].numpy().sum())
+        assert tokens["input_word_ids"][row, :n].numpy().tolist() == expected
+
+
+def test_the_export_scores_and_continues_raw_text_as_the_model(decoder, tmp_path):
+    source, lm = decoder
+    path = export_source(tmp_path / "export", "lm", decoder=source, max_length=32)
+    served = tf.saved_model.load(str(path))
+    text = tf.constant(TEXTS[:2])
+    out = served.signatures["generate"](text=text, max_new_tokens=tf.constant(4))
+    for row, prompt in enumerate(TEXTS[:2]):
+        ids = np.array([[lm.tokenizer.start_token_id, *lm.tokenizer.tokenize(prompt)]], "int32")
+        expected = lm.generate(ids, 4)[0, ids.shape[1] :]
+        assert out["output_ids"][row].numpy().tolist() == expected.tolist()
+        assert out["continuation"][row].numpy() == _byte_level_text(lm, expected)
+    scores = served.signatures["serving_default"](text=text)
+    ids = np.array([[lm.tokenizer.start_token_id, *lm.tokenizer.tokenize(TEXTS[0])]], "int32")
+    logits = keras.ops.convert_to_numpy(lm(ids))[0].astype(np.float64)
+    log_probs = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
+    expected = sum(log_probs[t, ids[0, t + 1]] for t in range(ids.shape[1] - 1))
+    assert float(scores["log_likelihood"][0]) == pytest.approx(expected, rel=1e-4)
