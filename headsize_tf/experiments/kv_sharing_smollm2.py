@@ -129,9 +129,26 @@ def plan() -> list[Run]:
             )
         )
     runs.append(Run("grouped-33-mean-healed", "grouped", 1 / 3, heal_steps=HEAL_STEPS))
+    # More rotary pairs where the budget allows (the latent keeps the rest of it).
+    for fraction, pairs in (("50%", 16), ("31.25%", 8), ("50%", 8)):
+        tag = fraction.rstrip("%")
+        for strategy in ("high", "2norm"):
+            runs.append(
+                Run(
+                    f"latent-{tag}-{strategy}-act-energy-p{pairs}",
+                    "latent",
+                    FRACTIONS[fraction],
+                    strategy,
+                    pairs,
+                    True,
+                    "energy",
+                )
+            )
     # What partial RoPE alone costs: 4 pairs per key/value head rotate, the latent at full rank.
-    for strategy in ("2norm", "high"):
-        runs.append(Run(f"partial-rope-only-{strategy}", "partial_rope", 1.0, strategy, 4))
+    for strategy, pairs in (("2norm", 4), ("high", 4), ("high", 8), ("high", 16)):
+        runs.append(
+            Run(f"partial-rope-only-{strategy}-p{pairs}", "partial_rope", 1.0, strategy, pairs)
+        )
     for seed in (1, 2):
         runs.append(
             Run(
@@ -348,18 +365,47 @@ def report(output: pathlib.Path) -> str:
             f"{r['austen']['perplexity']:.2f} | {r['moby_dick']['perplexity']:.2f} | "
             f"{r['austen']['top1_agreement']:.3f} | {r['greedy_agreement']:.3f} | {r['params']:,} |"
         )
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    markers = {"latent": "o", "grouped": "s", "pruned": "^", "original": "*", "partial_rope": "x"}
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    styles = {
+        "original": ("original", "k", "*"),
+        "latent_act": ("latent, calibrated SVD", "tab:blue", "o"),
+        "latent_w": ("latent, weight SVD", "tab:orange", "o"),
+        "latent_healed": ("latent, calibrated, healed", "tab:green", "D"),
+        "grouped": ("grouped K/V 3 -> 1 (mean)", "tab:red", "s"),
+        "grouped_healed": ("grouped K/V 3 -> 1, healed", "tab:pink", "s"),
+        "pruned": ("K/V groups pruned to 1", "tab:purple", "^"),
+        "partial_rope": ("partial RoPE only (full latent)", "0.5", "x"),
+    }
+    seen = set()
     for r in records:
-        x = r["cache_bytes_per_token"] / base
-        ax.scatter(x, r["austen"]["perplexity"], marker=markers[r["run"]["method"]], s=30)
+        run = r["run"]
+        key = run["method"]
+        if key == "latent":
+            key = (
+                "latent_healed"
+                if run.get("heal_steps", 0)
+                else ("latent_act" if run["calibrated"] else "latent_w")
+            )
+        elif key == "grouped" and run.get("heal_steps", 0):
+            key = "grouped_healed"
+        label, color, marker = styles[key]
+        ax.scatter(
+            r["cache_bytes_per_token"] / base,
+            r["austen"]["perplexity"],
+            marker=marker,
+            color=color,
+            s=36,
+            label=None if key in seen else label,
+        )
+        seen.add(key)
     ax.set(
         xlabel="KV cache kept (fraction of SmolLM2's)",
         ylabel="Northanger Abbey perplexity (log)",
         yscale="log",
-        title="SmolLM2-135M-Instruct (4-bit), training-free KV conversion",
+        title="SmolLM2-135M-Instruct (4-bit): KV conversion at equal cache",
     )
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
     save_figure(fig, output / "perplexity_vs_cache.png")
     plt.close(fig)
     write_json(output / "summary.json", {"runs": records})
