@@ -1,0 +1,48 @@
+"""The SmolLM2 study's plan and report (its runs need the real model: results/kv_sharing_smollm2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from headsize_tf.experiments import kv_sharing_smollm2 as study
+
+
+def test_the_plan_covers_the_grid_once():
+    names = [run.name for run in study.plan()]
+    assert len(names) == len(set(names))
+    grid = [run for run in study.plan() if run.method == "latent" and run.fraction == 0.1875]
+    # 4 pair strategies x weights / activations x uniform / energy, plus seeds and healing.
+    assert {(r.strategy, r.calibrated, r.allocation) for r in grid} >= {
+        (s, c, a)
+        for s in ("2norm", "uniform", "high", "low")
+        for c in (True, False)
+        for a in ("uniform", "energy")
+    }
+    assert {r.seed for r in grid} == {0, 1, 2}
+    assert any(r.heal_steps for r in grid)
+
+
+def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name, method, cache, ppl in (
+        ("original", "original", 46080, 45.9),
+        ("latent-18.75-2norm-act-energy", "latent", 8640, 316.3),
+    ):
+        record = {
+            "run": {"name": name, "method": method, "calibrated": True, "heal_steps": 0},
+            "cache_bytes_per_token": cache,
+            "params": 1,
+            "austen": {"perplexity": ppl, "top1_agreement": 1.0},
+            "moby_dick": {"perplexity": ppl * 2, "top1_agreement": 1.0},
+            "greedy_agreement": 1.0,
+        }
+        (runs / f"{name}.json").write_text(json.dumps(record))
+    table = study.report(tmp_path)
+    assert "| latent-18.75-2norm-act-energy | 0.1875 | 316.30 | 632.60 |" in table
+    assert (tmp_path / "perplexity_vs_cache.png").stat().st_size > 1000
+    assert len(json.loads((tmp_path / "summary.json").read_text())["runs"]) == 2
+    with pytest.raises(ValueError, match="no finished run"):
+        study.report(tmp_path / "empty")
