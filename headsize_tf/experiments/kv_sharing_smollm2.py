@@ -130,7 +130,7 @@ def plan() -> list[Run]:
         )
     runs.append(Run("grouped-33-mean-healed", "grouped", 1 / 3, heal_steps=HEAL_STEPS))
     # More rotary pairs where the budget allows (the latent keeps the rest of it).
-    for fraction, pairs in (("50%", 16), ("31.25%", 8), ("50%", 8)):
+    for fraction, pairs in (("50%", 16), ("31.25%", 8), ("50%", 8), ("31.25%", 12)):
         tag = fraction.rstrip("%")
         for strategy in ("high", "2norm"):
             runs.append(
@@ -144,6 +144,24 @@ def plan() -> list[Run]:
                     "energy",
                 )
             )
+    # Half the pairs keep RoPE at 31.25% and 18.75% (high frequencies: partial RoPE alone then
+    # costs nothing measurable), then healed.
+    runs.append(Run("latent-31.25-high-act-energy-p16", "latent", 0.3125, "high", 16))
+    runs[-1] = dataclasses.replace(runs[-1], allocation="energy")
+    runs.append(Run("latent-18.75-high-act-energy-p8", "latent", 0.1875, "high", 8))
+    runs[-1] = dataclasses.replace(runs[-1], allocation="energy")
+    runs.append(
+        Run(
+            "latent-31.25-high-act-energy-p16-healed",
+            "latent",
+            0.3125,
+            "high",
+            16,
+            True,
+            "energy",
+            heal_steps=HEAL_STEPS,
+        )
+    )
     # What partial RoPE alone costs: 4 pairs per key/value head rotate, the latent at full rank.
     for strategy, pairs in (("2norm", 4), ("high", 4), ("high", 8), ("high", 16)):
         runs.append(
