@@ -178,8 +178,8 @@ def hub_child(args) -> list[dict]:
     import keras_hub
     import numpy as np
 
-    from headsize_tf.keras3.hub.decoders import hub_backbone_from_checkpoint
     from headsize_tf.keras3.modeling.llama_weights import checkpoint_from_decoder
+    from headsize_tf.keras3.pretrained.hub_decoders import hub_backbone_from_checkpoint
 
     keras.utils.set_random_seed(0)
     max_length = max(args.contexts + [args.prefill]) + args.steps

@@ -47,7 +47,7 @@ JAX_GROUPS = {
         "property_oracle",
         "shared_kv",
         "kv_convert",
-        "hub/decoders",
+        "pretrained/hub_decoders",
         "layers/rope",
         "reparam/kv_compress",
     ],
@@ -65,8 +65,8 @@ JAX_DESELECT = [
     "tests/keras3/reparam/kv_compress_test.py::"
     "test_a_calibrated_latent_keeps_the_activations_better_than_a_weight_svd",
     "tests/keras3/reparam/kv_compress_test.py::test_pair_strategies_and_energy_allocation",
-    "tests/keras3/hub/decoders_test.py::test_unsupported_families_are_refused_with_what_they_need",
-    "tests/keras3/hub/decoders_test.py::test_models_a_llama_checkpoint_cannot_hold_are_refused",
+    "tests/keras3/pretrained/hub_decoders_test.py::test_unsupported_families_are_refused_with_what_they_need",
+    "tests/keras3/pretrained/hub_decoders_test.py::test_models_a_llama_checkpoint_cannot_hold_are_refused",
     # int8 covers the tied table's dequantization on JAX (int4 layers: quantize_lora).
     "tests/keras3/causal_lm_test.py::test_a_quantized_model_dequantizes_its_tied_output_table[int4]",
     "tests/keras3/shared_kv_test.py::test_cache_holds_exactly_the_formulas_bytes",

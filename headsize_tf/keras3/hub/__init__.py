@@ -18,7 +18,6 @@ without it, using the bridge raises `MissingExtraError` naming the extra
 (importing this package does not need it).
 """
 
-from headsize_tf.keras3.hub._require import EXTRA, MissingExtraError, require_keras_hub
 from headsize_tf.keras3.hub.architectures import ARCHITECTURES, Architecture
 from headsize_tf.keras3.hub.classifier_adapter import HubClassifierAdapter
 from headsize_tf.keras3.hub.convert import convert_hub_lm, convert_hub_model
@@ -27,6 +26,7 @@ from headsize_tf.keras3.hub.importer import import_hub_model
 from headsize_tf.keras3.hub.lm_adapter import HubLMAdapter, hub_lm_text
 from headsize_tf.keras3.hub.presets import load_hub_preset
 from headsize_tf.keras3.hub.tools import compress_hub_model, prune_hub_classifier, prune_hub_lm
+from headsize_tf.keras3.pretrained._keras_hub import EXTRA, MissingExtraError, require_keras_hub
 
 __all__ = [
     "ARCHITECTURES",

@@ -14,13 +14,13 @@ import numpy as np
 from headsize_tf.core.io import atomic_directory, check_output_free
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.hub import layout
-from headsize_tf.keras3.hub._require import require_keras_hub
 from headsize_tf.keras3.hub.architectures import ARCHITECTURES, Architecture
 from headsize_tf.keras3.layers.roles import assign_weights, numpy_weights
 from headsize_tf.keras3.modeling.activations import get_activation
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.modeling.causal_lm import CausalLM
 from headsize_tf.keras3.modeling.surgery import non_attention_layers
+from headsize_tf.keras3.pretrained._keras_hub import require_keras_hub
 from headsize_tf.keras3.pruning.remove import head_mask
 
 POOLINGS = ("mean", "cls")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from headsize_tf.core.errors import CheckpointError
-from headsize_tf.keras3.hub._require import require_keras_hub
 from headsize_tf.keras3.hub.architectures import (
     ARCHITECTURES,
     Architecture,
@@ -17,6 +16,7 @@ from headsize_tf.keras3.layers.roles import assign_weights, numpy_weights
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.modeling.causal_lm import CausalLM
 from headsize_tf.keras3.modeling.surgery import non_attention_layers
+from headsize_tf.keras3.pretrained._keras_hub import require_keras_hub
 
 
 def _split(model: Any) -> tuple[Any, Any]:

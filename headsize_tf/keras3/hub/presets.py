@@ -23,7 +23,6 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.keras3.hub import layout
-from headsize_tf.keras3.hub._require import require_keras_hub
 from headsize_tf.keras3.hub.architectures import (
     ARCHITECTURES,
     HF_MODEL_TYPES,
@@ -35,6 +34,7 @@ from headsize_tf.keras3.hub.hub_model import HubModel
 from headsize_tf.keras3.hub.importer import import_hub_model
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.modeling.causal_lm import CausalLM
+from headsize_tf.keras3.pretrained._keras_hub import require_keras_hub
 
 OFFLINE_VARIABLES = ("HEADSIZE_TF_OFFLINE", "HF_HUB_OFFLINE")
 

@@ -124,7 +124,10 @@ def load_decoder(
             raise CheckpointError(f"{path} holds a {type(model).__name__}, not a DecoderLM.")
         return model
     if path.is_dir() and _is_keras_hub_preset(path):
-        from headsize_tf.keras3.hub.decoders import DEFAULT_MAX_SEQUENCE_LENGTH, load_hub_decoder
+        from headsize_tf.keras3.pretrained.hub_decoders import (
+            DEFAULT_MAX_SEQUENCE_LENGTH,
+            load_hub_decoder,
+        )
 
         return load_hub_decoder(path, max_sequence_length or DEFAULT_MAX_SEQUENCE_LENGTH)
     checkpoint = read_checkpoint(source, cache_dir)
@@ -172,7 +175,7 @@ def save_decoder(
 
         return write_hf_llama_dir(checkpoint_from_decoder(lm, model_type), path)
     from headsize_tf.core.io import atomic_directory
-    from headsize_tf.keras3.hub.decoders import save_hub_decoder
+    from headsize_tf.keras3.pretrained.hub_decoders import save_hub_decoder
 
     with atomic_directory(path) as out:
         save_hub_decoder(lm, out, backbone_class)

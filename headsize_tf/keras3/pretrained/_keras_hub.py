@@ -1,4 +1,5 @@
-"""keras-hub is an optional extra: importing it, or one line naming the extra."""
+"""keras-hub is an optional extra: importing it, or one line naming the extra (used by the
+keras-hub decoder readers here and by the `headsize_tf.keras3.hub` bridge)."""
 
 from __future__ import annotations
 

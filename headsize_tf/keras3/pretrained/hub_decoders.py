@@ -25,12 +25,12 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
-from headsize_tf.keras3.hub._require import require_keras_hub
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 from headsize_tf.keras3.modeling.llama_weights import (
     checkpoint_from_decoder,
     decoder_from_checkpoint,
 )
+from headsize_tf.keras3.pretrained._keras_hub import require_keras_hub
 
 # keras-hub decoders have no position limit of their own; a DecoderLM needs one.
 DEFAULT_MAX_SEQUENCE_LENGTH = 8192

@@ -1,4 +1,4 @@
-"""keras-hub's Llama-family decoders <-> `DecoderLM` (`headsize_tf.keras3.hub.decoders`).
+"""keras-hub's Llama-family decoders <-> `DecoderLM` (`headsize_tf.keras3.pretrained.hub_decoders`).
 
 Each supported family is built tiny with random weights, saved as a local
 preset and loaded as a `DecoderLM`, whose logits must equal keras-hub's; the
@@ -16,15 +16,15 @@ import pytest
 keras_hub = pytest.importorskip("keras_hub")
 
 from headsize_tf.core.errors import CheckpointError  # noqa: E402
-from headsize_tf.keras3.hub.decoders import (  # noqa: E402
+from headsize_tf.keras3.modeling.decoder_lm import DecoderLM  # noqa: E402
+from headsize_tf.keras3.modeling.llama_weights import checkpoint_from_decoder  # noqa: E402
+from headsize_tf.keras3.pretrained.hub_decoders import (  # noqa: E402
     REFUSED_FAMILIES,
     family_of_class,
     import_hub_decoder,
     load_hub_decoder,
     save_hub_decoder,
 )
-from headsize_tf.keras3.modeling.decoder_lm import DecoderLM  # noqa: E402
-from headsize_tf.keras3.modeling.llama_weights import checkpoint_from_decoder  # noqa: E402
 
 VOCAB = 97
 SIZE = dict(
