@@ -229,6 +229,15 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert report["calibration"]["tokens"] == 4 * 17
     assert sum(report["latent_per_layer"]) == 2 * (32 - 2 * 2 * 2)  # The uniform total.
+    # Rotated RoPE at the same budget: one rotary key of 2 K/V heads x 2 pairs, weights only.
+    rotated = tmp_path / "rotated"
+    argv = _fill(LATENT, files, str(rotated)) + ["--cache-fraction", "0.5", "--rope-pairs", "2"]
+    argv += ["--rope-strategy", "rotated", "--calibration", "weights", "--eval-windows", "2"]
+    assert cli.main(argv) == 0
+    report = json.loads((rotated / "report.json").read_text())
+    assert report["kv_cache_fraction"] == pytest.approx(0.5)
+    assert [len(c) for c in report["rope_components_per_layer"]] == [4, 4]
+    assert report["perplexity"]["converted"] < 2 * report["perplexity"]["original"]
     pruned = tmp_path / "pruned"
     argv = [
         "prune",

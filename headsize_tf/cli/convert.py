@@ -126,10 +126,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     rotary.add_argument(
         "--rope-strategy",
-        choices=["high", "low", "uniform", "2norm"],
+        choices=["high", "low", "uniform", "2norm", "rotated"],
         default="2norm",
         help="which frequency pairs keep RoPE (2norm: largest query x key pair norms on the "
-        "calibration text; default)",
+        "calibration text; default; rotated: TransMLA's RoRoPE, the same number of pairs in "
+        "all from a per-frequency PCA across key/value heads)",
     )
     rotary.add_argument(
         "--rope-pairs", type=_positive_int, default=4, help="pairs kept per key/value head"

@@ -53,6 +53,14 @@ class ConversionTarget:
         each source key/value head keeps on RoPE (its decoupled rotary key),
         one list per key/value head, or one such entry per layer; None keeps
         every pair (the exact limit: the latent then holds the values).
+      rope_components: Latent targets of rotary models, rotated RoPE
+        (TransMLA's RoRoPE, `kv_sharing.rotated_rope_latent_weights`): the
+        (frequency, component) pairs of the per-frequency PCA across
+        key/value heads that keep RoPE, one list per layer (or one for every
+        layer). They form one rotary key shared by all query heads; the
+        converted heads grow to `2 x (frequencies not wholly kept) + 2K`
+        dimensions on the source's frequency grid. Exclusive with
+        `rope_frequencies`.
 
     Sources are multi-head or grouped layers (Llama's GQA), with or without
     rotary positions (RoPE); the converted spec keeps the source's RoPE
@@ -70,6 +78,7 @@ class ConversionTarget:
     size: int | tuple[int, ...]
     method: str | None = None
     rope_frequencies: Any = None
+    rope_components: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
@@ -93,6 +102,20 @@ class ConversionTarget:
             object.__setattr__(
                 self, "rope_frequencies", rope.normalize_frequencies(self.rope_frequencies)
             )
+        if self.rope_components is not None:
+            if self.kind != "latent" or self.rope_frequencies is not None:
+                raise SpecError(
+                    "rope_components (rotated RoPE) are for latent targets, instead of "
+                    "rope_frequencies."
+                )
+            value = self.rope_components
+            per_layer = bool(value) and all(
+                isinstance(entry, Sequence) and entry and isinstance(entry[0], Sequence)
+                for entry in value
+            )
+            layers = value if per_layer else [value]
+            normalized = tuple(tuple(tuple(int(x) for x in pair) for pair in e) for e in layers)
+            object.__setattr__(self, "rope_components", normalized if per_layer else normalized[0])
         method = self.method or DEFAULT_METHODS[self.kind]
         if method not in METHODS[self.kind]:
             raise SpecError(
@@ -150,6 +173,23 @@ class ConversionTarget:
                         f"Layer {i}'s key/value heads rotate different frequency sets; pooling "
                         "them into shared key/value heads would mix rotations."
                     )
+            elif self.kind == "latent" and self.rope_components is not None:
+                if not layer.uses_rope:
+                    raise SpecError(
+                        "rope_components (rotated RoPE) were given, but the model has no rotary "
+                        "positions (RoPE): there is no rotation to keep."
+                    )
+                if isinstance(self.rope_components[0][0], Sequence) and len(
+                    self.rope_components
+                ) != len(layers):
+                    raise SpecError(
+                        f"rope_components has {len(self.rope_components)} entries; the model has "
+                        f"{len(layers)} attention layers."
+                    )
+                firsts, head_size = self._rotated_sizes(i, layer)
+                nope = layer.num_heads * (head_size - 2 * len(firsts))
+                full = nope + layer.num_heads * layer.value_dim
+                kv_sharing.check_latent_rank(size, full if width is None else min(width, full))
             elif self.kind == "latent":
                 rotary = self.layer_rope_sets(i, layer) if layer.uses_rope else None
                 kept = 0 if rotary is None else len(rotary[0])
@@ -168,6 +208,24 @@ class ConversionTarget:
                 raise SpecError(
                     f"shared_key_dim={self.size} is above the full rank heads x head size = {full}."
                 )
+
+    def layer_rope_components(self, index: int, layer: ResolvedAttention) -> list:
+        """A rotated-RoPE latent target's (frequency, component) pairs of layer `index`, checked."""
+        value = self.rope_components
+        if value and isinstance(value[0][0], Sequence):
+            value = value[index]
+        groups = layer.num_kv_heads or layer.num_heads
+        return kv_sharing.check_rotated_components(
+            value, layer.head_size // 2, groups, f"layer {index}"
+        )
+
+    def _rotated_sizes(self, index: int, layer: ResolvedAttention) -> tuple[list[int], int]:
+        """(the rotary key's frequencies, the converted head size) of a rotated-RoPE layer."""
+        groups = layer.num_kv_heads or layer.num_heads
+        firsts, nope = kv_sharing.rotated_layout(
+            self.layer_rope_components(index, layer), layer.head_size // 2, groups
+        )
+        return firsts, 2 * len(nope) + 2 * len(firsts)
 
     def layer_rope_sets(self, index: int, layer: ResolvedAttention) -> tuple[tuple[int, ...], ...]:
         """The rotary pairs each key/value head of a rotary layer keeps (latent targets)."""
@@ -219,6 +277,26 @@ class ConversionTarget:
                 if sets != full:
                     common["rope_frequencies"] = [[list(s)] for s in sets]
             return AttentionSpec("grouped", num_kv_heads=field(sizes), **common)
+        if self.kind == "latent" and self.rope_components is not None:
+            sizes_and_sets = [self._rotated_sizes(i, layer) for i, layer in enumerate(layers)]
+            grids = {layer.head_size for layer in layers}
+            if len(grids) > 1:
+                raise SpecError(
+                    f"Rotated RoPE keeps the source's frequency grid; its layers have head sizes "
+                    f"{sorted(grids)} (one grid per spec)."
+                )
+            per_layer = [[firsts] for firsts, _ in sizes_and_sets]
+            common["head_size"] = field([size for _, size in sizes_and_sets])
+            # The heads grow; the values keep their size (one value_dim per spec, checked above).
+            common["value_dim"] = layers[0].value_dim
+            common["rope_frequencies"] = (
+                per_layer
+                if len(layers) > 1 and any(p != per_layer[0] for p in per_layer)
+                else per_layer[0]
+            )
+            common["num_rope_heads"] = 1
+            common["rope_grid_size"] = grids.pop()
+            return AttentionSpec("latent", kv_latent_dim=field(sizes), **common)
         if self.kind == "latent":
             if "rope_max_wavelength" in common:
                 per_layer = [
@@ -272,7 +350,16 @@ class ConversionTarget:
             return out, {"layer": name, **report.to_dict()}
         if self.kind == "latent":
             balance = self.method == "joint_svd"
-            if rotary:
+            if rotary and self.rope_components is not None:
+                out, report = kv_sharing.rotated_rope_latent_weights(
+                    weights,
+                    size,
+                    self.layer_rope_components(index, source),
+                    balance=balance,
+                    covariance=covariance,
+                    name=name,
+                )
+            elif rotary:
                 out, report = kv_sharing.rope_latent_weights(
                     weights,
                     size,

@@ -639,3 +639,297 @@ def rope_latent_weights(
         float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
     )
     return out, report
+
+
+@dataclasses.dataclass(frozen=True)
+class RotatedRope:
+    """TransMLA's RoRoPE basis of one rotary layer: per frequency, a PCA across key/value heads.
+
+    Fields (P = head size / 2 frequency pairs, G key/value heads):
+      rotations: `[P, G, G]`, orthonormal columns; component j of frequency f
+        is `sum_g rotations[f, g, j] k_(g, f)` (the same mix of both halves of
+        the pair, so it commutes with RoPE's rotation of that frequency).
+      key_energy: `[P, G]`, each component's mean squared key norm (the PCA's
+        eigenvalues, descending per frequency).
+      query_energy: `[P, G]`, the query side's: `sum_h rotations[f, g(h), j]^2
+        E|q_(h, f)|^2`, what the component's rotary query carries.
+    """
+
+    rotations: np.ndarray
+    key_energy: np.ndarray
+    query_energy: np.ndarray
+
+    @property
+    def scores(self) -> np.ndarray:
+        """`[P, G]`: sqrt(query energy x key energy), S_2-norm's score in the rotated basis."""
+        return np.sqrt(np.maximum(self.query_energy, 0) * np.maximum(self.key_energy, 0))
+
+    def components(self, count: int) -> tuple[tuple[int, int], ...]:
+        """The `count` (frequency, component) pairs of highest score, sorted."""
+        flat = self.scores.reshape(-1)
+        if not 1 <= count <= flat.size:
+            raise SpecError(
+                f"A layer of {self.scores.shape[0]} frequency pairs x {self.scores.shape[1]} "
+                f"key/value heads has {flat.size} rotated rotary pairs; keeping {count} needs "
+                f"1 <= pairs kept <= {flat.size}."
+            )
+        top = np.argsort(-flat, kind="stable")[:count]
+        width = self.scores.shape[1]
+        return tuple(sorted((int(i) // width, int(i) % width) for i in top))
+
+
+def rotated_rope(weights: Weights, covariance: np.ndarray | None = None) -> RotatedRope:
+    """The RoRoPE basis of a rotary layer (TransMLA, Meng et al. 2025, Sec. 4.2).
+
+    RoPE turns each frequency pair of every key/value head by the same angle,
+    so any orthogonal mix of the G heads' pairs of one frequency, applied
+    alike to both halves, commutes with it. Per frequency f, the PCA of the
+    G heads' pairs (of the weights, or of the activations under the inputs'
+    second moment `covariance`) concentrates the rotary keys' energy in the
+    leading components: those keep RoPE, shared by every query head (each
+    query head's rotary query for component j is `rotations[f, g, j]` times
+    its own pair), and the rest lose it.
+
+    Args:
+      weights: Core-layout weights of a multi-head or grouped layer (head
+        size p even, half-split pairs: dimension i pairs with i + p / 2).
+      covariance: The layer inputs' second moment `[e, e]`, or None.
+    """
+    query = np.asarray(weights["query_kernel"], np.float64)
+    key = np.asarray(weights["key_kernel"], np.float64)
+    e, groups, p = key.shape
+    heads = query.shape[1]
+    half = p // 2
+    sigma = np.eye(e) if covariance is None else np.asarray(covariance, np.float64)
+    rotations = np.zeros([half, groups, groups])
+    key_energy = np.zeros([half, groups])
+    query_energy = np.zeros([half, groups])
+    owner = np.arange(heads) // (heads // groups)
+    for f in range(half):
+        re, im = key[:, :, f], key[:, :, f + half]
+        moment = re.T @ sigma @ re + im.T @ sigma @ im
+        values, vectors = np.linalg.eigh((moment + moment.T) / 2)
+        order = np.argsort(-values, kind="stable")
+        rotations[f], key_energy[f] = vectors[:, order], np.maximum(values[order], 0)
+        q_re, q_im = query[:, :, f], query[:, :, f + half]
+        per_head = np.einsum("eh,ef,fh->h", q_re, sigma, q_re) + np.einsum(
+            "eh,ef,fh->h", q_im, sigma, q_im
+        )
+        query_energy[f] = np.einsum("hj,h->j", rotations[f][owner] ** 2, per_head)
+    return RotatedRope(rotations, key_energy, query_energy)
+
+
+def check_rotated_components(components: Any, half: int, groups: int, name: str) -> list:
+    """Sorted (frequency, component) pairs, checked against P frequencies and G components."""
+    try:
+        pairs = sorted((int(f), int(j)) for f, j in components)
+    except (TypeError, ValueError):
+        raise SpecError(
+            f"Layer {name!r}: rotated RoPE components are (frequency, component) pairs; got "
+            f"{components!r}."
+        ) from None
+    if not pairs or len(set(pairs)) != len(pairs):
+        raise SpecError(
+            f"Layer {name!r}: rotated RoPE keeps >= 1 distinct (frequency, component) pairs; got "
+            f"{components!r}."
+        )
+    bad = [(f, j) for f, j in pairs if not (0 <= f < half and 0 <= j < groups)]
+    if bad:
+        raise SpecError(
+            f"Layer {name!r}: a head of size {2 * half} with {groups} key/value heads has "
+            f"frequencies 0..{half - 1} and components 0..{groups - 1}; got {bad}."
+        )
+    return pairs
+
+
+def rotated_layout(components: Any, half: int, groups: int) -> tuple[list[int], list[int]]:
+    """(the rotary key's frequencies, sorted with repeats; the frequencies that lose RoPE).
+
+    A frequency loses RoPE on its components not kept: it keeps a non-rotary
+    pair in every query head unless all G of its components rotate.
+    """
+    pairs = check_rotated_components(components, half, groups, "attention")
+    counts = np.bincount([f for f, _ in pairs], minlength=half)
+    return [f for f, _ in pairs], [f for f in range(half) if counts[f] < groups]
+
+
+def _rotated_operands(
+    weights: Weights, rot: RotatedRope, pairs: list[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The non-rotary keys per key/value head `[e, G, n]` (each frequency's pair projected on
+    its components not kept), the values `[e, G, v]` and the non-rotary frequencies."""
+    key = np.asarray(weights["key_kernel"], np.float64)
+    e, groups, p = key.shape
+    half = p // 2
+    kept = {f: [j for g, j in pairs if g == f] for f in range(half)}
+    nope_frequencies = [f for f in range(half) if len(kept[f]) < groups]
+    columns_re, columns_im = [], []
+    for f in nope_frequencies:
+        dropped = [j for j in range(groups) if j not in kept[f]]
+        basis = rot.rotations[f][:, dropped]
+        projector = basis @ basis.T  # [G, G]
+        columns_re.append(key[:, :, f] @ projector)
+        columns_im.append(key[:, :, f + half] @ projector)
+    if nope_frequencies:
+        nope = np.stack(columns_re + columns_im, axis=2)  # [e, G, n]
+    else:
+        nope = np.zeros([e, groups, 0])
+    return nope, np.asarray(weights["value_kernel"], np.float64), nope_frequencies
+
+
+def _flat_per_query_head(kernel: np.ndarray, heads: int) -> np.ndarray:
+    e, groups, _ = kernel.shape
+    return np.repeat(kernel, heads // groups, axis=1).reshape(e, -1)
+
+
+def rotated_rope_spectrum(
+    weights: Weights,
+    components: Any,
+    *,
+    balance: bool = True,
+    covariance: np.ndarray | None = None,
+) -> np.ndarray:
+    """The singular values `rotated_rope_latent_weights`' joint SVD keeps the top of."""
+    rot = rotated_rope(weights, covariance)
+    half, groups = rot.scores.shape
+    pairs = check_rotated_components(components, half, groups, "attention")
+    heads = np.shape(weights["query_kernel"])[1]
+    nope, value, _ = _rotated_operands(weights, rot, pairs)
+    flat_key, flat_value = _flat_per_query_head(nope, heads), _flat_per_query_head(value, heads)
+    full = min(nope.shape[0], flat_key.shape[1] + flat_value.shape[1])
+    return joint_basis(flat_key, flat_value, full, balance=balance, covariance=covariance)[3]
+
+
+def rotated_rope_latent_weights(
+    weights: Weights,
+    kv_latent_dim: int,
+    components: Any,
+    *,
+    balance: bool = True,
+    covariance: np.ndarray | None = None,
+    name: str = "attention",
+) -> tuple[dict[str, np.ndarray | None], SharingReport]:
+    """The latent weights of a rotary layer by rotated RoPE (TransMLA's RoRoPE) + a joint SVD.
+
+    The key/value heads' pairs of each frequency are rotated into their PCA
+    basis (`rotated_rope`); the chosen (frequency, component) pairs become
+    one decoupled rotary key shared by every query head (`2K` dimensions for
+    K pairs, frequencies repeating where several components of one are
+    kept), each query head's rotary query absorbing its head's share of the
+    rotation. The components not kept lose RoPE: per frequency, each key/value
+    head's pair projected onto them, with the values, goes through the joint
+    SVD into the latent. A query head then has `n + 2K` dimensions (`n` = 2 x
+    the frequencies not wholly kept); its kernel is scaled by
+    `sqrt((n + 2K) / p)` so the layer's softmax scale `1 / sqrt(n + 2K)` acts
+    as the source's `1 / sqrt(p)`. The rotary key's frequencies index the
+    source's grid of `p` (`rope_grid_size`). With all `P x G` components
+    kept, the latent holds the values alone and, at full rank, the layer
+    equals the source. Instead of TransMLA's FreqFold (neighbouring
+    frequencies folded so that one 64-dimensional rotary head holds the
+    leading components), the budget of K pairs goes to the components of
+    highest score wherever they are (`RotatedRope.components`), each turning
+    at its own exact frequency.
+
+    Args:
+      weights: Core-layout weights (multi-head, or grouped `[e, G, p]`).
+      kv_latent_dim: r, in [1, rank of the stacked non-rotary keys and values].
+      components: The (frequency, component) pairs kept on RoPE.
+      balance: Scale the non-rotary keys to the values' norm before the SVD.
+      covariance: The inputs' second moment `[e, e]`: the PCA and the SVD of
+        the activations rather than of the weights.
+      name: The layer's name, for messages.
+
+    Returns:
+      (weights: `query_kernel` `[d, h, n + 2K]`, `query_bias`, `latent_kernel`,
+      `key_up_kernel` `[r, h, n]` (absent when n = 0), `value_up_kernel`,
+      `rope_key_kernel` `[e, 1, 2K]`, `rope_key_bias`, `value_bias`,
+      `output_kernel`, `output_bias`, `head_gates`; report).
+
+    References:
+      Meng et al., "TransMLA: Multi-Head Latent Attention Is All You Need",
+      2025. https://arxiv.org/abs/2502.07864
+    """
+    _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
+    query = np.asarray(weights["query_kernel"], np.float64)
+    key = np.asarray(weights["key_kernel"], np.float64)
+    e, groups, p = key.shape
+    heads = query.shape[1]
+    half = p // 2
+    if np.shape(weights["value_kernel"])[0] != e:
+        raise ValueError(
+            f"Attention layer {name!r}: a shared latent is computed from one input, so the key "
+            "and value widths must be equal."
+        )
+    pairs = check_rotated_components(components, half, groups, name)
+    rot = rotated_rope(weights, covariance)
+    owner = np.arange(heads) // (heads // groups)
+    nope, value, nope_frequencies = _rotated_operands(weights, rot, pairs)
+    n = 2 * len(nope_frequencies)
+    size = n + 2 * len(pairs)
+    scale = np.sqrt(size / p)
+
+    def query_layout(q: np.ndarray) -> np.ndarray:
+        """`[..., h, p]` -> `[..., h, n + 2K]`: non-rotary pairs, then the rotary query."""
+        parts = [q[..., nope_frequencies], q[..., [f + half for f in nope_frequencies]]]
+        mix = np.stack([rot.rotations[f][owner, j] for f, j in pairs], axis=-1)  # [h, K]
+        parts.append(q[..., [f for f, _ in pairs]] * mix)
+        parts.append(q[..., [f + half for f, _ in pairs]] * mix)
+        return scale * np.concatenate(parts, axis=-1)
+
+    new_query = query_layout(query)
+    query_bias = weights.get("query_bias")
+    if query_bias is not None:
+        query_bias = query_layout(np.asarray(query_bias, np.float64))
+    mix_key = np.stack([rot.rotations[f][:, j] for f, j in pairs], axis=-1)  # [G, K]
+    firsts = [f for f, _ in pairs]
+    rope_key = np.concatenate(
+        [
+            np.einsum("egk,gk->ek", key[:, :, firsts], mix_key),
+            np.einsum("egk,gk->ek", key[:, :, [f + half for f in firsts]], mix_key),
+        ],
+        axis=1,
+    )[:, None]  # [e, 1, 2K]
+    rope_key_bias = None
+    key_bias = weights.get("key_bias")
+    if key_bias is not None:
+        key_bias = np.asarray(key_bias, np.float64)
+        rope_key_bias = np.concatenate(
+            [
+                np.einsum("gk,gk->k", key_bias[:, firsts], mix_key),
+                np.einsum("gk,gk->k", key_bias[:, [f + half for f in firsts]], mix_key),
+            ]
+        )[None]
+    flat_key, flat_value = _flat_per_query_head(nope, heads), _flat_per_query_head(value, heads)
+    full = min(e, flat_key.shape[1] + flat_value.shape[1])
+    rank = check_latent_rank(kv_latent_dim, full)
+    basis, key_up, value_up, _ = joint_basis(
+        flat_key, flat_value, rank, balance=balance, covariance=covariance
+    )
+    f32 = np.float32
+    out: dict[str, np.ndarray | None] = {
+        "query_kernel": new_query.astype(f32),
+        "query_bias": None if query_bias is None else query_bias.astype(f32),
+        "latent_kernel": basis.astype(f32),
+        "value_up_kernel": value_up.reshape(rank, heads, -1).astype(f32),
+        "rope_key_kernel": rope_key.astype(f32),
+        "rope_key_bias": None if rope_key_bias is None else rope_key_bias.astype(f32),
+        "value_bias": _value_bias(weights),
+        "output_kernel": np.asarray(weights["output_kernel"], f32),
+        "output_bias": weights.get("output_bias"),
+        "head_gates": _gates(weights, heads),
+    }
+    key_energy = 1.0
+    if n:
+        out["key_up_kernel"] = key_up.reshape(rank, heads, n).astype(f32)
+        # The rotary part is kept whole; the latent keeps part of the projected rest.
+        total = np.sum(key**2)
+        kept = np.sum(rope_key**2) + np.sum(key_up**2) / (heads // groups)
+        key_energy = float(kept / max(total, 1e-300))
+    report = SharingReport(
+        "latent",
+        "rotated_rope_joint_svd",
+        rank,
+        min(key_energy, 1.0),
+        float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
+    )
+    return out, report

@@ -171,23 +171,25 @@ def _depth(value: Any) -> int:
     return 0
 
 
-def _check_set(name: str, values: Any) -> FrequencySet:
+def _check_set(name: str, values: Any, repeats: bool = False) -> FrequencySet:
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
             raise SpecError(f"`{name}` holds frequency indices (ints >= 0); got {v!r}.")
         out.append(int(v))
-    if len(set(out)) != len(out):
+    if not repeats and len(set(out)) != len(out):
         raise SpecError(f"`{name}` repeats a frequency index: {list(values)!r}.")
     return tuple(sorted(out))
 
 
-def normalize_frequencies(value: Any) -> Any:
+def normalize_frequencies(value: Any, repeats: bool = False) -> Any:
     """`rope_frequencies` as tuples: None, a set, per-head sets, or a per-layer tuple of those.
 
     Nesting says what a value is: a list of ints is one set for every rotary
     head, a list of lists one set per rotary head, and a list whose entries
-    are None or lists of lists one entry per layer.
+    are None or lists of lists one entry per layer. `repeats` allows a
+    frequency more than once in a set (a latent's rotary key after rotated
+    RoPE, where several components of one frequency rotate).
     """
     if value is None:
         return None
@@ -196,9 +198,9 @@ def normalize_frequencies(value: Any) -> Any:
     )
     depth = 3 if has_none else _depth(value)
     if depth == 1:
-        return _check_set("rope_frequencies", value)
+        return _check_set("rope_frequencies", value, repeats)
     if depth == 2:
-        return tuple(_check_set(f"rope_frequencies[{i}]", s) for i, s in enumerate(value))
+        return tuple(_check_set(f"rope_frequencies[{i}]", s, repeats) for i, s in enumerate(value))
     if depth == 3:
         out = []
         for i, entry in enumerate(value):
@@ -211,7 +213,10 @@ def normalize_frequencies(value: Any) -> Any:
                 )
             else:
                 out.append(
-                    tuple(_check_set(f"rope_frequencies[{i}][{j}]", s) for j, s in enumerate(entry))
+                    tuple(
+                        _check_set(f"rope_frequencies[{i}][{j}]", s, repeats)
+                        for j, s in enumerate(entry)
+                    )
                 )
         return tuple(out)
     raise SpecError(
@@ -327,6 +332,9 @@ def rotate_numpy(x: np.ndarray, positions: np.ndarray, inverse: np.ndarray) -> n
 
 
 PAIR_STRATEGIES = ("high", "low", "uniform", "2norm")
+# TransMLA's rotated RoPE (`headsize_tf.core.kv_sharing.rotated_rope`): pairs of a rotated basis.
+ROTATED = "rotated"
+STRATEGIES = (*PAIR_STRATEGIES, ROTATED)
 
 
 def select_pairs(

@@ -40,7 +40,10 @@ and for latent attention the `num_rope_heads` decoupled rotary keys
 head), cached beside the latent. A latent head's query and key have
 `head_size` dimensions: the rotary pairs last, the rest compared with the
 latent's key up-projection. Its default set is p / 4 evenly spread
-frequencies.
+frequencies. A latent's rotary frequencies index the grid of a head of
+`rope_grid_size` (default `head_size`): a rotated-RoPE conversion
+(TransMLA's RoRoPE) keeps the source's grid while its heads grow, and its
+one rotary key may repeat a frequency (several components of it rotate).
 
 Per-layer settings: `num_heads`, `head_size`, `num_kv_heads` and
 `kv_latent_dim` may be sequences with one entry per layer (`for_layer(i)` gives layer i's scalar spec), so a pruned
@@ -116,6 +119,7 @@ class ResolvedAttention:
     rope_scaling: Any = None
     rope_sets: tuple[tuple[int, ...], ...] | None = None
     num_rope_heads: int | None = None
+    rope_grid_size: int | None = None
 
     @property
     def uses_rope(self) -> bool:
@@ -134,8 +138,11 @@ class ResolvedAttention:
 
     @property
     def rotary_dim(self) -> int:
-        """The size whose frequency grid the rotary sets index (the head's, or D)."""
-        return int(self.shared_key_dim) if self.kind == "collaborative" else self.head_size
+        """The size whose frequency grid the rotary sets index (the head's, D, or a latent's
+        `rope_grid_size`)."""
+        if self.kind == "collaborative":
+            return int(self.shared_key_dim)
+        return int(self.rope_grid_size or self.head_size)
 
     @property
     def rope_pairs(self) -> int:
@@ -170,6 +177,9 @@ class AttentionSpec:
         rotary head, or one such entry per layer (`headsize_tf.core.rope`).
       num_rope_heads: latent with RoPE only: the decoupled rotary keys (1 by
         default). May be a per-layer list.
+      rope_grid_size: latent with RoPE only: the head size whose frequency
+        grid `rope_frequencies` index (default: `head_size`; a rotated-RoPE
+        conversion keeps its source's), where a set may repeat a frequency.
 
     Example:
 
@@ -194,6 +204,7 @@ class AttentionSpec:
     rope_scaling: Any = None
     rope_frequencies: Any = None
     num_rope_heads: int | tuple[int, ...] | None = None
+    rope_grid_size: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -269,7 +280,7 @@ class AttentionSpec:
         """RoPE fields: a base first; scaling, sets and rotary keys only with one."""
         set_ = object.__setattr__
         if self.rope_max_wavelength is None:
-            for name in ("rope_scaling", "rope_frequencies", "num_rope_heads"):
+            for name in ("rope_scaling", "rope_frequencies", "num_rope_heads", "rope_grid_size"):
                 if getattr(self, name) is not None:
                     raise SpecError(
                         f"{name}={getattr(self, name)!r} needs rotary positions: set "
@@ -278,7 +289,21 @@ class AttentionSpec:
             return
         set_(self, "rope_max_wavelength", rope.check_max_wavelength(self.rope_max_wavelength))
         set_(self, "rope_scaling", rope.check_scaling(self.rope_scaling))
-        set_(self, "rope_frequencies", rope.normalize_frequencies(self.rope_frequencies))
+        set_(
+            self,
+            "rope_frequencies",
+            rope.normalize_frequencies(self.rope_frequencies, repeats=self.kind == "latent"),
+        )
+        if self.rope_grid_size is not None:
+            if self.kind != "latent":
+                raise SpecError(
+                    f"rope_grid_size={self.rope_grid_size!r} is only for kind 'latent' (kind is "
+                    f"{self.kind!r}): the other kinds rotate over their own head size."
+                )
+            size = check_positive_int("rope_grid_size", self.rope_grid_size)
+            if size % 2:
+                raise SpecError(f"rope_grid_size must be even (frequency pairs); got {size}.")
+            set_(self, "rope_grid_size", size)
         if self.num_rope_heads is not None:
             if self.kind != "latent":
                 raise SpecError(
@@ -396,6 +421,7 @@ class AttentionSpec:
             shared_key_dim=self.shared_key_dim,
             num_kv_heads=self.num_kv_heads,
             kv_latent_dim=self.kv_latent_dim,
+            rope_grid_size=self.rope_grid_size,
         )
         if self.rope_max_wavelength is None:
             return resolved
@@ -421,6 +447,12 @@ class AttentionSpec:
                 raise SpecError(
                     f"num_rope_heads={heads.num_rotary_heads} does not divide num_heads={h}; "
                     "each rotary key serves an equal group of query heads."
+                )
+            if 2 * len(sets[0]) > resolved.head_size:
+                raise SpecError(
+                    f"Latent attention rotates {2 * len(sets[0])} dimensions per rotary key "
+                    f"({len(sets[0])} frequencies) in heads of size {resolved.head_size}; the "
+                    "rotary dimensions are part of the head."
                 )
         return dataclasses.replace(
             heads,
@@ -455,6 +487,8 @@ class AttentionSpec:
             kwargs["rope_frequencies"] = _plain(self.rope_frequencies)
             if self.kind == "latent":
                 kwargs["num_rope_heads"] = self.num_rope_heads or 1
+                if self.rope_grid_size is not None:
+                    kwargs["rope_grid_size"] = self.rope_grid_size
         return kwargs
 
     # ---------------------------------------------------------- conversion
@@ -473,8 +507,11 @@ class AttentionSpec:
                 "rope_scaling",
                 "rope_frequencies",
                 "num_rope_heads",
+                "rope_grid_size",
             ):
                 del out[key]
+        elif self.rope_grid_size is None:  # Rotary configs without a grid keep their form.
+            del out["rope_grid_size"]
         return out
 
     @classmethod

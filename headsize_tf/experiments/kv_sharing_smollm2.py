@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.core.rope import ROTATED
+
 MODEL = "smollm2-135m-instruct-q4"
 WINDOW = 257  # The start token and 256 text tokens.
 EVAL_TEXTS = ("austen", "moby_dick")
@@ -64,8 +66,9 @@ class Run:
       method: "original", "latent", "grouped", "pruned" or "partial_rope" (rotary pairs
         kept, the latent at full rank: what dropping RoPE alone costs).
       fraction: The cache fraction (latent), for the table.
-      strategy: Rotary pairs kept (latent): high, low, uniform, 2norm.
-      pairs: Pairs per key/value head (latent).
+      strategy: Rotary pairs kept (latent): high, low, uniform, 2norm, or rotated
+        (TransMLA's RoRoPE: the same number of pairs in all, of the rotated basis).
+      pairs: Pairs per key/value head (latent; rotated: 3 x pairs in all).
       calibrated: The latent's SVD of activations (else weights).
       allocation: uniform or energy.
       seed: The calibration sample's seed.
@@ -167,6 +170,30 @@ def plan() -> list[Run]:
         runs.append(
             Run(f"partial-rope-only-{strategy}-p{pairs}", "partial_rope", 1.0, strategy, pairs)
         )
+    # Rotated RoPE (TransMLA's RoRoPE) at the same rotary cache: the 18.75% grid, more pairs
+    # where the budget allows, and what the rotation with dropped RoPE alone costs.
+    for calibrated in (True, False):
+        for allocation in ("uniform", "energy"):
+            label = f"{'act' if calibrated else 'w'}-{allocation}"
+            runs.append(
+                Run(f"latent-18.75-rotated-{label}", "latent", 0.1875, ROTATED, 4, calibrated)
+            )
+            runs[-1] = dataclasses.replace(runs[-1], allocation=allocation)
+    for fraction, pairs in (("18.75%", 8), ("31.25%", 12), ("31.25%", 16), ("50%", 16)):
+        tag = fraction.rstrip("%")
+        runs.append(
+            Run(
+                f"latent-{tag}-rotated-act-energy-p{pairs}",
+                "latent",
+                FRACTIONS[fraction],
+                ROTATED,
+                pairs,
+                True,
+                "energy",
+            )
+        )
+    for pairs in (4, 8):
+        runs.append(Run(f"partial-rope-only-rotated-p{pairs}", "partial_rope", 1.0, ROTATED, pairs))
     for seed in (1, 2):
         runs.append(
             Run(
@@ -279,6 +306,19 @@ def _convert(study: Study, run: Run):
     if run.method == "partial_rope":
         stats = study.calibration(run.seed)
         layer = lm.attention_layers[0]
+        if run.strategy == ROTATED:
+            from headsize_tf.core import kv_sharing
+            from headsize_tf.keras3.layers.roles import numpy_weights
+
+            components, fulls = [], []
+            for i, source in enumerate(lm.attention_layers):
+                weights = numpy_weights(source)
+                basis = kv_sharing.rotated_rope(weights, stats.covariances[i])
+                components.append([list(c) for c in basis.components(3 * run.pairs)])
+                fulls.append(len(kv_sharing.rotated_rope_spectrum(weights, components[-1])))
+            target = ConversionTarget("latent", tuple(fulls), rope_components=components)
+            model, _ = convert_model(lm, target)
+            return model, {"latent_per_layer": fulls, "rope_components_per_layer": components}
         sets = [
             [list(s) for s in rope.select_pairs(run.strategy, 32, run.pairs, 3, scores)]
             for scores in stats.pair_scores
@@ -388,6 +428,7 @@ def report(output: pathlib.Path) -> str:
         "original": ("original", "k", "*"),
         "latent_act": ("latent, calibrated SVD", "tab:blue", "o"),
         "latent_w": ("latent, weight SVD", "tab:orange", "o"),
+        "latent_rotated": ("latent, rotated RoPE, calibrated", "tab:cyan", "P"),
         "latent_healed": ("latent, calibrated, healed", "tab:green", "D"),
         "grouped": ("grouped K/V 3 -> 1 (mean)", "tab:red", "s"),
         "grouped_healed": ("grouped K/V 3 -> 1, healed", "tab:pink", "s"),
@@ -404,6 +445,8 @@ def report(output: pathlib.Path) -> str:
                 if run.get("heal_steps", 0)
                 else ("latent_act" if run["calibrated"] else "latent_w")
             )
+            if key == "latent_act" and run.get("strategy") == ROTATED:
+                key = "latent_rotated"
         elif key == "grouped" and run.get("heal_steps", 0):
             key = "grouped_healed"
         label, color, marker = styles[key]

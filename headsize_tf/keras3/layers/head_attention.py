@@ -154,6 +154,9 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
     # `keras.ops.dot_product_attention` can compute them.
     _dot_product_scores = True
 
+    # Whether a rotary set may repeat a frequency (a latent's rotated rotary key).
+    _ROPE_REPEATS = False
+
     def __init__(
         self,
         num_heads: int,
@@ -224,7 +227,9 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
             None if rope_max_wavelength is None else rope.check_max_wavelength(rope_max_wavelength)
         )
         self._rope_scaling = rope.check_scaling(rope_scaling)
-        self._rope_frequencies = rope.normalize_frequencies(rope_frequencies)
+        self._rope_frequencies = rope.normalize_frequencies(
+            rope_frequencies, repeats=self._ROPE_REPEATS
+        )
         if rope.is_per_layer(self._rope_frequencies):
             raise SpecError("A layer takes one rope_frequencies entry, not a per-layer list.")
         if query_key_norm_epsilon is not None and not float(query_key_norm_epsilon) > 0:

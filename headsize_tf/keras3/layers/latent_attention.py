@@ -69,6 +69,11 @@ class LatentAttention(SharedKVAttentionBase):
         up-projects the cached latents every step (False).
       num_rope_heads: With rotary positions: the decoupled rotary keys (a
         divisor of `num_heads`; 1 by default).
+      rope_grid_size: With rotary positions: the head size whose frequency
+        grid `rope_frequencies` index (`head_size` by default). A rotated-RoPE
+        conversion (`headsize_tf.core.kv_sharing.rotated_rope_latent_weights`)
+        keeps its source's grid in wider heads, and its rotary key may repeat
+        a frequency.
       **kwargs: `HeadAttentionBase` arguments (`rope_max_wavelength`,
         `rope_scaling`, `rope_frequencies`: one set, or one per rotary key,
         of equal sizes; p / 4 evenly spread frequencies by default).
@@ -95,6 +100,8 @@ class LatentAttention(SharedKVAttentionBase):
       https://arxiv.org/abs/2502.14837
     """
 
+    _ROPE_REPEATS = True
+
     def __init__(
         self,
         num_heads: int,
@@ -102,9 +109,22 @@ class LatentAttention(SharedKVAttentionBase):
         head_size: int | None = None,
         absorb: bool = True,
         num_rope_heads: int | None = None,
+        rope_grid_size: int | None = None,
         **kwargs: Any,
     ):
         super().__init__(num_heads=num_heads, head_size=head_size, **kwargs)
+        if rope_grid_size is not None:
+            if not self.uses_rope:
+                raise SpecError(
+                    f"rope_grid_size={rope_grid_size!r} needs rotary positions: set "
+                    "`rope_max_wavelength`."
+                )
+            rope_grid_size = check_positive_int("rope_grid_size", rope_grid_size)
+            if rope_grid_size % 2:
+                raise SpecError(
+                    f"rope_grid_size must be even (frequency pairs); got {rope_grid_size}."
+                )
+        self._rope_grid_size = rope_grid_size
         self._kv_latent_dim = check_positive_int("kv_latent_dim", kv_latent_dim)
         if num_rope_heads is not None and not self.uses_rope:
             raise SpecError(
@@ -165,7 +185,7 @@ class LatentAttention(SharedKVAttentionBase):
             )
         rank, heads = self._kv_latent_dim, self._num_heads
         if self.uses_rope:
-            pairs = self._key_dim // 2
+            pairs = self._rope_grid() // 2
             frequencies = self._rope_frequencies
             if frequencies is None:
                 frequencies = rope.uniform_set(pairs, max(1, pairs // 2))
@@ -179,6 +199,12 @@ class LatentAttention(SharedKVAttentionBase):
                     f"of frequencies each; got {[len(c) for c in self._rope_sets]}."
                 )
             self._rope_pairs = len(self._rope_sets[0])
+            if 2 * self._rope_pairs > self._key_dim:
+                raise SpecError(
+                    f"LatentAttention {self.name!r} rotates {2 * self._rope_pairs} dimensions "
+                    f"per rotary key in heads of size {self._key_dim}; the rotary dimensions are "
+                    "part of the head."
+                )
         self._build_query_output_and_bias(query_shape)
         self._latent_dense = self._dense("latent", value_shape, "abc,cd->abd", (None, rank), False)
         latent_shape = (value_shape[0], value_shape[1], rank)
@@ -240,13 +266,16 @@ class LatentAttention(SharedKVAttentionBase):
     def _num_rotary_heads(self) -> int:
         return self.num_rope_heads or 1
 
+    def _rope_grid(self) -> int:
+        return int(self._rope_grid_size or self._key_dim)
+
     def _build_rope(self) -> None:
         if not self.uses_rope:
             self._rope_sets = None
             return
         # Only the rotary keys' own 2k dimensions: the chosen pairs' frequencies.
         self._rope_inverse = rope.compact_table(
-            self._rope_sets, self._key_dim, self._rope_max_wavelength, self._rope_scaling
+            self._rope_sets, self._rope_grid(), self._rope_max_wavelength, self._rope_scaling
         )
         self._rope_factor = rope.attention_factor(self._rope_scaling)
 
@@ -372,6 +401,7 @@ class LatentAttention(SharedKVAttentionBase):
                 "kv_latent_dim": self._kv_latent_dim,
                 "absorb": self._absorb,
                 "num_rope_heads": self._num_rope_heads,
+                "rope_grid_size": self._rope_grid_size,
             }
         )
         return config

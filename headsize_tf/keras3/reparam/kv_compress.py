@@ -7,7 +7,12 @@ rotary keys at a given fraction of the cache:
 1. **Which pairs keep RoPE** (`KVPlan.rope_strategy`, MHA2MLA's S_high,
    S_low, S_uniform or S_2-norm, `headsize_tf.core.rope.select_pairs`): each
    key/value head keeps `rope_pairs` frequency pairs as its rotary key,
-   cached as they are; the other key dimensions lose their rotation.
+   cached as they are; the other key dimensions lose their rotation. Or
+   "rotated" (TransMLA's RoRoPE, `kv_sharing.rotated_rope_latent_weights`):
+   per frequency, a PCA across the key/value heads (of the activations when
+   calibration statistics are given), and the same number of pairs in all
+   (key/value heads x `rope_pairs`) goes to the rotated components of
+   highest score, as one rotary key shared by every query head.
 2. **The latent** of the non-rotary keys and the values: their joint SVD
    (`headsize_tf.core.kv_sharing.rope_latent_weights`), of the weights or,
    calibrated, of the activations (the inputs' second moments from
@@ -43,8 +48,10 @@ class KVPlan:
 
     Args:
       cache_fraction: The fraction of the original KV cache kept, in (0, 1].
-      rope_strategy: "high", "low", "uniform" or "2norm" (needs calibration).
-      rope_pairs: Frequency pairs each key/value head keeps on RoPE.
+      rope_strategy: "high", "low", "uniform", "2norm" (needs calibration)
+        or "rotated" (TransMLA's RoRoPE).
+      rope_pairs: Frequency pairs each key/value head keeps on RoPE (rotated:
+        key/value heads x `rope_pairs` rotated pairs in all, the same cache).
       calibrated: Take the latent's SVD of the activations (needs
         calibration statistics) instead of the weights.
       allocation: "uniform" (the same latent in every layer) or "energy".
@@ -68,10 +75,9 @@ class KVPlan:
             raise SpecError(f"cache_fraction must be a number in (0, 1]; got {fraction!r}.")
         if not 0 < fraction <= 1:
             raise SpecError(f"cache_fraction must be in (0, 1]; got {fraction!r}.")
-        if self.rope_strategy not in rope.PAIR_STRATEGIES:
+        if self.rope_strategy not in rope.STRATEGIES:
             raise SpecError(
-                f"Unknown rope_strategy {self.rope_strategy!r}; expected one of "
-                f"{list(rope.PAIR_STRATEGIES)}."
+                f"Unknown rope_strategy {self.rope_strategy!r}; expected one of {list(rope.STRATEGIES)}."
             )
         if self.allocation not in ALLOCATIONS:
             raise SpecError(
@@ -141,21 +147,32 @@ def compress_kv(
             f"Calibration statistics of {len(stats.covariances)} layers for a model of "
             f"{len(layers)}."
         )
+    rotated = plan.rope_strategy == rope.ROTATED
     sets, ranks, rotary_values = [], [], []
     for i, layer in enumerate(layers):
         groups, head_size, rank = _layer_plan(layer, plan)
-        scores = None if stats is None else stats.pair_scores[i]
-        sets.append(
-            rope.select_pairs(plan.rope_strategy, head_size // 2, plan.rope_pairs, groups, scores)
-        )
+        if rotated:
+            basis = kv_sharing.rotated_rope(
+                numpy_weights(layer), None if stats is None else stats.covariances[i]
+            )
+            sets.append(basis.components(groups * plan.rope_pairs))
+        else:
+            scores = None if stats is None else stats.pair_scores[i]
+            sets.append(
+                rope.select_pairs(
+                    plan.rope_strategy, head_size // 2, plan.rope_pairs, groups, scores
+                )
+            )
         ranks.append(rank)
         rotary_values.append(groups * 2 * plan.rope_pairs)
     covariances = stats.covariances if (plan.calibrated and stats is not None) else None
     fulls = []
     for i, layer in enumerate(layers):
-        weights = numpy_weights(layer)
-        spectrum = kv_sharing.rope_latent_spectrum(
-            weights,
+        spectrum_of = (
+            kv_sharing.rotated_rope_spectrum if rotated else kv_sharing.rope_latent_spectrum
+        )
+        spectrum = spectrum_of(
+            numpy_weights(layer),
             sets[i],
             balance=plan.balance,
             covariance=None if covariances is None else covariances[i],
@@ -168,11 +185,13 @@ def compress_kv(
         total = sum(rank for rank, _ in ranks)
         ranks = kv_sharing.allocate_ranks(spectra, min(total, sum(fulls)), 1, fulls)
     ranks = [min(rank, full) for rank, full in zip(ranks, fulls, strict=True)]
+    chosen = [[list(s) for s in layer_sets] for layer_sets in sets]
     target = ConversionTarget(
         "latent",
         tuple(ranks),
         "joint_svd" if plan.balance else "joint_svd_unbalanced",
-        rope_frequencies=[[list(s) for s in layer_sets] for layer_sets in sets],
+        rope_frequencies=None if rotated else chosen,
+        rope_components=chosen if rotated else None,
     )
     converted, reports = convert_model(lm, target, covariances=covariances)
     original = [
@@ -187,7 +206,7 @@ def compress_kv(
         if stats is None
         else {"tokens": int(stats.tokens), "source": stats.source},
         "latent_per_layer": ranks,
-        "rope_sets_per_layer": [[list(s) for s in layer_sets] for layer_sets in sets],
+        ("rope_components_per_layer" if rotated else "rope_sets_per_layer"): chosen,
         "cache_values_per_token_per_layer": {"original": original, "converted": kept},
         "cache_fraction": float(np.sum(kept) / np.sum(original)),
         "layers": reports,

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from headsize_tf.core import kv_sharing, rope
 from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.core.errors import SpecError
+from headsize_tf.core.spec import AttentionSpec
+from headsize_tf.keras3.layers.roles import numpy_weights
 from headsize_tf.keras3.modeling import DecoderLM
 from headsize_tf.keras3.reparam import KVPlan, calibration_stats, compress_kv, convert_model
 from tests.keras3 import util
@@ -144,3 +146,149 @@ def test_rotary_grouped_by_mean_keeps_a_rotated_key_bias_and_is_exact_at_the_sam
     with pytest.raises(SpecError, match="re-bases key dimensions"):
         convert_model(lm, ConversionTarget("grouped", 1, "svd"))
     assert keras.ops.shape(one(IDS)) == (3, 12, 40)
+
+
+def _rotated_oracle(weights, components, x, positions):
+    """Scores `[h, T, T]` of TransMLA's rotated RoPE, from its equations (numpy, float64).
+
+    Per frequency f: `U_f` = eigenvectors of `sum_{re, im} W_f^T W_f` across the key/value
+    heads (descending); query head h of group g scores `sum_j U_f[g, j] q_f . R(k'_j,f)` where
+    `k'_j,f = sum_g U_f[g, j] k_g,f` and R rotates only the kept (f, j).
+    """
+    q = np.einsum("te,ehp->thp", x, weights["query_kernel"])
+    k = np.einsum("te,egp->tgp", x, weights["key_kernel"])
+    heads, groups, p = q.shape[1], k.shape[1], k.shape[2]
+    half = p // 2
+    inverse = rope.inverse_frequencies(p, BASE)
+    delta = positions[:, None] - positions[None, :]  # query t - key s
+    scores = np.zeros([heads, len(x), len(x)])
+    for f in range(half):
+        w = weights["key_kernel"]
+        moment = w[:, :, f].T @ w[:, :, f] + w[:, :, f + half].T @ w[:, :, f + half]
+        values, vectors = np.linalg.eigh(moment)
+        u = vectors[:, np.argsort(-values)]
+        for j in range(groups):
+            k_re = k[:, :, f] @ u[:, j]
+            k_im = k[:, :, f + half] @ u[:, j]
+            angle = delta * inverse[f] if (f, j) in components else 0 * delta
+            for i in range(heads):
+                g = i // (heads // groups)
+                q_re, q_im = u[g, j] * q[:, i, f], u[g, j] * q[:, i, f + half]
+                # (R_t q) . (R_s k) = Re[q conj(k) e^(i (t - s) theta)], pairs as complex numbers.
+                cos, sin = np.cos(angle), np.sin(angle)
+                scores[i] += (q_re[:, None] * k_re[None] + q_im[:, None] * k_im[None]) * cos
+                scores[i] -= (q_im[:, None] * k_re[None] - q_re[:, None] * k_im[None]) * sin
+    return scores / np.sqrt(p)
+
+
+def _latent_scores(out, x, positions, grid):
+    """Scores `[h, T, T]` of the converted latent layer's weights (numpy)."""
+    frequencies = [f for f, _ in out["components"]]
+    inverse = rope.inverse_frequencies(grid, BASE)[frequencies]
+    size = out["query_kernel"].shape[2]
+    nope = size - 2 * len(frequencies)
+    q = np.einsum("te,ehp->thp", x, out["query_kernel"])
+    rope_key = rope.rotate_numpy((x @ out["rope_key_kernel"][:, 0])[:, None], positions, inverse)
+    rope_query = rope.rotate_numpy(q[:, :, nope:], positions, inverse)
+    scores = np.einsum("thc,sc->hts", rope_query, rope_key[:, 0])
+    if nope:
+        keys = np.einsum("se,er,rhn->shn", x, out["latent_kernel"], out["key_up_kernel"])
+        scores += np.einsum("thn,shn->hts", q[:, :, :nope], keys)
+    return scores / np.sqrt(size)
+
+
+@settings(max_examples=10, deadline=None)
+@given(shape=st.sampled_from([(6, 3, 8), (4, 2, 8), (4, 4, 4)]), data=st.data())
+def test_rotated_rope_matches_transmla_s_equations_and_is_exact_with_every_component(shape, data):
+    heads, groups, p = shape
+    rng = np.random.default_rng(data.draw(st.integers(0, 100)))
+    e, t = 3 * heads * p // 2, 6
+    weights = {
+        "query_kernel": rng.normal(size=(e, heads, p)),
+        "key_kernel": rng.normal(size=(e, groups, p)),
+        "value_kernel": rng.normal(size=(e, groups, p)),
+        "output_kernel": rng.normal(size=(heads, p, e)),
+    }
+    x = rng.normal(size=(t, e))
+    positions = np.arange(t) * 3.0
+    everything = [(f, j) for f in range(p // 2) for j in range(groups)]
+    count = data.draw(st.integers(1, len(everything)))
+    components = data.draw(st.permutations(everything))[:count]
+    full = len(kv_sharing.rotated_rope_spectrum(weights, components))
+    out, report = kv_sharing.rotated_rope_latent_weights(weights, full, components)
+    out["components"] = sorted(components)
+    expected = _rotated_oracle(weights, set(components), x, positions)
+    got = _latent_scores(out, x, positions, p)
+    np.testing.assert_allclose(got, expected, atol=2e-3 * np.abs(expected).max())
+    if count == len(everything):  # The exact limit: the source's own scores.
+        source = _rotated_oracle(weights, set(everything), x, positions)
+        np.testing.assert_allclose(got, source, atol=2e-3 * np.abs(source).max())
+        assert "key_up_kernel" not in out and report.key_energy == pytest.approx(1.0)
+
+
+def test_rotated_rope_in_a_decoder_is_exact_at_full_budget_and_decodes_alike():
+    lm = _decoder(bias=True)
+    stats = calibration_stats(lm, IDS, source="random ids")
+    expected = util.np_(lm(IDS))
+    # Every component of every frequency (3 heads x 4 pairs) and the full latent.
+    model, report = compress_kv(lm, KVPlan(1.0, "rotated", 4, calibrated=True), stats)
+    layer = model.attention_layers[0]
+    assert layer.num_rope_heads == 1 and layer.rope_pairs == 12 and layer.nope_dim == 0
+    np.testing.assert_allclose(util.np_(model(IDS)), expected, atol=1e-4)
+    prompt, _ = model.prefill(IDS[:, :5], 12)
+    np.testing.assert_allclose(util.np_(prompt), expected[:, :5], atol=1e-4)
+    # A cut cache: one rotary key of 2 x 3 x 1 pairs; the cache is what the plan says.
+    cut, report = compress_kv(lm, KVPlan(0.5, "rotated", 1), stats)
+    assert report["cache_fraction"] == pytest.approx(0.5)
+    assert all(len(c) == 3 for c in report["rope_components_per_layer"])
+    spec = cut.attention_spec
+    assert spec.rope_grid_size == 8 and spec.num_rope_heads == 1
+    rebuilt = DecoderLM.from_config(cut.get_config())
+    rebuilt.set_weights(cut.get_weights())
+    np.testing.assert_allclose(util.np_(rebuilt(IDS)), util.np_(cut(IDS)), atol=1e-5)
+    prompt, cache = cut.prefill(IDS[:, :5], 12)
+    np.testing.assert_allclose(util.np_(prompt), util.np_(cut(IDS))[:, :5], atol=1e-4)
+    assert cache[0]["rope_key"].shape[-1] == 6
+
+
+def test_rotated_rope_specs_and_targets_refuse_bad_settings():
+    with pytest.raises(SpecError, match="only for kind 'latent'"):
+        AttentionSpec(
+            "grouped", num_heads=4, num_kv_heads=2, rope_max_wavelength=BASE, rope_grid_size=8
+        )
+    with pytest.raises(SpecError, match="must be even"):
+        AttentionSpec(
+            "latent", num_heads=4, kv_latent_dim=8, rope_max_wavelength=BASE, rope_grid_size=7
+        )
+    with pytest.raises(SpecError, match="repeats a frequency"):
+        AttentionSpec(
+            "grouped",
+            num_heads=4,
+            num_kv_heads=2,
+            rope_max_wavelength=BASE,
+            rope_frequencies=[0, 0],
+        )
+    layer = AttentionSpec(
+        "latent",
+        num_heads=4,
+        kv_latent_dim=8,
+        head_size=4,
+        rope_max_wavelength=BASE,
+        rope_frequencies=[0, 0, 1],
+        rope_grid_size=8,
+    )
+    with pytest.raises(SpecError, match="rotates 6 dimensions"):
+        layer.resolve(16)
+    source = AttentionSpec(
+        "grouped", num_heads=6, num_kv_heads=3, head_size=8, rope_max_wavelength=BASE
+    ).resolve(24)
+    with pytest.raises(SpecError, match="frequencies 0..3 and components 0..2"):
+        ConversionTarget("latent", 8, rope_components=[(4, 0)]).spec([source], 24)
+    with pytest.raises(SpecError, match="instead of rope_frequencies"):
+        ConversionTarget("latent", 8, rope_frequencies=[0], rope_components=[(0, 0)])
+    with pytest.raises(SpecError, match="4 frequency pairs"):
+        compress_kv(_decoder(), KVPlan(0.9, "rotated", 5, calibrated=False))
+    basis = kv_sharing.rotated_rope(numpy_weights(_decoder().attention_layers[0]))
+    assert basis.rotations.shape == (4, 3, 3) and len(basis.components(12)) == 12
+    with pytest.raises(SpecError, match="has 12 rotated rotary pairs"):
+        basis.components(13)
