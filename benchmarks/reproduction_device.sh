@@ -3,9 +3,9 @@
 # 256 to 512) on a GPU machine whose image
 # has JAX but no TensorFlow: the Keras 3 runner (`--framework keras3`, KERAS_BACKEND=jax).
 #
-#   bash benchmarks/reproduce_v2_device.sh prepare          # here: wheels and data into .device/
-#   bash benchmarks/reproduce_v2_device.sh run WORKERS RUNS # there, with `.device` carried
-#   PRESET=paper bash benchmarks/reproduce_v2_device.sh run 2 4
+#   bash benchmarks/reproduction_device.sh prepare          # here: wheels and data into .device/
+#   bash benchmarks/reproduction_device.sh run WORKERS RUNS # there, with `.device` carried
+#   PRESET=paper bash benchmarks/reproduction_device.sh run 2 4
 #
 # `prepare` downloads the Keras 3 wheels the image lacks (keras, namex, optree; the versions
 # of this machine's .venv) and exports Austen's LM windows at sequence 256 as .npy arrays

@@ -276,6 +276,7 @@ from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.training import finetune as ft
 from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import prune, remove_heads
+from headsize_tf.pruning.report import plot_importance
 
 splits = rotten_tomatoes_splits()
 if SMOKE:
@@ -284,7 +285,7 @@ config = dataclasses.replace(ft.FinetuneConfig(), epochs=1 if SMOKE else 2)
 model, info = ft.finetune(load_sentence_encoder("minilm-l6"), splits["train"], config)
 data = prune.task_data(model.sentence_encoder, splits, importance_examples=64 if SMOKE else 1024)
 importance = prune.classifier_importance(model, data)
-prune.plot_importance(importance, "importance.png")
+plot_importance(importance, "importance.png")
 from IPython.display import Image; Image("importance.png")
 """,
         ),

@@ -206,7 +206,7 @@ _START_FIRST = (
     _NOTEBOOKS + "jax-",
     _NOTEBOOKS + "tf_keras-",
     "tests/experiments/demo_test.py",
-    "tests/experiments/reproduce_v2_test.py",
+    "tests/experiments/reproduction_test.py",
     "tests/experiments/sentiment_test.py",
     "tests/experiments/train_test.py",
     "tests/keras3/distribution_test.py",

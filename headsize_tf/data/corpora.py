@@ -65,7 +65,6 @@ from headsize_tf.data.rotten_tomatoes import (
     fetch_rotten_tomatoes,
     prepare_rotten_tomatoes_from_rows,
 )
-from headsize_tf.data.splits import split_of
 from headsize_tf.data.vocab import (
     RESERVED_TOKENS,  # noqa: F401
     build_wordpiece_vocab,
@@ -77,8 +76,6 @@ AUSTEN_BOOKS = {
     "valid": ("northangerabbey",),
     "test": ("persuasion",),
 }
-# Deprecated alias of `splits.split_of` (other modules' old name); removed next release.
-_split_of = split_of
 
 
 def _fix_command(name: str, data_dir: pathlib.Path) -> str:

@@ -68,12 +68,6 @@ GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def hash_split(text: str) -> str:
-    """ "dev" for about 10% of texts, else "train" (`split_of`'s dev rule)."""
-    # Deprecated: use `splits.split_of` (test rows join train here); removed next release.
-    return "dev" if split_of(text) == "dev" else "train"
-
-
 def label_names_of(labels: Sequence[str]) -> tuple[str, ...]:
     """Sorted unique labels: numerically if all are integers, else as strings."""
     unique = set(labels)

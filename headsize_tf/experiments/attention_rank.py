@@ -6,7 +6,7 @@ a fixed head size raises that bound independently of the width. If the bound is
 what limits a trained model, its heads should use (nearly) all p dimensions; if
 they use far fewer, a larger head has nothing to add at that budget.
 
-This study reads the final checkpoints that `reproduce_v2` left in its work dir
+This study reads the final checkpoints that `reproduction` left in its work dir
 (runs at each model's chosen learning rate), feeds validation windows through
 each model and measures, per head, the spectrum of the scaled logits Q K^T
 (n x n, the full bilinear form on the window, before the causal mask):
@@ -277,7 +277,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"Each head's scaled logits Q K^T (n x n, rows centred: softmax ignores row "
         f"constants) on {result['windows']} validation windows, from the "
         f"`{result['preset']}` preset's final checkpoints at each model's chosen learning "
-        "rate (`reproduce_v2`). A head of size p has logits of rank p at most (Theorem "
+        "rate (`reproduction`). A head of size p has logits of rank p at most (Theorem "
         "1). Means over layers, heads, windows, then seeds (± sample std over seeds).",
         "",
         f"- **attention rank**: the fewest singular directions of the logits whose "
@@ -361,12 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--runs",
         default="results/reproduction_v2",
-        help="a reproduce_v2 output (its reproduction.json)",
+        help="a reproduction output (its reproduction.json)",
     )
     parser.add_argument(
         "--work-dir",
         default="/tmp/headsize_reproduction_v2",
-        help="reproduce_v2's work dir, holding the runs' checkpoints",
+        help="the reproduction's work dir, holding the runs' checkpoints",
     )
     parser.add_argument("--output", default=None, help="default: <runs>/attention_rank")
     parser.add_argument("--windows", type=int, default=4)
@@ -384,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         preset = presets.PRESETS[json.loads((runs_dir / "reproduction.json").read_text())["preset"]]
     except (OSError, KeyError, ValueError) as err:
-        print(f"error: --runs {runs_dir} is not a reproduce_v2 output ({err}).", file=sys.stderr)
+        print(f"error: --runs {runs_dir} is not a reproduction output ({err}).", file=sys.stderr)
         return 2
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
     if preset.sequence_length != corpora.PrepareOptions().seq_length:

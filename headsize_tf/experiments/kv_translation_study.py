@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--uptrain-steps", type=int, default=150)
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
-    from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
+    from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
 
     quiet_tensorflow()
     data_dir = str(corpora.prepare("gettext_de", args.data_dir).parent)

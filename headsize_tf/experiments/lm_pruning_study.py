@@ -97,12 +97,13 @@ def random_curve(model_dir: str, seed: int, windows: int) -> dict:
     """Perplexity along the same schedule with uniformly random heads (seeded)."""
     from headsize_tf.core.pruning_plan import iterative_pruning
     from headsize_tf.pruning import language_model as plm
+    from headsize_tf.pruning.remove import set_head_mask
 
     lm, data = _load(model_dir, windows)
     scores = np.random.default_rng(seed).random([LAYERS, HEADS])
 
     def metric(mask):
-        plm.set_lm_head_mask(lm, mask)
+        set_head_mask(lm, mask)
         return plm.perplexity(lm, data.evaluation)
 
     steps = iterative_pruning(
@@ -124,6 +125,7 @@ def random_curve(model_dir: str, seed: int, windows: int) -> dict:
 def one_head_per_layer(model_dir: str, importance: np.ndarray, windows: int) -> dict:
     """Perplexity with one layer reduced to its most important head (Michel et al. Table 2)."""
     from headsize_tf.pruning import language_model as plm
+    from headsize_tf.pruning.remove import set_head_mask
 
     lm, data = _load(model_dir, windows)
     rows = []
@@ -131,7 +133,7 @@ def one_head_per_layer(model_dir: str, importance: np.ndarray, windows: int) -> 
         mask = np.ones([LAYERS, HEADS], np.float32)
         mask[layer] = 0
         mask[layer, int(np.nanargmax(importance[layer]))] = 1
-        plm.set_lm_head_mask(lm, mask)
+        set_head_mask(lm, mask)
         rows.append(
             {
                 "layer": layer,
@@ -139,7 +141,7 @@ def one_head_per_layer(model_dir: str, importance: np.ndarray, windows: int) -> 
                 "perplexity": plm.perplexity(lm, data.evaluation),
             }
         )
-    plm.set_lm_head_mask(lm, np.ones([LAYERS, HEADS], np.float32))
+    set_head_mask(lm, np.ones([LAYERS, HEADS], np.float32))
     return {"unpruned": plm.perplexity(lm, data.evaluation), "layers": rows}
 
 
@@ -308,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
-    from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
+    from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
 
     quiet_tensorflow()
     out = pathlib.Path(args.output)

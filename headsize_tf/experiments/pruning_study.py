@@ -109,6 +109,7 @@ def markdown(summary: dict, command: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from headsize_tf.modeling.bert_encoder import plain_config
     from headsize_tf.pruning import prune, remove_heads
+    from headsize_tf.pruning.report import max_fraction_within, plot_curves, plot_importance
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default="results/pruning")
@@ -168,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             k: [{kk: vv for kk, vv in s.items() if kk != "mask"} for s in v]
             for k, v in shown.items()
         },
-        "max_fraction_within_1_point": {k: prune.max_fraction_within(v) for k, v in shown.items()},
+        "max_fraction_within_1_point": {k: max_fraction_within(v) for k, v in shown.items()},
     }
     best_name = "importance (recomputed)"
     fraction = summary["max_fraction_within_1_point"][best_name]
@@ -195,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     summary["command"] = command
     write_json(out / "pruning.json", summary)
-    prune.plot_curves(shown, out / "pruning.png", baseline=summary["unpruned_accuracy"])
-    prune.plot_importance(importance, out / "importance.png")
+    plot_curves(shown, out / "pruning.png", baseline=summary["unpruned_accuracy"])
+    plot_importance(importance, out / "importance.png")
     write_atomic(out / "README.md", markdown(summary, command))
     print((out / "README.md").read_text())
     return 0

@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
-    from headsize_tf.experiments.reproduce_v2 import quiet_tensorflow
+    from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
 
     quiet_tensorflow()
     out = pathlib.Path(args.output)

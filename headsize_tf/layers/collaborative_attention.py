@@ -8,7 +8,6 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from headsize_tf.core.spec import MIXING_INITIALIZERS  # noqa: F401  (deprecated re-export)
 from headsize_tf.core.validation import (
     check_collaborative_args,
     collaborative_head_size,

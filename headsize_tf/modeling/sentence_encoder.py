@@ -12,13 +12,10 @@ import tensorflow as tf
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.io import atomic_directory, check_output_free
-from headsize_tf.data import sentence_checkpoint
 from headsize_tf.data.sentence_checkpoint import SentenceEncoderSettings, TextSettings
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder, plain_config
 
 CHECKPOINT_FORMAT = 1
-# Deprecated (one release): import these from headsize_tf.data.sentence_checkpoint.
-CHECKPOINT_FILE, POOLINGS = sentence_checkpoint.CHECKPOINT_FILE, sentence_checkpoint.POOLINGS
 
 
 class SentenceEncoder(SentenceEncoderSettings, tf.Module):

@@ -37,10 +37,8 @@ from headsize_tf.pruning.importance import mask_importance
 from headsize_tf.pruning.remove import (
     copy_kept_heads,
     copy_weights_outside,
-    head_mask,
     mask_kept,
     physical_keep,
-    set_head_mask,
 )
 from headsize_tf.pruning.report import decoding_speed, plot_report  # noqa: F401  (re-exported)
 from headsize_tf.pruning.schedule import check_min_heads, check_output
@@ -108,11 +106,6 @@ def perplexity(lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray
 
 def head_counts(lm: HeadsizeCausalLM) -> list[int]:
     return [layer.num_heads for layer in lm.attention_layers]
-
-
-# Deprecated aliases (one release): the one mask helper is `pruning.remove.head_mask`.
-lm_head_mask = head_mask
-set_lm_head_mask = set_head_mask
 
 
 def lm_importance(

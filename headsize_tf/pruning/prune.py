@@ -20,16 +20,12 @@ import tf_keras
 
 from headsize_tf.core.prune_loop import PruneSchedule, curve_points, prune_curve, prune_loop
 from headsize_tf.core.prune_report import scores_from_json
-from headsize_tf.data.text_tasks import TextTask, TextTaskError
+from headsize_tf.data.text_tasks import TextTask, TextTaskError, load_task
 from headsize_tf.pretrained import SentenceEncoder
 from headsize_tf.pruning.adapter import KerasModelAdapter
 from headsize_tf.pruning.importance import mask_importance
 from headsize_tf.pruning.remove import remove_heads
-from headsize_tf.pruning.report import (  # noqa: F401  (re-exported for one release)
-    max_fraction_within,
-    plot_curves,
-    plot_importance,
-)
+from headsize_tf.pruning.report import plot_curves, plot_importance
 from headsize_tf.pruning.schedule import check_output
 from headsize_tf.training import finetune as ft
 
@@ -270,10 +266,6 @@ def prune_model(
         baseline=report["curve"][0]["metric"],
     )
     return report
-
-
-# Deprecated re-exports (moved to headsize_tf.data.text_tasks); removed next release.
-from headsize_tf.data.text_tasks import TASKS, load_task, rotten_tomatoes_task  # noqa: E402, F401
 
 
 def prune_task(

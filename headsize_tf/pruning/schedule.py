@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from headsize_tf.core.io import check_output_free
-from headsize_tf.core.prune_loop import masked_schedule
 
-# Deprecated alias (one release): `masked_schedule` moved to `headsize_tf.core.prune_loop`.
-__all__ = ["check_min_heads", "check_output", "masked_schedule", "split_config"]
+__all__ = ["check_min_heads", "check_output", "split_config"]
 check_output = check_output_free  # the library's one "exists" check (`headsize_tf.core.io`)
 
 

@@ -39,10 +39,8 @@ from headsize_tf.pruning.language_model import (
 )
 from headsize_tf.pruning.remove import (
     copy_kept_heads,
-    head_mask,
     mask_kept,
     physical_keep,
-    set_head_mask,
 )
 from headsize_tf.pruning.schedule import check_min_heads, check_output, split_config
 
@@ -79,11 +77,6 @@ def attention_rows(model: HeadsizeSeq2Seq) -> list[AttentionRow]:
         rows.append(AttentionRow("decoder_self", i, block, "self_attention"))
         rows.append(AttentionRow("encoder_decoder", i, block, "cross_attention"))
     return rows
-
-
-# Deprecated aliases (one release): the one mask helper is `pruning.remove.head_mask`.
-seq2seq_head_mask = head_mask
-set_seq2seq_head_mask = set_head_mask
 
 
 def translation_batches(
@@ -430,7 +423,5 @@ __all__ = [
     "attention_rows",
     "prune_translation_model",
     "remove_seq2seq_heads",
-    "seq2seq_head_mask",
     "seq2seq_importance",
-    "set_seq2seq_head_mask",
 ]

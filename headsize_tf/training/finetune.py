@@ -21,8 +21,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-# Deprecated re-export (moved to headsize_tf.data.text_tasks); removed next release.
-from headsize_tf.data.text_tasks import rotten_tomatoes_splits  # noqa: F401
 from headsize_tf.modeling.sentence_classifier import SentenceClassifier
 from headsize_tf.modeling.sentence_encoder import SentenceEncoder
 

@@ -136,12 +136,6 @@ def test_split_of_is_stable_and_about_ten_percent():
     splits = [split_of(f"sentence {i}") for i in range(5000)]
     for split in ("dev", "test"):
         assert 0.09 < splits.count(split) / 5000 < 0.11, (split, splits.count(split))
-    # The deprecated names (one release) send the same texts to dev.
-    from headsize_tf.data.corpora import _split_of
-
-    for i in range(200):
-        assert (tt.hash_split(f"s{i}") == "dev") == (_split_of(f"s{i}") == "dev")
-        assert _split_of(f"s{i}") == split_of(f"s{i}")
 
 
 # -------------------------------------------------------------- bad files

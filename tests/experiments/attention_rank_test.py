@@ -10,7 +10,11 @@ import pytest
 import tf_keras
 
 from headsize_tf.experiments import attention_rank as ar
-from headsize_tf.experiments import reproduce_v2 as rv2
+from headsize_tf.experiments.reproduction.__main__ import main
+from headsize_tf.experiments.reproduction.plan import run_name
+from headsize_tf.experiments.reproduction.presets import PRESETS
+from headsize_tf.experiments.reproduction.runners import run_dir
+from headsize_tf.experiments.reproduction.sweep import best_learning_rate, load_runs, model_grid
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 
 
@@ -88,16 +92,16 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
         "--data-dir",
         str(austen_data_dir),
     ]
-    assert rv2.main([*argv, "--max-runs", "1", "--keys", "std_w16_h4_p4"]) == 0
+    assert main([*argv, "--max-runs", "1", "--keys", "std_w16_h4_p4"]) == 0
     # The rest of the sweep (grid extension included), faked as worse: the trained rate wins.
     (trained,) = (out / "runs").glob("*.json")
     record = json.loads(trained.read_text())
-    preset = rv2.PRESETS["test"]
-    while (runs := rv2.load_runs(out, preset)) and rv2.best_learning_rate(
+    preset = PRESETS["test"]
+    while (runs := load_runs(out, preset)) and best_learning_rate(
         "std_w16_h4_p4", preset, runs
     ) is None:
-        for lr in rv2.model_grid("std_w16_h4_p4", preset, runs):
-            path = out / "runs" / f"{rv2.run_name('std_w16_h4_p4', lr, 0)}.json"
+        for lr in model_grid("std_w16_h4_p4", preset, runs):
+            path = out / "runs" / f"{run_name('std_w16_h4_p4', lr, 0)}.json"
             if not path.exists():
                 fake = {
                     **record,
@@ -106,17 +110,17 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
                 }
                 path.write_text(json.dumps(fake))
     # Seed 1 at the chosen rate has a result file but no checkpoint (another machine's).
-    name = rv2.run_name("std_w16_h4_p4", record["learning_rate"], 1)
+    name = run_name("std_w16_h4_p4", record["learning_rate"], 1)
     (out / "runs" / f"{name}.json").write_text(json.dumps({**record, "seed": 1}))
     # Seed 2's run is still training: its checkpoint is not the last step's.
-    unfinished = rv2.run_name("std_w16_h4_p4", record["learning_rate"], 2)
+    unfinished = run_name("std_w16_h4_p4", record["learning_rate"], 2)
     (out / "runs" / f"{unfinished}.json").write_text(json.dumps({**record, "seed": 2}))
-    partial = rv2.run_dir(work, preset, "std_w16_h4_p4", record["learning_rate"], 2)
+    partial = run_dir(work, preset, "std_w16_h4_p4", record["learning_rate"], 2)
     partial.mkdir(parents=True)
     (partial / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{preset.steps - 1}"\n')
     (partial / f"ckpt-{preset.steps - 1}.index").write_bytes(b"")
     assert not ar.final_checkpoint(partial, preset.steps)
-    assert rv2.main([*argv, "--summarize-only"]) == 0
+    assert main([*argv, "--summarize-only"]) == 0
     capsys.readouterr()
     command = [
         "--runs",
@@ -149,7 +153,7 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     "argv, message",
     [
         (["--windows", "0"], "--windows must be >= 1; got 0"),
-        (["--runs", "/nonexistent"], "is not a reproduce_v2 output"),
+        (["--runs", "/nonexistent"], "is not a reproduction output"),
     ],
 )
 def test_bad_arguments_name_the_value(argv, message, capsys):

@@ -6,7 +6,9 @@ import numpy as np
 import tensorflow as tf
 
 from headsize_tf.configs import language_modeling
-from headsize_tf.experiments import reproduce_v2 as rv2
+from headsize_tf.experiments.reproduction.plan import plan
+from headsize_tf.experiments.reproduction.presets import PRESETS
+from headsize_tf.experiments.reproduction.runners import _override
 from headsize_tf.tasks import language_modeling as lm_task
 
 WINDOWS, LENGTH = 3000, 8
@@ -37,9 +39,9 @@ def test_the_default_buffer_shuffles_across_the_file_the_grid_keeps_100(tmp_path
     )
     spread = first_batch_windows(language_modeling.LMDataConfig(**fields))
     assert spread.max() > 1000  # 32 draws below 1000 of 3000 windows: p = 3^-32.
-    grid = rv2._override(
-        rv2.plan(rv2.PRESETS["cpu"])["R1"][0], rv2.PRESETS["cpu"], 1e-3, "valid", 1
-    )["task"]["train_data"]["shuffle_buffer_size"]
+    grid = _override(plan(PRESETS["cpu"])["R1"][0], PRESETS["cpu"], 1e-3, "valid", 1)["task"][
+        "train_data"
+    ]["shuffle_buffer_size"]
     assert grid == 100
     local = first_batch_windows(language_modeling.LMDataConfig(**fields, shuffle_buffer_size=grid))
     assert local.max() < grid + 32  # Model Garden's default: the first ~130 windows only.

@@ -4,31 +4,39 @@ image: tests/keras3/no_tensorflow_test.py)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import shutil
 
 import numpy as np
 import pytest
 
+from headsize_tf.core.io import write_json
 from headsize_tf.experiments import lm_keras3
-from headsize_tf.experiments import reproduce_v2 as rv2
+from headsize_tf.experiments.reproduction.__main__ import main
+from headsize_tf.experiments.reproduction.plan import plan, run_name
+from headsize_tf.experiments.reproduction.presets import PRESETS
+from headsize_tf.experiments.reproduction.runners import _override
+from headsize_tf.experiments.reproduction.scheduler import run_pending
+from headsize_tf.experiments.reproduction.sweep import load_runs, pending
 
-TEST = rv2.PRESETS["test"]
+TEST = PRESETS["test"]
 
 
 @pytest.mark.parametrize("learning_rate, steps", [(3e-3, 40), (1e-3, 7)])
 def test_the_schedule_is_model_gardens(learning_rate, steps):
     """Oracle: the learning rate Model Garden's optimizer factory builds from the
-    runner's own optimizer config (`reproduce_v2._override`)."""
+    runner's own optimizer config (`reproduction.runners._override`)."""
     from official.core import exp_factory
     from official.modeling.optimization import optimizer_factory
 
     from headsize_tf.configs import experiments  # noqa: F401  (registers them)
 
-    model = rv2.plan(TEST)["R1"][0]
-    preset = rv2.dataclasses.replace(TEST, steps=steps)
+    model = plan(TEST)["R1"][0]
+    preset = dataclasses.replace(TEST, steps=steps)
     experiment = exp_factory.get_exp_config("headsize_lm/language_modeling")
-    experiment.override(rv2._override(model, preset, learning_rate, "valid", 1), is_strict=False)
+    experiment.override(_override(model, preset, learning_rate, "valid", 1), is_strict=False)
     factory = optimizer_factory.OptimizerFactory(experiment.trainer.optimizer_config)
     garden = factory.build_learning_rate()
     ours = lm_keras3.learning_rate_schedule(learning_rate, steps, max(1, steps // 10))
@@ -57,7 +65,7 @@ def test_weight_decay_skips_what_model_garden_skips(attention):
 
     trainer = exp_factory.get_exp_config("headsize_lm/language_modeling").trainer
     trainer.override(
-        rv2._override(rv2.plan(TEST)["R1"][0], TEST, 1e-3, "valid", 1)["trainer"], is_strict=False
+        _override(plan(TEST)["R1"][0], TEST, 1e-3, "valid", 1)["trainer"], is_strict=False
     )
     config = trainer.optimizer_config.optimizer.adamw
     assert config.weight_decay_rate == lm_keras3.WEIGHT_DECAY
@@ -151,7 +159,7 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
         "--data-dir",
         str(data_dir),
     ]
-    assert rv2.main([*argv, "--framework", "keras3", "--max-runs", "1"]) == 0
+    assert main([*argv, "--framework", "keras3", "--max-runs", "1"]) == 0
     (path,) = (out / "runs").glob("*.json")
     record = json.loads(path.read_text())
     assert (record["framework"], record["backend"]) == ("keras3", "tensorflow")
@@ -163,8 +171,8 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     assert record["test_perplexity"] == pytest.approx(np.exp(record["test_loss"]), rel=1e-6)
     assert record["device"].startswith("CPU: ")
     assert "Runner: Keras 3" in (out / "README.md").read_text()
-    assert rv2.load_runs(out, TEST) == {}  # Not a tf_keras run.
-    assert len(rv2.load_runs(out, TEST, "keras3")) == 1
+    assert load_runs(out, TEST) == {}  # Not a tf_keras run.
+    assert len(load_runs(out, TEST, "keras3")) == 1
     command = json.loads((out / "reproduction.json").read_text())["command"]
     assert "--framework keras3" in command
     # The trained model is kept for the attention-rank study, which reads it on Keras 3.
@@ -184,7 +192,7 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     ranks = attention_rank.measure(logits, record["head_size"])
     assert 0 < ranks["energy_rank_90"] <= record["head_size"]
     # The same run again gives the same numbers (seeded weights, dropout and data order).
-    model = next(m for m in rv2.plan(TEST)["R1"] if m.key == record["key"])
+    model = next(m for m in plan(TEST)["R1"] if m.key == record["key"])
     again = lm_keras3.train_run(
         model.attention(), model.width, TEST, record["learning_rate"], 0, data_dir / "austen"
     )
@@ -197,9 +205,9 @@ def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
 
 def test_an_output_of_the_other_framework_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
-    rv2.write_json(out / "runs" / "std_w16_h4_p4_lr0.001_seed0.json", {"key": "std_w16_h4_p4"})
+    write_json(out / "runs" / "std_w16_h4_p4_lr0.001_seed0.json", {"key": "std_w16_h4_p4"})
     argv = ["--preset", "test", "--output", str(out), "--framework", "keras3"]
-    assert rv2.main(argv) == 2
+    assert main(argv) == 2
     error = capsys.readouterr().err.strip()
     assert error == (
         f"error: --output {out} holds tf_keras runs (std_w16_h4_p4_lr0.001_seed0."
@@ -211,21 +219,21 @@ def test_an_output_of_the_other_framework_is_refused(tmp_path, capsys):
 def test_a_run_file_of_another_shape_stops_the_worker(tmp_path):
     """A file at a pending run's name that the grid does not count (another preset shape)
     is an error, not a run to skip forever."""
-    model, lr, seed = rv2.pending(TEST, rv2.plan(TEST), {})[0]
+    model, lr, seed = pending(TEST, plan(TEST), {})[0]
     out = tmp_path / "out"
     other = {
         "key": model.key,
         "learning_rate": lr,
         "seed": seed,
         "framework": "keras3",
-        "preset": {**rv2.dataclasses.asdict(TEST), "steps": 999},
+        "preset": {**dataclasses.asdict(TEST), "steps": 999},
     }
-    rv2.write_json(out / "runs" / f"{rv2.run_name(model.key, lr, seed)}.json", other)
-    args = rv2.argparse.Namespace(
+    write_json(out / "runs" / f"{run_name(model.key, lr, seed)}.json", other)
+    args = argparse.Namespace(
         work_dir=str(tmp_path / "work"), max_runs=None, keys=None, framework="keras3"
     )
     with pytest.raises(ValueError, match="is a run of another preset shape or framework"):
-        rv2.run_pending(args, TEST, rv2.plan(TEST), out, tmp_path)
+        run_pending(args, TEST, plan(TEST), out, tmp_path)
 
 
 def test_a_run_cut_off_after_a_checkpoint_resumes_to_the_same_numbers(

@@ -10,16 +10,27 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from headsize_tf.experiments import reproduce_v2 as rv2
+from headsize_tf.core.io import write_json
+from headsize_tf.experiments.reproduction.__main__ import main
+from headsize_tf.experiments.reproduction.plan import plan, run_name, unique_models
+from headsize_tf.experiments.reproduction.presets import PRESETS, Preset
+from headsize_tf.experiments.reproduction.scheduler import claim, result_arguments
+from headsize_tf.experiments.reproduction.summary import orderings, settled_from, summarize
+from headsize_tf.experiments.reproduction.sweep import (
+    best_learning_rate,
+    load_runs,
+    model_grid,
+    pending,
+)
 
-TEST = rv2.PRESETS["test"]
+TEST = PRESETS["test"]
 
 
 class PlanTest(tf.test.TestCase):
     def test_pairs_have_equal_parameters_and_heads_below_the_sequence(self):
         for name in ("cpu", "gpu"):
-            preset = rv2.PRESETS[name]
-            experiments = rv2.plan(preset)
+            preset = PRESETS[name]
+            experiments = plan(preset)
             r1 = experiments["R1"]
             for base, fixed in zip(r1[0::2], r1[1::2], strict=True):
                 self.assertEqual(base.kind, "standard")
@@ -28,7 +39,7 @@ class PlanTest(tf.test.TestCase):
             self.assertEqual(
                 [m.width for m in r1[0::2]], [preset.width, preset.width * 3 // 2, 2 * preset.width]
             )
-            for model in rv2.unique_models(experiments).values():
+            for model in unique_models(experiments).values():
                 # Theorem 1's regime: every head is smaller than the sequence.
                 self.assertLess(model.head_size, preset.sequence_length)
             r2 = experiments["R2"]
@@ -39,31 +50,31 @@ class PlanTest(tf.test.TestCase):
             )
 
     def test_the_grid_grows_while_the_best_rate_is_at_its_edge(self):
-        preset = dataclasses.replace(rv2.PRESETS["cpu"], learning_rates=(1e-3, 2e-3, 4e-3))
+        preset = dataclasses.replace(PRESETS["cpu"], learning_rates=(1e-3, 2e-3, 4e-3))
         key = "std_w64_h4_p16"
 
         def runs(finals):
             return {(key, lr, 0): {"curve": [{"perplexity": p}]} for lr, p in finals.items()}
 
         done = runs({1e-3: 140.0, 2e-3: 130.0, 4e-3: 120.0})
-        self.assertEqual(rv2.model_grid(key, preset, done), [1e-3, 2e-3, 4e-3, 8e-3])
-        self.assertIsNone(rv2.best_learning_rate(key, preset, done))  # 8e-3 is pending.
+        self.assertEqual(model_grid(key, preset, done), [1e-3, 2e-3, 4e-3, 8e-3])
+        self.assertIsNone(best_learning_rate(key, preset, done))  # 8e-3 is pending.
         done.update(runs({8e-3: 125.0}))
-        self.assertEqual(rv2.best_learning_rate(key, preset, done), 4e-3)
+        self.assertEqual(best_learning_rate(key, preset, done), 4e-3)
         low = runs({1e-3: 100.0, 2e-3: 110.0, 4e-3: 120.0, 5e-4: 90.0, 2.5e-4: 80.0})
         # Two halvings at most: the best may stay at the edge after them.
-        self.assertEqual(rv2.model_grid(key, preset, low), [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3])
-        self.assertEqual(rv2.best_learning_rate(key, preset, low), 2.5e-4)
+        self.assertEqual(model_grid(key, preset, low), [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3])
+        self.assertEqual(best_learning_rate(key, preset, low), 2.5e-4)
         # A diverged run (NaN perplexity) is never the best and never moves the grid.
         diverged = runs({1e-3: float("nan"), 2e-3: 130.0, 4e-3: 135.0})
-        self.assertEqual(rv2.model_grid(key, preset, diverged), [1e-3, 2e-3, 4e-3])
-        self.assertEqual(rv2.best_learning_rate(key, preset, diverged), 2e-3)
+        self.assertEqual(model_grid(key, preset, diverged), [1e-3, 2e-3, 4e-3])
+        self.assertEqual(best_learning_rate(key, preset, diverged), 2e-3)
 
     def test_a_moved_grid_keeps_finished_runs_and_shows_their_rates(self):
         out = pathlib.Path(self.get_temp_dir()) / "moved"
         old = dataclasses.replace(TEST, learning_rates=(1e-4, 1e-3, 3e-3, 9e-3))
         new = dataclasses.replace(TEST, learning_rates=(1e-3, 3e-3, 9e-3))
-        key = rv2.unique_models(rv2.plan(TEST))["std_w16_h4_p4"].key
+        key = unique_models(plan(TEST))["std_w16_h4_p4"].key
         for lr, ppl in ((1e-4, 150.0), (1e-3, 120.0), (3e-3, 110.0), (9e-3, 130.0)):
             record = {
                 "key": key,
@@ -74,28 +85,28 @@ class PlanTest(tf.test.TestCase):
                 "test_perplexity": ppl,
                 "device": "CPU: test",
             }
-            rv2.write_json(out / "runs" / f"{rv2.run_name(key, lr, 0)}.json", record)
+            write_json(out / "runs" / f"{run_name(key, lr, 0)}.json", record)
         other_shape = dataclasses.replace(new, steps=TEST.steps + 1)
-        self.assertEqual(rv2.load_runs(out, other_shape), {})
-        runs = rv2.load_runs(out, new)  # The old grid's runs still count.
+        self.assertEqual(load_runs(out, other_shape), {})
+        runs = load_runs(out, new)  # The old grid's runs still count.
         self.assertEqual(sorted(lr for _, lr, _ in runs), [1e-4, 1e-3, 3e-3, 9e-3])
-        self.assertEqual(rv2.model_grid(key, new, runs), [1e-3, 3e-3, 9e-3])
-        self.assertEqual(rv2.best_learning_rate(key, new, runs), 3e-3)
-        sweep = rv2.summarize(new, rv2.plan(new), runs)["sweep"][key]
+        self.assertEqual(model_grid(key, new, runs), [1e-3, 3e-3, 9e-3])
+        self.assertEqual(best_learning_rate(key, new, runs), 3e-3)
+        sweep = summarize(new, plan(new), runs)["sweep"][key]
         self.assertEqual(sweep, {"0.0001": 150.0, "0.001": 120.0, "0.003": 110.0, "0.009": 130.0})
 
     def test_runs_recorded_before_a_preset_field_existed_keep_counting(self):
         # Records written before `eval_windows` existed lack it: they were made at its
         # default (the whole split); a preset that sets it is another shape.
         out = pathlib.Path(self.get_temp_dir()) / "older"
-        cpu = rv2.PRESETS["cpu"]
-        key = rv2.unique_models(rv2.plan(cpu))["std_w64_h4_p16"].key
+        cpu = PRESETS["cpu"]
+        key = unique_models(plan(cpu))["std_w64_h4_p16"].key
         stored = dataclasses.asdict(cpu)
         del stored["eval_windows"]
         record = {"key": key, "learning_rate": 1e-3, "seed": 0, "preset": stored}
-        rv2.write_json(out / "runs" / "old.json", record)
-        self.assertEqual(list(rv2.load_runs(out, cpu)), [(key, 1e-3, 0)])
-        self.assertEqual(rv2.load_runs(out, dataclasses.replace(cpu, eval_windows=64)), {})
+        write_json(out / "runs" / "old.json", record)
+        self.assertEqual(list(load_runs(out, cpu)), [(key, 1e-3, 0)])
+        self.assertEqual(load_runs(out, dataclasses.replace(cpu, eval_windows=64)), {})
 
     def test_the_command_leaves_out_scheduling_options(self):
         argv = [
@@ -111,20 +122,20 @@ class PlanTest(tf.test.TestCase):
             "--max-runs=3",
             "--summarize-only",
         ]
-        self.assertEqual(rv2.result_arguments(argv), ["--preset", "cpu", "--output", "x"])
+        self.assertEqual(result_arguments(argv), ["--preset", "cpu", "--output", "x"])
 
     def test_settled_from(self):
-        self.assertEqual(rv2.settled_from([3.0, -1.0, -2.0, -0.5]), 1)
-        self.assertEqual(rv2.settled_from([-1.0, 2.0, -1.0]), 2)
-        self.assertEqual(rv2.settled_from([1.0, 1.0]), 0)
-        self.assertIsNone(rv2.settled_from([]))
+        self.assertEqual(settled_from([3.0, -1.0, -2.0, -0.5]), 1)
+        self.assertEqual(settled_from([-1.0, 2.0, -1.0]), 2)
+        self.assertEqual(settled_from([1.0, 1.0]), 0)
+        self.assertIsNone(settled_from([]))
 
 
-def _fake_runs(out: pathlib.Path, preset: rv2.Preset, test_ppl, valid_ppl) -> None:
+def _fake_runs(out: pathlib.Path, preset: Preset, test_ppl, valid_ppl) -> None:
     """Every run of the plan as a file, with perplexities from the given functions."""
-    experiments = rv2.plan(preset)
+    experiments = plan(preset)
     runs: dict = {}
-    while todo := rv2.pending(preset, experiments, runs):
+    while todo := pending(preset, experiments, runs):
         for model, lr, seed in todo:
             curve = [
                 {"step": s, "perplexity": valid_ppl(model, lr, seed, s), "loss": 0.0}
@@ -141,7 +152,7 @@ def _fake_runs(out: pathlib.Path, preset: rv2.Preset, test_ppl, valid_ppl) -> No
                 "device": "CPU: test",
             }
             runs[model.key, lr, seed] = record
-            path = out / "runs" / f"{rv2.run_name(model.key, lr, seed)}.json"
+            path = out / "runs" / f"{run_name(model.key, lr, seed)}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record))
 
@@ -162,14 +173,12 @@ class SummaryTest(tf.test.TestCase):
             return (90.0 if model.kind == "fixed_head" else 100.0) + seed * 0.1
 
         _fake_runs(out, TEST, test, valid)
-        self.assertEqual(
-            rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"]), 0
-        )
+        self.assertEqual(main(["--preset", "test", "--output", str(out), "--summarize-only"]), 0)
         summary = json.loads((out / "reproduction.json").read_text())
         self.assertTrue(summary["complete"])
         # A model in two places of the plan (e.g. 2 heads of 8 at width 16 is both the
         # R2 baseline and the fixed-head model) is one model: one learning rate, one set of runs.
-        models = rv2.unique_models(rv2.plan(TEST))
+        models = unique_models(plan(TEST))
         for row in summary["R1"] + summary["R2"]:
             model = models[row["key"]]
             self.assertEqual(
@@ -205,23 +214,23 @@ class SummaryTest(tf.test.TestCase):
         # Seeds 0 and 1 behind at the end, seed 2 far ahead: the mean says "ahead".
         outlier = curve([95, 91, 81], [96, 91, 81], [60, 50, 40])
         for fixed, settled in ((agree, True), (outlier, False)):
-            (o,) = rv2.orderings({"R1": rows, "curves": {"b": base, "f": fixed}})
+            (o,) = orderings({"R1": rows, "curves": {"b": base, "f": fixed}})
             self.assertEqual(o["seeds"], [0, 1, 2])
             self.assertLess(o["difference"][-1], 0)
             self.assertEqual(o["settled"], settled)
         self.assertAllClose(o["final_by_seed"], [1, 1, -40])
         # Only the seeds both models have count.
         partial = {**outlier, "seeds": {"0": [95, 91, 81]}}
-        (o,) = rv2.orderings({"R1": rows, "curves": {"b": base, "f": partial}})
+        (o,) = orderings({"R1": rows, "curves": {"b": base, "f": partial}})
         self.assertEqual((o["seeds"], o["settled"]), ([0], True))
 
     def test_no_verdict_before_every_run_is_in(self):
         out = pathlib.Path(self.get_temp_dir()) / "partial"
         _fake_runs(out, TEST, lambda m, s: 100.0, lambda m, lr, s, st: 100.0 + lr)
         # The width-w baseline with 4 heads is in R1 and in R2: neither is judged.
-        shared = rv2.plan(TEST)["R1"][0].key
+        shared = plan(TEST)["R1"][0].key
         next((out / "runs").glob(f"{shared}_*seed2.json")).unlink()
-        rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"])
+        main(["--preset", "test", "--output", str(out), "--summarize-only"])
         summary = json.loads((out / "reproduction.json").read_text())
         self.assertFalse(summary["complete"])
         self.assertEqual(summary["judged"], [])
@@ -229,14 +238,14 @@ class SummaryTest(tf.test.TestCase):
         self.assertIn("no claim is judged", (out / "README.md").read_text())
 
     def test_an_experiment_is_judged_once_its_own_runs_are_in(self):
-        experiments = rv2.plan(TEST)
+        experiments = plan(TEST)
         r1_keys = {m.key for m in experiments["R1"]}
         r2_only = next(m.key for m in experiments["R2"] if m.key not in r1_keys)
         for missing, judged in ((r2_only, ["R1"]), (experiments["R1"][-1].key, ["R2"])):
             out = pathlib.Path(self.get_temp_dir()) / f"partial_{missing}"
             _fake_runs(out, TEST, lambda m, s: 100.0 + s, lambda m, lr, s, st: 100.0 + lr)
             next((out / "runs").glob(f"{missing}_*seed2.json")).unlink()
-            rv2.main(["--preset", "test", "--output", str(out), "--summarize-only"])
+            main(["--preset", "test", "--output", str(out), "--summarize-only"])
             summary = json.loads((out / "reproduction.json").read_text())
             self.assertFalse(summary["complete"])
             self.assertEqual(summary["judged"], judged)
@@ -264,7 +273,7 @@ class TrainingTest(tf.test.TestCase):
             "--data-dir",
             self.data_dir,
         ]
-        self.assertEqual(rv2.main([*argv, "--max-runs", "1"]), 0)
+        self.assertEqual(main([*argv, "--max-runs", "1"]), 0)
         files = sorted((out / "runs").glob("*.json"))
         self.assertLen(files, 1)
         for path in files:
@@ -282,13 +291,13 @@ class TrainingTest(tf.test.TestCase):
         first = {p.name: p.stat().st_mtime_ns for p in files}
         # The next run was cut off at its last checkpoint in an earlier session: it
         # starts again from step 0 (a resumed input pipeline would change its data).
-        model, lr, seed = rv2.pending(TEST, rv2.plan(TEST), rv2.load_runs(out, TEST))[0]
+        model, lr, seed = pending(TEST, plan(TEST), load_runs(out, TEST))[0]
         suffix = f"_steps{TEST.steps}_l{TEST.layers}_n{TEST.sequence_length}"
         done_dir = next(p for p in (self.tmp / "work").iterdir() if p.is_dir())
-        cut_off = self.tmp / "work" / f"{rv2.run_name(model.key, lr, seed)}{suffix}"
+        cut_off = self.tmp / "work" / f"{run_name(model.key, lr, seed)}{suffix}"
         shutil.copytree(done_dir, cut_off)
         self.capsys.readouterr()
-        self.assertEqual(rv2.main([*argv, "--max-runs", "1"]), 0)
+        self.assertEqual(main([*argv, "--max-runs", "1"]), 0)
         printed = self.capsys.readouterr().out
         self.assertEqual(printed.count("[done]"), 1)
         now = sorted((out / "runs").glob("*.json"))
@@ -321,13 +330,13 @@ class TrainingTest(tf.test.TestCase):
             "--max-runs",
             "1",
         ]
-        self.assertEqual(rv2.main(argv), 0)
+        self.assertEqual(main(argv), 0)
         records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
         # Each worker trained one run, and not the same one: the first model's two rates.
         self.assertEqual(sorted(r["learning_rate"] for r in records), list(TEST.learning_rates))
         self.assertEqual({r["intra_op_threads"] for r in records}, {1})
         for path in (self.tmp / "work" / "claims").glob("*.claim"):  # Every claim released.
-            handle = rv2.claim(path.parent, path.name[: -len(".claim")])
+            handle = claim(path.parent, path.name[: -len(".claim")])
             self.assertIsNotNone(handle)
             handle.close()
         self.assertNotIn(
@@ -341,13 +350,13 @@ class ClaimTest(tf.test.TestCase):
         import sys
 
         claims = pathlib.Path(self.get_temp_dir()) / "claims"
-        mine = rv2.claim(claims, "run_a")
+        mine = claim(claims, "run_a")
         self.assertIsNotNone(mine)
-        self.assertIsNone(rv2.claim(claims, "run_a"))  # Held, here by this same process.
+        self.assertIsNone(claim(claims, "run_a"))  # Held, here by this same process.
         holder = (
             "import sys, time, pathlib\n"
-            "from headsize_tf.experiments import reproduce_v2 as rv2\n"
-            "h = rv2.claim(pathlib.Path(sys.argv[1]), 'run_b')\n"
+            "from headsize_tf.experiments.reproduction.scheduler import claim\n"
+            "h = claim(pathlib.Path(sys.argv[1]), 'run_b')\n"
             "print('held' if h else 'refused', flush=True)\n"
             "time.sleep(60)\n"
         )
@@ -356,16 +365,16 @@ class ClaimTest(tf.test.TestCase):
         )
         try:
             self.assertEqual(other.stdout.readline().strip(), "held")
-            self.assertIsNone(rv2.claim(claims, "run_b"))  # Another live worker's.
+            self.assertIsNone(claim(claims, "run_b"))  # Another live worker's.
         finally:
             other.kill()
             other.wait()
         # A worker that died (cut off) leaves no claim behind: the kernel dropped its lock.
-        taken = rv2.claim(claims, "run_b")
+        taken = claim(claims, "run_b")
         self.assertIsNotNone(taken)
         self.assertEqual((claims / "run_b.claim").read_text().strip(), str(os.getpid()))
         taken.close()
         mine.close()
-        again = rv2.claim(claims, "run_a")  # Released by close.
+        again = claim(claims, "run_a")  # Released by close.
         self.assertIsNotNone(again)
         again.close()

@@ -2,7 +2,7 @@
 
 A JAX-only machine (a GPU or TPU image without TensorFlow) imports the layers,
 models and tools, converts and prunes a model, and trains a reproduction run
-(`reproduce_v2 --framework keras3`); only text tokenization and the SavedModel
+(`reproduction --framework keras3`); only text tokenization and the SavedModel
 export need TensorFlow. On a GPU image with JAX and no
 TensorFlow, `headsize_tf.keras3.reparam` imported TensorFlow through the sentence
 encoders' WordPiece tokenizer. One fresh Python process, TensorFlow made
@@ -80,11 +80,11 @@ def run(austen_data_dir, tmp_path_factory):
     lm_keras3.export_lm_arrays(data_dir / "austen")  # Done where TensorFlow is.
     out = root / "out"
     reproduction = textwrap.dedent(f"""
-        from headsize_tf.experiments import reproduce_v2
-        code = reproduce_v2.main(["--preset", "test", "--output", {str(out)!r},
-                                  "--work-dir", {str(root / "work")!r},
-                                  "--data-dir", {str(data_dir)!r}, "--framework", "keras3",
-                                  "--max-runs", "1", "--keys", "std_w16_h4_p4"])
+        from headsize_tf.experiments.reproduction.__main__ import main
+        code = main(["--preset", "test", "--output", {str(out)!r},
+                     "--work-dir", {str(root / "work")!r},
+                     "--data-dir", {str(data_dir)!r}, "--framework", "keras3",
+                     "--max-runs", "1", "--keys", "std_w16_h4_p4"])
         assert "tensorflow" not in sys.modules
         raise SystemExit(code)
     """)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from headsize_tf import cli
 from headsize_tf.modeling.decoding import greedy_decode
 from headsize_tf.pruning import language_model as plm
+from headsize_tf.pruning.remove import set_head_mask
 from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def test_removal_equals_masking_and_decoding_follows_the_new_heads(trained_lm):
     assert [a.num_heads for a in pruned.attention_layers] == [2, 3]
     assert [a.head_size for a in pruned.attention_layers] == [16, 16]  # width 64 / 4 heads
     ids = np.random.default_rng(0).integers(5, 4096, size=(3, 20)).astype(np.int32)
-    plm.set_lm_head_mask(lm, mask)
+    set_head_mask(lm, mask)
     masked = lm(ids).numpy()
     np.testing.assert_allclose(pruned(ids).numpy(), masked, atol=1e-5)
     # Each removed head held 4 * 64 * 16 kernel weights and 3 * 16 biases.
@@ -154,5 +155,5 @@ def test_fixed_and_collaborative_heads_remove_too(attention):
     pruned = plm.remove_lm_heads(lm, mask)
     assert pruned.get_config()["attention"]["kind"] == attention["kind"]
     assert pruned.get_config()["attention"]["num_heads"] == [3, 2]
-    plm.set_lm_head_mask(lm, mask)
+    set_head_mask(lm, mask)
     np.testing.assert_allclose(pruned(ids).numpy(), lm(ids).numpy(), atol=1e-5)

@@ -17,6 +17,7 @@ from headsize_tf import cli
 from headsize_tf.modeling.decoding import greedy_decode
 from headsize_tf.pruning import language_model as plm
 from headsize_tf.pruning import translation as ptr
+from headsize_tf.pruning.remove import set_head_mask
 from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def test_removal_equals_masking_per_kind_and_cached_decoding_agrees(trained):
         "inputs": rng.integers(5, 25, (3, 9)).astype(np.int32),
         "targets": rng.integers(5, 25, (3, 7)).astype(np.int32),
     }
-    ptr.set_seq2seq_head_mask(model, mask)
+    set_head_mask(model, mask)
     np.testing.assert_allclose(pruned(features).numpy(), model(features).numpy(), atol=1e-5)
     # Each removed head held 4 * 64 * 16 kernel weights and 3 * 16 biases.
     assert model.count_params() - pruned.count_params() == 4 * (4 * 64 * 16 + 3 * 16)
@@ -244,5 +245,5 @@ def test_every_attention_kind_removes_heads(attention, kind):
     mask[0, 1] = mask[1, 0] = mask[1, 2] = mask[2, 3] = 0
     pruned = ptr.remove_seq2seq_heads(model, mask)
     assert pruned.get_config()["attention"]["kind"] == kind  # Standard heads keep their size.
-    ptr.set_seq2seq_head_mask(model, mask)
+    set_head_mask(model, mask)
     np.testing.assert_allclose(pruned(features).numpy(), model(features).numpy(), atol=1e-5)

@@ -115,6 +115,7 @@ def finetune_minilm(
 def prune_minilm(output: pathlib.Path, data_dir: str | None, settings: DemoSettings) -> dict:
     """Prunes the fine-tuned MiniLM's heads and removes them (idea 3); its row."""
     from headsize_tf.pruning import prune
+    from headsize_tf.pruning.report import plot_importance
 
     classifier = prune.load_classifier(output / "models" / "minilm")
     data = prune.task_data(
@@ -138,9 +139,7 @@ def prune_minilm(output: pathlib.Path, data_dir: str | None, settings: DemoSetti
     importance = np.array(report["importance"], dtype=float)
     total = importance.size
     kept = total - sum(len(heads) for heads in report["pruned_heads"])
-    prune.plot_importance(
-        importance, output / "importance.png", "MiniLM head importance (fine-tuned)"
-    )
+    plot_importance(importance, output / "importance.png", "MiniLM head importance (fine-tuned)")
     return {
         "idea": "head pruning",
         "kind": "classifier",

@@ -38,7 +38,7 @@ rerun skips finished runs; the summary is rebuilt from the files.
 
 `--framework keras3` trains with the Keras 3 runner (`lm_keras3`) on
 `KERAS_BACKEND`, so the grid also runs where only JAX is installed (a GPU
-image with JAX alone: `benchmarks/reproduce_v2_device.sh`); its runs are a grid of
+image with JAX alone: `benchmarks/reproduction_device.sh`); its runs are a grid of
 their own (same protocol, another data order), never mixed with these.
 `--workers N` trains N runs at once (`scheduler`).
 
@@ -47,5 +47,4 @@ Modules: `presets` (shape and budget), `plan` (models, run names),
 rate, the runs to do), `summary` (rows, curves, orderings), `scheduler`
 (workers and their claims), `report` (verdicts, README, plots; shared with
 `reproduce`), `__main__` (the command).
-`headsize_tf.experiments.reproduce_v2` re-exports their names.
 """

@@ -69,7 +69,7 @@ PRESETS = {
             "0.002, 0.004, 0.008 (its extra rates stay in the table)."
         ),
     ),
-    # One GPU (`--framework keras3` on JAX: benchmarks/reproduce_v2_device.sh): the paper's
+    # One GPU (`--framework keras3` on JAX: benchmarks/reproduction_device.sh): the paper's
     # depth and sequence length at width 128 vs 256. 2000 steps of 32 x 256 tokens = 22
     # epochs of Austen (the CPU preset's curves still fall at 9 epochs).
     "gpu": Preset(
@@ -85,7 +85,7 @@ PRESETS = {
     # 512 (R1), and 4 to 16 heads of 32 at width 256 (R2). On Austen, the largest prose
     # corpus the project prepares offline; 2000 steps of 32 x 256 tokens = 22 epochs. Runs
     # resume from their last curve point, so a run longer than one 10-minute command goes
-    # on in the next (benchmarks/reproduce_v2_device.sh, PRESET=paper).
+    # on in the next (benchmarks/reproduction_device.sh, PRESET=paper).
     "paper": Preset(
         layers=6,
         sequence_length=256,

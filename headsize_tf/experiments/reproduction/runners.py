@@ -296,7 +296,7 @@ def runner(framework: str, runs: dict) -> str:
         return (
             "Runner: Model Garden's trainer (tf_keras, `reproduction.runners.train_one`). The "
             "Keras 3 grid (`--framework keras3 --preset gpu`, a grid of its own in another "
-            "output) runs when a GPU is available: `benchmarks/reproduce_v2_device.sh` or "
+            "output) runs when a GPU is available: `benchmarks/reproduction_device.sh` or "
             "`colab/08_reproduction_gpu.ipynb`."
         )
     backends = sorted({r.get("backend", "?") for r in runs.values()})

@@ -14,14 +14,11 @@ from keras import ops
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.io import atomic_directory, check_output_free
-from headsize_tf.data import sentence_checkpoint
 from headsize_tf.data.sentence_checkpoint import SentenceEncoderSettings, TextSettings
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 
 CHECKPOINT_FORMAT = "keras3-1"
 BACKBONE_FILE = "backbone.keras"
-# Deprecated (one release): import these from headsize_tf.data.sentence_checkpoint.
-CHECKPOINT_FILE, POOLINGS = sentence_checkpoint.CHECKPOINT_FILE, sentence_checkpoint.POOLINGS
 # `embed` pads batches to a multiple of this many tokens (fewer shapes to compile).
 LENGTH_MULTIPLE = 16
 
