@@ -40,7 +40,10 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
         heads, head size, value head size, shared key dim; per-layer lists
         allowed. "sequence_length" resolves to `max_sequence_length`.
       inner_activation: FFN activation; "gelu" (exact erf GELU, as in BERT
-        checkpoints) by default.
+        checkpoints) by default. `BertEncoderV2`'s default is the tanh
+        approximation (`gelu(x, approximate=True)`): pass it to compute what a
+        stock encoder built without `inner_activation` computes. The older name
+        `activation` is honoured as `BertEncoderV2` honours it.
       pruned_heads: Per layer, the indices of heads removed by pruning
         (`headsize_tf.pruning.remove_heads` fills it); None keeps all heads.
       **kwargs: Other `BertEncoderV2` arguments (`max_sequence_length`,
@@ -70,6 +73,10 @@ class HeadsizeBertEncoder(networks.BertEncoderV2):
                 f"({num_layers})."
             )
         check_no_legacy_keys(type(self).__name__, kwargs)
+        if "activation" in kwargs:
+            # `BertEncoderV2` takes `activation` for `inner_activation` (and stores it as that
+            # in its config): the blocks must get it too, or the config and the model differ.
+            inner_activation = kwargs.pop("activation")
         spec = AttentionSpec.coerce(attention)
         max_length = kwargs.get("max_sequence_length", 512)
         layer_specs = spec.with_sequence_length(max_length).layers(num_layers)

@@ -17,6 +17,7 @@ from headsize_tf.core import params as hs_params
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 
 WIDTH, HEADS, LENGTH = 16, 4, 6
+EXACT = {"rtol": 0, "atol": 1e-7}  # float32: the same operations in the same order as stock.
 
 
 def _inputs(seed=0, shape=(2, LENGTH, WIDTH)):
@@ -40,7 +41,8 @@ class SetWeightsTest(tf.test.TestCase, parameterized.TestCase):
             [w.shape.as_list() for w in ours.weights], [w.shape.as_list() for w in stock.weights]
         )
         ours.set_weights(stock.get_weights())
-        self.assertAllClose(ours(x, x), stock(x, x), atol=1e-5)
+        # Stock MHA's operations in stock's order: equal to the last bit (float32).
+        self.assertAllClose(ours(x, x), stock(x, x), **EXACT)
 
         back = tf_keras.layers.MultiHeadAttention(HEADS, key_dim=key_dim)
         back(x, x)
@@ -48,7 +50,42 @@ class SetWeightsTest(tf.test.TestCase, parameterized.TestCase):
         fresh = make()
         fresh(x, x)
         fresh.set_weights(back.get_weights())
-        self.assertAllClose(fresh(x, x), back(x, x), atol=1e-5)
+        self.assertAllClose(fresh(x, x), back(x, x), **EXACT)
+
+    @parameterized.named_parameters(
+        ("standard", lambda: StandardAttention(HEADS), WIDTH // HEADS),
+        ("fixed_head", lambda: FixedHeadAttention(HEADS, head_size=8), 8),
+    )
+    def test_equals_stock_with_and_without_mask(self, make, key_dim):
+        x, y = _inputs(3), _inputs(4, (2, 5, WIDTH))
+        mask = np.random.default_rng(5).integers(2, size=(2, LENGTH, 5)).astype(bool)
+        mask[:, 0] = False  # A row that masks every key.
+        ours = make()
+        ours(x, y)
+        stock = tf_keras.layers.MultiHeadAttention(HEADS, key_dim=key_dim)
+        stock(x, y)
+        stock.set_weights(ours.get_weights())
+        for attention_mask in (None, mask):
+            for call in (lambda f, *a, **k: f(*a, **k), _traced):
+                got, got_scores = call(
+                    ours, x, y, attention_mask=attention_mask, return_attention_scores=True
+                )
+                want, want_scores = call(
+                    stock, x, y, attention_mask=attention_mask, return_attention_scores=True
+                )
+                self.assertAllClose(got, want, **EXACT)
+                self.assertAllClose(got_scores, want_scores, **EXACT)
+        # Unit gates change nothing; a masked head is a zeroed context of that head.
+        ours.set_head_mask([1.0, 0.0, 1.0, 1.0])
+        context = tf.einsum(
+            stock._combine_equation,
+            stock(x, y, attention_mask=mask, return_attention_scores=True)[1],
+            stock._value_dense(y),
+        )
+        context *= tf.constant([1.0, 0.0, 1.0, 1.0])[:, None]
+        self.assertAllClose(
+            ours(x, y, attention_mask=mask), stock._output_dense(context), rtol=0, atol=1e-6
+        )
 
     @parameterized.named_parameters(
         ("standard", "standard", None, None),
@@ -80,6 +117,10 @@ class SetWeightsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotIn(id(layer.head_gates), [id(w) for w in layer.weights])
 
 
+def _traced(layer, *args, **kwargs):
+    return tf.function(lambda: layer(*args, **kwargs))()
+
+
 def make_and_get(make, x):
     layer = make()
     layer(x, x)
@@ -104,7 +145,7 @@ class ValueDimTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(ours.value_dim, 3)
         self.assertEqual(ours._value_dense.kernel.shape.as_list(), [WIDTH, HEADS, 3])
         ours.set_weights(stock.get_weights())
-        self.assertAllClose(ours(x, y), stock(x, y), atol=1e-5)
+        self.assertAllClose(ours(x, y), stock(x, y), **EXACT)
         clone = type(ours).from_config(ours.get_config())
         self.assertEqual(clone.get_config()["value_dim"], 3)
 
@@ -152,7 +193,7 @@ class HighDimMaskTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(
                 ours(query, value, attention_mask=mask),
                 stock(query, value, attention_mask=mask),
-                atol=1e-5,
+                **EXACT,
             )
 
 

@@ -69,7 +69,8 @@ def test_per_head_mask_equals_stock_mha(kind):
     np.testing.assert_allclose(
         layer(x, y, attention_mask=mask).numpy(),
         stock(x, y, attention_mask=mask).numpy(),
-        atol=1e-5,
+        rtol=0,
+        atol=1e-7,  # Stock MHA's operations in stock's order.
     )
 
 

@@ -15,6 +15,7 @@ from official.nlp.modeling import models, networks
 from headsize_tf import params
 from headsize_tf.configs import encoders as hs_encoders
 from headsize_tf.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
+from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 
 TYPES = [
     ("standard", "standard", {}, StandardAttention),
@@ -93,7 +94,22 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
         for name, var in stock_vars.items():
             ours_vars[name].assign(var)
         for key in ("sequence_output", "pooled_output"):
-            self.assertAllClose(ours(inputs)[key], stock(inputs)[key], atol=1e-5)
+            # The same operations in the same order: equal to the last bit.
+            self.assertAllClose(ours(inputs)[key], stock(inputs)[key], rtol=0, atol=1e-7)
+
+    def test_activation_alias_reaches_the_blocks_as_in_bert_encoder_v2(self):
+        kwargs = dict(vocab_size=60, hidden_size=32, num_layers=2, activation="relu")
+        ours = HeadsizeBertEncoder(attention={"kind": "standard", "num_heads": 4}, **kwargs)
+        stock = networks.BertEncoderV2(num_attention_heads=4, **kwargs)
+        self.assertEqual(ours.get_config()["inner_activation"], "relu")
+        self.assertEqual(
+            [block._inner_activation for block in ours.transformer_layers],
+            [block._inner_activation for block in stock.transformer_layers],
+        )
+        clone = HeadsizeBertEncoder.from_config(ours.get_config())
+        self.assertEqual(
+            [block._inner_activation for block in clone.transformer_layers], ["relu"] * 2
+        )
 
     @parameterized.named_parameters(*TYPES)
     def test_checkpoint_savedmodel_and_config_round_trip(self, attention_type, extra, cls):
