@@ -124,3 +124,51 @@ def test_without_text_and_bad_inputs(files, tmp_path):
         short.write_text("a b\n")
         load_lm_text(17, data_file=short, vocab_file=files["vocab"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big_vocab.txt", "g", "short.txt"]
+
+
+def test_an_interrupted_uptraining_resumes_where_its_last_checkpoint_was(files, tmp_path):
+    text = load_lm_text(17, data_file=files["text"], vocab_file=files["vocab"])
+    options = dict(text=text, uptrain_steps=20, learning_rate=3e-3, batch_size=8, **FAST)
+    target = ConversionTarget("grouped", 1, "mean")
+    state = tmp_path / "state"
+    whole = convert_lm_file(files["model"], target, tmp_path / "whole", **options)
+    # The same run with a state directory, interrupted after its 10th step's checkpoint.
+    calls = []
+    original_save = convert_lm_file.__globals__["lm_training"].save_training_state
+
+    def save_then_stop(lm, path, meta):
+        original_save(lm, path, meta)
+        calls.append(meta["step"])
+        if meta["step"] == 10:
+            raise KeyboardInterrupt
+
+    module = convert_lm_file.__globals__["lm_training"]
+    module.save_training_state = save_then_stop
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            convert_lm_file(
+                files["model"], target, tmp_path / "run", state_dir=state, state={"a": 1}, **options
+            )
+    finally:
+        module.save_training_state = original_save
+    assert calls == [2, 4, 6, 8, 10] and not (tmp_path / "run").exists()
+    assert sorted(p.name for p in state.iterdir()) == [
+        "converted.json",
+        "converted.keras",
+        "state.json",
+        "uptrain.npz",
+    ]
+    resumed = convert_lm_file(
+        files["model"], target, tmp_path / "run", state_dir=state, state={"a": 1}, **options
+    )
+    curve = resumed["uptrain"]["curve"]
+    assert [p["step"] for p in curve] == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert resumed["uptrain"]["tokens"] == 20 * 8 * 16
+    # Uptraining resumed from step 10 ends where the uninterrupted run ended.
+    assert resumed["perplexity"]["uptrained"] == pytest.approx(
+        whole["perplexity"]["uptrained"], rel=2e-3
+    )
+    with pytest.raises(ValueError, match="belongs to another conversion"):
+        convert_lm_file(
+            files["model"], target, tmp_path / "x", state_dir=state, state={"a": 2}, **options
+        )

@@ -9,10 +9,17 @@ mean squared error relative to the targets' mean square. No backward pass
 goes through the model: each layer trains alone (a few seconds on a CPU), so
 healing fits where end-to-end uptraining does not. It is backend-neutral
 (`keras.Model.fit` on a one-layer model sharing the converted layer).
+
+With a `state_dir`, each healed layer's weights and errors are written there
+atomically as it finishes (`layer_<i>.npz`); a rerun on the same models and
+settings loads the finished layers and trains only the rest.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +64,7 @@ def layerwise_distill(
     batch_size: int = 4,
     seed: int = 0,
     progress: Callable[[str], None] | None = print,
+    state_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Trains each attention layer of `converted` to reproduce `original`'s (in place).
 
@@ -70,6 +78,8 @@ def layerwise_distill(
       batch_size: Windows per step.
       seed: Seed of the batches' order.
       progress: Called with one line per layer (None: silent).
+      state_dir: Where each finished layer is kept (resumable); None: nowhere.
+        A layer saved with other settings or shapes is an error, not reused.
 
     Returns:
       {"steps", "learning_rate", "tokens", "seconds", "layers": [{"layer",
@@ -86,13 +96,24 @@ def layerwise_distill(
         "tokens": int(np.prod(windows.shape)),
         "layers": [],
     }
+    settings = {"steps": int(steps), "learning_rate": float(learning_rate), "seed": int(seed)}
+    settings["windows"] = [int(n) for n in np.shape(windows)]
+    state = None if state_dir is None else pathlib.Path(state_dir)
     pairs = zip(original.attention_layers, converted.attention_layers, strict=True)
     for i, (teacher, student) in enumerate(pairs):
+        saved = None if state is None else state / f"layer_{i}.npz"
+        if saved is not None and saved.exists():
+            entry = _restore_layer(student, saved, settings, inputs[i][:1])
+            report["layers"].append(entry)
+            if progress is not None:
+                progress(f"layer {i}: restored from {saved}")
+            continue
         targets = _outputs(_one_layer_model(teacher, length, width), inputs[i], batch_size)
         scale = float(np.mean(targets**2)) or 1.0
         model = _one_layer_model(student, length, width)
         before = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
         model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
+        keras.utils.set_random_seed(seed + i)  # Each layer's batches alone: a resumed run's too.
         per_epoch = max(1, len(inputs[i]) // batch_size)
         epochs = max(1, -(-steps // per_epoch))
         model.fit(
@@ -105,10 +126,42 @@ def layerwise_distill(
             verbose=0,
         )
         after = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
-        report["layers"].append(
-            {"layer": i, "relative_error_before": before, "relative_error_after": after}
-        )
+        entry = {"layer": i, "relative_error_before": before, "relative_error_after": after}
+        report["layers"].append(entry)
+        if saved is not None:
+            _save_layer(student, saved, {**settings, **entry})
         if progress is not None:
             progress(f"layer {i}: relative error {before:.4f} -> {after:.4f}")
     report["seconds"] = round(time.perf_counter() - start_time, 1)
     return report
+
+
+def _save_layer(layer: keras.layers.Layer, path: pathlib.Path, meta: dict[str, Any]) -> None:
+    """A healed layer's weights and its report entry, written atomically."""
+    from headsize_tf.core.io import atomic_path
+
+    arrays = {f"weight_{i}": np.asarray(w) for i, w in enumerate(layer.get_weights())}
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def _restore_layer(
+    layer: keras.layers.Layer, path: pathlib.Path, settings: dict[str, Any], sample: np.ndarray
+) -> dict[str, Any]:
+    """Loads `_save_layer`'s file into `layer`; its report entry."""
+    if not layer.built:
+        layer(sample, sample, use_causal_mask=True)
+    with np.load(path) as saved:
+        meta = json.loads(str(saved["meta"]))
+        kept = {k: meta.get(k) for k in settings}
+        if kept != settings:
+            raise ValueError(
+                f"{path} was healed with {kept}, not {settings}: remove it (or the state "
+                "directory) to heal again."
+            )
+        weights = [saved[f"weight_{i}"] for i in range(len(saved.files) - 1)]
+    shapes = [tuple(w.shape) for w in layer.get_weights()]
+    if [w.shape for w in weights] != shapes:
+        raise ValueError(f"{path} holds weights of other shapes than the layer's {shapes}.")
+    layer.set_weights(weights)
+    return {k: meta[k] for k in ("layer", "relative_error_before", "relative_error_after")}

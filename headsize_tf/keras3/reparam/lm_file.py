@@ -19,6 +19,12 @@ The directory is written atomically. Text (`data.lm_text.LMText`) is
 optional for the conversion (the report then has no perplexity) and
 required for uptraining. Nothing here imports tf_keras or Model Garden.
 
+A long conversion is resumable with `state_dir`: the converted model (after
+any healing the converter does) is kept there as `converted.keras` with its
+report, and uptraining writes its weights, optimizer state and curve
+(`uptrain.npz`) at every tenth of its steps; a rerun with the same settings
+(`state`, recorded in `state.json`) goes on from the last of them.
+
 Example:
 
 >>> text = load_lm_text(129, corpus="austen")
@@ -166,6 +172,8 @@ def convert_lm_file(
     source: str | None = None,
     save_model: Callable[[CausalLM, pathlib.Path], Any] | None = None,
     converter: Callable[[Any], tuple[Any, dict[str, Any]]] | None = None,
+    state_dir: str | os.PathLike | None = None,
+    state: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Converts a `.keras` CausalLM's attention; see the module doc.
@@ -195,6 +203,10 @@ def convert_lm_file(
         `lm -> (converted, a report with "target" and "layers")`, e.g. a
         budgeted rotary latent (`keras3.reparam.kv_compress.compress_kv`);
         `target` is then None.
+      state_dir: Where the converted model and the uptraining's checkpoints
+        are kept, so that a rerun resumes (None: nowhere).
+      state: JSON-able settings the state belongs to (e.g. the command's
+        arguments); a `state_dir` written with other settings is an error.
       **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
 
     Returns:
@@ -210,13 +222,16 @@ def convert_lm_file(
         )
     check_output_free(output, overwrite)
     lm = model if isinstance(model, LM_CLASSES) else load_lm_file(model)
-    details: dict[str, Any] = {}
-    if converter is None:
-        converted, layers = convert_model(lm, target, **kwargs)
-        target_report = target.to_dict()
-    else:
-        converted, details = converter(lm)
-        layers, target_report = details.pop("layers"), details.pop("target")
+    resume = _ResumeState(state_dir, state, uptrain_steps)
+
+    def convert_now() -> tuple[Any, dict[str, Any]]:
+        if converter is None:
+            converted, layers = convert_model(lm, target, **kwargs)
+            return converted, {"layers": layers, "target": target.to_dict()}
+        return converter(lm)
+
+    converted, details = resume.converted(convert_now)
+    layers, target_report = details.pop("layers"), details.pop("target")
     report: dict[str, Any] = {
         "source": source or (lm.name if isinstance(model, LM_CLASSES) else str(model)),
         "framework": "keras3",
@@ -237,17 +252,26 @@ def convert_lm_file(
             perplexity[name] = lm_training.perplexity(m, held)[0]
         if uptrain_steps:
             keras.utils.set_random_seed(seed)
-            curve, _ = lm_training.fit_windows(
+            start, curve = resume.uptrain_start(converted, text.train[:1, :-1])
+            points, _ = lm_training.fit_windows(
                 converted,
                 text.train,
                 uptrain_steps,
                 batch_size,
                 seed,
-                [uptrain_steps],
+                resume.checkpoints(uptrain_steps),
                 lambda: lm_training.perplexity(converted, held),
+                progress=resume.progress,
+                start_step=start,
+                after_checkpoint=lambda step, point, _: resume.save_uptrain(
+                    converted, step, curve, point
+                ),
             )
+            curve = curve + [p for p in points if p not in curve]
             perplexity["uptrained"] = curve[-1]["perplexity"]
             report["uptrain"] = {
+                "curve": curve,
+                "tokens": int(uptrain_steps * batch_size * (text.train.shape[1] - 1)),
                 "learning_rate": learning_rate,
                 "batch_size": batch_size,
                 "seed": seed,
@@ -287,6 +311,74 @@ def convert_lm_file(
         write_json(tmp / REPORT_FILE, report)
         plot_conversion(report, tmp / PLOT_FILE)
     return report
+
+
+class _ResumeState:
+    """`convert_lm_file`'s state directory: the converted model and uptraining checkpoints."""
+
+    CONVERTED = "converted.keras"
+    DETAILS = "converted.json"
+    UPTRAIN = "uptrain.npz"
+    SETTINGS = "state.json"
+
+    def __init__(self, path: Any, state: Mapping[str, Any] | None, uptrain_steps: int):
+        self.path = None if path is None else pathlib.Path(path)
+        self.progress = print if self.path is not None else None
+        if self.path is None:
+            return
+        import json
+
+        settings = {"state": dict(state or {}), "uptrain_steps": int(uptrain_steps)}
+        settings = json.loads(json.dumps(settings))
+        saved = self.path / self.SETTINGS
+        if saved.exists():
+            before = json.loads(saved.read_text())
+            if before != settings:
+                raise ValueError(
+                    f"The state directory {self.path} belongs to another conversion ({before}); "
+                    "remove it, or give another one."
+                )
+        else:
+            write_json(saved, settings)
+
+    def converted(self, convert_now: Callable[[], tuple[Any, dict[str, Any]]]) -> tuple:
+        """The converted model and its details: from the state directory, or converted now."""
+        import json
+
+        from headsize_tf.core.io import atomic_path
+
+        if self.path is not None and (self.path / self.DETAILS).exists():
+            print(f"resuming: the converted model from {self.path / self.CONVERTED}", flush=True)
+            model = keras.saving.load_model(self.path / self.CONVERTED)
+            return model, json.loads((self.path / self.DETAILS).read_text())
+        converted, details = convert_now()
+        if self.path is not None:
+            with atomic_path(self.path / self.CONVERTED) as tmp:
+                _uncompiled(converted).save(tmp.with_suffix(".keras"))
+                tmp.with_suffix(".keras").rename(tmp)
+            write_json(self.path / self.DETAILS, details)
+        return converted, details
+
+    def checkpoints(self, steps: int) -> list[int]:
+        if self.path is None:
+            return [steps]
+        every = max(1, steps // 10)
+        return sorted({*range(every, steps, every), steps})
+
+    def uptrain_start(self, lm: Any, sample: np.ndarray) -> tuple[int, list[dict[str, float]]]:
+        """(the step uptraining goes on from, the curve so far)."""
+        if self.path is None or not (self.path / self.UPTRAIN).exists():
+            return 0, []
+        meta = lm_training.restore_training_state(lm, self.path / self.UPTRAIN, sample)
+        print(f"resuming: uptraining from step {meta['step']}", flush=True)
+        return int(meta["step"]), list(meta["curve"])
+
+    def save_uptrain(self, lm: Any, step: int, curve: list, point: dict[str, float]) -> None:
+        curve.append(point)
+        if self.path is not None:
+            lm_training.save_training_state(
+                lm, self.path / self.UPTRAIN, {"step": int(step), "curve": curve}
+            )
 
 
 __all__ = [
