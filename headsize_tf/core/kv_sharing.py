@@ -606,7 +606,38 @@ def rope_latent_weights(
         rope_key_bias = np.stack([key_bias[g, rotary[g]] for g in range(groups)])
     nope = p - 2 * k
     flat_key, flat_value = _latent_operands(key, value, rest, heads)
-    full = min(e, flat_key.shape[1] + flat_value.shape[1])
+    return _rope_latent_result(
+        weights,
+        kv_latent_dim,
+        (flat_key, flat_value),
+        (new_query, query_bias, rope_key, rope_key_bias),
+        nope,
+        "rope_joint_svd",
+        balance=balance,
+        covariance=covariance,
+    )
+
+
+def _rope_latent_result(
+    weights: Weights,
+    kv_latent_dim: int,
+    operands: tuple[np.ndarray, np.ndarray],
+    rotary: tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None],
+    nope: int,
+    method: str,
+    *,
+    balance: bool,
+    covariance: np.ndarray | None,
+) -> tuple[dict[str, np.ndarray | None], SharingReport]:
+    """A rotary latent's weights and report: the joint SVD of the non-rotary keys and the
+    values per query head (`operands`), beside the queries and rotary keys (`rotary`:
+    query kernel, query bias, rotary key kernel, rotary key bias)."""
+    flat_key, flat_value = operands
+    new_query, query_bias, rope_key, rope_key_bias = rotary
+    key = np.asarray(weights["key_kernel"], np.float64)
+    heads = np.shape(weights["query_kernel"])[1]
+    size = heads // key.shape[1]
+    full = min(key.shape[0], flat_key.shape[1] + flat_value.shape[1])
     rank = check_latent_rank(kv_latent_dim, full)
     basis, key_up, value_up, _ = joint_basis(
         flat_key, flat_value, rank, balance=balance, covariance=covariance
@@ -633,7 +664,7 @@ def rope_latent_weights(
         key_energy = float(kept / max(total, 1e-300))
     report = SharingReport(
         "latent",
-        "rope_joint_svd",
+        method,
         rank,
         min(key_energy, 1.0),
         float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
@@ -900,36 +931,13 @@ def rotated_rope_latent_weights(
             ]
         )[None]
     flat_key, flat_value = _flat_per_query_head(nope, heads), _flat_per_query_head(value, heads)
-    full = min(e, flat_key.shape[1] + flat_value.shape[1])
-    rank = check_latent_rank(kv_latent_dim, full)
-    basis, key_up, value_up, _ = joint_basis(
-        flat_key, flat_value, rank, balance=balance, covariance=covariance
-    )
-    f32 = np.float32
-    out: dict[str, np.ndarray | None] = {
-        "query_kernel": new_query.astype(f32),
-        "query_bias": None if query_bias is None else query_bias.astype(f32),
-        "latent_kernel": basis.astype(f32),
-        "value_up_kernel": value_up.reshape(rank, heads, -1).astype(f32),
-        "rope_key_kernel": rope_key.astype(f32),
-        "rope_key_bias": None if rope_key_bias is None else rope_key_bias.astype(f32),
-        "value_bias": _value_bias(weights),
-        "output_kernel": np.asarray(weights["output_kernel"], f32),
-        "output_bias": weights.get("output_bias"),
-        "head_gates": _gates(weights, heads),
-    }
-    key_energy = 1.0
-    if n:
-        out["key_up_kernel"] = key_up.reshape(rank, heads, n).astype(f32)
-        # The rotary part is kept whole; the latent keeps part of the projected rest.
-        total = np.sum(key**2)
-        kept = np.sum(rope_key**2) + np.sum(key_up**2) / (heads // groups)
-        key_energy = float(kept / max(total, 1e-300))
-    report = SharingReport(
-        "latent",
+    return _rope_latent_result(
+        weights,
+        kv_latent_dim,
+        (flat_key, flat_value),
+        (new_query, query_bias, rope_key, rope_key_bias),
+        n,
         "rotated_rope_joint_svd",
-        rank,
-        min(key_energy, 1.0),
-        float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
+        balance=balance,
+        covariance=covariance,
     )
-    return out, report
