@@ -15,7 +15,8 @@ all alike; medians reported as tokens/s and as ratios measured side by side.
   K/V heads) and converted caches of the same shape family: grouped G = 1
   (33%) and a shared latent with decoupled rotary keys (three rotary keys of
   4 frequency pairs, as MHA2MLA's conversion keeps; latent sizes for 50,
-  31.25, 18.75 and 12.5% of the cache). Random weights: speed depends on
+  31.25, 18.75 and 12.5% of the cache; at 18.75% also rotated RoPE's one rotary
+  key of 12 pairs, TransMLA's form). Random weights: speed depends on
   shapes, not values. Ratio = converted / original tokens/s, and beside it
   the ideal from the bytes a step reads (weights + cache).
 
@@ -304,6 +305,19 @@ def kv_child(args) -> list[dict]:
             "num_rope_heads": ROPE_HEADS,
             "rope_frequencies": [0, 8, 16, 24][:ROPE_PAIRS],
             **base,
+        }
+    if not args.latents or "18.75%" in args.latents:
+        # Rotated RoPE (TransMLA's RoRoPE) at 18.75%: one rotary key of 12 rotated pairs (all
+        # 3 components of the 4 highest frequencies), heads of 2 x 28 + 24 = 80 dimensions.
+        configs["latent 18.75% rotated"] = {
+            **base,
+            "kind": "latent",
+            "kv_latent_dim": LATENTS["18.75%"],
+            "head_size": 80,
+            "value_dim": HEAD,
+            "num_rope_heads": 1,
+            "rope_frequencies": [f for f in range(4) for _ in range(KV_HEADS)],
+            "rope_grid_size": HEAD,
         }
     models = {name: _decoder(spec, args.layers, max_length) for name, spec in configs.items()}
     weight_bytes = {name: 4 * lm.count_params() for name, lm in models.items()}
