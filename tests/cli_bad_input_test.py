@@ -77,7 +77,7 @@ CASES = [
     ),
     (
         "embed_model_dir_not_a_model_dir",
-        ["embed", "--model_dir", "{not_a_model}", "--input", "{sentences}", "--output", "{out}"],
+        ["embed", "--model-dir", "{not_a_model}", "--input", "{sentences}", "--output", "{out}"],
         "not a `headsize-tf train` model_dir",
     ),
     (
@@ -113,7 +113,7 @@ CASES = [
             "--output",
             "{out}",
         ],
-        "--vocab-file is for a --model_dir",
+        "--vocab-file is for a --model-dir; a pretrained encoder brings its own",
     ),
     (
         "export_embedding_of_a_language_model_dir",
@@ -141,12 +141,12 @@ CASES = [
     ("no_such_command", ["fly"], "'fly'"),
     (
         "train_unknown_experiment",
-        ["train", "--experiment", "nope", "--model_dir", "{out}"],
+        ["train", "--experiment", "nope", "--model-dir", "{out}"],
         "Unknown experiment 'nope'",
     ),
     (
         "train_yaml_syntax",
-        ["train", "--experiment", LM, "--config_file", "{bad_yaml}", "--model_dir", "{out}"],
+        ["train", "--experiment", LM, "--config-file", "{bad_yaml}", "--model-dir", "{out}"],
         "bad_yaml",
     ),
     (
@@ -448,7 +448,7 @@ CASES = [
     ),
     (
         "export_missing_model_dir",
-        ["export", "--model_dir", NOPE, "--task", "lm", "--output", "{out}"],
+        ["export", "--model-dir", NOPE, "--task", "lm", "--output", "{out}"],
         NOPE,
     ),
     (
@@ -469,7 +469,7 @@ CASES = [
     (
         "export_keras3_model_dir",
         [*EXPORT_KERAS3, "--model_dir", "{lm_dir}", "--task", "lm"],
-        "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3",
+        "--model-dir holds a tf_keras (Model Garden) model: drop --framework keras3",
     ),
     (
         "export_keras3_lm_of_a_directory",
@@ -627,9 +627,7 @@ CASES = [
         "convert_keras3_not_a_keras_file",
         [
             "convert",
-            "--framework",
-            "keras3",
-            "--model",
+            "--model-file",
             "{sentences}",
             "--to",
             "grouped",
@@ -656,6 +654,57 @@ CASES = [
             "{out}",
         ],
         "drop --framework keras3",
+    ),
+    (
+        "convert_old_model_spelling_of_no_keras_file",
+        ["convert", "--model", "minilm-l6", "--to", "grouped", "--kv-heads", "1"]
+        + ["--output", "{out}"],
+        "argument --model: expected a .keras file (now spelled --model-file FILE.keras",
+    ),
+    (
+        "convert_model_file_on_tf_keras",
+        ["convert", "--framework", "tf_keras", "--model-file", "{root}/lm.keras"]
+        + ["--to", "grouped", "--kv-heads", "1", "--output", "{out}"],
+        "lm.keras is a Keras 3 model: drop --framework tf_keras",
+    ),
+    (
+        "convert_vocab_file_of_a_model_dir",
+        ["convert", "--model-dir", "{lm_dir}", "--to", "grouped", "--kv-heads", "2"]
+        + ["--vocab", "{sentences}", "--output", "{out}"],
+        "--vocab-file: text for a .keras LM (--model-file); a --model-dir is evaluated",
+    ),
+    (
+        "train_missing_model_dir",
+        ["train", "--experiment", LM],
+        "the following arguments are required: --model-dir",
+    ),
+    (
+        "embed_sequence_length_one",
+        ["embed", "--model", "minilm-l6", "--input", "{sentences}", "--output", "{out}"]
+        + ["--sequence-length", "1"],
+        "--sequence-length must be >= 2; got 1",
+    ),
+    (
+        "embed_old_sequence_length_spelling_zero",
+        ["embed", "--model", "minilm-l6", "--input", "{sentences}", "--output", "{out}"]
+        + ["--max-seq-length", "0"],
+        "argument --max-seq-length: expected a positive integer, got '0'",
+    ),
+    (
+        "export_model_file_of_an_encoder_task",
+        ["export", "--model-file", "{root}/lm.keras", "--task", "embedding", "--output", "{out}"],
+        "is a Keras 3 CausalLM: it exports --task lm, not embedding",
+    ),
+    (
+        "export_model_file_not_a_keras_file",
+        ["export", "--model-file", "{sentences}", "--task", "lm", "--output", "{out}"],
+        "expected a saved Keras 3 CausalLM, a .keras file",
+    ),
+    (
+        "export_sequence_limit_without_decoder",
+        ["export", "--model", "minilm-l6", "--task", "embedding", "--output", "{out}"]
+        + ["--max-sequence-length", "64"],
+        "--max-sequence-length is for --decoder exports",
     ),
     ("demo_bad_steps", ["demo", "--steps", "0", "--output", "{out}"], "got '0'"),
     ("demo_bad_finetune_steps", ["demo", "--finetune-steps", "x", "--output", "{out}"], "'x'"),

@@ -107,7 +107,7 @@ CASES = [
     ),
     (
         "rope_strategy_on_a_model_without_rope",
-        ["convert", "--framework", "keras3", "--model", "{root}/lm.keras", "--to", "latent"]
+        ["convert", "--model-file", "{root}/lm.keras", "--to", "latent"]
         + ["--cache-fraction", "0.25", "--output", "{out}"],
         "needs a rotary model",
     ),
@@ -120,6 +120,12 @@ CASES = [
         "budget_below_the_rotary_keys",
         [*LATENT, "--cache-fraction", "0.1", "--rope-pairs", "2"],
         "is no more than the rotary keys' own 8",
+    ),
+    (
+        "state_dir_for_a_model_dir",
+        ["convert", "--model-dir", "{root}", "--to", "grouped", "--kv-heads", "1"]
+        + ["--output", "{out}", "--state-dir", "{root}/state"],
+        "--state-dir is for Keras 3 LMs",
     ),
     (
         "calibration_text_too_short",
@@ -189,12 +195,20 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert report["target"]["method"] == "mean"  # The rotary default.
-    healed = tmp_path / "healed"
+    healed, state = tmp_path / "healed", tmp_path / "state"
     argv = [*argv[:-1], str(healed), "--heal-steps", "20", "--heal-windows", "8"]
+    argv += ["--state-dir", str(state)]
     assert cli.main(argv) == 0
     heal = json.loads((healed / "report.json").read_text())["heal"]
     for layer in heal["layers"]:  # Distillation brings each layer nearer the original's.
         assert layer["relative_error_after"] < layer["relative_error_before"]
+    assert sorted(p.name for p in (state / "heal").iterdir()) == ["layer_0.npz", "layer_1.npz"]
+    # A rerun resumes from the state: the converted, healed model is not made again.
+    capsys.readouterr()
+    assert cli.main([*argv, "--overwrite"]) == 0
+    assert "resuming: the converted model" in capsys.readouterr().out
+    again = json.loads((healed / "report.json").read_text())
+    assert again["heal"] == heal
     assert report["perplexity"]["converted"] > 0
     exact = tmp_path / "latent"
     argv = [

@@ -2,7 +2,11 @@
 
 Each command module has `add_parser(subparsers)` and a handler `run(args)`
 that parses, calls one library function and prints. Handlers import their
-(heavy) modules lazily, so `headsize-tf --help` stays fast.
+(heavy) modules lazily, so `headsize-tf --help` stays fast. Every command
+spells one concept one way (docs/cli.md, "One vocabulary"); old spellings
+parse as hidden aliases (`_args.add_option`), and the commands that run on
+either front pick their runner by `_args.model_source` from a `RUNNERS`
+registry.
 
 TensorFlow's C++ and Python logs are kept to errors (pass `--verbose` before
 the command to see them), and a library error (`ValueError` and its
@@ -77,6 +81,10 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (`--help` shows the usage)."""
 
     def error(self, message: str):
+        # A required option with hidden old spellings is a one-of group (`_args.add_option`).
+        one = re.fullmatch(r"one of the arguments (\S+) is required", message)
+        if one:
+            message = f"the following arguments are required: {one.group(1)}"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -137,17 +145,13 @@ def quiet_logs(verbose: bool = False) -> Iterator[None]:
             logger.setLevel(level)
 
 
-# Flags spelled as their Python argument (Model Garden's names; `--model-dir` etc. work too).
-_UNDERSCORE_FLAGS = ("model_dir", "config_file", "params_override")
-
-
 def _flag(argument: str) -> str:
-    return "--" + (argument if argument in _UNDERSCORE_FLAGS else argument.replace("_", "-"))
+    return "--" + argument.replace("_", "-")
 
 
 def _as_flags(message: str) -> str:
     """A library message names Python arguments (`overwrite=True`, `step=`, `model_dir=`);
-    the CLI user sees the flags that set them (`--overwrite`, `--step`, `--model_dir`)."""
+    the CLI user sees the flags that set them (`--overwrite`, `--step`, `--model-dir`)."""
     message = re.sub(r"\b([a-z][a-z0-9_]*)=True\b", lambda m: _flag(m.group(1)), message)
     return re.sub(r"\b([a-z][a-z0-9_]*)=(?=[\s.,;)]|$)", lambda m: _flag(m.group(1)), message)
 

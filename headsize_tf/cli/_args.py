@@ -7,6 +7,27 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 
+def add_option(
+    container: Any, *names: str, hidden: Sequence[str] = (), **kwargs: Any
+) -> argparse.Action:
+    """`container.add_argument(*names, **kwargs)`, also spelled the `hidden` (old) ways.
+
+    The hidden spellings parse to the same `dest`, type and action, and `--help`
+    shows only `names`. A required option and its hidden spellings form a
+    required one-of group, so that any spelling satisfies it.
+    """
+    if not hidden:
+        return container.add_argument(*names, **kwargs)
+    if kwargs.pop("required", False):
+        container = container.add_mutually_exclusive_group(required=True)
+    action = container.add_argument(*names, **kwargs)
+    alias = {key: kwargs[key] for key in ("action", "type", "choices", "nargs") if key in kwargs}
+    container.add_argument(
+        *hidden, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **alias
+    )
+    return action
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -97,32 +118,76 @@ DECODER_HELP = (
 )
 
 
+MODEL_HELP = "a registered pretrained encoder"
+
+
 def add_model_source(
     p: argparse.ArgumentParser,
     model_dir_help: str | None = None,
     keras_hub: bool = False,
     decoder: bool = False,
-) -> None:
-    """`--model NAME` or `--checkpoint DIR` (or, given its help, `--model_dir DIR`; with
-    `keras_hub`, `--keras-hub-preset NAME_OR_DIR`; with `decoder`, `--decoder NAME_OR_PATH`):
-    one."""
+    model_file_help: str | None = None,
+    checkpoint_help: str | None = None,
+) -> Any:
+    """The model, one of: `--model NAME` (a registered pretrained encoder) or `--checkpoint
+    DIR`; given its help, `--model-dir DIR` (a `headsize-tf train` model_dir; also spelled
+    `--model_dir`) and `--model-file FILE.keras`; with `keras_hub`, `--keras-hub-preset
+    NAME_OR_DIR`; with `decoder`, `--decoder NAME_OR_PATH`. Returns the one-of group."""
     source = p.add_mutually_exclusive_group(required=True)
     if decoder:
         source.add_argument("--decoder", metavar="NAME_OR_PATH", default=None, help=DECODER_HELP)
     if model_dir_help:
-        source.add_argument("--model_dir", "--model-dir", dest="model_dir", help=model_dir_help)
-    source.add_argument(
-        "--model", choices=_PretrainedNames(), help="a registered pretrained encoder"
-    )
+        add_option(source, "--model-dir", hidden=["--model_dir"], help=model_dir_help)
+    source.add_argument("--model", choices=_PretrainedNames(), help=MODEL_HELP)
     source.add_argument(
         "--checkpoint",
-        help="a checkpoint directory (from `compress`/`prune`, or Hugging Face BERT layout: "
+        help=checkpoint_help
+        or "a checkpoint directory (from `compress`/`prune`, or Hugging Face BERT layout: "
         "config.json, model.safetensors, vocab.txt)",
     )
+    if model_file_help:
+        source.add_argument("--model-file", metavar="FILE.keras", help=model_file_help)
     if keras_hub:
         source.add_argument(
             "--keras-hub-preset", metavar="NAME_OR_DIR", default=None, help=KERAS_HUB_HELP
         )
+    return source
+
+
+# The model source flags, by the registry key of the runner each picks (`model_source`).
+SOURCES = (
+    ("decoder", "decoder"),
+    ("keras_hub", "keras_hub_preset"),
+    ("model_file", "model_file"),
+    ("model_dir", "model_dir"),
+)
+
+
+def model_source(args: argparse.Namespace) -> str:
+    """The registry key of the model the flags name, the one dispatch of every command that
+    runs on either front (`embed`, `compress`, `convert`, `prune`, `export`): the source flag
+    given (`decoder`, `keras_hub`, `model_file`: Keras 3; `model_dir`: tf_keras), else
+    `pretrained/FRAMEWORK` (`--model` or `--checkpoint`, on the front `--framework` names).
+
+    Each command keeps a `RUNNERS` dict from these keys to its runners, which live in
+    `_COMMAND_tf_keras` (the tf_keras front, imported inside them) and `_COMMAND_keras3`
+    (free of tf_keras) modules.
+    """
+    for key, dest in SOURCES:
+        if getattr(args, dest, None):
+            return key
+    return f"pretrained/{getattr(args, 'framework', None) or 'tf_keras'}"
+
+
+def dispatch(runners: dict[str, Any], args: argparse.Namespace, key: str | None = None) -> Any:
+    """The runner of `key` (default: `model_source(args)`) in a command's `runners`."""
+    key = model_source(args) if key is None else key
+    if key not in runners:
+        raise ValueError(
+            f"This command does not take {key.replace('_', ' ')} models; it takes "
+            f"{', '.join(sorted(runners))}."
+        )
+    return runners[key]
 
 
 def read_lines(path: str) -> list[str]:

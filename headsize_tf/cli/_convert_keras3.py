@@ -7,6 +7,8 @@ the Keras 3 front) from importing tf_keras, Model Garden or the tf_keras front.
 from __future__ import annotations
 
 import argparse
+import json
+import pathlib
 from typing import Any
 
 
@@ -26,10 +28,10 @@ def _check_text_flags(args: argparse.Namespace) -> bool:
 def _check_own_tokenizer_flags(args: argparse.Namespace, what: str) -> bool:
     """The text flags of a model that tokenises its text itself; returns whether text was given."""
     text_given = _check_text_flags(args)
-    if args.vocab:
+    if args.vocab_file:
         raise ValueError(
-            f"--vocab is the WordPiece vocabulary of a .keras CausalLM; {what} tokenises the "
-            "text with its own tokenizer: drop --vocab."
+            f"--vocab-file is the WordPiece vocabulary of a .keras CausalLM; {what} tokenises the "
+            "text with its own tokenizer: drop --vocab-file."
         )
     if not text_given and args.sequence_length:
         raise ValueError("--sequence-length shapes the text of --data-file / --corpus.")
@@ -54,7 +56,14 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
         if target is not None and target.kind == "collaborative"
         else {}
     )
+    state = None
+    if args.state_dir is not None:
+        skip = {"output", "overwrite", "state_dir", "func", "command"}
+        state = {k: v for k, v in vars(args).items() if k not in skip and not callable(v)}
+        state = json.loads(json.dumps(state, default=str))
     return {
+        "state_dir": args.state_dir,
+        "state": state,
         "uptrain_steps": args.uptrain_steps,
         "learning_rate": 1e-3 if args.learning_rate is None else args.learning_rate,
         "batch_size": args.batch_size,
@@ -65,9 +74,9 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
 
 
 def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
-    """Converts the `.keras` CausalLM `args.model` to `target`; returns the report.
+    """Converts the `.keras` CausalLM `args.model_file` to `target`; returns the report.
 
-    The text (`--data-file` or `--corpus`) is tokenised with `--vocab` (default:
+    The text (`--data-file` or `--corpus`) is tokenised with `--vocab-file` (default:
     the Austen corpus's vocab.txt) into windows of the model's positions (or
     `--sequence-length`) plus one.
 
@@ -78,14 +87,16 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     from headsize_tf.core.io import check_output_free
 
     text_given = _check_text_flags(args)
-    if not text_given and (args.vocab or args.sequence_length):
-        raise ValueError("--vocab and --sequence-length shape the text of --data-file / --corpus.")
+    if not text_given and (args.vocab_file or args.sequence_length):
+        raise ValueError(
+            "--vocab-file and --sequence-length shape the text of --data-file / --corpus."
+        )
     check_output_free(args.output, args.overwrite)
     from headsize_tf.data.lm_text import load_lm_text
     from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
     from headsize_tf.keras3.reparam.lm_file import load_lm_file
 
-    lm = load_lm_file(args.model)
+    lm = load_lm_file(args.model_file)
     text = None
     if text_given:
         text = load_lm_text(
@@ -93,10 +104,10 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
             data_file=args.data_file,
             corpus=args.corpus,
             data_dir=args.data_dir,
-            vocab_file=args.vocab,
+            vocab_file=args.vocab_file,
         )
     return convert(
-        lm, target, args.output, text=text, source=str(args.model), **_options(args, target)
+        lm, target, args.output, text=text, source=str(args.model_file), **_options(args, target)
     )
 
 
@@ -176,7 +187,15 @@ def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
         converted, report = converter(model)
         windows = text.train[: args.heal_windows]
         print(f"healing: {args.heal_steps} steps per layer on {len(windows)} windows", flush=True)
-        heal = layerwise_distill(model, converted, windows, args.heal_steps, progress=None)
+        state = None if args.state_dir is None else pathlib.Path(args.state_dir) / "heal"
+        heal = layerwise_distill(
+            model,
+            converted,
+            windows,
+            args.heal_steps,
+            progress=lambda line: print(f"  {line}", flush=True),
+            state_dir=state,
+        )
         return converted, {**report, "heal": heal}
 
     return healed

@@ -1,4 +1,4 @@
-"""`headsize-tf convert --model_dir`: the tf_keras runner (Model Garden model_dirs).
+"""`headsize-tf convert --model-dir`: the tf_keras runner (Model Garden model_dirs).
 
 The tf_keras front is imported inside the runner, so importing this module (as
 `convert` does) loads no tf_keras.
@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-KERAS3_ONLY = ("data_file", "corpus", "vocab", "sequence_length")
+KERAS3_ONLY = ("data_file", "corpus", "vocab_file", "sequence_length")
 
 
 def convert_model_dir(args: argparse.Namespace, target: Any) -> dict[str, Any] | None:
-    """Converts `args.model_dir` to `target`; returns the report (None: `compress` printed it).
+    """Converts `args.model_dir` to `target`; returns the report (None: printed as `compress`
+    prints it).
 
     Args:
       args: `convert`'s parsed arguments.
@@ -25,28 +26,28 @@ def convert_model_dir(args: argparse.Namespace, target: Any) -> dict[str, Any] |
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise ValueError(
-            f"{flags}: text for a .keras LM (--framework keras3 --model); a --model_dir is "
+            f"{flags}: text for a .keras LM (--model-file); a --model-dir is "
             "evaluated and uptrained on its own data."
         )
     try:
         experiment = convert_dir.check_source(args.model_dir, target)
     except ValueError as err:  # Name the flag, as the user typed it.
         raise ValueError(
-            str(err).replace(f"model_dir={args.model_dir}", f"--model_dir {args.model_dir}")
+            str(err).replace(f"model_dir={args.model_dir}", f"--model-dir {args.model_dir}")
         ) from None
-    if experiment not in convert_dir.DECODERS:  # An encoder: `compress --model_dir`.
+    if experiment not in convert_dir.DECODERS:  # An encoder: `compress --model-dir`.
         if args.uptrain_steps:
             raise ValueError(
                 f"--uptrain-steps is for {', '.join(convert_dir.DECODERS)} model_dirs; fine-tune "
                 "the converted encoder with `headsize-tf train`."
             )
-        from headsize_tf.cli import compress
+        from headsize_tf.cli import _compress_tf_keras, compress
 
         compress_args = argparse.Namespace(**vars(args))
         compress_args.method = target.method
         compress_args.framework = "tf_keras"
         compress_args.eval_file = None
-        compress._run_model_dir(compress_args)
+        compress.print_report(compress_args, _compress_tf_keras.compress_model_dir(compress_args))
         return None
     cp = (
         {"max_iter": args.max_iter, "tolerance": args.tolerance}

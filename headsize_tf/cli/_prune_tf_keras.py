@@ -22,7 +22,7 @@ def model_dir_experiment(model_dir: str) -> str:
     marker = pathlib.Path(model_dir) / EXPERIMENT_FILE
     if not marker.exists():
         raise ValueError(
-            f"--model_dir {model_dir} is not a `headsize-tf train` model_dir "
+            f"--model-dir {model_dir} is not a `headsize-tf train` model_dir "
             f"(no {EXPERIMENT_FILE})."
         )
     return json.loads(marker.read_text())["experiment"]

@@ -2,21 +2,22 @@
 
 Two sources, one flag set:
 
-* `--model_dir DIR` (tf_keras, Model Garden): a `headsize-tf train` causal LM
+* `--model-dir DIR` (tf_keras, Model Garden): a `headsize-tf train` causal LM
   or translation model_dir; writes a model_dir of the same experiment with
   `report.json` and `conversion.png` (`headsize_tf.reparam.convert_dir`).
   Encoder-only model_dirs convert to collaborative heads only, as
-  `compress --model_dir` does (same driver, same result).
-* `--framework keras3 --model FILE.keras`: a Keras 3 `CausalLM`; writes the
+  `compress --model-dir` does (same driver, same result).
+* `--model-file FILE.keras` (Keras 3; the older `--model FILE.keras` still
+  works): a Keras 3 `CausalLM`; writes the
   directory `--output` with `model.keras`, `report.json` and
   `conversion.png` (`headsize_tf.keras3.reparam.convert_lm_file`). Its text
   (held-out perplexity, uptraining) is `--data-file` or `--corpus`,
-  tokenised with `--vocab` (default: the Austen corpus's vocab.txt). This
+  tokenised with `--vocab-file` (default: the Austen corpus's vocab.txt). This
   path never imports tf_keras.
 * `--keras-hub-preset NAME_OR_DIR`: a keras-hub GPT-2 causal LM (a local
   preset directory, or a name such as gpt2_base_en, downloaded: it needs the
   network); the same conversion, report and plot as a `.keras` LM, its text
-  tokenised with the model's own tokenizer (no `--vocab`); writes `--output`
+  tokenised with the model's own tokenizer (no `--vocab-file`); writes `--output`
   as `HubModel.save` does (with the tokenizer: `load_hub_preset` reopens it)
   plus `report.json` and `conversion.png`
   (`headsize_tf.keras3.hub.convert_hub_lm`). Keras 3, no tf_keras.
@@ -25,10 +26,20 @@ Two sources, one flag set:
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable
 from typing import Any
 
 from headsize_tf.cli import _convert_keras3, _convert_tf_keras
-from headsize_tf.cli._args import DECODER_HELP, FRAMEWORKS, _open_fraction, _positive_int
+from headsize_tf.cli._args import (
+    DECODER_HELP,
+    FRAMEWORKS,
+    _open_fraction,
+    _positive_int,
+    add_option,
+    dispatch,
+    model_source,
+)
 
 TARGETS = ("grouped", "latent", "collaborative")
 SIZE_FLAGS = {"grouped": "kv_heads", "latent": "kv_rank", "collaborative": "shared_key_dim"}
@@ -50,6 +61,21 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+class _ModelFileAlias(argparse.Action):
+    """`convert --model FILE.keras`, the older spelling of `--model-file`: a value that ends
+    in .keras or is an existing file is the `--model-file`; anything else is refused, one
+    line (a registered model is `--model` in the other commands, a decoder `--decoder`)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if not (str(value).endswith(".keras") or os.path.isfile(value)):
+            raise argparse.ArgumentError(
+                self,
+                f"expected a .keras file (now spelled --model-file FILE.keras; a pretrained "
+                f"decoder is --decoder NAME_OR_PATH), got {value!r}",
+            )
+        setattr(namespace, self.dest, value)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "convert",
@@ -63,19 +89,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "KV-cache bytes per token, parameters and decoding tokens/s.",
     )
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--model_dir",
+    add_option(
+        source,
         "--model-dir",
-        dest="model_dir",
+        hidden=["--model_dir"],
         help="a `headsize-tf train` model_dir (headsize_lm/language_modeling, "
         "headsize_seq2seq/translation; to collaborative heads also masked-LM and classifier "
         "runs); writes a model_dir of the same experiment",
     )
     source.add_argument(
-        "--model",
+        "--model-file",
         metavar="FILE.keras",
-        help="with --framework keras3: a Keras 3 CausalLM saved as .keras; writes the "
-        "directory --output (model.keras, report.json, conversion.png)",
+        help="a Keras 3 CausalLM saved as .keras (Keras 3 front); writes the directory "
+        "--output (model.keras, report.json, conversion.png)",
+    )
+    # The older spelling of --model-file: `--model` names a registered model elsewhere.
+    source.add_argument(
+        "--model",
+        dest="model_file",
+        action=_ModelFileAlias,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
     source.add_argument("--decoder", metavar="NAME_OR_PATH", default=None, help=DECODER_HELP)
     source.add_argument(
@@ -91,8 +125,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--framework",
         choices=FRAMEWORKS,
         default=None,
-        help="tf_keras (--model_dir, the default) or keras3 (--model FILE.keras, "
-        "--keras-hub-preset)",
+        help="tf_keras (--model-dir, the default) or keras3 (--model-file, --decoder, "
+        "--keras-hub-preset; the default for them)",
     )
     p.add_argument("--to", choices=TARGETS, required=True, help="the attention kind converted to")
     sizes = p.add_argument_group("size (the one of --to; one value for every layer, or one each)")
@@ -170,6 +204,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument(
+        "--state-dir",
+        default=None,
+        help="a --decoder or --model-file: keep the converted (healed) model and uptraining "
+        "checkpoints here, so that a rerun with the same flags resumes",
+    )
+    p.add_argument(
         "--uptrain-steps",
         type=_non_negative_int,
         default=0,
@@ -211,8 +251,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "whole; python_docs: the reference trains, the tutorial is held out)",
     )
     text.add_argument("--data-dir", default=None, help="the prepared corpora's directory")
-    text.add_argument(
-        "--vocab",
+    add_option(
+        text,
+        "--vocab-file",
+        hidden=["--vocab"],
         default=None,
         help="a .keras LM: the WordPiece vocab.txt it was trained with (default: the Austen "
         "corpus's); a keras-hub model uses its own tokenizer",
@@ -274,43 +316,60 @@ def flag_message(message: str) -> str:
     return message
 
 
+# What `convert` takes, each source to its runner (parsed arguments, target -> report; None:
+# printed already), by the keys of `_args.model_source`: the one dispatch of `embed`,
+# `compress`, `convert`, `prune` and `export`.
+RUNNERS: dict[str, Callable[[argparse.Namespace, Any], dict[str, Any] | None]] = {
+    "model_dir": _convert_tf_keras.convert_model_dir,
+    "model_file": _convert_keras3.convert_lm_file,
+    "decoder": _convert_keras3.convert_decoder,
+    "keras_hub": _convert_keras3.convert_hub_preset,
+}
+
+
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.core.spec import SpecError
 
+    runner = dispatch(RUNNERS, args, _source(args))
+    try:
+        report = runner(args, target_of(args))
+    except SpecError as err:
+        raise SpecError(flag_message(str(err))) from None
+    if report is not None:
+        print_report(report, args.output)
+    return 0
+
+
+def _source(args: argparse.Namespace) -> str:
+    """The registry key of what the arguments name (the front's options checked)."""
     hub = args.keras_hub_preset is not None
     decoder = args.decoder is not None
-    framework = args.framework or ("keras3" if args.model or hub or decoder else "tf_keras")
+    framework = args.framework or ("keras3" if args.model_file or hub or decoder else "tf_keras")
     if args.heal_steps and not decoder:
         raise ValueError("--heal-steps is for --decoder models.")
+    if args.state_dir is not None and not (decoder or args.model_file):
+        raise ValueError(
+            "--state-dir is for Keras 3 LMs (--decoder, --model-file); a model_dir resumes "
+            "from its own checkpoints."
+        )
     if decoder and framework != "keras3":
         raise ValueError("--decoder is a Keras 3 model: drop --framework tf_keras (or say keras3).")
     if args.corpus not in (None, "austen") and not decoder:
         raise ValueError(f"--corpus {args.corpus} is a plain text for --decoder models.")
-    if args.model and framework != "keras3":
-        raise ValueError(f"--model {args.model} is a .keras file: add --framework keras3.")
+    if args.model_file and framework != "keras3":
+        raise ValueError(
+            f"--model-file {args.model_file} is a Keras 3 model: drop --framework tf_keras (or "
+            "say keras3)."
+        )
     if hub and framework != "keras3":
         raise ValueError(
             "--keras-hub-preset is a Keras 3 model: drop --framework tf_keras (or say keras3)."
         )
     if args.model_dir and framework != "tf_keras":
         raise ValueError(
-            "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3."
+            "--model-dir holds a tf_keras (Model Garden) model: drop --framework keras3."
         )
-    try:
-        target = target_of(args)
-        if decoder:
-            report = _convert_keras3.convert_decoder(args, target)
-        elif hub:
-            report = _convert_keras3.convert_hub_preset(args, target)
-        elif framework == "keras3":
-            report = _convert_keras3.convert_lm_file(args, target)
-        else:
-            report = _convert_tf_keras.convert_model_dir(args, target)
-    except SpecError as err:
-        raise SpecError(flag_message(str(err))) from None
-    if report is not None:
-        print_report(report, args.output)
-    return 0
+    return model_source(args)
 
 
 def print_report(report: dict[str, Any], output: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int
+from headsize_tf.cli._args import _positive_int, add_option
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -27,7 +27,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="cache directory (default: $HEADSIZE_TF_DATA_DIR or ~/.cache/headsize_tf/data)",
     )
     prep.add_argument("--vocab-size", type=_positive_int, default=4096)
-    prep.add_argument("--seq-length", type=_positive_int, default=128)
+    add_option(
+        prep,
+        "--sequence-length",
+        hidden=["--seq-length"],
+        type=_positive_int,
+        default=128,
+        help="tokens per training window (default 128)",
+    )
     prep.add_argument("--overwrite", action="store_true")
     vocab = sub.add_parser(
         "vocab",
@@ -68,7 +75,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     squad.add_argument("--dev-json", default=None)
     squad.add_argument("--tfds", default="squad/v1.1")
     squad.add_argument("--max-examples", type=_positive_int, default=None)
-    squad.add_argument("--max-seq-length", type=_positive_int, default=384)
+    add_option(
+        squad,
+        "--sequence-length",
+        hidden=["--max-seq-length"],
+        type=_positive_int,
+        default=384,
+        help="tokens per training window: question, context and markers (default 384)",
+    )
     squad.add_argument("--doc-stride", type=_positive_int, default=128)
     squad.add_argument(
         "--data-dir",
@@ -89,7 +103,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
     from headsize_tf.data import corpora
 
-    options = corpora.PrepareOptions(vocab_size=args.vocab_size, seq_length=args.seq_length)
+    options = corpora.PrepareOptions(vocab_size=args.vocab_size, seq_length=args.sequence_length)
     path = corpora.prepare(args.name, args.data_dir, options, overwrite=args.overwrite)
     manifest = corpora.load_manifest(args.name, path.parent)
     print(json.dumps(manifest["stats"], indent=2))
@@ -123,7 +137,7 @@ def _squad(args: argparse.Namespace) -> int:
         args.dev_json,
         args.tfds,
         args.max_examples,
-        args.max_seq_length,
+        args.sequence_length,
         args.doc_stride,
         overwrite=args.overwrite,
     )

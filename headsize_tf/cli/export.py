@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from headsize_tf.cli._args import DECODER_HELP, _positive_int, add_framework
+from headsize_tf.cli import _export_keras3, _export_tf_keras
+from headsize_tf.cli._args import (
+    _positive_int,
+    add_framework,
+    add_model_source,
+    add_option,
+    dispatch,
+    model_source,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -19,35 +28,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "next-token probabilities of a causal LM `train` model_dir; translation: beam-search "
         "translations of a headsize_seq2seq/translation `train` model_dir. With --framework "
         "keras3: a Keras 3 encoder (embedding), a `prune --framework keras3` checkpoint "
-        "(sentence_prediction) or a Keras 3 CausalLM .keras file with --vocab-file (lm: also a "
-        "`generate` signature, greedy continuations of text with a max_new_tokens input); a model "
-        "of the JAX backend is rebuilt on TensorFlow in a subprocess.",
+        "(sentence_prediction), a Keras 3 CausalLM .keras file (--model-file) with --vocab-file "
+        "or a pretrained --decoder (lm: also a `generate` signature, greedy continuations of "
+        "text with a max_new_tokens input); a model of the JAX backend is rebuilt on TensorFlow "
+        "in a subprocess.",
     )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a registered pretrained encoder (embedding)")
-    source.add_argument(
-        "--checkpoint",
-        help="checkpoint dir (compress/prune output, HF layout); with --framework keras3 "
-        "--task lm: a CausalLM .keras file",
-    )
-    source.add_argument(
-        "--decoder",
-        metavar="NAME_OR_PATH",
-        default=None,
-        help="--task lm on the Keras 3 front: " + DECODER_HELP + "; its own tokenizer is exported "
-        "in-graph",
-    )
-    source.add_argument(
-        "--model_dir",
-        help="a `headsize-tf train` model_dir "
+    add_model_source(
+        p,
+        model_dir_help="a `headsize-tf train` model_dir "
         "(headsize_bert/*, headsize_lm/language_modeling or "
         "headsize_seq2seq/translation)",
+        decoder=True,
+        model_file_help="--task lm on the Keras 3 front: a CausalLM saved as .keras (with "
+        "--vocab-file)",
+        checkpoint_help="checkpoint dir (compress/prune output, HF layout)",
     )
     p.add_argument(
         "--vocab-file",
         default=None,
-        help="vocabulary of a --model_dir (default: vocab.txt next to its data), or of a "
-        "--framework keras3 --task lm checkpoint (required there)",
+        help="vocabulary of a --model-dir (default: vocab.txt next to its data), or of a "
+        "--model-file CausalLM (required there)",
     )
     add_framework(p)
     p.add_argument(
@@ -60,8 +60,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="translation: output pieces at most (default: the data's max_seq_length)",
     )
-    p.add_argument(
-        "--max-length",
+    add_option(
+        p,
+        "--max-sequence-length",
+        hidden=["--max-length"],
         type=_positive_int,
         default=None,
         help="a --decoder: positions the export serves, prompt and continuation (default: the "
@@ -74,58 +76,37 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+# What `export` takes, each source to its runner (parsed arguments -> path, signatures), by
+# the keys of `_args.model_source`: the one dispatch of `embed`, `compress`, `convert`,
+# `prune` and `export`.
+RUNNERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
+    "model_dir": _export_tf_keras.export,
+    "pretrained/tf_keras": _export_tf_keras.export,
+    "pretrained/keras3": _export_keras3.export,
+    "model_file": _export_keras3.export,
+    "decoder": _export_keras3.export,
+}
+
+
 def run(args: argparse.Namespace) -> int:
+    path, signatures = dispatch(RUNNERS, args, _source(args))(args)
+    print(f"exported: {path} (signatures: {signatures})")
+    return 0
+
+
+def _source(args: argparse.Namespace) -> str:
+    """The registry key of what the arguments name (the front's options checked)."""
     if args.decoder is not None:
         if args.task != "lm":
             raise ValueError(f"--decoder exports a language model: --task lm, not {args.task}.")
         args.framework = "keras3"
-    elif args.max_length is not None:
-        raise ValueError("--max-length is for --decoder exports.")
-    if args.framework == "keras3":
-        return _run_keras3(args)
-    from headsize_tf.serving.sources import export_source
-
-    path = export_source(
-        args.output,
-        args.task,
-        model=args.model,
-        checkpoint=args.checkpoint,
-        model_dir=args.model_dir,
-        vocab_file=args.vocab_file,
-        beam_size=args.beam_size,
-        max_decode_length=args.max_decode_length,
-        version=args.version,
-        overwrite=args.overwrite,
-    )
-    print(f"exported: {path} (signatures: serving_default [text], serve_ids [ids, mask])")
-    return 0
-
-
-def _run_keras3(args: argparse.Namespace) -> int:
-    if args.model_dir:
+    elif args.max_sequence_length is not None:
+        raise ValueError("--max-sequence-length is for --decoder exports.")
+    if args.model_file is not None:
+        args.framework = "keras3"
+    source = model_source(args)
+    if source == "model_dir" and args.framework == "keras3":
         raise ValueError(
-            "--model_dir holds a tf_keras (Model Garden) model: drop --framework keras3."
+            "--model-dir holds a tf_keras (Model Garden) model: drop --framework keras3."
         )
-    try:
-        from headsize_tf.keras3.serving import export_source
-    except ImportError as err:  # A JAX-only machine: a SavedModel is a TensorFlow graph.
-        raise RuntimeError(
-            f"--framework keras3 export needs TensorFlow and tensorflow-text installed ({err})."
-        ) from None
-
-    path = export_source(
-        args.output,
-        args.task,
-        model=args.model,
-        checkpoint=args.checkpoint,
-        vocab_file=args.vocab_file,
-        version=args.version,
-        overwrite=args.overwrite,
-        decoder=args.decoder,
-        max_length=args.max_length,
-    )
-    signatures = "serving_default [text], serve_ids [ids, mask]"
-    if args.task == "lm":
-        signatures += ", generate [text, max_new_tokens]"
-    print(f"exported: {path} (signatures: {signatures})")
-    return 0
+    return source

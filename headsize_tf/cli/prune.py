@@ -6,7 +6,14 @@ import argparse
 from collections.abc import Callable
 
 from headsize_tf.cli import _prune_keras3, _prune_tf_keras
-from headsize_tf.cli._args import _fraction, _positive_int, add_framework, add_model_source
+from headsize_tf.cli._args import (
+    _fraction,
+    _positive_int,
+    add_framework,
+    add_model_source,
+    dispatch,
+    model_source,
+)
 from headsize_tf.data.text_tasks import FORMATS, GLUE_TASKS
 
 
@@ -89,7 +96,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         nargs="+",
         default=None,
         choices=["encoder_self", "decoder_self", "encoder_decoder"],
-        help="--model_dir of a translation model: the kinds of attention pruned "
+        help="--model-dir of a translation model: the kinds of attention pruned "
         "(default: all three)",
     )
     p.add_argument("--finetune-epochs", type=float, default=2.0)
@@ -101,9 +108,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 # The one registry of what `prune` takes, each source to its runner (parsed arguments ->
-# report): a `headsize-tf train` model_dir by its experiment, a pretrained name or
-# checkpoint by its framework, a keras-hub preset (BERT / DistilBERT classifiers, GPT-2 LMs).
-# Later: `.keras` files.
+# report), by the keys of `_args.model_source` (the one dispatch of `embed`, `compress`,
+# `convert`, `prune` and `export`): a `headsize-tf train` model_dir by its experiment, a
+# pretrained name or checkpoint by its framework, a keras-hub preset (BERT / DistilBERT
+# classifiers, GPT-2 LMs), a pretrained decoder.
 RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "headsize_bert/sentence_prediction": _prune_tf_keras.prune_classifier_dir,
     "headsize_bert/pretraining": _prune_tf_keras.prune_classifier_dir,
@@ -117,29 +125,26 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
 
 
 def run(args: argparse.Namespace) -> int:
-    report = RUNNERS[_source(args)](args)
+    report = dispatch(RUNNERS, args, _source(args))(args)
     _print_report(args, report)
     return 0
 
 
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (a model_dir's options checked)."""
-    if getattr(args, "keras_hub_preset", None):
-        return "keras_hub"
-    if getattr(args, "decoder", None):
-        return "decoder"
-    if not getattr(args, "model_dir", None):
-        return f"pretrained/{args.framework}"
+    source = model_source(args)
+    if source != "model_dir":
+        return source
     experiment = _prune_tf_keras.model_dir_experiment(args.model_dir)
     if experiment.startswith("pretrained/") or experiment not in RUNNERS:
         model_dirs = [name for name in RUNNERS if not name.startswith("pretrained/")]
         raise ValueError(
-            f"--model_dir {args.model_dir} is a {experiment} run; prune --model_dir "
+            f"--model-dir {args.model_dir} is a {experiment} run; prune --model-dir "
             f"takes {', '.join(model_dirs)} runs."
         )
     if args.framework != "tf_keras" or args.data_file or args.tfds or args.data or args.task:
         raise ValueError(
-            "--model_dir prunes the model on its own data: drop --framework keras3 "
+            "--model-dir prunes the model on its own data: drop --framework keras3 "
             "and the data options."
         )
     if args.attention_kinds and experiment != "headsize_seq2seq/translation":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int
+from headsize_tf.cli._args import _positive_int, add_option
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -12,24 +12,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "train",
         help="train / evaluate a registered experiment with Model Garden's trainer",
         description="Runs official.core.train_lib on a registered experiment; checkpoints and "
-        "TensorBoard summaries go to --model_dir and a rerun resumes from the latest checkpoint.",
+        "TensorBoard summaries go to --model-dir and a rerun resumes from the latest checkpoint.",
     )
     p.add_argument("--experiment", required=True, help="e.g. headsize_bert/pretraining")
-    p.add_argument(
-        "--config_file",
+    add_option(
+        p,
         "--config-file",
+        hidden=["--config_file"],
         action="append",
         default=[],
         help="YAML file overriding the experiment (repeatable)",
     )
-    p.add_argument(
-        "--params_override",
+    add_option(
+        p,
         "--params-override",
+        hidden=["--params_override"],
         default=None,
         help="comma-separated a.b.c=value overrides, or a YAML string",
     )
     p.add_argument("--mode", default="train_and_eval", choices=["train", "eval", "train_and_eval"])
-    p.add_argument("--model_dir", "--model-dir", required=True)
+    add_option(
+        p,
+        "--model-dir",
+        hidden=["--model_dir"],
+        required=True,
+        help="checkpoints, summaries, params.yaml (a rerun resumes)",
+    )
     p.add_argument(
         "--strategy",
         default="default",

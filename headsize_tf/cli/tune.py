@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int
+from headsize_tf.cli._args import _positive_int, add_option
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -18,7 +18,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "results.csv, results.md and best.yaml (for `headsize-tf train`); reruns resume.",
     )
     p.add_argument("--experiment", required=True)
-    p.add_argument("--config_file", action="append", default=[])
+    add_option(
+        p,
+        "--config-file",
+        hidden=["--config_file"],
+        action="append",
+        default=[],
+        help="YAML file overriding the experiment (repeatable)",
+    )
     p.add_argument("--search-space", required=True)
     p.add_argument("--budget-params", type=_positive_int, default=None)
     p.add_argument("--match-params", action="store_true")

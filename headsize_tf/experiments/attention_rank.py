@@ -20,7 +20,8 @@ It writes `runs/<run>.json` per checkpoint (a rerun skips finished ones),
 `attention_rank.json`, `README.md` and `attention_rank.png` under `--output`.
 
     python -m headsize_tf.experiments.attention_rank \\
-        --runs results/reproduction_v2 --work-dir /tmp/headsize_reproduction_v2
+        --runs results/reproduction_v2 --work-dir /tmp/headsize_reproduction_v2 \\
+        --output results/reproduction_v2/attention_rank
 """
 
 from __future__ import annotations
@@ -368,7 +369,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="/tmp/headsize_reproduction_v2",
         help="the reproduction's work dir, holding the runs' checkpoints",
     )
-    parser.add_argument("--output", default=None, help="default: <runs>/attention_rank")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="the study's directory (e.g. <runs>/attention_rank; reruns reuse its measurements)",
+    )
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
@@ -380,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headsize_tf.experiments.reproduction import presets
 
     runs_dir = pathlib.Path(args.runs)
-    out = pathlib.Path(args.output) if args.output else runs_dir / "attention_rank"
+    out = pathlib.Path(args.output)
     try:
         preset = presets.PRESETS[json.loads((runs_dir / "reproduction.json").read_text())["preset"]]
     except (OSError, KeyError, ValueError) as err:

@@ -536,10 +536,15 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="results/bottleneck")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     parser.add_argument(
         "--report-only", action="store_true", help="summarize the finished runs, train nothing"
+    )
+    parser.add_argument(
+        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--only",

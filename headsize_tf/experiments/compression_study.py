@@ -179,7 +179,9 @@ def plot(summary: dict, path: pathlib.Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", default="results/compression")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

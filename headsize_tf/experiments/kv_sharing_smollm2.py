@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -481,9 +482,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", default="", help="comma-separated run names (default: all)")
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--calibration-windows", type=int, default=32)
-    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--report-only", action="store_true", help="summarize the finished runs, run nothing"
+    )
+    parser.add_argument(
+        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     output = pathlib.Path(args.output)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines.
+    from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
+
+    quiet_tensorflow()
     if not args.report_only:
         wanted = [name for name in args.runs.split(",") if name]
         runs = [run for run in plan() if not wanted or run.name in wanted]

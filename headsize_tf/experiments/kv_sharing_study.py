@@ -371,7 +371,9 @@ def run_study(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="results/kv_sharing")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
     parser.add_argument("--quick", action="store_true", help="a seconds-long check (tests)")
     args = parser.parse_args(argv)

@@ -128,7 +128,9 @@ def _rate(rate: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="results/kv_sharing/translation")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--work-dir", default="/tmp/headsize_kv_translation")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=3000)

@@ -298,7 +298,9 @@ def _plot(fractions, prune, random_ppl, path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", default="results/lm_pruning")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--work-dir", default="/tmp/headsize_lm_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=2000)

@@ -112,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headsize_tf.pruning.report import max_fraction_within, plot_curves, plot_importance
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", default="results/pruning")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)

@@ -281,7 +281,9 @@ def markdown(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", default="results/reproduction")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--work-dir", default="/tmp/headsize_reproduction")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -300,17 +302,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", default=None)
     parser.add_argument(
-        "--summarize-only",
+        "--report-only",
         action="store_true",
         help="rebuild the summary from the run files without training",
     )
+    parser.add_argument(
+        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
-    if args.summarize_only:
+    if args.report_only:
         experiments = selected(args)
         summary = summarize(pathlib.Path(args.output), experiments)
     else:
         summary = run_all(args)
-    given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--summarize-only"]
+    given = [
+        a
+        for a in (sys.argv[1:] if argv is None else argv)
+        if a not in ("--report-only", "--summarize-only")
+    ]
     command = "python -m headsize_tf.experiments.reproduce " + " ".join(given)
     out = pathlib.Path(args.output)
     planned = len({r["key"] for rows in summary.values() for r in rows}) * len(args.seeds)

@@ -198,7 +198,9 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", default="results/translation_pruning")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--work-dir", default="/tmp/headsize_translation_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=3000)

@@ -131,6 +131,8 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
         "2",
         "--data-dir",
         str(austen_data_dir),
+        "--output",
+        str(out / "attention_rank"),
     ]
     assert ar.main(command) == 0
     printed = capsys.readouterr().out
@@ -156,7 +158,7 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
         (["--runs", "/nonexistent"], "is not a reproduction output"),
     ],
 )
-def test_bad_arguments_name_the_value(argv, message, capsys):
-    assert ar.main(argv) == 2
+def test_bad_arguments_name_the_value(argv, message, tmp_path, capsys):
+    assert ar.main([*argv, "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

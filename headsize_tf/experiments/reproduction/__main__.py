@@ -1,6 +1,6 @@
 """Bhojanapalli et al. (2020) R1 and R2 at a budget chosen from learning curves.
 
-The command: trains the pending runs (unless `--summarize-only`), then rebuilds
+The command: trains the pending runs (unless `--report-only`), then rebuilds
 `reproduction.json`, README.md and the plots in `--output` from the run files.
 
     python -m headsize_tf.experiments.reproduction --preset cpu --output results/reproduction_v2
@@ -38,7 +38,9 @@ from headsize_tf.experiments.reproduction.sweep import load_runs, pending
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--output", default="results/reproduction_v2")
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
     parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument(
@@ -69,7 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runner on KERAS_BACKEND (e.g. jax, where TensorFlow is absent); "
         "its runs form a grid of their own",
     )
-    parser.add_argument("--summarize-only", action="store_true")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the summary from the run files without training",
+    )
+    parser.add_argument(
+        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the
     # console; workers inherit this, and later native logs go to work_dir/native.log.
@@ -93,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
     if preset.sequence_length != corpora.PrepareOptions().seq_length:
         data_dir = data_dir / f"seq{preset.sequence_length}"
-    if not args.summarize_only:
+    if not args.report_only:
         prepare_data(data_dir, preset, args.framework)
         if args.workers and args.workers > 1:
             code = run_workers(args)
@@ -124,7 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     judged = verdicts({k: summary[k] for k in finished})
     ordered = orderings(summary)
     command = "python -m headsize_tf.experiments.reproduction " + " ".join(
-        result_arguments(sys.argv[1:] if argv is None else argv)
+        result_arguments(
+            [a for a in (sys.argv[1:] if argv is None else argv) if a != "--report-only"]
+        )
     )
     write_json(
         out / "reproduction.json",

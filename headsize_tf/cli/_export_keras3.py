@@ -1,0 +1,51 @@
+"""`headsize-tf export --framework keras3`: the Keras 3 runner, free of tf_keras.
+
+The runner takes the parsed arguments and returns the export's path and its
+signatures; the registry in `headsize_tf.cli.export` picks it. A SavedModel is
+a TensorFlow graph: `headsize_tf.keras3.serving` needs TensorFlow and
+tensorflow-text (not tf_keras).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+
+def export(args: argparse.Namespace) -> tuple[pathlib.Path, str]:
+    """A Keras 3 encoder, a `prune --framework keras3` checkpoint, a CausalLM `.keras` file
+    (`--model-file`, or the older `--checkpoint FILE.keras`) or a pretrained `--decoder`."""
+    model_file = getattr(args, "model_file", None)
+    if model_file is not None and args.task != "lm":
+        raise ValueError(
+            f"--model-file {model_file} is a Keras 3 CausalLM: it exports --task lm, "
+            f"not {args.task}."
+        )
+    if model_file is not None and not (
+        pathlib.Path(model_file).suffix == ".keras" and pathlib.Path(model_file).is_file()
+    ):
+        raise ValueError(
+            f"--model-file {model_file}: expected a saved Keras 3 CausalLM, a .keras file."
+        )
+    try:
+        from headsize_tf.keras3.serving import export_source
+    except ImportError as err:  # A JAX-only machine: a SavedModel is a TensorFlow graph.
+        raise RuntimeError(
+            f"--framework keras3 export needs TensorFlow and tensorflow-text installed ({err})."
+        ) from None
+
+    path = export_source(
+        args.output,
+        args.task,
+        model=args.model,
+        checkpoint=model_file if model_file is not None else args.checkpoint,
+        vocab_file=args.vocab_file,
+        version=args.version,
+        overwrite=args.overwrite,
+        decoder=args.decoder,
+        max_length=args.max_sequence_length,
+    )
+    signatures = "serving_default [text], serve_ids [ids, mask]"
+    if args.task == "lm":
+        signatures += ", generate [text, max_new_tokens]"
+    return path, signatures
