@@ -213,6 +213,7 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         rope_pairs=args.rope_pairs,
         calibrated=args.calibration == "activations",
         allocation=args.allocation,
+        rope_context=args.rope_context,
     )
     stats = None
     needs_text = plan.calibrated or plan.rope_strategy == "2norm"

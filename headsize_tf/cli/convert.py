@@ -170,6 +170,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--rope-pairs", type=_positive_int, default=4, help="pairs kept per key/value head"
     )
     rotary.add_argument(
+        "--rope-context",
+        type=_positive_int,
+        default=None,
+        help="2norm / rotated: weigh each pair's score by how far its rotation turns over "
+        "distances up to this many tokens (slow pairs lose little without RoPE)",
+    )
+    rotary.add_argument(
         "--calibration",
         choices=["activations", "weights"],
         default="activations",

@@ -695,9 +695,16 @@ class RotatedRope:
         """`[P, G]`: sqrt(query energy x key energy), S_2-norm's score in the rotated basis."""
         return np.sqrt(np.maximum(self.query_energy, 0) * np.maximum(self.key_energy, 0))
 
-    def components(self, count: int) -> tuple[tuple[int, int], ...]:
-        """The `count` (frequency, component) pairs of highest score, sorted."""
-        flat = self.scores.reshape(-1)
+    def components(
+        self, count: int, weights: np.ndarray | None = None
+    ) -> tuple[tuple[int, int], ...]:
+        """The `count` (frequency, component) pairs of highest score, sorted.
+
+        `weights` `[P]` multiply each frequency's scores (e.g.
+        `rope.rotation_weights`: how much dropping its rotation can cost).
+        """
+        scores = self.scores if weights is None else self.scores * np.asarray(weights)[:, None]
+        flat = scores.reshape(-1)
         if not 1 <= count <= flat.size:
             raise SpecError(
                 f"A layer of {self.scores.shape[0]} frequency pairs x {self.scores.shape[1]} "

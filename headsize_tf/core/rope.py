@@ -331,6 +331,28 @@ def rotate_numpy(x: np.ndarray, positions: np.ndarray, inverse: np.ndarray) -> n
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
+def rotation_weights(inverse: np.ndarray, context: int) -> np.ndarray:
+    """Per frequency pair, how far its rotation moves over relative distances 1..`context`.
+
+    The mean over distances d of `|e^(i theta d) - 1| = 2 |sin(theta d / 2)|`:
+    dropping RoPE on a pair changes a score by at most `|q| |k|` times this,
+    so a slow pair (theta d small over the context) loses little without its
+    rotation, and a fast one up to 4 / pi. Multiplying a pair's 2-norm score by
+    it ranks pairs by the score error their dropped rotation can cause.
+
+    Example:
+
+    >>> rotation_weights(np.array([np.pi, 0.0]), 2).round(3)
+    array([1., 0.])
+    """
+    context = int(context)
+    if context < 1:
+        raise SpecError(f"A rotation weight needs a context of >= 1 tokens; got {context}.")
+    distances = np.arange(1, context + 1, dtype=np.float64)
+    angles = np.asarray(inverse, np.float64)[:, None] * distances[None]
+    return np.mean(2 * np.abs(np.sin(angles / 2)), axis=1)
+
+
 PAIR_STRATEGIES = ("high", "low", "uniform", "2norm")
 # TransMLA's rotated RoPE (`headsize_tf.core.kv_sharing.rotated_rope`): pairs of a rotated basis.
 ROTATED = "rotated"

@@ -75,6 +75,9 @@ class Run:
       seed: The calibration sample's seed.
       heal_steps: Adam steps per layer of layer-wise distillation after the
         conversion (`keras3.reparam.heal`; 0: training-free).
+      rope_context: 2norm / rotated: the pair scores weighted by how far each
+        pair's rotation turns over distances up to this many tokens
+        (`core.rope.rotation_weights`); None: unweighted.
     """
 
     name: str
@@ -86,6 +89,7 @@ class Run:
     allocation: str = "uniform"
     seed: int = 0
     heal_steps: int = 0
+    rope_context: int | None = None
 
 
 HEAL_STEPS = 200
@@ -195,6 +199,27 @@ def plan() -> list[Run]:
         )
     for pairs in (4, 8):
         runs.append(Run(f"partial-rope-only-rotated-p{pairs}", "partial_rope", 1.0, ROTATED, pairs))
+    # Pair scores weighted by how far each pair turns over the 256-token windows.
+    for tag, strategy, pairs in (
+        ("18.75", ROTATED, 4),
+        ("18.75", ROTATED, 8),
+        ("18.75", "2norm", 4),
+        ("31.25", ROTATED, 12),
+        ("50", ROTATED, 16),
+    ):
+        suffix = "" if pairs == 4 else f"-p{pairs}"
+        runs.append(
+            Run(
+                f"latent-{tag}-{strategy}-act-energy{suffix}-ctx256",
+                "latent",
+                FRACTIONS[f"{tag}%"],
+                strategy,
+                pairs,
+                True,
+                "energy",
+                rope_context=WINDOW - 1,
+            )
+        )
     for seed in (1, 2):
         runs.append(
             Run(
@@ -300,7 +325,14 @@ def _convert(study: Study, run: Run):
         return lm, {}
     if run.method == "latent":
         stats = study.calibration(run.seed) if (run.calibrated or run.strategy == "2norm") else None
-        kv_plan = KVPlan(run.fraction, run.strategy, run.pairs, run.calibrated, run.allocation)
+        kv_plan = KVPlan(
+            run.fraction,
+            run.strategy,
+            run.pairs,
+            run.calibrated,
+            run.allocation,
+            rope_context=run.rope_context,
+        )
         model, report = compress_kv(lm, kv_plan, stats)
         report.pop("layers")
         return model, report

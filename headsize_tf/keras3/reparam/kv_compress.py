@@ -56,6 +56,10 @@ class KVPlan:
         calibration statistics) instead of the weights.
       allocation: "uniform" (the same latent in every layer) or "energy".
       balance: Scale keys to the values' norm before the SVD (TransMLA).
+      rope_context: "2norm" and "rotated" only: weigh each pair's score by how
+        far its rotation moves over relative distances up to this many tokens
+        (`rope.rotation_weights`: slow pairs lose little without RoPE); None:
+        the scores as they are.
 
     Example:
 
@@ -68,6 +72,7 @@ class KVPlan:
     calibrated: bool = True
     allocation: str = "uniform"
     balance: bool = True
+    rope_context: int | None = None
 
     def __post_init__(self) -> None:
         fraction = self.cache_fraction
@@ -78,6 +83,16 @@ class KVPlan:
         if self.rope_strategy not in rope.STRATEGIES:
             raise SpecError(
                 f"Unknown rope_strategy {self.rope_strategy!r}; expected one of {list(rope.STRATEGIES)}."
+            )
+        if self.rope_context is not None and (
+            isinstance(self.rope_context, bool)
+            or not isinstance(self.rope_context, int)
+            or self.rope_context < 1
+            or self.rope_strategy not in ("2norm", rope.ROTATED)
+        ):
+            raise SpecError(
+                f"rope_context must be None or an int >= 1 with the 2norm or rotated strategy; "
+                f"got {self.rope_context!r} with {self.rope_strategy!r}."
             )
         if self.allocation not in ALLOCATIONS:
             raise SpecError(
@@ -151,13 +166,22 @@ def compress_kv(
     sets, ranks, rotary_values = [], [], []
     for i, layer in enumerate(layers):
         groups, head_size, rank = _layer_plan(layer, plan)
+        weights = None
+        if plan.rope_context is not None:
+            spec = lm.attention_spec
+            inverse = rope.inverse_frequencies(
+                head_size, spec.rope_max_wavelength, spec.rope_scaling
+            )
+            weights = rope.rotation_weights(inverse, plan.rope_context)
         if rotated:
             basis = kv_sharing.rotated_rope(
                 numpy_weights(layer), None if stats is None else stats.covariances[i]
             )
-            sets.append(basis.components(groups * plan.rope_pairs))
+            sets.append(basis.components(groups * plan.rope_pairs, weights))
         else:
             scores = None if stats is None else stats.pair_scores[i]
+            if scores is not None and weights is not None:
+                scores = np.asarray(scores) * weights[None]
             sets.append(
                 rope.select_pairs(
                     plan.rope_strategy, head_size // 2, plan.rope_pairs, groups, scores

@@ -292,3 +292,24 @@ def test_rotated_rope_specs_and_targets_refuse_bad_settings():
     assert basis.rotations.shape == (4, 3, 3) and len(basis.components(12)) == 12
     with pytest.raises(SpecError, match="has 12 rotated rotary pairs"):
         basis.components(13)
+
+
+def test_rotation_weights_rank_pairs_by_what_dropping_their_rotation_costs():
+    inverse = rope.inverse_frequencies(64, 1e5)
+    weights = rope.rotation_weights(inverse, 256)
+    # A pair turning by theta per token moves by 2 |sin(theta d / 2)| at distance d.
+    brute = [np.mean([abs(np.exp(1j * t * d) - 1) for d in range(1, 257)]) for t in inverse]
+    np.testing.assert_allclose(weights, brute, rtol=1e-12)
+    assert weights[0] > 1.2 and weights[-1] < 0.01  # Fast pairs matter, slow ones barely.
+    lm = _decoder()
+    stats = calibration_stats(lm, IDS)
+    # Weighted by a 1-token context, only the pairs that turn by a good angle per token count:
+    # the highest frequencies win (base 500: theta = 1, 0.21, 0.045, 0.0095).
+    _, report = compress_kv(lm, KVPlan(0.5, "rotated", 1, rope_context=1), stats)
+    assert all({f for f, _ in c} == {0} for c in report["rope_components_per_layer"])
+    _, report = compress_kv(lm, KVPlan(0.5, "2norm", 1, rope_context=1), stats)
+    assert report["rope_sets_per_layer"] == [[[0]] * 3] * 2
+    with pytest.raises(SpecError, match="rope_context must be None or an int"):
+        KVPlan(0.5, "high", 1, rope_context=16)
+    with pytest.raises(SpecError, match="rope_context must be None or an int"):
+        KVPlan(0.5, "rotated", 1, rope_context=0)
