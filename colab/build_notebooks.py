@@ -17,8 +17,8 @@ REPO = "headsize-tf/headsize_tf"
 HERE = pathlib.Path(__file__).resolve().parent
 
 SETUP = '''import os, sys
-if "google.colab" in sys.modules:  # Colab: install the library (TF, tf-keras, Model Garden, ...)
-    !pip install -q "headsize-tf @ git+https://github.com/{repo}"
+if "google.colab" in sys.modules:  # Colab: the library with Model Garden, Keras Tuner, tensorly
+    !pip install -q "headsize-tf[garden,tune,cp] @ git+https://github.com/{repo}"
 import tensorflow as tf
 
 def detect_strategy():
@@ -367,16 +367,38 @@ print(list(loaded.signatures))
     ],
 )
 
-JAX_SETUP = """import os, sys
+# The JAX notebooks install the base (the Keras 3 front, no TensorFlow) with the extras they
+# need (docs/install.md): `jax`, and `tf` where the notebook prepares a corpus (TFRecords and
+# its WordPiece vocabulary) or `hub` for keras-hub. They detect a TPU: JAX finds it on
+# Colab's TPU runtime; REQUIRE_TPU = True stops the notebook where it finds none.
+JAX_SETUP_TEMPLATE = """import os, sys
 os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras 3 on JAX: set before keras is imported
-if "google.colab" in sys.modules:  # Colab: install the library (Keras 3, JAX, tensorflow-text, ...)
-    !pip install -q "headsize-tf @ git+https://github.com/{repo}" jax
+REQUIRE_TPU = False  # True: stop here unless JAX finds a TPU (Colab: Runtime > Change runtime type)
+if "google.colab" in sys.modules:  # Colab: {why} (docs/install.md)
+    !pip install -q "headsize-tf[{extras}] @ git+https://github.com/{repo}"
 import jax, keras, numpy as np
 
 # A Colab TPU runtime shows TPU devices, a GPU runtime a GPU, anything else the CPU fallback.
 devices = jax.devices()
+if devices[0].platform == "tpu":
+    print("TPU:", len(devices), "x", devices[0].device_kind)
+elif REQUIRE_TPU:
+    raise RuntimeError(f"REQUIRE_TPU, but JAX finds no TPU, only {devices}: on Colab pick a TPU "
+                       "runtime (Runtime > Change runtime type); elsewhere install jax[tpu].")
 print("Keras", keras.__version__, "on", keras.backend.backend(), "| devices:", devices)
-keras.utils.set_random_seed(0)""".replace("{repo}", REPO)
+keras.utils.set_random_seed(0)"""
+
+
+def jax_setup(extras: str, why: str) -> str:
+    """The JAX notebooks' setup cell, installing `headsize-tf[extras]` on Colab."""
+    return (
+        JAX_SETUP_TEMPLATE.replace("{extras}", extras).replace("{why}", why).replace("{repo}", REPO)
+    )
+
+
+JAX_SETUP = jax_setup("jax", "the Keras 3 front on JAX, no TensorFlow")
+# Notebooks 08 and 09 prepare the Austen corpus (TFRecords, its vocabulary) with TensorFlow.
+JAX_SETUP_TF = jax_setup("jax,tf", "Keras 3 on JAX; TensorFlow prepares the corpus")
 
 # Notebook 07 trains in this process: with several accelerators (a TPU's cores, several GPUs)
 # every batch is split over them (keras.distribution; docs/distribution.md).
@@ -523,7 +545,7 @@ display(Markdown((out / "README.md").read_text()))
 """,
         ),
     ],
-    setup=JAX_SETUP.replace(
+    setup=JAX_SETUP_TF.replace(
         'os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras 3 on JAX: set before keras is imported',
         'os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras 3 on JAX: set before keras is imported\n'
         "# GPU memory on demand: this process (which exports the data with TensorFlow) and the\n"
@@ -605,7 +627,7 @@ print("latent model continues:", words)
 """,
         ),
     ],
-    setup=JAX_SETUP,
+    setup=JAX_SETUP_TF,
 )
 
 notebook(
@@ -738,12 +760,7 @@ most of the perplexity lost (docs/keras3.md, notebook 09).
 """,
         ),
     ],
-    setup=JAX_SETUP.replace(
-        '!pip install -q "headsize-tf @ git+https://github.com/{repo}" jax'.replace("{repo}", REPO),
-        '!pip install -q "headsize-tf[hub] @ git+https://github.com/{repo}" jax'.replace(
-            "{repo}", REPO
-        ),
-    ).replace(
+    setup=jax_setup("jax,hub", "Keras 3 on JAX and keras-hub").replace(
         "import jax, keras, numpy as np",
         "if SMOKE:  # Tiny CPU models: XLA's unoptimised code compiles several times faster.\n"
         '    os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")\n'

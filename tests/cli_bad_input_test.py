@@ -774,3 +774,28 @@ def test_quiet_commands():
         )
         assert result.returncode == 0, result.stderr
         assert result.stderr == "", result.stderr
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
+    import argparse
+
+    def missing(args):
+        raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
+
+    args = argparse.Namespace(command="demo", func=missing)
+    monkeypatch.setattr(cli, "build_parser", lambda: _Fixed(args))
+    assert cli.main(["demo"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "headsize-tf demo: error: tensorflow is not installed; install the extra: pip install "
+        '"headsize-tf[tf]"'
+    ]
+
+
+class _Fixed:
+    """A parser whose parse gives fixed arguments."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def parse_args(self, argv):
+        return self.args

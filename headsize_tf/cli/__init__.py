@@ -42,6 +42,7 @@ from headsize_tf.cli import (
 )
 from headsize_tf.cli._args import read_lines
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.extras import as_missing_extra
 from headsize_tf.core.spec import SpecError
 
 __all__ = ["build_parser", "main", "read_lines"]
@@ -167,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return int(args.func(args) or 0)
         except Exception as err:
+            err = as_missing_extra(err) or err  # An optional package: the extra to install.
             if not _is_user_error(err):
                 raise
             message = _as_flags(" ".join(str(err).split()) or type(err).__name__)

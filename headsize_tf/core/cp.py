@@ -268,8 +268,10 @@ def tensorly_cp(
     query_kernels: np.ndarray, key_kernels: np.ndarray, rank: int, **parafac_kwargs
 ) -> CPResult:
     """tensorly's `parafac` on the dense tensor (defaults unless overridden)."""
-    import tensorly as tl
-    from tensorly.decomposition import parafac
+    from headsize_tf.core.extras import require
+
+    tl = require("tensorly", purpose='method="tensorly"')
+    parafac = require("tensorly.decomposition").parafac
 
     _check_kernels(query_kernels, key_kernels, rank)
     start = time.perf_counter()

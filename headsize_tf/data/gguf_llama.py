@@ -30,8 +30,8 @@ a `tokenizers.Tokenizer` from `tokenizer.ggml.tokens` and `.merges`, with the
 pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (`PRE_TOKENIZERS`);
 control tokens (token type 3) become special added tokens, user-defined ones
 (type 4) plain added tokens. No post-processor adds BOS: the model code adds
-it. Needs the `gguf` and `tokenizers` packages (the `gguf` extra); no
-TensorFlow or Keras.
+it. Needs the `gguf` package (the `gguf` extra; `tokenizers` is in the base
+install); no TensorFlow or Keras.
 
 Example:
 
@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.extras import require
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig, weight_shapes
 
 ARCHITECTURE = "llama"
-_GGUF_EXTRA_HINT = 'pip install "headsize-tf[gguf]"'
 
 # GGUF tensor name (after "blk.{i}.") -> Hugging Face name (after "model.layers.{i}.").
 LAYER_TENSORS = {
@@ -169,7 +169,8 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
         architecture is not "llama"; it has a tensor type `gguf` cannot
         dequantize, an unknown tensor, a RoPE scaling, tokenizer model or
         pre-tokenizer this reader does not map.
-      ImportError: `gguf` or `tokenizers` is not installed.
+      MissingExtraError: `gguf` is not installed (an `ImportError` naming the
+        `gguf` extra).
 
     Example:
 
@@ -177,12 +178,7 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
     >>> checkpoint.config.num_key_value_heads
     3
     """
-    try:
-        import gguf
-    except ImportError:
-        raise ImportError(
-            f"Reading GGUF files needs the `gguf` package: {_GGUF_EXTRA_HINT}"
-        ) from None
+    gguf = require("gguf", purpose="reading GGUF files")
     path = pathlib.Path(path)
     if not path.exists():
         raise CheckpointError(f"GGUF file {path} does not exist.")
@@ -429,12 +425,8 @@ def _hf_names(
 
 
 def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
-    try:
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    except ImportError:
-        raise ImportError(
-            f"Reading GGUF tokenizers needs the `tokenizers` package: {_GGUF_EXTRA_HINT}"
-        ) from None
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
     model = fields.get("tokenizer.ggml.model")
     if model != "gpt2":
         raise CheckpointError(

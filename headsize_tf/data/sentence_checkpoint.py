@@ -24,9 +24,8 @@ from headsize_tf.core.hf_checkpoint import read_json_object
 from headsize_tf.data.pretrained import PRETRAINED, fetch_pretrained
 
 if TYPE_CHECKING:
-    # Imported where a tokenizer is built: `wordpiece` needs TensorFlow, and the Keras 3
-    # front's tools (conversion, compression, pruning on token ids) run without it, e.g.
-    # on a JAX-only machine.
+    # Imported where a tokenizer is built: `wordpiece` picks its backend (tensorflow-text
+    # or `tokenizers`) on first use.
     from headsize_tf.data.wordpiece import WordPieceTokenizer
 
 CHECKPOINT_FILE = "headsize_checkpoint.json"

@@ -136,7 +136,15 @@ def _ending_counts(word_counts, tokens, joiner: str) -> dict[str, int]:
 
 
 def tokenize_lines(lines: Sequence[str], vocab_path: str, batch: int = 4096) -> list[np.ndarray]:
-    """Token ids of each line with `tensorflow_text.BertTokenizer` (lower-cased)."""
+    """Token ids of each line with `tensorflow_text.BertTokenizer` (lower-cased); without
+    tensorflow-text (the base install), the same ids on `tokenizers`
+    (`wordpiece_hf.tokenize_lines`, tests/data/wordpiece_backends_test.py)."""
+    from headsize_tf.data.wordpiece import wordpiece_backend
+
+    if wordpiece_backend() == "tokenizers":
+        from headsize_tf.data.wordpiece_hf import tokenize_lines as tokenize_without_tensorflow
+
+        return tokenize_without_tensorflow(lines, vocab_path)
     import tensorflow as tf
     import tensorflow_text as tf_text
 

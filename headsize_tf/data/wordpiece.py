@@ -1,159 +1,60 @@
-"""WordPiece tokenisation with the ids of Hugging Face's BERT tokenizers.
+"""WordPiece tokenisation with the ids of Hugging Face's BERT tokenizers, with or without TensorFlow.
 
-Shared by the tf_keras `SentenceEncoder` and the Keras 3 one: text in,
-int32 encoder inputs out, computed in the TF graph (so the text -> vector
-path exports as a SavedModel) with tensorflow-text's `BertTokenizer`.
+Shared by the tf_keras `SentenceEncoder` and the Keras 3 one: text in, int32 encoder inputs
+out. `WordPieceTokenizer` is, where tensorflow-text is installed (the `tf` extra),
+`wordpiece_tf.TFWordPieceTokenizer`: computed in the TF graph, so the text -> vector path
+exports as a SavedModel, as it always was. Without it (the base install: JAX, a Colab TPU),
+`wordpiece_hf.HFWordPieceTokenizer`: the same arguments, methods and ids on Hugging Face's
+`tokenizers`, with numpy outputs (which have `.numpy()` too).
+tests/data/wordpiece_backends_test.py holds the two to the same ids on the Austen novels
+and on varied text.
+
+Example:
+
+>>> from headsize_tf.data.wordpiece import WordPieceTokenizer
+>>> tokenizer = WordPieceTokenizer("vocab.txt", max_seq_length=128)
+>>> tokenizer.token_ids(["A man is eating food."])
+[[101, 1037, 2158, 2003, 5983, 2833, 1012, 102]]
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
-from collections.abc import Sequence
+import functools
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
+from headsize_tf.core.extras import available
+from headsize_tf.data._wordpiece_common import MAX_BYTES_PER_WORD, SPECIAL_TOKENS, WordPieceVocab
 
-from headsize_tf.core.errors import CheckpointError
+if TYPE_CHECKING:
+    from headsize_tf.data.wordpiece_hf import HFWordPieceTokenizer
+    from headsize_tf.data.wordpiece_tf import TFWordPieceTokenizer
 
-SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]", "[UNK]")
-# Hugging Face's BertNormalizer(clean_text=True): control and format characters
-# (Unicode category C*, but not tab/newline/CR) are dropped; whitespace -> " ".
-_CONTROL = r"[^\P{C}\t\n\r]"
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
+    WordPieceTokenizer = TFWordPieceTokenizer | HFWordPieceTokenizer
+
+__all__ = [
+    "MAX_BYTES_PER_WORD",
+    "SPECIAL_TOKENS",
+    "WordPieceTokenizer",
+    "WordPieceVocab",
+    "wordpiece_backend",
+]
 
 
-class WordPieceTokenizer(tf.Module):
-    """Uncased or cased BERT WordPiece tokenisation, padded to the longest text.
+@functools.cache
+def wordpiece_backend() -> str:
+    """ "tensorflow_text" where tensorflow-text imports (the `tf` extra), else "tokenizers"."""
+    return "tensorflow_text" if available("tensorflow_text") else "tokenizers"
 
-    Cleaning (control characters dropped, whitespace unified), lower-casing
-    and accent stripping follow Hugging Face's `BertNormalizer`, so the ids
-    equal those of a checkpoint's `tokenizer.json`; word splitting and
-    WordPiece are tensorflow-text's `BertTokenizer`. The vocabulary is a
-    tracked asset: a `tf.Module` holding this tokenizer exports it.
 
-    Args:
-      vocab_file: WordPiece vocabulary, one token per line; must hold
-        [CLS], [SEP], [PAD] and [UNK].
-      lower_case: Lower-case and strip accents (uncased models).
-      max_seq_length: Tokens per text including [CLS] and [SEP] (an int >= 2).
+def __getattr__(name: str) -> Any:
+    # `WordPieceTokenizer` is picked on first use, so that importing this module imports no
+    # TensorFlow.
+    if name == "WordPieceTokenizer":
+        if wordpiece_backend() == "tensorflow_text":
+            from headsize_tf.data.wordpiece_tf import TFWordPieceTokenizer
 
-    Example:
+            return TFWordPieceTokenizer
+        from headsize_tf.data.wordpiece_hf import HFWordPieceTokenizer
 
-    >>> tokenizer = WordPieceTokenizer("vocab.txt", max_seq_length=128)
-    >>> inputs = tokenizer.tokenize(tf.constant(["A man is eating food."]))
-    >>> inputs["input_word_ids"].shape  # [batch, longest text]
-    TensorShape([1, 8])
-
-    References:
-      - Devlin et al., 2019, "BERT", https://arxiv.org/abs/1810.04805
-      - Hugging Face tokenizers' `BertNormalizer` and `BertPreTokenizer`.
-    """
-
-    def __init__(
-        self,
-        vocab_file: str | os.PathLike,
-        lower_case: bool = True,
-        max_seq_length: int = 512,
-    ):
-        super().__init__(name="wordpiece_tokenizer")
-        import tensorflow_text as tf_text
-
-        if (
-            isinstance(max_seq_length, bool)
-            or not isinstance(max_seq_length, int)
-            or (max_seq_length < 2)
-        ):
-            raise ValueError(f"max_seq_length must be an int >= 2; got {max_seq_length!r}.")
-        self.vocab_file = str(vocab_file)
-        self.vocab = pathlib.Path(vocab_file).read_text(encoding="utf-8").splitlines()
-        for token in SPECIAL_TOKENS:
-            if token not in self.vocab:
-                raise CheckpointError(f"Vocabulary {vocab_file} has no {token} token.")
-        self.lower_case = bool(lower_case)
-        self.max_seq_length = max_seq_length
-        self.cls_id = self.vocab.index("[CLS]")
-        self.sep_id = self.vocab.index("[SEP]")
-        self.pad_id = self.vocab.index("[PAD]")
-        # Lower-casing is done in `tokenize` as Hugging Face does it (str.lower,
-        # NFD, drop marks); tensorflow-text's lower_case=True would NFKC-fold
-        # too (full-width letters, ligatures, "ß" -> "ss") and change ids.
-        self.tokenizer = tf_text.BertTokenizer(
-            self.vocab_file, lower_case=False, token_out_type=tf.int32
-        )
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    def normalize(self, texts: tf.Tensor) -> tf.Tensor:
-        """Hugging Face's BERT text normalisation of a string tensor."""
-        texts = tf.strings.regex_replace(texts, _CONTROL, "")
-        texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
-        if self.lower_case:
-            import tensorflow_text as tf_text
-
-            # TF lower-cases a word-final capital sigma to "ς", Hugging Face to
-            # "σ": route "Σ" through a private-use character (cleaned away above).
-            texts = tf.strings.regex_replace(texts, "Σ", "\uf8ff")
-            texts = tf.strings.lower(texts, encoding="utf-8")
-            texts = tf.strings.regex_replace(texts, "\uf8ff", "σ")
-            texts = tf_text.normalize_utf8(texts, "NFD")
-            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-        return texts
-
-    def tokenize(
-        self,
-        texts: tf.Tensor | Sequence[str],
-        max_seq_length: int | tf.Tensor | None = None,
-        add_special_tokens: bool = True,
-    ) -> dict[str, tf.Tensor]:
-        """Encoder inputs for a `[batch]` string tensor, padded to the longest.
-
-        Args:
-          texts: A `[batch]` string tensor (or a list of str).
-          max_seq_length: Overrides the tokenizer's `max_seq_length`.
-          add_special_tokens: [CLS] text [SEP] (True) or the word pieces
-            alone (as the language models here are trained).
-
-        Returns:
-          int32 `input_word_ids`, `input_mask` and `input_type_ids` (zeros),
-          each `[batch, length]` with `length <= max_seq_length`; texts too
-          long are truncated, keeping the final [SEP].
-        """
-        max_seq_length = self.max_seq_length if max_seq_length is None else max_seq_length
-        texts = self.normalize(tf.convert_to_tensor(texts, tf.string))
-        pieces = self.tokenizer.tokenize(texts).merge_dims(-2, -1)
-        if add_special_tokens:
-            pieces = pieces[:, : max_seq_length - 2]
-            batch = tf.shape(texts, out_type=tf.int64)[0]
-            cls = tf.fill([batch, 1], self.cls_id)
-            sep = tf.fill([batch, 1], self.sep_id)
-            ids = tf.concat([cls, pieces, sep], axis=1)
-        else:
-            ids = pieces[:, :max_seq_length]
-        word_ids = ids.to_tensor(default_value=self.pad_id)
-        mask = tf.ones_like(ids).to_tensor(default_value=0)
-        return {
-            "input_word_ids": word_ids,
-            "input_mask": mask,
-            "input_type_ids": tf.zeros_like(word_ids),
-        }
-
-    def detokenize(self, token_ids: tf.Tensor) -> tf.Tensor:
-        """Text of `[batch, length]` token ids: a `[batch]` string tensor.
-
-        Word pieces are glued to the word before them ("play", "##ing" ->
-        "playing") and words are joined by one space (tensorflow-text's
-        `detokenize`); special tokens stay as they are ("[UNK]"). Text that
-        was lower-cased or cleaned when tokenised stays so.
-        """
-        ragged = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(token_ids, tf.int32))
-        return tf.strings.reduce_join(self.tokenizer.detokenize(ragged), axis=-1, separator=" ")
-
-    def token_ids(self, texts: Sequence[str], max_seq_length: int | None = None) -> list[list[int]]:
-        """Token ids of each text ([CLS] ... [SEP], truncated), unpadded."""
-        if not len(texts):
-            return []
-        inputs = self.tokenize(tf.constant(list(texts)), max_seq_length)
-        ids, mask = inputs["input_word_ids"].numpy(), inputs["input_mask"].numpy()
-        return [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)]
+        return HFWordPieceTokenizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,16 +1,17 @@
-"""keras-hub is an optional extra: importing it, or one line naming the extra (used by the
-keras-hub decoder readers here and by the `headsize_tf.keras3.hub` bridge)."""
+"""keras-hub is an optional extra (`hub`): importing it, or one line naming the extra (used by
+the keras-hub decoder readers here and by the `headsize_tf.keras3.hub` bridge)."""
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
-EXTRA = 'pip install "headsize-tf[hub]"'
+from headsize_tf.core.extras import MissingExtraError, install_command, require
+
+EXTRA = install_command("hub")
 
 
-class MissingExtraError(ImportError, RuntimeError):
-    """keras-hub is not installed (an `ImportError`; a `RuntimeError` for the CLI's one line).
+def require_keras_hub() -> ModuleType:
+    """The `keras_hub` module, or a `MissingExtraError` naming the `hub` extra.
 
     Example:
 
@@ -18,17 +19,9 @@ class MissingExtraError(ImportError, RuntimeError):
     ...     require_keras_hub()
     ... except MissingExtraError as err:
     ...     print(err)
-    keras-hub is not installed; the keras-hub bridge needs the extra: pip install "headsize-tf[hub]"
+    keras-hub is not installed (needed for the keras-hub bridge); install the extra: pip install "headsize-tf[hub]"
     """
+    return require("keras_hub", "hub", purpose="the keras-hub bridge")
 
 
-def require_keras_hub() -> ModuleType:
-    """The `keras_hub` module, or a `MissingExtraError` naming the `hub` extra."""
-    try:
-        return importlib.import_module("keras_hub")
-    except ImportError as err:
-        if err.name != "keras_hub":
-            raise  # keras-hub is there but one of its own imports failed: show that.
-        raise MissingExtraError(
-            f"keras-hub is not installed; the keras-hub bridge needs the extra: {EXTRA}"
-        ) from None
+__all__ = ["EXTRA", "MissingExtraError", "require_keras_hub"]

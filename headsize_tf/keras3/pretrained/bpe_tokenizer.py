@@ -10,12 +10,9 @@ import numpy as np
 
 
 def _require_tokenizers():
-    try:
-        import tokenizers
-    except ImportError:
-        raise ImportError(
-            'Byte-level BPE tokenizing needs the `tokenizers` package: pip install "headsize-tf[gguf]"'
-        ) from None
+    # `tokenizers` is in the base install.
+    import tokenizers
+
     return tokenizers
 
 

@@ -16,13 +16,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import keras
-import keras_tuner
 
+from headsize_tf.core.extras import require
 from headsize_tf.core.params import EncoderSpec, encoder_params
 from headsize_tf.core.search_space import SearchSpace
 from headsize_tf.core.spec import AttentionSpec, check_positive_int
 from headsize_tf.keras3.lm_training import build_optimizer
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
+
+# Keras Tuner is the `tune` extra: without it, importing this module fails with one line
+# naming the extra.
+keras_tuner = require("keras_tuner", purpose="the Keras 3 hypermodels, headsize_tf.keras3.tuning")
 
 _DEFAULTS = {"attention_type": "standard", "num_heads": 4, "width": 64, "num_layers": 2}
 
