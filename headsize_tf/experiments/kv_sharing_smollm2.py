@@ -206,6 +206,10 @@ def plan() -> list[Run]:
         ("18.75", "2norm", 4),
         ("31.25", ROTATED, 12),
         ("50", ROTATED, 16),
+        ("31.25", ROTATED, 4),
+        ("31.25", ROTATED, 8),
+        ("18.75", ROTATED, 2),
+        ("12.5", ROTATED, 2),
     ):
         suffix = "" if pairs == 4 else f"-p{pairs}"
         runs.append(
