@@ -316,7 +316,7 @@ class VocabularyTest(tf.test.TestCase):
 # mode spell it --report-only (--summarize-only: the hidden old spelling).
 EXPERIMENT_MAINS = {
     "attention_rank": False,
-    "bottleneck_study": True,
+    "bottleneck.__main__": True,
     "compression_study": False,
     "kv_sharing_smollm2": True,
     "kv_sharing_study": False,

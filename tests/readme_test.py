@@ -14,9 +14,7 @@ from tests.docs_test import code_blocks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DEMO = (
-    "python3 -m venv .venv && .venv/bin/pip install -e \".[garden]\" && .venv/bin/headsize-tf demo"
-)
+DEMO = 'python3 -m venv .venv && .venv/bin/pip install -e ".[garden]" && .venv/bin/headsize-tf demo'
 TESTS = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
 
 

@@ -17,7 +17,7 @@ def summarize(
 ) -> dict[str, Any]:
     """Rows per setting and model at the model's chosen rate, and the compared pairs.
 
-    `models(preset, setting)` lists a setting's models (`bottleneck_study.models`).
+    `models(preset, setting)` lists a setting's models (`bottleneck.plan.models`).
     """
     by_key = {(r["setting"], r["model"], r["learning_rate"], r["seed"]): r for r in runs}
     rows, comparisons = [], []

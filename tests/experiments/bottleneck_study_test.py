@@ -1,27 +1,32 @@
-"""The bottleneck study: its models, the recorded attention on Keras 3, resuming, and the
-verdict rule (on constructed curves)."""
+"""The bottleneck study (`experiments.bottleneck`): its models, the recorded attention on
+Keras 3, resuming, claims shared through the reproduction's scheduler, and the verdict
+rule (on constructed curves)."""
 
 import dataclasses
 import json
+import threading
 
 import numpy as np
 import pytest
 
 from headsize_tf.experiments import bottleneck_report
-from headsize_tf.experiments import bottleneck_study as study
+from headsize_tf.experiments.bottleneck import plan, runners
+from headsize_tf.experiments.bottleneck.__main__ import main
+from headsize_tf.experiments.bottleneck.presets import PRESETS, Setting
+from headsize_tf.experiments.reproduction import scheduler
 
-SMOKE = study.PRESETS["smoke"]
+SMOKE = PRESETS["smoke"]
 
 
 @pytest.mark.parametrize(
     "setting",
-    [*study.PRESETS["cpu"].settings, study.Setting("recall", 256), study.Setting("sorting", 512)],
+    [*PRESETS["cpu"].settings, Setting("recall", 256), Setting("sorting", 512)],
     ids=lambda s: s.name,
 )
 def test_models_match_parameters_and_bounds(setting):
-    preset = study.PRESETS["cpu"]
+    preset = PRESETS["cpu"]
     n = setting.sequence_length
-    models = study.models(preset, setting)
+    models = plan.models(preset, setting)
     kinds = [m.kind for m in models]
     assert kinds == [
         "standard",
@@ -37,7 +42,7 @@ def test_models_match_parameters_and_bounds(setting):
         got = wide.params(preset, setting)
         # The closest width of the grid (multiples of h): its neighbours are no closer.
         for w in (wide.width - preset.heads, wide.width + preset.heads):
-            other = study.Model("standard", w, preset.heads).params(preset, setting)
+            other = plan.Model("standard", w, preset.heads).params(preset, setting)
             assert abs(got - target) <= abs(other - target)
     # Collaborative heads reach rank d with about the standard model's parameters.
     std, collab = models[0], models[-1]
@@ -58,7 +63,7 @@ def test_recorded_scores_are_the_layers_attention(kind, size):
     from headsize_tf.keras3.layers.factory import make_attention
 
     keras.utils.set_random_seed(0)
-    layer = make_attention(study.Model(kind, 16, 2, size).attention())
+    layer = make_attention(plan.Model(kind, 16, 2, size).attention())
     x = np.random.default_rng(0).normal(size=(3, 12, 16)).astype("float32")
     _, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
     logits = attention_rank.recorded_logits(
@@ -91,10 +96,10 @@ def _run(setting, model, lr, seed, curve):
 
 def test_verdict_needs_every_seed_and_the_second_half_of_training():
     preset = dataclasses.replace(
-        study.PRESETS["cpu"], learning_rates=(1e-3, 3e-3), seeds=(0, 1, 2), curve_points=4
+        PRESETS["cpu"], learning_rates=(1e-3, 3e-3), seeds=(0, 1, 2), curve_points=4
     )
-    setting = study.Setting("gather", 64)
-    std, fixed, wide, collab = [study.models(preset, setting)[i] for i in (0, 1, 2, -1)]
+    setting = Setting("gather", 64)
+    std, fixed, wide, collab = [plan.models(preset, setting)[i] for i in (0, 1, 2, -1)]
     curves = {
         std.key: [[0.1, 0.2, 0.3, 0.3]] * 3,
         # Ahead from the middle on, in every seed: a settled win.
@@ -117,7 +122,7 @@ def test_verdict_needs_every_seed_and_the_second_half_of_training():
         if run["model"] == fixed.key and run["seed"] > 0:
             run["learning_rate"] = 3e-3
     preset = dataclasses.replace(preset, settings=(setting,), sweep_only=())
-    summary = bottleneck_report.summarize(preset, runs, study.models)
+    summary = bottleneck_report.summarize(preset, runs, plan.models)
     verdicts = {(c["challenger"], c["baseline"]): c["verdict"] for c in summary["comparisons"]}
     assert verdicts[fixed.key, std.key] == "wins"
     assert verdicts[fixed.key, wide.key] == "unsettled"
@@ -142,9 +147,9 @@ def test_verdict_needs_every_seed_and_the_second_half_of_training():
 
 def test_a_rerun_trains_nothing_and_writes_the_same_report(tmp_path, monkeypatch):
     out = tmp_path / "bottleneck"
-    assert study.main(["--preset", "smoke", "--output", str(out)]) == 0
+    assert main(["--preset", "smoke", "--output", str(out)]) == 0
     runs = sorted((out / "runs").glob("*/*.json"))
-    assert len(runs) == len(study.plan(SMOKE)) * (len(SMOKE.learning_rates) + len(SMOKE.seeds) - 1)
+    assert len(runs) == len(plan.plan(SMOKE)) * (len(SMOKE.learning_rates) + len(SMOKE.seeds) - 1)
     first = json.loads(runs[0].read_text())
     assert first["params_built"] == first["params"]  # The core formula counts the built model.
     assert 0.0 <= first["accuracy"] <= 1.0 and len(first["curve"]) == SMOKE.curve_points
@@ -154,40 +159,75 @@ def test_a_rerun_trains_nothing_and_writes_the_same_report(tmp_path, monkeypatch
     def refuse(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(study, "train_one", refuse)
-    assert study.main(["--preset", "smoke", "--output", str(out)]) == 0
+    monkeypatch.setattr(runners, "train_one", refuse)
+    assert main(["--preset", "smoke", "--output", str(out)]) == 0
     assert (out / "README.md").read_text() == report
 
 
-def test_processes_share_the_runs_by_claims(tmp_path):
-    import os
-    import subprocess
-    import sys
+def test_processes_share_the_runs_by_claims(tmp_path, monkeypatch):
+    # Another process holds the first run's claim (the file beside its run's): this one
+    # trains the others, waits, and finds that run finished once the claim is released.
+    out = tmp_path / "bottleneck"
+    todo = plan.pending(SMOKE, out)
+    first = todo[0].path(out)
+    held = scheduler.claim(first.parent, first.name)
+    assert (first.parent / f"{first.name}.claim").exists()
+    trained = []
 
-    path = tmp_path / "runs" / "x" / "run.json"
-    claim = study._claim(path)
-    assert claim is not None and claim.read_text() == str(os.getpid())
-    assert study._claim(path) is None  # A live process holds it.
-    claim.unlink()
-    # A killed process's claim is taken over.
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    path.with_name("run.json.claim").write_text(dead.stdout.strip())
-    assert study._claim(path) is not None
+    def fake_train(preset, setting, model, lr, seed, progress):
+        trained.append(plan.run_name(model.key, lr, seed))
+        return {"setting": setting.name, "accuracy": 0.5, "train_seconds": 0.0}
+
+    def finish_first():
+        first.write_text(json.dumps({"setting": todo[0].setting.name}))
+        scheduler.release(held, remove=True)  # As the study's processes release theirs.
+
+    monkeypatch.setattr(runners, "train_one", fake_train)
+    timer = threading.Timer(0.5, finish_first)
+    timer.start()
+    try:
+        runs = runners.run_all(SMOKE, out, progress=lambda line: None, wait_seconds=0.05)
+    finally:
+        timer.cancel()
+    assert trained == [run.name for run in todo[1:]]
+    assert len(runs) == len(todo) and plan.pending(SMOKE, out) == []
+    assert not list(out.rglob("*.claim"))  # Each claim's file goes with it.
+
+
+def test_a_removed_claim_file_is_no_claim(tmp_path, monkeypatch):
+    # A process that opened a claim's file just before its holder released and removed it
+    # locks a file no longer at the path: the claim is taken on the path's file instead.
+    import os
+
+    held = scheduler.claim(tmp_path, "run")
+    stale = open(tmp_path / "run.claim", "a+")  # noqa: SIM115
+    scheduler.release(held, remove=True)
+    assert not (tmp_path / "run.claim").exists()
+    opened = []
+
+    def open_stale_first(path, mode):
+        opened.append(path)
+        return stale if len(opened) == 1 else open(path, mode)
+
+    monkeypatch.setattr(scheduler, "open", open_stale_first, raising=False)
+    taken = scheduler.claim(tmp_path, "run")
+    assert taken is not None and taken is not stale and stale.closed and len(opened) == 2
+    assert os.path.samestat(os.stat(tmp_path / "run.claim"), os.fstat(taken.fileno()))
+    assert scheduler.claim(tmp_path, "run") is None  # Held.
+    scheduler.release(taken, remove=True)
 
 
 def test_sweep_only_settings_run_their_first_seed_last():
-    preset = study.PRESETS["cpu"]
-    todo = study.todo_list(preset)
+    preset = PRESETS["cpu"]
+    todo = plan.todo_list(preset)
     sweeps = [t for t in todo if t[0] in preset.sweep_only]
     assert sweeps == todo[-len(sweeps) :]
     assert {seed for *_, seed in sweeps} == {preset.seeds[0]}
     assert len(sweeps) == sum(
-        len(study.models(preset, s)) * len(preset.learning_rates) for s in preset.sweep_only
+        len(plan.models(preset, s)) * len(preset.learning_rates) for s in preset.sweep_only
     )
     # Every other setting: the sweep, then the other seeds at the chosen rate (None here).
     first = [t for t in todo if t[0] == preset.settings[0]]
     per_model = len(preset.learning_rates) + len(preset.seeds) - 1
-    assert len(first) == len(study.models(preset, preset.settings[0])) * per_model
+    assert len(first) == len(plan.models(preset, preset.settings[0])) * per_model
     assert [t[2] is None for t in first] == sorted(t[2] is None for t in first)

@@ -1,0 +1,64 @@
+"""Where does the head-size bottleneck bind? Trained models on tasks of controlled rank.
+
+The command: trains the runs still missing under `--output` (unless `--report-only`),
+then rebuilds `bottleneck.json`, README.md and `bottleneck.png` from the run files.
+
+    python -m headsize_tf.experiments.bottleneck --output results/bottleneck
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+
+from headsize_tf.experiments import bottleneck_report
+from headsize_tf.experiments.bottleneck import runners
+from headsize_tf.experiments.bottleneck.plan import load_runs
+from headsize_tf.experiments.bottleneck.presets import PRESETS
+from headsize_tf.experiments.bottleneck.report import write_report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
+    parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
+    parser.add_argument(
+        "--report-only", action="store_true", help="summarize the finished runs, train nothing"
+    )
+    parser.add_argument(
+        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="SETTING",
+        help="train only this setting (e.g. preference_n64_K64; repeatable): two processes "
+        "with different settings share the output directory",
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines.
+    out = pathlib.Path(args.output)
+    preset = PRESETS[args.preset]
+    names = [setting.name for setting in preset.all_settings]
+    for name in args.only or []:
+        if name not in names:
+            print(f"--only {name}: expected one of {', '.join(names)}", file=sys.stderr)
+            return 2
+    if args.only:
+        preset = preset.only(args.only)
+    if args.report_only:
+        runs = load_runs(out)
+    else:
+        runs = runners.run_all(preset, out, lambda line: print(line, flush=True))
+    summary = write_report(args.preset, out, runs)
+    print("\n".join(bottleneck_report.verdict_lines(summary)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
