@@ -29,8 +29,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import jax, keras; print('jax', jax.__version__, jax.devices(), 'keras', keras.__version__)"
 
 files=""
-for name in layers validation per_head_mask property_oracle quantize_lora shared_kv \
-  kv_convert causal_lm modeling tools model_options lm_file no_tensorflow; do
+for name in layers/layers layers/validation layers/per_head_mask layers/property_oracle \
+  layers/quantize_lora layers/shared_kv reparam/kv_convert modeling/causal_lm modeling/modeling \
+  tools modeling/model_options reparam/lm_file no_tensorflow; do
   files="$files tests/keras3/${name}_test.py"
 done
 # The files' own selection on JAX (tests/keras3/jax_backend_test.py) would skip nothing

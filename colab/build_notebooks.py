@@ -730,7 +730,7 @@ print("heads per layer:", list(pruned.backbone.attention_spec.num_heads),
 from headsize_tf.core import kv_cache
 from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.keras3.hub import convert_hub_model
-from headsize_tf.keras3.hub.lm_adapter import perplexity
+from headsize_tf.keras3.lm_training import windows_perplexity
 
 # Grouped K/V: each layer keeps a divisor of its heads near a quarter of them as K/V heads.
 heads = list(pruned.backbone.attention_spec.num_heads)
@@ -743,7 +743,7 @@ prompt = "It is a truth universally acknowledged" if not SMOKE else "the cat"
 for name, model in (("GPT-2", gpt2), ("pruned 30%", pruned), ("pruned + grouped K/V", grouped)):
     m = model.backbone
     cache = kv_cache.kv_cache_bytes_per_token(m.attention_spec, m.hidden_dim, num_layers=m.num_layers)
-    ppl = perplexity(m, adapter.eval_windows)
+    ppl = windows_perplexity(m, adapter.eval_windows)
     text = model.generate(prompt, max_new_tokens=8 if SMOKE else 32)
     print(f"{name:<22} perplexity {ppl:8.2f}   KV cache {cache:>7,} bytes/token")
     print("   ", repr(text))

@@ -6,7 +6,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
 # XLA on CPU (JAX everywhere; TensorFlow where a test compiles with XLA): the tests'
 # tensors are tiny, so compiling is most of the time. Unoptimised LLVM code and XLA's
-# older CPU fusion emitters each about halve a compilation (tests/keras3/layers_test.py
+# older CPU fusion emitters each about halve a compilation (tests/keras3/layers/layers_test.py
 # on JAX with an empty cache: 518 compilations, 12.4 s -> 6.3 s with the emitters). Set
 # before JAX or TensorFlow starts; subprocesses and notebook kernels inherit it.
 _FAST_XLA = (
@@ -209,9 +209,9 @@ _START_FIRST = (
     "tests/experiments/reproduction_test.py",
     "tests/experiments/sentiment_test.py",
     "tests/experiments/train_test.py",
-    "tests/keras3/distribution_test.py",
+    "tests/keras3/distribution/distribution_test.py",
     "tests/pruning/classifier_dir_test.py",
-    "tests/keras3/serving_test.py",
+    "tests/keras3/serving/serving_test.py",
     "tests/experiments/translation_tsv_test.py",
     "tests/serving/translation_test.py",
     "tests/tuning/tune_test.py",

@@ -110,7 +110,10 @@ def perplexity(lm: Any, array: np.ndarray) -> tuple[float, float]:
     """(perplexity, loss) of a compiled LM: the token mean over all windows of `array`.
 
     Every window has n tokens, so this is Model Garden's perplexity; its
-    `validation_loss` is a mean over batches instead.
+    `validation_loss` is a mean over batches instead. The training loops' form of
+    `windows_perplexity` (the same quantity): it reads the `xent` metric of
+    `compile_lm` (float32, on the device) and gives the loss too; an uncompiled
+    model (a converted or keras-hub one) takes `windows_perplexity`.
     """
     result = lm.evaluate(
         array[:, :-1], array[:, 1:], batch_size=EVAL_BATCH, verbose=0, return_dict=True

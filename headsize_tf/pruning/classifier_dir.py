@@ -32,6 +32,7 @@ from headsize_tf.pruning.importance import mask_importance
 from headsize_tf.pruning.language_model import REPORT_FILE, plot_report, save_model_dir
 from headsize_tf.pruning.remove import copy_weights_outside, remove_heads
 from headsize_tf.pruning.schedule import check_output, split_config
+from headsize_tf.training.evaluation import perplexity
 
 EXPERIMENT = "headsize_bert/sentence_prediction"
 MASKED_LM = "headsize_bert/pretraining"
@@ -77,23 +78,10 @@ def masked_lm_loss(targets: dict, outputs: dict) -> tf.Tensor:
 
 
 def masked_lm_perplexity(model: tf_keras.Model, data) -> float:
-    """exp of the mean cross entropy over every masked position of `data`."""
-
-    @tf.function(reduce_retracing=True, autograph=False)
-    def totals(features):
-        loss = tf_keras.losses.sparse_categorical_crossentropy(
-            features["masked_lm_ids"],
-            tf.cast(model(features, training=False)["mlm_logits"], tf.float32),
-            from_logits=True,
-        )
-        weights = tf.cast(features["masked_lm_weights"], tf.float32)
-        return tf.reduce_sum(loss * weights), tf.reduce_sum(weights)
-
-    loss, count = 0.0, 0.0
-    for features, _ in data:
-        a, b = totals(features)
-        loss, count = loss + float(a), count + float(b)
-    return float(np.exp(loss / max(count, 1.0)))
+    """exp of the mean cross entropy over every masked position of `data` (its
+    `masked_lm_batches`; weight 0 is padding): `training.evaluation.perplexity`."""
+    batches = ((f, f["masked_lm_ids"], f["masked_lm_weights"]) for f, _ in data)
+    return perplexity(model, batches, logits_key="mlm_logits")
 
 
 def classifier_batches(params, split: str, batches: int) -> list[tuple[dict, np.ndarray]]:

@@ -42,6 +42,7 @@ from headsize_tf.pruning.remove import (
 )
 from headsize_tf.pruning.report import decoding_speed, plot_report  # noqa: F401  (re-exported)
 from headsize_tf.pruning.schedule import check_min_heads, check_output
+from headsize_tf.training.evaluation import perplexity
 
 REPORT_FILE = "pruning_report.json"
 
@@ -87,21 +88,6 @@ def lm_data(
 
 
 _LOSS = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def perplexity(lm: HeadsizeCausalLM, data: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
-    """exp of the mean next-token cross entropy over every token of `data`."""
-
-    @tf.function(reduce_retracing=True, autograph=False)
-    def total(ids, targets):
-        logits = tf.cast(lm(ids, training=False), tf.float32)
-        return tf.reduce_sum(
-            tf_keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
-        )
-
-    loss = sum(float(total(ids, targets)) for ids, targets in data)
-    tokens = sum(targets.size for _, targets in data)
-    return float(np.exp(loss / tokens))
 
 
 def head_counts(lm: HeadsizeCausalLM) -> list[int]:

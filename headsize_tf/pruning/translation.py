@@ -43,6 +43,7 @@ from headsize_tf.pruning.remove import (
     physical_keep,
 )
 from headsize_tf.pruning.schedule import check_min_heads, check_output, split_config
+from headsize_tf.training.evaluation import perplexity
 
 KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 EXPERIMENT = "headsize_seq2seq/translation"
@@ -100,22 +101,6 @@ def token_loss(labels, logits) -> tf.Tensor:
     )
     weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
     return tf.reduce_sum(loss * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
-
-
-def perplexity(model: HeadsizeSeq2Seq, data: Sequence[tuple[dict, np.ndarray]]) -> float:
-    @tf.function(reduce_retracing=True, autograph=False)
-    def totals(features, labels):
-        loss = tf_keras.losses.sparse_categorical_crossentropy(
-            labels, tf.cast(model(features, training=False), tf.float32), from_logits=True
-        )
-        weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
-        return tf.reduce_sum(loss * weights), tf.reduce_sum(weights)
-
-    loss, tokens = 0.0, 0.0
-    for features, labels in data:
-        batch_loss, batch_tokens = totals(features, labels)
-        loss, tokens = loss + float(batch_loss), tokens + float(batch_tokens)
-    return float(np.exp(loss / max(tokens, 1.0)))
 
 
 def corpus_bleu(references: Sequence[Sequence[str]], hypotheses: Sequence[Sequence[str]]) -> float:
@@ -223,7 +208,7 @@ class TranslationAdapter(KerasModelAdapter):
 
     def evaluate(self) -> dict[str, float]:
         bleu = self.bleu(self.model)
-        return {"perplexity": perplexity(self.model, self.eval_data), "bleu": bleu}
+        return {"perplexity": perplexity(self.model, self.eval_data, pad_id=0), "bleu": bleu}
 
     def count_params(self) -> int:
         return int(self.model.count_params())

@@ -55,6 +55,7 @@ from headsize_tf.reparam.model_dir import (
     compress_model_dir,
     convert_attention_model,
 )
+from headsize_tf.training.evaluation import perplexity
 
 STATE_FILE = "convert_state.json"
 DECODERS = (LANGUAGE_MODEL, TRANSLATION)
@@ -80,8 +81,8 @@ class _Evaluation:
     """The experiment's validation metrics and the decoding-speed inputs.
 
     LM: perplexity on the first `eval_batches` validation batches (the prune
-    driver's `language_model.perplexity`); translation: perplexity and greedy
-    BLEU on them (`translation.perplexity`, `TranslationBleu`).
+    driver's windows); translation: perplexity (padding not counted) and greedy
+    BLEU on them (`TranslationBleu`); both `training.evaluation.perplexity`.
     """
 
     def __init__(self, params, experiment: str, eval_batches: int, decode_batch: int):
@@ -94,7 +95,7 @@ class _Evaluation:
                 params, importance_windows=1, eval_windows=eval_batches * batch, batch_size=batch
             )
             self._metrics: Callable[[Any], dict[str, float]] = lambda model: {
-                "perplexity": language_model.perplexity(model, data.evaluation)
+                "perplexity": perplexity(model, data.evaluation)
             }
             self.prompts = data.evaluation[0][0][:decode_batch, :8]
             return
@@ -105,7 +106,7 @@ class _Evaluation:
         config = params.task.validation_data
         bleu = translation.TranslationBleu(data, config.vocab_file, config.lower_case)
         self._metrics = lambda model: {
-            "perplexity": translation.perplexity(model, data),
+            "perplexity": perplexity(model, data, pad_id=0),
             "bleu": bleu(model),
         }
         self.source_ids = data[0][0]["inputs"][:decode_batch]

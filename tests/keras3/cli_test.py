@@ -9,7 +9,7 @@ import pytest
 
 from headsize_tf import cli
 from headsize_tf.keras3.pretrained import load_sentence_encoder
-from tests.pretrained.hf_import_test import write_checkpoint
+from tests.hf_fixtures import write_checkpoint
 
 SENTENCES = ["the cat sat", "a dog", "", "the dog sat on the cat"]
 

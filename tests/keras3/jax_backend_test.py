@@ -27,26 +27,26 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # them side by side (tests/conftest.py makes each test its own work unit).
 JAX_GROUPS = {
     "models": [
-        "causal_lm",
-        "quantize_lora",
-        "hf_import",
+        "modeling/causal_lm",
+        "layers/quantize_lora",
+        "pretrained/hf_import",
         # The keras-hub bridge: import, generation, pruning, grouped conversion, saving,
         # and the model options; the rest of its file runs no backend-specific code.
-        "keras_hub::test_gpt2_imports_with_equal_lm_logits",
-        "keras_hub::test_pruned_and_converted_gpt2_reloads",
-        "model_options",
+        "hub/keras_hub::test_gpt2_imports_with_equal_lm_logits",
+        "hub/keras_hub::test_pruned_and_converted_gpt2_reloads",
+        "modeling/model_options",
         "modeling/decoder_lm",
     ],
     "layers_and_tools": [
-        "layers",
-        "validation",
-        "training",
-        "cross_framework",
+        "layers/layers",
+        "layers/validation",
+        "layers/training",
+        "layers/cross_framework",
         "tools",
-        "per_head_mask",
-        "property_oracle",
-        "shared_kv",
-        "kv_convert",
+        "layers/per_head_mask",
+        "layers/property_oracle",
+        "layers/shared_kv",
+        "reparam/kv_convert",
         "pretrained/hub_decoders",
         "layers/rope",
         "reparam/kv_compress",
@@ -68,9 +68,9 @@ JAX_DESELECT = [
     "tests/keras3/pretrained/hub_decoders_test.py::test_unsupported_families_are_refused_with_what_they_need",
     "tests/keras3/pretrained/hub_decoders_test.py::test_models_a_llama_checkpoint_cannot_hold_are_refused",
     # int8 covers the tied table's dequantization on JAX (int4 layers: quantize_lora).
-    "tests/keras3/causal_lm_test.py::test_a_quantized_model_dequantizes_its_tied_output_table[int4]",
-    "tests/keras3/shared_kv_test.py::test_cache_holds_exactly_the_formulas_bytes",
-    "tests/keras3/kv_convert_test.py::"
+    "tests/keras3/modeling/causal_lm_test.py::test_a_quantized_model_dequantizes_its_tied_output_table[int4]",
+    "tests/keras3/layers/shared_kv_test.py::test_cache_holds_exactly_the_formulas_bytes",
+    "tests/keras3/reparam/kv_convert_test.py::"
     "test_per_layer_sizes_give_a_per_layer_spec_and_cached_greedy_equals_uncached",
 ]
 ROOT = pathlib.Path(__file__).resolve().parents[2]

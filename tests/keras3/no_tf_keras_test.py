@@ -4,7 +4,7 @@
 without it, and `headsize-tf convert --framework keras3` runs end to end (convert,
 uptrain, report) without it. One fresh Python process checks both (a process each
 would only repeat TensorFlow's and Keras' import); the export's run itself is checked
-without tf_keras in `serving_test.py`'s JAX subprocess.
+without tf_keras in `serving/serving_test.py`'s JAX subprocess.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.keras3.lm_file_test import write_lm_files
+from tests.keras3.reparam.lm_file_test import write_lm_files
 
 SCRIPT = """
 import sys

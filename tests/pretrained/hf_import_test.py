@@ -1,74 +1,13 @@
 """Import of Hugging Face-layout BERT checkpoints: round trip and bad input."""
 
 import json
-import pathlib
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from safetensors.numpy import save_file
 
 from headsize_tf.pretrained import CheckpointError, load_sentence_encoder
-from headsize_tf.pretrained.hf_bert import encoder_from_config, tensor_map
-
-CONFIG = {
-    "model_type": "bert",
-    "vocab_size": 40,
-    "hidden_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 32,
-    "hidden_act": "gelu",
-    "max_position_embeddings": 24,
-    "type_vocab_size": 2,
-    "layer_norm_eps": 1e-12,
-}
-VOCAB = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "mat",
-    ".",
-    "##s",
-    "a",
-    "dog",
-] + [f"w{i}" for i in range(26)]
-
-
-def write_checkpoint(directory: pathlib.Path, seed: int = 0, drop=None, reshape=None):
-    """A random BERT in Hugging Face layout; returns {tensor name: array}."""
-    directory.mkdir(parents=True, exist_ok=True)
-    encoder = encoder_from_config(CONFIG)
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for name, variable, _transform in tensor_map(encoder):
-        # Draw in the checkpoint layout: (out, in) for Linear weights.
-        shape = variable.shape
-        if name.endswith(".weight") and len(shape) >= 2 and "embeddings" not in name:
-            if len(shape) == 3 and name.endswith("output.dense.weight"):
-                shape = (shape[2], shape[0] * shape[1])  # [h, p, out] -> (out, h*p)
-            elif len(shape) == 3:
-                shape = (shape[1] * shape[2], shape[0])  # [in, h, p] -> (h*p, in)
-            else:
-                shape = (shape[1], shape[0])
-        elif len(shape) == 2 and name.endswith("bias"):
-            shape = (shape[0] * shape[1],)
-        tensors[name] = rng.normal(scale=0.2, size=shape).astype(np.float32)
-    tensors["embeddings.position_ids"] = np.arange(24, dtype=np.int64)[None]
-    if drop:
-        tensors.pop(drop)
-    if reshape:
-        tensors[reshape] = tensors[reshape][..., :-1]
-    save_file(tensors, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(CONFIG))
-    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    return tensors
+from tests.hf_fixtures import CONFIG, write_checkpoint
 
 
 class HFImportTest(tf.test.TestCase):

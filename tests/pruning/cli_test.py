@@ -10,7 +10,7 @@ from headsize_tf import cli
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.pruning import head_mask, prune
 from headsize_tf.training import finetune as ft
-from tests.pretrained.hf_import_test import write_checkpoint
+from tests.hf_fixtures import write_checkpoint
 
 
 class PruneCliTest(tf.test.TestCase):

@@ -18,9 +18,9 @@ from headsize_tf.data.text_tasks import TextTaskError, load_text_file
 from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import head_mask, prune
 from headsize_tf.training import finetune as ft
-from tests.pretrained.hf_import_test import write_checkpoint
+from tests.hf_fixtures import write_checkpoint
 
-# Ids in tests.pretrained.hf_import_test.VOCAB.
+# Ids in tests.hf_fixtures.VOCAB.
 CLS, SEP, THE, CAT, SAT, ON, MAT, DOT, S, A, DOG = 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13
 # Words of TFDS mock text (letters a-j), for a tiny model on mock GLUE.
 LETTERS = list("abcdefghij")

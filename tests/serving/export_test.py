@@ -12,7 +12,7 @@ from headsize_tf.pretrained import load_sentence_encoder
 from headsize_tf.pruning import prune
 from headsize_tf.training import finetune as ft
 from tests import clean_tf
-from tests.pretrained.hf_import_test import write_checkpoint
+from tests.hf_fixtures import write_checkpoint
 
 TEXTS = ["the cat sat on a mat.", "Dogs!", "", "a DOG, the cat and w3 w4 w5 unknownword"]
 SERVE = """

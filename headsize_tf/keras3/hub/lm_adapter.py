@@ -14,7 +14,6 @@ from headsize_tf.core.io import atomic_directory
 from headsize_tf.data.lm_text import LMText, check_windows, lm_text_lines
 from headsize_tf.keras3.hub.hub_model import HubModel, to_numpy
 from headsize_tf.keras3.hub.presets import load_hub_preset
-from headsize_tf.keras3.lm_training import windows_perplexity
 from headsize_tf.keras3.pruning.lm_adapter import REPORT_FILE, LMAdapter
 from headsize_tf.keras3.pruning.remove import remove_heads
 
@@ -104,10 +103,6 @@ def hub_lm_text(
     check_windows(windows if train else {"held_out": windows["held_out"]}, window, where)
     tokenizer = f"the {type(hub.tokenizer).__name__} of {hub.source}"
     return LMText(windows["train"], windows["held_out"], tokenizer, source)
-
-
-# The Keras 3 front's one perplexity (kept here under its old name for the bridge's callers).
-perplexity = windows_perplexity
 
 
 class HubLMAdapter(LMAdapter):

@@ -27,7 +27,8 @@ from headsize_tf.core.io import atomic_directory, check_output_free, write_json
 from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
 from headsize_tf.keras3.hub.classifier_adapter import HubClassifierAdapter
 from headsize_tf.keras3.hub.convert import as_hub_model
-from headsize_tf.keras3.hub.lm_adapter import HubLMAdapter, lm_windows, perplexity
+from headsize_tf.keras3.hub.lm_adapter import HubLMAdapter, lm_windows
+from headsize_tf.keras3.lm_training import windows_perplexity
 from headsize_tf.keras3.pruning.classifier import PruneSettings, prune_classifier
 from headsize_tf.keras3.reparam.compress import compress as compress_encoder
 from headsize_tf.keras3.reparam.convert import compress_backbone
@@ -107,8 +108,8 @@ def compress_hub_model(
         windows = lm_windows(hub, eval_sentences, length, limit=256)
         if len(windows):
             report["eval_windows"] = int(len(windows))
-            report["perplexity_before"] = perplexity(hub.backbone, windows, batch_size)
-            report["perplexity_after"] = perplexity(lm, windows, batch_size)
+            report["perplexity_before"] = windows_perplexity(hub.backbone, windows, batch_size)
+            report["perplexity_after"] = windows_perplexity(lm, windows, batch_size)
     with atomic_directory(output) as written:
         compressed.write_into(written)
         (written / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")

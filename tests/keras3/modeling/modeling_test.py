@@ -10,7 +10,7 @@ from headsize_tf.core.spec import AttentionSpec, SpecError
 from headsize_tf.keras3.layers import CollaborativeAttention, FixedHeadAttention, StandardAttention
 from headsize_tf.keras3.modeling import BertBackbone, TransformerEncoder
 
-# Few shapes, the ones of tests/keras3/hf_import_test.py, and BERT's kernel
+# Few shapes, the ones of tests/keras3/pretrained/hf_import_test.py, and BERT's kernel
 # initializer everywhere: on JAX every new (initializer, shape) pair and every
 # eager op on a new shape is an XLA compilation.
 WIDTH, INNER, VOCAB, POSITIONS, BATCH, LENGTH = 16, 32, 40, 24, 4, 7

@@ -123,7 +123,7 @@ def test_attention_mask_of_wrong_shape(kind):
     x, y = util.data()
     with pytest.raises(ValueError, match=r"attention_mask.*\[2, 5, 6\].*expected.*\[2, 5, 7\]"):
         util.make(kind)(x, y, attention_mask=np.ones((2, 5, 6), bool))
-    # Stock MHA takes per-head [batch, heads, query, key] masks (tests/keras3/per_head_mask_test.py);
+    # Stock MHA takes per-head [batch, heads, query, key] masks (tests/keras3/layers/per_head_mask_test.py);
     # rank 5 is not a mask of rank-3 inputs.
     with pytest.raises(ValueError, match=r"has shape \[2, 1, 1, 5, 7\]; expected"):
         util.make(kind)(x, y, attention_mask=np.ones((2, 1, 1, 5, 7), bool))

@@ -5,62 +5,15 @@ import json
 import keras
 import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 from headsize_tf.core import hf_checkpoint
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.keras3.modeling import BertBackbone
 from headsize_tf.keras3.pretrained import SentenceEncoder, import_hf_bert, load_sentence_encoder
+from tests.hf_fixtures import CONFIG, VOCAB, write_checkpoint
 
-CONFIG = {
-    "model_type": "bert",
-    "vocab_size": 40,
-    "hidden_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 32,
-    "hidden_act": "gelu",
-    "max_position_embeddings": 24,
-    "type_vocab_size": 2,
-    "layer_norm_eps": 1e-12,
-}
-VOCAB = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "mat",
-    ".",
-    "##s",
-    "a",
-    "dog",
-] + [f"w{i}" for i in range(26)]
 TEXTS = ["the cat sat on a mat.", "dogs", "", "The Dog sat on the CAT. w1 w2 w3 w4 w5 w6 w7"]
-
-
-def write_checkpoint(directory, config=None, seed=0, pooler=True, rename=None, extra=None):
-    """A random BERT in Hugging Face layout (shapes from `config`); returns its tensors."""
-    config = dict(CONFIG, **(config or {}))
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    tensors = {
-        name: rng.normal(scale=0.2, size=shape).astype(np.float32)
-        for name, shape in hf_checkpoint.checkpoint_shapes(config).items()
-        if pooler or not name.startswith("pooler.")
-    }
-    tensors["embeddings.position_ids"] = np.arange(config["max_position_embeddings"])[None]
-    tensors.update(extra or {})
-    if rename:
-        tensors = {rename(name): value for name, value in tensors.items()}
-    save_file(tensors, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    return tensors
 
 
 def _tf_converted_name(name):

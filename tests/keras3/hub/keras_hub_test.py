@@ -24,7 +24,7 @@ from headsize_tf.keras3.hub import (  # noqa: E402
     load_hub_preset,
 )
 from headsize_tf.keras3.pruning import remove_heads  # noqa: E402
-from tests.keras3.keras_hub_util import (  # noqa: E402
+from tests.keras3.hub.keras_hub_util import (  # noqa: E402
     SENTENCES,
     build_presets,
     labelled_csv,

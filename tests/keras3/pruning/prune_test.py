@@ -9,7 +9,7 @@ import numpy as np
 from headsize_tf import cli
 from headsize_tf.keras3.pretrained import load_sentence_encoder
 from headsize_tf.keras3.pruning.classifier import accuracy, load_classifier
-from tests.pretrained.hf_import_test import write_checkpoint
+from tests.hf_fixtures import write_checkpoint
 
 
 def test_prune_keras3_writes_a_smaller_equivalent_classifier(tmp_path, capsys):

@@ -16,7 +16,7 @@ keras_hub = pytest.importorskip("keras_hub")
 from headsize_tf import cli  # noqa: E402
 from headsize_tf.core.conversion import ConversionTarget  # noqa: E402
 from headsize_tf.keras3.hub import convert_hub_model, load_hub_preset  # noqa: E402
-from tests.keras3.keras_hub_util import build_presets, lm_lines  # noqa: E402
+from tests.keras3.hub.keras_hub_util import build_presets, lm_lines  # noqa: E402
 
 TEXTS = ["the cat", "a dog sat on a mat"]
 FAST = ["--decode-tokens", "4"]

@@ -34,7 +34,7 @@ from headsize_tf.keras3.pretrained import SentenceEncoder
 from headsize_tf.keras3.pruning.classifier import HEAD_FILE, classifier
 from tests import clean_tf
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "."]
 VOCAB += ["##s", "a", "dog", ","] + [f"w{i}" for i in range(25)]
 TEXTS = ["the cat sat on a mat.", "Dogs!", "", "a DOG, the cat and w3 w4 w5 unknownword"]
@@ -129,7 +129,7 @@ JAX_RUN = """
 import sys, pathlib, numpy as np
 import tests.keras3.conftest  # noqa: F401 (the Keras 3 tests' JAX settings: compilation cache)
 from headsize_tf import cli
-from tests.keras3 import serving_test as t
+from tests.keras3.serving import serving_test as t
 out = pathlib.Path(sys.argv[1])
 reference = t.write_sources(out / "src", t.JAX_TASKS)
 for argv in t.cli_exports(out / "src", out / "export", t.JAX_TASKS):
