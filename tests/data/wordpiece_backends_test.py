@@ -216,11 +216,13 @@ def test_same_ids_on_the_austen_novels(austen_data_dir, minilm_dir):
     ]
     assert len(lines) > 50_000
     # The corpus's own (lower-cased) vocabulary, and MiniLM's (BERT's uncased) both ways;
-    # the corpus's token ids as `headsize-tf data prepare` and `load_lm_text` tokenize.
-    assert assert_same_ids(corpus / "vocab.txt", lines) > 500_000
-    assert assert_same_ids(minilm_dir / "vocab.txt", lines) > 500_000
-    assert assert_same_ids(minilm_dir / "vocab.txt", lines[::7], lower_case=False) > 50_000
-    assert assert_same_ids(corpus / "vocab.txt", lines, lower_case="fold") > 500_000
+    # the corpus's token ids as `headsize-tf data prepare` and `load_lm_text` tokenize. Every
+    # 5th line of the five novels (and every 15th, cased): over 100,000 tokens each.
+    sample = lines[::5]
+    assert assert_same_ids(corpus / "vocab.txt", sample) > 100_000
+    assert assert_same_ids(minilm_dir / "vocab.txt", sample) > 100_000
+    assert assert_same_ids(minilm_dir / "vocab.txt", lines[::15], lower_case=False) > 30_000
+    assert assert_same_ids(corpus / "vocab.txt", sample, lower_case="fold") > 100_000
 
 
 @needs_tf_text
@@ -282,7 +284,7 @@ def test_same_ids_on_generated_text(minilm_dir):
     tf_tokenizer = TFWordPieceTokenizer(vocab, max_seq_length=1 << 30)
     hf_tokenizer = HFWordPieceTokenizer(vocab, max_seq_length=1 << 30)
 
-    @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
     @hypothesis.given(st.lists(st.text(alphabet, max_size=40), min_size=1, max_size=8))
     def check(texts):
         assert hf_tokenizer.token_ids(texts) == tf_tokenizer.token_ids(texts), texts
