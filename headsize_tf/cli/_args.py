@@ -250,3 +250,13 @@ def schedule_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "recompute": not args.no_recompute,
         "min_heads_per_layer": args.min_heads_per_layer,
     }
+
+
+def cp_options(args: argparse.Namespace) -> dict:
+    """`compress`'s CP decomposition keyword arguments from the flags (both fronts)."""
+    return {
+        "overwrite": args.overwrite,
+        "method": args.method,
+        "max_iter": args.max_iter,
+        "tolerance": args.tolerance,
+    }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import read_lines
+from headsize_tf.cli._args import cp_options, read_lines
 
 
 def _held_out_sentences(limit: int) -> list[str]:
@@ -23,16 +23,6 @@ def _held_out_sentences(limit: int) -> list[str]:
     return [text for _, text in rows if split_of(text) == "test"][:limit]
 
 
-def _cp_options(args: argparse.Namespace) -> dict:
-    """The CP decomposition's keyword arguments from the flags."""
-    return {
-        "overwrite": args.overwrite,
-        "method": args.method,
-        "max_iter": args.max_iter,
-        "tolerance": args.tolerance,
-    }
-
-
 def compress_pretrained(args: argparse.Namespace) -> dict:
     """A pretrained encoder (`--model` / `--checkpoint`) on the Keras 3 front, its
     embeddings compared on `--eval-file` (default: Rotten Tomatoes test snippets)."""
@@ -45,7 +35,7 @@ def compress_pretrained(args: argparse.Namespace) -> dict:
     if not args.eval_file:
         sentences = _held_out_sentences(args.eval_limit)
     return compress.compress(
-        source, args.shared_key_dim, args.output, eval_sentences=sentences, **_cp_options(args)
+        source, args.shared_key_dim, args.output, eval_sentences=sentences, **cp_options(args)
     )
 
 
@@ -60,5 +50,5 @@ def compress_hub_preset(args: argparse.Namespace) -> dict:
     if sentences is None:
         sentences = _held_out_sentences(args.eval_limit)
     return compress_hub_model(
-        hub, args.shared_key_dim, args.output, eval_sentences=sentences, **_cp_options(args)
+        hub, args.shared_key_dim, args.output, eval_sentences=sentences, **cp_options(args)
     )

@@ -9,17 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import read_lines
-
-
-def _cp_options(args: argparse.Namespace) -> dict:
-    """The CP decomposition's keyword arguments from the flags."""
-    return {
-        "overwrite": args.overwrite,
-        "method": args.method,
-        "max_iter": args.max_iter,
-        "tolerance": args.tolerance,
-    }
+from headsize_tf.cli._args import cp_options, read_lines
 
 
 def compress_pretrained(args: argparse.Namespace) -> dict:
@@ -35,7 +25,7 @@ def compress_pretrained(args: argparse.Namespace) -> dict:
     if not args.eval_file:
         sentences = held_out_sentences(args.eval_limit)
     return compress.compress(
-        source, args.shared_key_dim, args.output, eval_sentences=sentences, **_cp_options(args)
+        source, args.shared_key_dim, args.output, eval_sentences=sentences, **cp_options(args)
     )
 
 
@@ -51,8 +41,8 @@ def compress_model_dir(args: argparse.Namespace) -> dict:
         from headsize_tf.reparam.classifier_dir import compress_classifier_dir
 
         return compress_classifier_dir(
-            args.model_dir, args.shared_key_dim, args.output, **_cp_options(args)
+            args.model_dir, args.shared_key_dim, args.output, **cp_options(args)
         )
     from headsize_tf.reparam.model_dir import compress_model_dir as compress
 
-    return compress(args.model_dir, args.shared_key_dim, args.output, **_cp_options(args))
+    return compress(args.model_dir, args.shared_key_dim, args.output, **cp_options(args))
