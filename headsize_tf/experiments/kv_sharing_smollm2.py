@@ -224,6 +224,22 @@ def plan() -> list[Run]:
                 rope_context=WINDOW - 1,
             )
         )
+    # The best weighted conversions at 31.25% and 18.75%, healed.
+    for tag, pairs in (("31.25", 8), ("18.75", 4)):
+        suffix = "" if pairs == 4 else f"-p{pairs}"
+        runs.append(
+            Run(
+                f"latent-{tag}-rotated-act-energy{suffix}-ctx256-healed",
+                "latent",
+                FRACTIONS[f"{tag}%"],
+                ROTATED,
+                pairs,
+                True,
+                "energy",
+                heal_steps=HEAL_STEPS,
+                rope_context=WINDOW - 1,
+            )
+        )
     for seed in (1, 2):
         runs.append(
             Run(
