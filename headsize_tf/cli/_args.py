@@ -260,3 +260,12 @@ def cp_options(args: argparse.Namespace) -> dict:
         "max_iter": args.max_iter,
         "tolerance": args.tolerance,
     }
+
+
+def encoder_options(encoder: Any, args: argparse.Namespace) -> Any:
+    """`encoder` with `embed`'s `--pooling` and `--sequence-length` applied (both fronts)."""
+    if args.pooling:
+        encoder.pooling = args.pooling
+    if args.sequence_length is not None:
+        encoder.max_seq_length = args.sequence_length
+    return encoder

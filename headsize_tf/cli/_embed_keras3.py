@@ -10,17 +10,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headsize_tf.cli._args import encoder_options
+
 
 def pretrained_encoder(args: argparse.Namespace) -> Any:
     """A pretrained encoder (`--model` / `--checkpoint`) on the Keras 3 front."""
     from headsize_tf.keras3.pretrained import load_sentence_encoder
 
     encoder = load_sentence_encoder(args.model, args.checkpoint)
-    if args.pooling:
-        encoder.pooling = args.pooling
-    if args.sequence_length is not None:
-        encoder.max_seq_length = args.sequence_length
-    return encoder
+    return encoder_options(encoder, args)
 
 
 def hub_encoder(args: argparse.Namespace) -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headsize_tf.cli._args import encoder_options
+
 
 def model_dir_encoder(args: argparse.Namespace) -> Any:
     """The trained encoder of a `headsize-tf train` model_dir (mean pooling by default)."""
@@ -29,8 +31,4 @@ def pretrained_encoder(args: argparse.Namespace) -> Any:
     from headsize_tf.pretrained import load_sentence_encoder
 
     encoder = load_sentence_encoder(args.model, args.checkpoint)
-    if args.pooling:
-        encoder.pooling = args.pooling
-    if args.sequence_length is not None:
-        encoder.max_seq_length = args.sequence_length
-    return encoder
+    return encoder_options(encoder, args)
