@@ -73,7 +73,7 @@ CASES = [
     (
         "compress_model_dir_of_span_labeling",
         ["compress", "--model_dir", "{span_dir}", "--shared-key-dim", "8", "--output", "{out}"],
-        "headsize_bert/span_labeling model_dir; compress --model_dir takes",
+        "headsize_bert/span_labeling model_dir; compress --model-dir takes",
     ),
     (
         "embed_model_dir_not_a_model_dir",
@@ -474,7 +474,7 @@ CASES = [
     (
         "export_keras3_lm_of_a_directory",
         [*EXPORT_KERAS3, "--checkpoint", "{not_a_model}", "--task", "lm"],
-        "needs --checkpoint FILE.keras, a saved Keras 3 CausalLM; got '",
+        "needs --model-file FILE.keras, a saved Keras 3 CausalLM; got '",
     ),
     (
         "export_keras3_vocab_file_of_an_encoder",

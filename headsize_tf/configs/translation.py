@@ -37,7 +37,7 @@ class Seq2SeqConfig(hyperparams.Config):
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
     initializer_range: float = 0.02
-    # Heads removed by `headsize-tf prune --model_dir` (JSON of HeadsizeSeq2Seq's
+    # Heads removed by `headsize-tf prune --model-dir` (JSON of HeadsizeSeq2Seq's
     # `pruned_heads`: {"encoder": [{"self_attention": [...]}, ...], "decoder":
     # [{"self_attention": [...], "cross_attention": [...]}, ...]}); "" = none.
     pruned_heads: str = ""

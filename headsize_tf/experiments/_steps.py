@@ -2,13 +2,59 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from headsize_tf.core.io import write_json
+from headsize_tf.core.io import cache_root, write_json
+
+
+class MissingRun(LookupError):
+    """A `--report-only` study met a step whose record is not there yet."""
+
+    def __init__(self, path: pathlib.Path):
+        super().__init__(
+            f"--report-only: {path} is missing (or was made with other settings); "
+            "run the study without --report-only first"
+        )
+        self.path = path
+
+
+def default_work_dir(study: str) -> pathlib.Path:
+    """Where a study keeps its checkpoints by default: `<cache root>/work/<study>`.
+
+    The cache root (`headsize_tf.core.io.cache_root`, default `~/.cache/headsize_tf`)
+    outlives a reboot, unlike `/tmp`, so an interrupted study resumes from its
+    checkpoints.
+    """
+    return cache_root() / "work" / study
+
+
+def add_study_options(parser: argparse.ArgumentParser, work_dir: str | None = None) -> None:
+    """Adds the options every study main shares: `--output`, `--report-only` and,
+    for a study that keeps checkpoints, `--work-dir` (default `default_work_dir(work_dir)`).
+    """
+    parser.add_argument(
+        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the report from the finished runs' records, run nothing",
+    )
+    parser.add_argument(
+        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
+    )
+    if work_dir is not None:
+        parser.add_argument(
+            "--work-dir",
+            default=str(default_work_dir(work_dir)),
+            help="checkpoints and logs (default: %(default)s)",
+        )
 
 
 class Steps:
@@ -19,14 +65,19 @@ class Steps:
     setting redoes the step). With `total`, progress lines are numbered
     "[i/total]"; otherwise they are labelled with the step's name.
 
+    With `report_only`, no step runs: a step without a reusable record raises
+    `MissingRun`.
+
     Args:
       out: The study's output directory.
       total: The number of numbered steps (the demo's stages), or None.
+      report_only: Reuse records only (a study's `--report-only`).
     """
 
-    def __init__(self, out: pathlib.Path, total: int | None = None):
+    def __init__(self, out: pathlib.Path, total: int | None = None, report_only: bool = False):
         self.out = out
         self.total = total
+        self.report_only = report_only
         self.index = 0
         self.redone: list[str] = []
 
@@ -52,8 +103,11 @@ class Steps:
         if path.exists():
             record = json.loads(path.read_text())
             if settings is None or record.get("settings") == settings:
-                print(f"{label} {title}: reusing {path}", flush=True)
+                if not self.report_only:
+                    print(f"{label} {title}: reusing {path}", flush=True)
                 return record
+        if self.report_only:
+            raise MissingRun(path)
         print(f"{label} {title} ...", flush=True)
         start = time.perf_counter()
         record = {**work(), "slug": name}
@@ -65,3 +119,10 @@ class Steps:
         indent = " " * len(label) if self.total else label
         print(f"{indent} done in {record['seconds']:.0f} s", flush=True)
         return record
+
+
+def study_command(module: str, argv: Sequence[str] | None) -> str:
+    """The command that reproduces a study, for its report (without `--report-only`)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    kept = [a for a in args if a not in ("--report-only", "--summarize-only")]
+    return " ".join(["python -m", module, *kept])

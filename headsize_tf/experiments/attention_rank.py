@@ -17,11 +17,12 @@ each model and measures, per head, the spectrum of the scaled logits Q K^T
   singular values.
 
 It writes `runs/<run>.json` per checkpoint (a rerun skips finished ones),
-`attention_rank.json`, `README.md` and `attention_rank.png` under `--output`.
+`attention_rank.json`, `README.md` and `attention_rank.png` under `--output`
+(`--report-only`: from the records alone). `--work-dir` is the reproduction's
+(the same default).
 
     python -m headsize_tf.experiments.attention_rank \\
-        --runs results/reproduction_v2 --work-dir /tmp/headsize_reproduction_v2 \\
-        --output results/reproduction_v2/attention_rank
+        --runs results/reproduction_v2 --output results/reproduction_v2/attention_rank
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from headsize_tf.experiments._steps import add_study_options, study_command
 
 ENERGY = (0.9, 0.99)
 METRICS = ("attention_rank", *(f"energy_rank_{int(f * 100)}" for f in ENERGY), "entropy_rank")
@@ -184,8 +187,12 @@ def run(
     out: pathlib.Path,
     data_dir: pathlib.Path,
     windows: int = 4,
+    report_only: bool = False,
 ) -> dict[str, Any]:
-    """Measures every checkpoint of the reproduction's chosen runs; returns the summary."""
+    """Measures every checkpoint of the reproduction's chosen runs; returns the summary.
+
+    With `report_only`, measures nothing: the runs' records alone make the summary.
+    """
     from headsize_tf.core.io import write_json
     from headsize_tf.experiments.reproduction import plan, presets, runners
 
@@ -195,7 +202,7 @@ def run(
     summary = json.loads(summary_path.read_text())
     preset = presets.PRESETS[summary["preset"]]
     rows = {r["key"]: r for name in ("R1", "R2") for r in summary[name]}
-    tokens = _load_windows(data_dir, windows)
+    tokens = None if report_only else _load_windows(data_dir, windows)
     models, missing = [], []
     for key, row in rows.items():
         if row["learning_rate"] is None or not row["seeds"]:
@@ -204,6 +211,9 @@ def run(
         for seed in row["seeds"]:
             name = plan.run_name(key, row["learning_rate"], seed)
             path = out / "runs" / f"{name}.json"
+            if not path.exists() and report_only:
+                missing.append(name)
+                continue
             if not path.exists():
                 keras3 = runners.keras3_model_path(
                     work_dir, preset, key, row["learning_rate"], seed
@@ -364,16 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="results/reproduction_v2",
         help="a reproduction output (its reproduction.json)",
     )
-    parser.add_argument(
-        "--work-dir",
-        default="/tmp/headsize_reproduction_v2",
-        help="the reproduction's work dir, holding the runs' checkpoints",
-    )
-    parser.add_argument(
-        "--output",
-        required=True,
-        help="the study's directory (e.g. <runs>/attention_rank; reruns reuse its measurements)",
-    )
+    add_study_options(parser, work_dir="reproduction")
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
@@ -394,10 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
     if preset.sequence_length != corpora.PrepareOptions().seq_length:
         data_dir = data_dir / f"seq{preset.sequence_length}"
-    result = run(runs_dir, pathlib.Path(args.work_dir), out, data_dir, args.windows)
-    command = "python -m headsize_tf.experiments.attention_rank " + " ".join(
-        a for a in (sys.argv[1:] if argv is None else argv)
+    result = run(
+        runs_dir, pathlib.Path(args.work_dir), out, data_dir, args.windows, args.report_only
     )
+    command = study_command("headsize_tf.experiments.attention_rank", argv)
     write_json(out / "attention_rank.json", {"command": command, **result})
     write_atomic(out / "README.md", markdown(result, command))
     plot(result, out / "attention_rank.png")

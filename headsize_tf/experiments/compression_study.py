@@ -25,6 +25,7 @@ import numpy as np
 
 from headsize_tf.core.io import save_figure, write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
+from headsize_tf.experiments._steps import MissingRun, add_study_options, study_command
 from headsize_tf.training import finetune as ft
 
 DIMS = (384, 256, 192, 128, 64)
@@ -179,9 +180,7 @@ def plot(summary: dict, path: pathlib.Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
+    add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -193,14 +192,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
     runs_dir = out / "runs"
-    splits = rotten_tomatoes_splits(args.data_dir)
     plan = [("original", None)] + [(f"collaborative_D{d}", d) for d in args.dims]
+    splits = None
     for seed in args.seeds:
         for name, dim in plan:
             path = runs_dir / f"{name}_seed{seed}.json"
             if path.exists():
-                print(f"[skip] {path} exists")
+                if not args.report_only:
+                    print(f"[skip] {path} exists")
                 continue
+            if args.report_only:
+                print(f"error: {MissingRun(path)}", file=sys.stderr)
+                return 2
+            splits = splits or rotten_tomatoes_splits(args.data_dir)
             print(f"[run] {name} seed {seed}", flush=True)
             start = time.perf_counter()
             record = run_one(name, dim, seed, args, splits)
@@ -209,9 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[done] {name} seed {seed}: dev {record['dev_accuracy']:.4f}", flush=True)
     runs = [json.loads(p.read_text()) for p in sorted(runs_dir.glob("*.json"))]
     summary = summarize(runs)
-    command = "python -m headsize_tf.experiments.compression_study " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
+    command = study_command("headsize_tf.experiments.compression_study", argv)
     summary["command"] = command
     write_json(out / "compression.json", summary)
     write_atomic(out / "README.md", markdown(summary, command, args))

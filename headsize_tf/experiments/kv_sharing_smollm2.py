@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.rope import ROTATED
+from headsize_tf.experiments._steps import add_study_options
 
 MODEL = "smollm2-135m-instruct-q4"
 WINDOW = 257  # The start token and 256 text tokens.
@@ -530,16 +531,10 @@ def report(output: pathlib.Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", required=True, help="the study's directory (runs/, report)")
+    add_study_options(parser)
     parser.add_argument("--runs", default="", help="comma-separated run names (default: all)")
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--calibration-windows", type=int, default=32)
-    parser.add_argument(
-        "--report-only", action="store_true", help="summarize the finished runs, run nothing"
-    )
-    parser.add_argument(
-        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
-    )
     args = parser.parse_args(argv)
     output = pathlib.Path(args.output)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines.
@@ -551,7 +546,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = [run for run in plan() if not wanted or run.name in wanted]
         unknown = set(wanted) - {run.name for run in plan()}
         if unknown:
-            raise SystemExit(f"Unknown runs {sorted(unknown)}.")
+            names = ", ".join(run.name for run in plan())
+            print(
+                f"error: --runs {','.join(sorted(unknown))}: expected names from {names}",
+                file=sys.stderr,
+            )
+            return 2
         todo = [run for run in runs if not (output / "runs" / f"{run.name}.json").exists()]
         print(
             f"{len(runs) - len(todo)} of {len(runs)} runs finished; {len(todo)} to go", flush=True

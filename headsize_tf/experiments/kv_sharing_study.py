@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import write_atomic
-from headsize_tf.experiments._steps import Steps
+from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options
 from headsize_tf.experiments.kv_sharing_report import LABELS, METHODS, markdown, plot, summarize
 
 
@@ -302,16 +302,23 @@ def uptrain_runs(
 
 
 def run_study(
-    output: str | pathlib.Path, corpus_dir: str | pathlib.Path, settings: Settings
+    output: str | pathlib.Path,
+    corpus_dir: str | pathlib.Path,
+    settings: Settings,
+    report_only: bool = False,
 ) -> dict[str, Any]:
-    """Runs (or resumes) the study; writes README.md, summary.json and kv_sharing.png."""
+    """Runs (or resumes) the study; writes README.md, summary.json and kv_sharing.png.
+
+    With `report_only`, rebuilds those from the runs' records and runs nothing (a
+    missing record raises `MissingRun`).
+    """
     from headsize_tf.core.io import atomic_path
     from headsize_tf.experiments import lm_keras3
 
     out = pathlib.Path(output)
     corpus_dir = pathlib.Path(corpus_dir)
-    arrays = _arrays(settings, corpus_dir)
-    steps = Steps(out)
+    arrays = {} if report_only else _arrays(settings, corpus_dir)
+    steps = Steps(out, report_only=report_only)
     base_path = out / "models" / "base.keras"
 
     def train_base() -> dict[str, Any]:
@@ -328,7 +335,7 @@ def run_study(
         )
         return {**record, **_measure(_load(base_path), settings, arrays["valid"])}
 
-    if not base_path.exists():  # A record without its model (copied runs/) retrains.
+    if not base_path.exists() and not report_only:  # A record without its model retrains.
         (out / "runs" / "base.json").unlink(missing_ok=True)
     base = steps.run("base", "train the multi-head LM", train_base, settings.base_settings())
     rate, control, sweep = uptrain_runs(
@@ -350,7 +357,7 @@ def run_study(
                 lm.save(tmp)
             return {**variant, **_measure(lm, settings, arrays["valid"])}
 
-        if not model_path.exists():
+        if not model_path.exists() and not report_only:
             (out / "runs" / f"{slug}.json").unlink(missing_ok=True)
         free = steps.run(
             slug, f"{title}: convert, training-free", convert, settings.convert_settings()
@@ -371,18 +378,25 @@ def run_study(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
+    add_study_options(parser)
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
     parser.add_argument("--quick", action="store_true", help="a seconds-long check (tests)")
     args = parser.parse_args(argv)
     from headsize_tf.core.io import cache_root
-    from headsize_tf.data import corpora
-    from headsize_tf.experiments import lm_keras3
 
     settings = quick() if args.quick else Settings()
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else cache_root() / "data"
+    if args.report_only:
+        try:
+            summary = run_study(args.output, data_dir / "austen", settings, report_only=True)
+        except MissingRun as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(markdown(summary, settings))
+        return 0
+    from headsize_tf.data import corpora
+    from headsize_tf.experiments import lm_keras3
+
     corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=settings.sequence_length))
     lm_keras3.export_lm_arrays(data_dir / "austen")
     summary = run_study(args.output, data_dir / "austen", settings)

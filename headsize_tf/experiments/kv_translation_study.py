@@ -4,7 +4,7 @@ The English-German model of results/translation_pruning (Debian's gettext
 catalogues, 3 + 3 layers, width 128, 8 heads of 16, 3000 steps) is trained
 again with the same command, then its decoder's caches (self-attention keys
 and values, and the encoder-decoder attention's keys and values of the
-source) are cut to 1/4 by `headsize-tf convert --model_dir`'s driver
+source) are cut to 1/4 by `headsize-tf convert --model-dir`'s driver
 (`reparam.convert_dir.convert_model_dir`): grouped K/V heads (per-group SVD,
 and Ainslie's mean pooling) and a shared latent. Each is measured
 training-free and after uptraining on 5% of the training steps with the
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from headsize_tf.core.io import native_logs_to, write_atomic
-from headsize_tf.experiments._steps import Steps
+from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options
 
 # Uptraining peak rates: the run's own (None: 1e-3, which its schedule had decayed to
 # 2.5e-4 by step 3000) and a tenth of it.
@@ -45,17 +45,22 @@ def run_study(
     data_dir: str,
     steps: int = 3000,
     uptrain_steps: int = 150,
+    report_only: bool = False,
 ) -> dict[str, Any]:
-    """Trains (or reuses) the model, converts it to every target; returns the summary."""
+    """Trains (or reuses) the model, converts it to every target; returns the summary.
+
+    With `report_only`, rebuilds the report from the runs' records and runs nothing
+    (a missing record raises `MissingRun`).
+    """
     from headsize_tf.core.conversion import ConversionTarget
     from headsize_tf.experiments.translation_pruning_study import train_translation_model
     from headsize_tf.reparam.convert_dir import convert_model_dir
 
     out, work = pathlib.Path(output), pathlib.Path(work)
     model_dir = str(work / f"nmt_steps{steps}")
-    study = Steps(out)
+    study = Steps(out, report_only=report_only)
     trained = (pathlib.Path(model_dir) / "checkpoint").exists()
-    if not trained:
+    if not trained and not report_only:
         (out / "runs" / "train.json").unlink(missing_ok=True)
     base = study.run(
         "train",
@@ -128,20 +133,27 @@ def _rate(rate: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
-    parser.add_argument("--work-dir", default="/tmp/headsize_kv_translation")
+    add_study_options(parser, work_dir="kv_translation")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--uptrain-steps", type=int, default=150)
     args = parser.parse_args(argv)
+    work = pathlib.Path(args.work_dir)
+    if args.report_only:
+        try:
+            summary = run_study(
+                args.output, work, "", args.steps, args.uptrain_steps, report_only=True
+            )
+        except MissingRun as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(markdown(summary))
+        return 0
     from headsize_tf.data import corpora
     from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
 
     quiet_tensorflow()
     data_dir = str(corpora.prepare("gettext_de", args.data_dir).parent)
-    work = pathlib.Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     with native_logs_to(work / "native.log"):
         summary = run_study(args.output, work, data_dir, args.steps, args.uptrain_steps)

@@ -3,7 +3,7 @@
 A causal LM (4 pre-LN layers, width 128, 8 heads of 16, sequence 128) is
 trained on Jane Austen's novels (`headsize-tf train`), then:
 
-1. *Importance-ordered pruning* (`headsize-tf prune --model_dir`): heads
+1. *Importance-ordered pruning* (`headsize-tf prune --model-dir`): heads
    scored by E|dL/dxi_h| of the LM loss, normalised per layer, 10% of all
    heads pruned at a time with the scores recomputed, down to 80% (every
    layer keeps one head); validation perplexity at each step; the pruned
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
-from headsize_tf.experiments._steps import Steps
+from headsize_tf.experiments._steps import Steps, add_study_options, study_command
 
 LAYERS, WIDTH, HEADS = 4, 128, 8
 TARGET, STEP = 0.8, 0.1
@@ -298,10 +298,7 @@ def _plot(fractions, prune, random_ppl, path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
-    parser.add_argument("--work-dir", default="/tmp/headsize_lm_pruning")
+    add_study_options(parser, work_dir="lm_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument(
@@ -311,20 +308,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="training windows for importance, validation windows for perplexity",
     )
     args = parser.parse_args(argv)
-    from headsize_tf.data import corpora
-    from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
-
-    quiet_tensorflow()
     out = pathlib.Path(args.output)
-    work = pathlib.Path(args.work_dir)
-    model_dir = str(work / f"lm_steps{args.steps}")
-    data_dir = str(corpora.prepare("austen", args.data_dir).parent)
-    with native_logs_to(work / "native.log"):
-        _run(args, out, work, model_dir, data_dir)
-    command = "python -m headsize_tf.experiments.lm_pruning_study " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    summarize(out, command)
+    if not args.report_only:
+        from headsize_tf.data import corpora
+        from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
+
+        quiet_tensorflow()
+        work = pathlib.Path(args.work_dir)
+        model_dir = str(work / f"lm_steps{args.steps}")
+        data_dir = str(corpora.prepare("austen", args.data_dir).parent)
+        with native_logs_to(work / "native.log"):
+            _run(args, out, work, model_dir, data_dir)
+    try:
+        summarize(out, study_command("headsize_tf.experiments.lm_pruning_study", argv))
+    except (OSError, KeyError) as err:
+        print(f"error: --output {out} lacks the study's records ({err})", file=sys.stderr)
+        return 2
     print((out / "README.md").read_text())
     return 0
 

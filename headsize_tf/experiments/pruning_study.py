@@ -26,6 +26,7 @@ import numpy as np
 
 from headsize_tf.core.io import write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
+from headsize_tf.experiments._steps import MissingRun, add_study_options, study_command
 from headsize_tf.training import finetune as ft
 
 
@@ -107,14 +108,11 @@ def markdown(summary: dict, command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from headsize_tf.modeling.bert_encoder import plain_config
-    from headsize_tf.pruning import prune, remove_heads
-    from headsize_tf.pruning.report import max_fraction_within, plot_curves, plot_importance
+    from headsize_tf.pruning import prune
+    from headsize_tf.pruning.report import plot_curves, plot_importance
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
+    add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -126,12 +124,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
     runs = out / "runs"
-    splits = rotten_tomatoes_splits(args.data_dir)
-    model = _finetuned(args, splits)
-    data = prune.task_data(model.sentence_encoder, splits)
+    loaded: dict = {}
+
+    def splits() -> dict:
+        if "splits" not in loaded:
+            loaded["splits"] = rotten_tomatoes_splits(args.data_dir)
+        return loaded["splits"]
+
+    def model_and_data(path: pathlib.Path) -> tuple:
+        """The fine-tuned model and its task data, loaded when a record must be made."""
+        if args.report_only:
+            raise MissingRun(path)
+        if "model" not in loaded:
+            loaded["model"] = model = _finetuned(args, splits())
+            loaded["data"] = prune.task_data(model.sentence_encoder, splits())
+        return loaded["model"], loaded["data"]
+
     importance_path = runs / "importance_scores.json"
-    if not importance_path.exists():
-        write_json(importance_path, prune.classifier_importance(model, data).tolist())
+    try:
+        if not importance_path.exists():
+            model, data = model_and_data(importance_path)
+            write_json(importance_path, prune.classifier_importance(model, data).tolist())
+        summary = _curves_and_removal(args, runs, importance_path, splits, model_and_data)
+    except MissingRun as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    shown = summary.pop("shown")
+    command = study_command("headsize_tf.experiments.pruning_study", argv)
+    summary["command"] = command
+    write_json(out / "pruning.json", summary)
+    plot_curves(shown, out / "pruning.png", baseline=summary["unpruned_accuracy"])
+    plot_importance(np.asarray(summary["importance"]), out / "importance.png")
+    write_atomic(out / "README.md", markdown(summary, command))
+    print((out / "README.md").read_text())
+    return 0
+
+
+def _curves_and_removal(args, runs, importance_path, splits, model_and_data) -> dict:
+    """The pruning curves and the removal record (made where missing); the summary."""
+    from headsize_tf.modeling.bert_encoder import plain_config
+    from headsize_tf.pruning import prune, remove_heads
+    from headsize_tf.pruning.report import max_fraction_within
+
     importance = np.asarray(json.loads(importance_path.read_text()))
     plan = {
         "importance": {"mode": "importance", "recompute": False},
@@ -142,8 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, kwargs in plan.items():
         path = runs / (name.replace(" ", "_").replace("(", "").replace(")", "") + ".json")
         if path.exists():
-            print(f"[skip] {path}")
+            if not args.report_only:
+                print(f"[skip] {path}")
         else:
+            model, data = model_and_data(path)
             print(f"[run] {name}", flush=True)
             steps = prune.pruning_curve(
                 model, data, target_fraction=args.target_fraction, step=args.step, **kwargs
@@ -165,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown[f"random ({len(random_names)} seeds)"] = random_curve
     summary = {
         "unpruned_accuracy": curves["importance"][0]["metric"],
-        "dev_examples": len(data.eval_labels),
+        "dev_examples": len(splits()["dev"][1]),
         "importance": importance.tolist(),
         "curves": {
             k: [{kk: vv for kk, vv in s.items() if kk != "mask"} for s in v]
@@ -178,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     point = next(s for s in curves[best_name] if abs(s["fraction"] - fraction) < 1e-9)
     removal_path = runs / "removal.json"
     if fraction > 0 and not removal_path.exists():
+        model, data = model_and_data(removal_path)
         pruned = prune.with_encoder(model, remove_heads(model.encoder, np.asarray(point["mask"])))
         write_json(
             removal_path,
@@ -193,16 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if removal_path.exists():
         summary["removal"] = json.loads(removal_path.read_text())
-    command = "python -m headsize_tf.experiments.pruning_study " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    summary["command"] = command
-    write_json(out / "pruning.json", summary)
-    plot_curves(shown, out / "pruning.png", baseline=summary["unpruned_accuracy"])
-    plot_importance(importance, out / "importance.png")
-    write_atomic(out / "README.md", markdown(summary, command))
-    print((out / "README.md").read_text())
-    return 0
+    return {**summary, "shown": shown}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import write_atomic, write_json
+from headsize_tf.experiments._steps import add_study_options, study_command
 
 # The verdict rules and the plot are shared with `reproduction` (its `report`); `compare`,
 # `r1_pairs`, `verdicts` and `plot` stay this module's names too.
@@ -281,10 +281,7 @@ def markdown(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
-    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction")
+    add_study_options(parser, work_dir="reproduce")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument(
@@ -301,26 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only these models (e.g. std_w64_h8_p8 fixed_w64_h8_p32)",
     )
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="rebuild the summary from the run files without training",
-    )
-    parser.add_argument(
-        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
-    )
     args = parser.parse_args(argv)
     if args.report_only:
         experiments = selected(args)
         summary = summarize(pathlib.Path(args.output), experiments)
     else:
         summary = run_all(args)
-    given = [
-        a
-        for a in (sys.argv[1:] if argv is None else argv)
-        if a not in ("--report-only", "--summarize-only")
-    ]
-    command = "python -m headsize_tf.experiments.reproduce " + " ".join(given)
+    command = study_command("headsize_tf.experiments.reproduce", argv)
     out = pathlib.Path(args.output)
     planned = len({r["key"] for rows in summary.values() for r in rows}) * len(args.seeds)
     finished = len(list((out / "runs").glob("*.json")))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
-from headsize_tf.experiments._steps import Steps
+from headsize_tf.experiments._steps import Steps, add_study_options, study_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "official_configs" / "headsize_nmt_gettext_de_small.yaml"
@@ -198,10 +198,7 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
-    parser.add_argument("--work-dir", default="/tmp/headsize_translation_pruning")
+    add_study_options(parser, work_dir="translation_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument(
@@ -212,20 +209,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="shuffle seeds of the importance batches, one schedule each",
     )
     args = parser.parse_args(argv)
-    from headsize_tf.data import corpora
-    from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
-
-    quiet_tensorflow()
     out = pathlib.Path(args.output)
-    work = pathlib.Path(args.work_dir)
-    data_dir = str(corpora.prepare("gettext_de", args.data_dir).parent)
-    model_dir = str(work / f"nmt_steps{args.steps}")
-    with native_logs_to(work / "native.log"):
-        _run(args, out, work, model_dir, data_dir)
-    command = "python -m headsize_tf.experiments.translation_pruning_study " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    summarize(out, command)
+    if not args.report_only:
+        from headsize_tf.data import corpora
+        from headsize_tf.experiments.reproduction.runners import quiet_tensorflow
+
+        quiet_tensorflow()
+        work = pathlib.Path(args.work_dir)
+        data_dir = str(corpora.prepare("gettext_de", args.data_dir).parent)
+        model_dir = str(work / f"nmt_steps{args.steps}")
+        with native_logs_to(work / "native.log"):
+            _run(args, out, work, model_dir, data_dir)
+    try:
+        summarize(out, study_command("headsize_tf.experiments.translation_pruning_study", argv))
+    except (OSError, KeyError) as err:
+        print(f"error: --output {out} lacks the study's records ({err})", file=sys.stderr)
+        return 2
     print((out / "README.md").read_text())
     return 0
 

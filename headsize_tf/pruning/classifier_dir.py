@@ -11,7 +11,7 @@ classifier's attention is converted into collaborative heads
 (`headsize_tf.reparam.classifier_dir`), and the result is written as an ordinary
 model_dir: the encoder's config lists the kept heads per layer (or the
 collaborative spec) and the trained head is kept, so `train --mode eval`,
-`export --model_dir` and a further `prune` read it like any other run.
+`export --model-dir` and a further `prune` read it like any other run.
 """
 
 from __future__ import annotations

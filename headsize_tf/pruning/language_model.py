@@ -246,7 +246,7 @@ def prune_language_model(
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """`headsize-tf prune --model_dir` of a causal LM: importance, curve, removal, save.
+    """`headsize-tf prune --model-dir` of a causal LM: importance, curve, removal, save.
 
     Args:
       model_dir: A `headsize_lm/language_modeling` model_dir.

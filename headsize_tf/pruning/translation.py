@@ -313,7 +313,7 @@ def prune_translation_model(
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """`headsize-tf prune --model_dir` of a translation model: importance, curve, removal.
+    """`headsize-tf prune --model-dir` of a translation model: importance, curve, removal.
 
     Args:
       model_dir: A `headsize_seq2seq/translation` model_dir.

@@ -1,6 +1,6 @@
 """Collaborative heads for a sentence classifier trained by `headsize-tf train`.
 
-`compress --model_dir` of a `headsize_bert/sentence_prediction` run: its
+`compress --model-dir` of a `headsize_bert/sentence_prediction` run: its
 `HeadsizeBertEncoder` becomes collaborative attention (CP of every layer's
 stacked `W_Q^(h) W_K^(h)^T`, `headsize_tf.reparam.compress_encoder`), its
 trained classification head is kept, and the result is an ordinary model_dir

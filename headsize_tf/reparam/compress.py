@@ -43,7 +43,7 @@ def encoder_yaml(sentence_encoder: SentenceEncoder, checkpoint_dir: pathlib.Path
     }
     header = (
         "# Starts a headsize_bert/* experiment from this checkpoint; pass it as a second\n"
-        "# --config_file after the task's own config (its vocab_size must match the data).\n"
+        "# --config-file after the task's own config (its vocab_size must match the data).\n"
     )
     return header + yaml.safe_dump(body, sort_keys=False)
 

@@ -1,4 +1,4 @@
-"""`headsize-tf convert --model_dir`: a trained LM or translation model with shared K/V heads.
+"""`headsize-tf convert --model-dir`: a trained LM or translation model with shared K/V heads.
 
 `convert_model_dir` converts a `headsize-tf train` model_dir's attention into
 grouped-query heads, a shared latent or collaborative heads (the one driver,
@@ -250,7 +250,7 @@ def convert_model_dir(
     """Converts a trained LM or translation model_dir's attention; see the module doc.
 
     Encoder-only model_dirs (masked-LM pretraining, sentence classifiers)
-    convert to collaborative heads only, through `compress --model_dir`'s
+    convert to collaborative heads only, through `compress --model-dir`'s
     driver (`compress_model_dir` / `compress_classifier_dir`, whose report it
     returns); grouped and latent heads are for decoders.
 

@@ -1,12 +1,12 @@
 """Collaborative heads for a model trained by `headsize-tf train` (Cordonnier et al. 2020, Sec. 4).
 
-`compress --model_dir` converts every attention layer of a trained model_dir into
+`compress --model-dir` converts every attention layer of a trained model_dir into
 collaborative attention with a shared query/key size `D` by the CP decomposition of
 its stacked per-head `W_Q^(h) W_K^(h)^T` (exact at full rank) and writes the result
 as an ordinary model_dir of the same experiment: the config holds the collaborative
 spec, every other weight (embeddings, feed-forward layers, LayerNorms, the task's
 head: masked-LM, LM or translation output) is copied, so `train` fine-tunes it
-further, `export --model_dir` serves it and the report compares the task's own
+further, `export --model-dir` serves it and the report compares the task's own
 validation metrics before and after.
 
 Experiments: masked-LM pretraining (the encoder converts, its MLM head is kept),
@@ -316,7 +316,7 @@ def compress_model_dir(
     progress: bool = True,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """`headsize-tf compress --model_dir` of a pretraining, LM or translation run.
+    """`headsize-tf compress --model-dir` of a pretraining, LM or translation run.
 
     Args:
       model_dir: A `headsize-tf train` model_dir of one of `EXPERIMENTS`.
@@ -339,7 +339,7 @@ def compress_model_dir(
     experiment = train.experiment_of(model_dir)
     if experiment not in EXPERIMENTS:
         raise ValueError(
-            f"{model_dir} is a {experiment} model_dir; compress --model_dir takes "
+            f"{model_dir} is a {experiment} model_dir; compress --model-dir takes "
             f"{', '.join(EXPERIMENTS)} and headsize_bert/sentence_prediction runs."
         )
     check_output(output, overwrite)

@@ -54,7 +54,7 @@ def serving_module(
 
     if task == "translation":
         if not model_dir:
-            raise ValueError("--task translation needs --model_dir of a headsize_seq2seq run.")
+            raise ValueError("--task translation needs --model-dir of a headsize_seq2seq run.")
         extra = {"beam_size": beam_size}
         if max_decode_length:
             extra["max_decode_length"] = max_decode_length
@@ -62,7 +62,7 @@ def serving_module(
     classifier = None
     if task == "lm":
         if not model_dir:
-            raise ValueError("--task lm needs --model_dir of a headsize_lm/language_modeling run.")
+            raise ValueError("--task lm needs --model-dir of a headsize_lm/language_modeling run.")
         encoder, classifier = experiment_language_model(model_dir, vocab_file)
     elif model_dir and task == "embedding":
         encoder = experiment_sentence_encoder(model_dir, vocab_file)
@@ -74,7 +74,7 @@ def serving_module(
         classifier = prune.load_classifier(checkpoint) if checkpoint else None
         if classifier is None:
             raise ValueError(
-                "--task sentence_prediction needs --model_dir or --checkpoint DIR with a "
+                "--task sentence_prediction needs --model-dir or --checkpoint DIR with a "
                 f"classifier head ({prune.HEAD_FILE}, written by `headsize-tf prune`)."
             )
         encoder = classifier.sentence_encoder

@@ -63,7 +63,7 @@ def build_params(
             params = hyperparams.override_params_dict(params, params_override, is_strict=True)
         except (KeyError, ValueError, AttributeError) as err:
             raise ConfigError(
-                f"--params_override {params_override!r}: {_field_error(err)}"
+                f"--params-override {params_override!r}: {_field_error(err)}"
             ) from None
 
     model = params.task.model

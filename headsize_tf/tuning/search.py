@@ -388,7 +388,7 @@ def write_results(output, experiment, config_files, objective, data_dir=None) ->
         text = (
             f"# Best trial {best['trial_id']} of `headsize-tf tune`: {objective.name} = "
             f"{best['metrics'][objective.name]:.6g}\n"
-            f"# headsize-tf train --experiment {experiment} --config_file best.yaml ...\n"
+            f"# headsize-tf train --experiment {experiment} --config-file best.yaml ...\n"
         )
         write_atomic(
             pathlib.Path(output) / "best.yaml",

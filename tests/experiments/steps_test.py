@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 
-from headsize_tf.experiments._steps import Steps
+import pytest
+
+from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options, study_command
 
 
 def test_reuses_a_finished_step_by_its_file(tmp_path, capsys):
@@ -43,3 +47,52 @@ def test_a_changed_setting_redoes_the_step_and_numbering(tmp_path, capsys):
     assert lines[5] == "[1/3] data"
     assert lines[6].startswith("[2/3] step a: reusing ")
     assert lines[7] == "[3/3] step b ..."
+
+
+def test_report_only_reuses_records_and_refuses_missing_ones(tmp_path, capsys):
+    Steps(tmp_path).run("a", "step a", lambda: {"x": 1})
+    capsys.readouterr()
+    report = Steps(tmp_path, report_only=True)
+    assert report.run("a", "step a", lambda: {"x": 2})["x"] == 1
+    with pytest.raises(MissingRun, match=r"--report-only: .*b\.json is missing"):
+        report.run("b", "step b", lambda: {"x": 3})
+    assert not (tmp_path / "runs" / "b.json").exists()
+    assert capsys.readouterr().out == ""  # Reporting prints no progress lines.
+
+
+def test_study_options_and_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    add_study_options(parser, work_dir="lm_pruning")
+    args = parser.parse_args(["--output", "o", "--summarize-only"])
+    assert args.report_only and args.output == "o"
+    assert args.work_dir == str(tmp_path / "headsize_tf" / "work" / "lm_pruning")
+    assert "--summarize-only" not in parser.format_help()
+    assert "--report-only" in parser.format_help()
+    argv = ["--output", "o", "--report-only", "--steps", "5"]
+    assert study_command("m", argv) == "python -m m --output o --steps 5"
+
+
+# Every study main: --report-only on an output without records exits 2, one line, no run.
+STUDIES = [
+    ("compression_study", []),
+    ("pruning_study", []),
+    ("kv_sharing_study", ["--quick"]),
+    ("kv_translation_study", []),
+    ("lm_pruning_study", []),
+    ("translation_pruning_study", []),
+]
+
+
+@pytest.mark.parametrize("module,extra", STUDIES, ids=[s[0] for s in STUDIES])
+def test_report_only_without_records_is_a_one_line_error(module, extra, tmp_path, capsys):
+    main = importlib.import_module(f"headsize_tf.experiments.{module}").main
+    out = tmp_path / "study"
+    argv = ["--output", str(out), "--report-only", "--work-dir", str(tmp_path / "w"), *extra]
+    if module in ("compression_study", "pruning_study", "kv_sharing_study"):
+        argv.remove("--work-dir")
+        argv.remove(str(tmp_path / "w"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and str(out) in err
+    assert not (tmp_path / "w").exists()

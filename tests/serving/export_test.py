@@ -115,7 +115,7 @@ class ExportTest(tf.test.TestCase):
         ]
         self.assertEqual(cli.main(bad), 2)
         self.assertIn(
-            "needs --model_dir or --checkpoint DIR with a classifier head",
+            "needs --model-dir or --checkpoint DIR with a classifier head",
             self.capsys.readouterr().err,
         )
 

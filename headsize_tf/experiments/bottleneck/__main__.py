@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from headsize_tf.experiments import bottleneck_report
+from headsize_tf.experiments._steps import add_study_options
 from headsize_tf.experiments.bottleneck import runners
 from headsize_tf.experiments.bottleneck.plan import load_runs
 from headsize_tf.experiments.bottleneck.presets import PRESETS
@@ -23,16 +24,8 @@ from headsize_tf.experiments.bottleneck.report import write_report
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
+    add_study_options(parser)
     parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
-    parser.add_argument(
-        "--report-only", action="store_true", help="summarize the finished runs, train nothing"
-    )
-    parser.add_argument(
-        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
-    )
     parser.add_argument(
         "--only",
         action="append",

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from headsize_tf.core.io import native_logs_to, write_atomic, write_json
+from headsize_tf.experiments._steps import add_study_options
 from headsize_tf.experiments.reproduction.plan import plan
 from headsize_tf.experiments.reproduction.presets import PRESETS
 from headsize_tf.experiments.reproduction.report import markdown, plot, verdicts
@@ -38,10 +39,7 @@ from headsize_tf.experiments.reproduction.sweep import load_runs, pending
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
-    )
-    parser.add_argument("--work-dir", default="/tmp/headsize_reproduction_v2")
+    add_study_options(parser, work_dir="reproduction")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument(
         "--max-runs",
@@ -70,14 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="tf_keras: Model Garden's trainer (default); keras3: the Keras 3 "
         "runner on KERAS_BACKEND (e.g. jax, where TensorFlow is absent); "
         "its runs form a grid of their own",
-    )
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="rebuild the summary from the run files without training",
-    )
-    parser.add_argument(
-        "--summarize-only", dest="report_only", action="store_true", help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the

@@ -336,7 +336,7 @@ def export_source(
     path = pathlib.Path(checkpoint) if checkpoint else None
     if path is None or path.suffix != ".keras" or not path.is_file():
         raise ValueError(
-            "--task lm --framework keras3 needs --checkpoint FILE.keras, a saved Keras 3 "
+            "--task lm --framework keras3 needs --model-file FILE.keras, a saved Keras 3 "
             f"CausalLM; got {str(path) if path else model!r}."
         )
     if not vocab_file or not os.path.isfile(vocab_file):
