@@ -35,6 +35,7 @@ JAX_GROUPS = {
     ],
     "layers_and_tools": [
         "layers/layers",
+        "layers/layer_contract",
         "layers/training",
         "layers/cross_framework",
         "layers/per_head_mask",
@@ -75,9 +76,9 @@ JAX_DESELECT = [
     "test_hub_decoder_loads_with_equal_logits_and_saves_back[llama3_rope_scaling]",
     "tests/keras3/pretrained/hub_decoders_test.py::"
     "test_hub_decoder_loads_with_equal_logits_and_saves_back[qwen2]",
-    # fit on JAX: one attention kind (the trainer is the same for all).
-    "tests/keras3/layers/training_test.py::test_fit_reduces_the_loss[fixed_head]",
-    "tests/keras3/layers/training_test.py::test_fit_reduces_the_loss[collaborative]",
+    # fit on JAX: standard, grouped and latent (the trainer is the same for all kinds).
+    "tests/keras3/layers/layer_contract_test.py::test_fit_lowers_the_loss[FixedHeadAttention]",
+    "tests/keras3/layers/layer_contract_test.py::test_fit_lowers_the_loss[CollaborativeAttention]",
     "tests/keras3/layers/shared_kv_test.py::test_cache_holds_exactly_the_formulas_bytes",
     "tests/keras3/reparam/kv_convert_test.py::"
     "test_per_layer_sizes_give_a_per_layer_spec_and_cached_greedy_equals_uncached",

@@ -1,4 +1,7 @@
-"""GroupedAttention: numpy oracle, exact conversion, Model Garden's layer, cache, contract."""
+"""GroupedAttention: numpy oracle, exact conversion, Model Garden's layer, cache, arguments.
+
+The contract every attention layer meets is checked in layer_contract_test.py.
+"""
 
 import numpy as np
 import tensorflow as tf
@@ -13,8 +16,8 @@ from headsize_tf.layers.factory import make_attention
 from headsize_tf.layers.roles import assign_weights, numpy_weights
 from headsize_tf.reparam.convert import attention_weights
 from tests import kv_oracle
-from tests.layers import shared_kv_util as util
-from tests.layers.shared_kv_util import HEADS, WIDTH
+from tests.layers import layer_check as util
+from tests.layers.layer_check import HEADS, WIDTH
 
 GATES = np.array([1.0, 0.5, 0.0, 1.0], np.float32)
 
@@ -23,10 +26,7 @@ def make(groups=2, **kwargs):
     return GroupedAttention(num_heads=HEADS, num_kv_heads=groups, **kwargs)
 
 
-def spec_of(head_size=None, value_dim=None, groups=2):
-    return AttentionSpec(
-        "grouped", num_heads=HEADS, num_kv_heads=groups, head_size=head_size, value_dim=value_dim
-    )
+SPEC = AttentionSpec("grouped", num_heads=HEADS, num_kv_heads=2)
 
 
 class GroupedOracleTest(tf.test.TestCase, parameterized.TestCase):
@@ -148,22 +148,10 @@ class GroupedCacheTest(tf.test.TestCase, parameterized.TestCase):
         )
 
     def test_cache_bytes_match_core_kv_cache(self):
-        util.check_cache_bytes(self, make, spec_of())
+        util.check_cache_bytes(self, make, SPEC)
 
 
-class GroupedContractTest(tf.test.TestCase, parameterized.TestCase):
-    def test_config_round_trip_and_parameter_count(self):
-        util.check_config_and_params(self, make, spec_of)
-
-    def test_keras_and_savedmodel_round_trip(self):
-        util.check_saving(self, make)
-
-    def test_trains_with_fit(self):
-        util.check_fit(self, make)
-
-    def test_mixed_precision(self):
-        util.check_mixed_precision(self, make)
-
+class GroupedApiTest(tf.test.TestCase, parameterized.TestCase):
     def test_compute_attention_override_gets_grouped_projections(self):
         calls = []
 
@@ -200,7 +188,7 @@ class GroupedContractTest(tf.test.TestCase, parameterized.TestCase):
             make()(x, x)
 
     def test_factory_and_roles(self):
-        layer = make_attention(spec_of(), name="attn")
+        layer = make_attention(SPEC, name="attn")
         self.assertIsInstance(layer, GroupedAttention)
         x, _ = util.inputs()
         layer(x, x)

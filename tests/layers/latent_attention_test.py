@@ -1,4 +1,7 @@
-"""LatentAttention: numpy oracle, exact full-rank conversion, absorbed decoding, contract."""
+"""LatentAttention: numpy oracle, exact full-rank conversion, absorbed decoding, arguments.
+
+The contract every attention layer meets is checked in layer_contract_test.py.
+"""
 
 import numpy as np
 import tensorflow as tf
@@ -11,8 +14,8 @@ from headsize_tf.layers.factory import make_attention
 from headsize_tf.layers.roles import assign_weights, numpy_weights
 from headsize_tf.reparam.convert import attention_weights
 from tests import kv_oracle
-from tests.layers import shared_kv_util as util
-from tests.layers.shared_kv_util import HEADS, WIDTH
+from tests.layers import layer_check as util
+from tests.layers.layer_check import HEADS, WIDTH
 
 GATES = np.array([1.0, 0.5, 0.0, 1.0], np.float32)
 RANK = 6
@@ -22,10 +25,7 @@ def make(**kwargs):
     return LatentAttention(num_heads=HEADS, kv_latent_dim=RANK, **kwargs)
 
 
-def spec_of(head_size=None, value_dim=None):
-    return AttentionSpec(
-        "latent", num_heads=HEADS, kv_latent_dim=RANK, head_size=head_size, value_dim=value_dim
-    )
+SPEC = AttentionSpec("latent", num_heads=HEADS, kv_latent_dim=RANK)
 
 
 class LatentOracleTest(tf.test.TestCase, parameterized.TestCase):
@@ -100,22 +100,12 @@ class LatentCacheTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(a_cache["latent"], b_cache["latent"])
 
     def test_cache_bytes_match_core_kv_cache(self):
-        util.check_cache_bytes(self, make, spec_of())
+        util.check_cache_bytes(self, make, SPEC)
 
 
-class LatentContractTest(tf.test.TestCase, parameterized.TestCase):
-    def test_config_round_trip_and_parameter_count(self):
-        util.check_config_and_params(self, make, spec_of)
+class LatentApiTest(tf.test.TestCase, parameterized.TestCase):
+    def test_absorb_round_trips_through_the_config(self):
         self.assertFalse(LatentAttention.from_config(make(absorb=False).get_config()).absorb)
-
-    def test_keras_and_savedmodel_round_trip(self):
-        util.check_saving(self, make)
-
-    def test_trains_with_fit(self):
-        util.check_fit(self, make)
-
-    def test_mixed_precision(self):
-        util.check_mixed_precision(self, make)
 
     def test_compute_attention_override_gets_up_projected_heads(self):
         calls = []
@@ -158,7 +148,7 @@ class LatentContractTest(tf.test.TestCase, parameterized.TestCase):
             make()(x, x)
 
     def test_factory_and_roles(self):
-        layer = make_attention(spec_of(), name="attn")
+        layer = make_attention(SPEC, name="attn")
         self.assertIsInstance(layer, LatentAttention)
         x, _ = util.inputs()
         layer(x, x)

@@ -1,20 +1,20 @@
-"""Keras 3 layers: numpy oracles, equivalences, stock-MHA weights, paths, gates, cache, config."""
+"""Keras 3 layers: numpy oracles, equivalences, stock-MHA weights, paths, gates, cache, options.
+
+The contract every layer meets (build, config, parameter count, saving, masks, dtype
+policies, fit) is checked in layer_contract_test.py.
+"""
 
 from __future__ import annotations
-
-import inspect
 
 import keras
 import numpy as np
 import pytest
 
-from headsize_tf.core import params as hs_params
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.layers import (
     CollaborativeAttention,
     ConcatenateMixing,
     FixedHeadAttention,
-    HeadAttentionBase,
     StandardAttention,
 )
 from headsize_tf.keras3.layers.factory import make_attention
@@ -242,43 +242,6 @@ def test_weights_port_both_ways_with_stock_mha(make, key_dim, value_dim):
     np.testing.assert_allclose(np_(stock_call(back)), np_(fresh(x, y)), atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "kind, head_size, value_dim",
-    [
-        ("standard", None, None),
-        ("fixed_head", 6, None),
-        ("fixed_head", 6, 3),
-        ("collaborative", None, None),
-        ("collaborative", None, 5),
-    ],
-)
-def test_count_params_is_the_formula_and_gates_are_not_weights(kind, head_size, value_dim):
-    x, _ = util.data(6, 6)
-    kwargs = {} if value_dim is None else {"value_dim": value_dim}
-    if kind == "standard":
-        layer = StandardAttention(4, **kwargs)
-    elif kind == "fixed_head":
-        layer = FixedHeadAttention(4, head_size=head_size, **kwargs)
-    else:
-        layer = CollaborativeAttention(4, shared_key_dim=12, **kwargs)
-    assert layer(x, x).shape == x.shape
-    formula = hs_params.attention_params(
-        kind,
-        WIDTH,
-        num_heads=4,
-        head_size=head_size,
-        shared_key_dim=12 if kind == "collaborative" else None,
-        value_dim=value_dim,
-    )
-    assert layer.count_params() == formula.total
-    np.testing.assert_array_equal(np_(layer.head_gates), np.ones(4))
-    assert all(w is not layer.head_gates for w in layer.weights)
-    assert any(v is layer.head_gates for v in layer.variables)
-    assert any(v is layer.head_gates for v in layer.non_trainable_variables)
-    if value_dim is not None:
-        assert tuple(layer.value_dense.kernel.shape) == (WIDTH, 4, value_dim)
-
-
 # -------------------------------------------------------------------- gates
 @pytest.mark.parametrize("kind", list(util.KINDS))
 def test_head_gate_equals_zeroed_context(kind):
@@ -314,25 +277,6 @@ def test_head_mask_reaches_compiled_predict(kind):
     np.testing.assert_allclose(after, np_(layer(x, x)), atol=1e-5)
 
 
-# -------------------------------------------------------------- keras masks
-@pytest.mark.parametrize("kind", list(util.KINDS))
-def test_keras_masks_equal_attention_mask(kind):
-    layer = util.make(kind)
-    x, y = util.data()
-    value_mask = np.ones((2, 7), bool)
-    value_mask[0, 5:] = False
-    full = np.broadcast_to(value_mask[:, None, :], (2, 5, 7))
-    expected = np_(layer(x, y, attention_mask=full))
-    np.testing.assert_allclose(np_(layer(x, y, value_mask=value_mask)), expected, atol=1e-5)
-    # A mask from an Embedding(mask_zero=True) reaches the layer as query/value masks.
-    tokens = keras.Input((5,), dtype="int32")
-    embedded = keras.layers.Embedding(10, WIDTH, mask_zero=True)(tokens)
-    model = keras.Model(tokens, util.make(kind)(embedded, embedded))
-    ids = np.array([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]], np.int32)
-    out = model.predict(ids, verbose=0)
-    assert np.all(np.isfinite(out))
-
-
 # -------------------------------------------------------------------- cache
 @pytest.mark.filterwarnings("ignore:You are using a softmax over axis")
 @pytest.mark.parametrize("kind", list(util.KINDS))
@@ -361,20 +305,7 @@ def test_incremental_decoding_equals_causal_full(kind):
         assert layer.cache_shapes(2, 4)["key"] == [2, 4, 4, 6]
 
 
-# ------------------------------------------------------------------- shapes
-@pytest.mark.parametrize("kind", list(util.KINDS))
-def test_scores_and_output_shapes(kind):
-    x, y = util.data()
-    out, scores = util.make(kind)(x, y, return_attention_scores=True)
-    assert tuple(out.shape) == (2, 5, WIDTH)
-    assert tuple(scores.shape) == (2, util.make(kind).num_heads, 5, 7)
-    assert tuple(util.make(kind, output_shape=10)(x, y).shape) == (2, 5, 10)
-    q, kv = keras.Input((5, WIDTH)), keras.Input((7, WIDTH))
-    sym_out, sym_scores = util.make(kind)(q, kv, return_attention_scores=True)
-    assert tuple(sym_out.shape) == (None, 5, WIDTH)
-    assert tuple(sym_scores.shape) == (None, util.make(kind).num_heads, 5, 7)
-
-
+# ----------------------------------------------------------- other options
 @pytest.mark.parametrize("kind", list(util.KINDS))
 def test_dropout_only_in_training(kind):
     layer = util.make(kind, dropout=0.5, seed=3)
@@ -402,36 +333,6 @@ def test_use_gate_and_sliding_window(kind):
         assert stock.count_params() == layer.count_params()
         stock.set_weights(layer.get_weights())
         np.testing.assert_allclose(np_(stock(x, x, use_causal_mask=True)), np_(out), atol=1e-5)
-
-
-# ------------------------------------------------------------------- config
-def _constructor_args(cls) -> set[str]:
-    names = set()
-    for klass in (cls, HeadAttentionBase):
-        for name, param in inspect.signature(klass.__init__).parameters.items():
-            if name != "self" and param.kind is not inspect.Parameter.VAR_KEYWORD:
-                names.add(name)
-    return names
-
-
-@pytest.mark.parametrize("kind", list(util.KINDS))
-def test_config_has_every_constructor_arg_and_round_trips(kind):
-    layer = util.make(
-        kind, dropout=0.1, seed=7, kernel_initializer="he_normal", flash_attention=False
-    )
-    config = layer.get_config()
-    assert _constructor_args(type(layer)) <= set(config), _constructor_args(type(layer)) - set(
-        config
-    )
-    assert "key_dim" not in config
-    assert config["flash_attention"] is False
-    clone = type(layer).from_config(config)
-    assert clone.get_config() == config
-    x, y = util.data()
-    layer(x, y)
-    clone(x, y)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(np_(clone(x, y)), np_(layer(x, y)), atol=1e-6)
 
 
 def test_mixing_initializers():

@@ -1,4 +1,8 @@
-"""Keras 3 grouped-query and shared-latent attention: oracles, conversions, cache, stock GQA."""
+"""Keras 3 grouped-query and shared-latent attention: oracles, conversions, cache, stock GQA.
+
+The contract every layer meets (build, config, parameter count, saving, masks, dtype
+policies, fit) is checked in layer_contract_test.py.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,13 @@ import numpy as np
 import pytest
 
 from headsize_tf.core import kv_cache, kv_sharing
-from headsize_tf.core import params as hs_params
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.layers import GroupedAttention, LatentAttention, StandardAttention
 from headsize_tf.keras3.layers.factory import make_attention
 from headsize_tf.keras3.layers.roles import assign_weights, numpy_weights
 from tests import kv_oracle
 from tests.keras3 import util
+from tests.keras3.layers import layer_check
 
 WIDTH = util.WIDTH
 
@@ -23,19 +27,13 @@ def _built(layer, x, y):
     return layer
 
 
-def _random_biases(layer, seed=0):
-    rng = np.random.default_rng(seed)
-    for weight in layer.weights:
-        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
-
-
 def _source(x, y, seed=0):
     """A StandardAttention with random weights and biases (4 heads of 4)."""
     source = _built(StandardAttention(num_heads=4), x, y)
     # Stock Keras 3 MHA gives fully masked rows zero weights on its einsum path (and another
     # answer through `ops.dot_product_attention`): compare with the einsum path.
     source._force_einsum = True
-    _random_biases(source, seed)
+    layer_check.randomize(source, seed)
     source.set_head_mask([1.0, 0.0, 0.5, 1.0])
     return source
 
@@ -44,7 +42,7 @@ def _source(x, y, seed=0):
 def test_grouped_matches_the_oracle(groups):
     x, y = util.data()
     layer = _built(GroupedAttention(num_heads=4, num_kv_heads=groups, value_dim=3), x, y)
-    _random_biases(layer, 1)
+    layer_check.randomize(layer, 1)
     layer.set_head_mask([1.0, 0.3, 0.0, 1.0])
     mask = util.padding_mask(2, 5, 7)
     mask[1, 2] = False  # A fully masked row: zero weights, as stock Keras 3 MHA.
@@ -60,7 +58,7 @@ def test_grouped_matches_the_oracle(groups):
 def test_latent_matches_the_oracle_with_a_per_head_mask():
     x, y = util.data()
     layer = _built(LatentAttention(num_heads=4, kv_latent_dim=6, head_size=5), x, y)
-    _random_biases(layer, 2)
+    layer_check.randomize(layer, 2)
     mask = np.random.default_rng(0).random((2, 4, 5, 7)) > 0.3
     mask[0, 3, 1] = False
     w = numpy_weights(layer)
@@ -139,7 +137,7 @@ def _decode_step_by_step(layer, x, fixed_length=False):
 def test_cached_decoding_equals_the_causal_call(make, fixed_length):
     x, _ = util.data(t=6, s=6)
     layer = _built(make(), x, x)
-    _random_biases(layer, 4)
+    layer_check.randomize(layer, 4)
     full = util.np_(layer(x, x, use_causal_mask=True))
     decoded, cache = _decode_step_by_step(layer, x, fixed_length)
     np.testing.assert_allclose(decoded, full, rtol=1e-4, atol=1e-5)
@@ -149,7 +147,7 @@ def test_cached_decoding_equals_the_causal_call(make, fixed_length):
 def test_absorbed_and_up_projected_decoding_agree_on_one_latent():
     x, _ = util.data(t=6, s=6, seed=5)
     absorbed = _built(LatentAttention(num_heads=4, kv_latent_dim=6), x, x)
-    _random_biases(absorbed, 5)
+    layer_check.randomize(absorbed, 5)
     plain = _built(LatentAttention(num_heads=4, kv_latent_dim=6, absorb=False), x, x)
     plain.set_weights(absorbed.get_weights())
     mask = util.causal_mask(2, 6, 6)
@@ -184,42 +182,6 @@ def test_cache_holds_exactly_the_formulas_bytes(spec, dtype):
     assert total == 2 * 4 * kv_cache.kv_cache_bytes_per_token(spec, WIDTH, dtype=dtype)
 
 
-@pytest.mark.parametrize(
-    "spec",
-    [
-        AttentionSpec("grouped", num_heads=4, num_kv_heads=2, head_size=6, value_dim=5),
-        AttentionSpec("latent", num_heads=4, kv_latent_dim=5),
-    ],
-)
-@pytest.mark.parametrize("use_bias", [True, False])
-def test_count_params_is_the_formula_and_config_round_trips(spec, use_bias):
-    x, _ = util.data()
-    layer = make_attention(spec, use_bias=use_bias)
-    layer(x, x)
-    assert layer.count_params() == hs_params.attention_params(spec, WIDTH, use_bias=use_bias).total
-    clone = type(layer).from_config(layer.get_config())
-    clone(x, x)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(util.np_(clone(x, x)), util.np_(layer(x, x)), atol=1e-6)
-    assert clone.get_config() == layer.get_config()
-
-
-def test_saved_model_file_round_trip(tmp_path):
-    inputs = keras.Input((5, WIDTH))
-    x = GroupedAttention(num_heads=4, num_kv_heads=2, name="gqa")(inputs, inputs)
-    x = LatentAttention(num_heads=4, kv_latent_dim=6, name="mla")(x, x)
-    model = keras.Model(inputs, x)
-    data, _ = util.data()
-    for layer in model.layers[1:]:
-        _random_biases(layer, 7)
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(util.np_(loaded(data)), util.np_(model(data)), atol=1e-6)
-    assert isinstance(loaded.get_layer("mla"), LatentAttention)
-    assert loaded.get_layer("gqa").num_kv_heads == 2
-
-
 def test_stock_grouped_query_attention_weights_map_in_exactly():
     x, y = util.data()
     stock = keras.layers.GroupQueryAttention(
@@ -249,7 +211,7 @@ def test_stock_grouped_query_attention_weights_map_in_exactly():
 def test_gating_a_head_removes_its_share_value_bias_included():
     x, y = util.data()
     layer = _built(GroupedAttention(num_heads=4, num_kv_heads=2), x, y)
-    _random_biases(layer, 8)
+    layer_check.randomize(layer, 8)
     full = util.np_(layer(x, y))
     layer.set_head_mask([1.0, 0.0, 1.0, 1.0])
     gated = util.np_(layer(x, y))
@@ -258,21 +220,6 @@ def test_gating_a_head_removes_its_share_value_bias_included():
     w["output_kernel"][1] = 0.0
     np.testing.assert_allclose(gated, kv_oracle.grouped(w, x, y), rtol=1e-4, atol=1e-5)
     assert np.max(np.abs(gated - full)) > 1e-3
-
-
-def test_fit_trains_both_layers():
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((6, 8))
-    h = GroupedAttention(num_heads=4, num_kv_heads=2)(inputs, inputs, use_causal_mask=True)
-    h = LatentAttention(num_heads=2, kv_latent_dim=4)(h, h, use_causal_mask=True)
-    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Flatten()(h)))
-    model.compile(keras.optimizers.Adam(1e-2), "mse")
-    rng = np.random.default_rng(0)
-    data = rng.normal(size=(64, 6, 8)).astype("float32")
-    target = data[:, :, 0].sum(-1, keepdims=True)
-    before = model.evaluate(data, target, verbose=0)
-    model.fit(data, target, epochs=15, batch_size=16, verbose=0)
-    assert model.evaluate(data, target, verbose=0) < 0.5 * before
 
 
 def test_bad_arguments_name_the_value():
