@@ -5,6 +5,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -19,7 +20,7 @@ STEPS = 40
 OVERRIDE = (
     f"trainer.train_steps={STEPS},trainer.checkpoint_interval=10,trainer.steps_per_loop=10,"
     "trainer.summary_interval=10,task.train_data.seed=1,task.train_data.deterministic=true,"
-    "task.train_data.global_batch_size=8,"
+    "task.train_data.global_batch_size=4,"
     "task.model.attention.kind=fixed_head,task.model.attention.head_size=32"
 )
 
@@ -85,27 +86,36 @@ class ResumeTest(tf.test.TestCase):
         step_at_kill = int(latest.rsplit("-", 1)[1])
         self.assertLess(step_at_kill, STEPS, "the kill came after training finished")
 
-        resumed = subprocess.run(
-            _command(killed_dir, self.data_dir),
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
-        self.assertIn(f"ckpt-{step_at_kill}", resumed.stderr + resumed.stdout)  # restored
-        # The uninterrupted reference runs in this process (the same `train.run` the
-        # command calls, with its default seed): a third process would only add its start.
-        reference_dir = str(self.tmp / "reference")
-        train.run(
-            "headsize_lm/language_modeling",
-            reference_dir,
-            [TINY_LM],
-            OVERRIDE,
-            mode="train",
-            data_dir=self.data_dir,
-            seed=0,
-        )
+        # The same command again resumes; meanwhile the uninterrupted reference trains in
+        # this process (the same `train.run` the command calls, with its default seed): a
+        # third process would only add its start.
+        with tempfile.TemporaryFile("w+") as out:
+            resumed = subprocess.Popen(
+                _command(killed_dir, self.data_dir),
+                env=_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                reference_dir = str(self.tmp / "reference")
+                train.run(
+                    "headsize_lm/language_modeling",
+                    reference_dir,
+                    [TINY_LM],
+                    OVERRIDE,
+                    mode="train",
+                    data_dir=self.data_dir,
+                    seed=0,
+                )
+                returncode = resumed.wait(timeout=600)
+            finally:
+                if resumed.poll() is None:
+                    resumed.kill()
+                    resumed.wait()
+            out.seek(0)
+            printed = out.read()
+        self.assertEqual(returncode, 0, printed[-2000:])
+        self.assertIn(f"ckpt-{step_at_kill}", printed)  # restored
 
         got = _model_and_optimizer_values(tf.train.latest_checkpoint(killed_dir))
         want = _model_and_optimizer_values(tf.train.latest_checkpoint(reference_dir))

@@ -24,13 +24,13 @@ SOURCE = np.array([[5, 8, 9, 12, 0, 0], [7, 7, 3, 4, 6, 2]], np.int32)  # 0 = pa
 START = np.array([[1], [1]], np.int32)
 
 
-def _model(attention_type="standard", **sizes):
+def _model(attention_type="standard", layers=2, **sizes):
     tf_keras.utils.set_random_seed(2)
     return HeadsizeSeq2Seq(
         vocab_size=40,
         hidden_size=64,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
         attention=AttentionSpec(attention_type, 4, **sizes),
         max_sequence_length=16,
         initializer_range=0.5,
@@ -73,7 +73,10 @@ class Seq2SeqTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(score_c, score_u, atol=1e-4)
 
     def test_learns_to_copy(self):
-        model = _model(attention_type="fixed_head", head_size=32)
+        # One encoder and one decoder layer: half the graph to trace and run of 2 + 2 (the
+        # tests above check the stacks), and it copies as well (0.68-0.71 of the tokens
+        # over three seeds, 0.68 with 2 + 2).
+        model = _model(attention_type="fixed_head", head_size=32, layers=1)
         rng = np.random.default_rng(0)
         source = rng.integers(3, 40, size=(256, 5)).astype(np.int32)
         decoder_in = np.concatenate([np.ones((256, 1), np.int32), source[:, :-1]], axis=1)

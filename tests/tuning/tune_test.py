@@ -13,15 +13,17 @@ from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LM_TINY = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
+# A trial is a short run: 12 steps of 4 sequences in one loop, one checkpoint, one
+# validation batch (the losses differ by configuration all the same).
 SHORT = """
 task:
-  train_data: {global_batch_size: 8}
+  train_data: {global_batch_size: 4}
 trainer:
   train_steps: 12
-  validation_steps: 2
-  steps_per_loop: 6
-  summary_interval: 6
-  checkpoint_interval: 6
+  validation_steps: 1
+  steps_per_loop: 12
+  summary_interval: 12
+  checkpoint_interval: 12
   validation_interval: 12
   optimizer_config:
     learning_rate: {polynomial: {initial_learning_rate: 0.003, decay_steps: 12}}
