@@ -15,22 +15,28 @@ from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "official_configs" / "headsize_bert_sentiment_tiny.yaml")
+# An eager training loop: a few steps of a tiny model run in less time than tracing the
+# loop's graph takes; the tests read the run's checkpoint and config, not its loop.
+EAGER = "trainer.train_tf_function=false,trainer.train_tf_while_loop=false"
+# Small batches: `prune --model_dir` scores heads on 16 training batches and measures dev
+# accuracy on 32 dev batches (the run's batch sizes) at every point of its curve.
 SHORT = (
-    "trainer.train_steps=40,trainer.validation_steps=2,trainer.steps_per_loop=20,"
-    "trainer.summary_interval=20,trainer.checkpoint_interval=40,trainer.validation_interval=40,"
-    "task.train_data.global_batch_size=16"
+    f"{EAGER},trainer.train_steps=8,trainer.validation_steps=2,trainer.steps_per_loop=8,"
+    "trainer.summary_interval=8,trainer.checkpoint_interval=8,trainer.validation_interval=8,"
+    "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=4"
 )
 
 
 @pytest.fixture(scope="module")
 def trained(sentiment_data_dir, tmp_path_factory):
-    """A tiny standard classifier (2 layers of 4 heads), 40 steps on Rotten Tomatoes."""
+    """A tiny standard classifier (2 layers of 4 heads), 8 steps on Rotten Tomatoes."""
     model_dir = str(tmp_path_factory.mktemp("clf") / "model")
     train.run(
         "headsize_bert/sentence_prediction",
         model_dir,
         [TINY],
         SHORT,
+        mode="train",  # The tests evaluate the model_dir themselves.
         data_dir=str(sentiment_data_dir),
     )
     return model_dir
@@ -111,9 +117,9 @@ def test_wrong_kind_of_model_dir_is_one_line(trained, tmp_path, capsys):
 
 MLM_TINY = str(ROOT / "official_configs" / "headsize_bert_pretraining_tiny.yaml")
 MLM_SHORT = (
-    "trainer.train_steps=8,trainer.validation_steps=1,trainer.steps_per_loop=8,"
-    "trainer.summary_interval=8,trainer.checkpoint_interval=8,trainer.validation_interval=8,"
-    "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=8"
+    f"{EAGER},trainer.train_steps=4,trainer.validation_steps=1,trainer.steps_per_loop=4,"
+    "trainer.summary_interval=4,trainer.checkpoint_interval=4,trainer.validation_interval=4,"
+    "task.train_data.global_batch_size=4,task.validation_data.global_batch_size=4"
 )
 
 
@@ -126,6 +132,7 @@ def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
         source_dir,
         [MLM_TINY],
         MLM_SHORT,
+        mode="train",
         data_dir=str(austen_data_dir),
     )
     out = tmp_path / "pruned"

@@ -52,11 +52,18 @@ def _pair_csv(path, n: int = 80, seed: int = 0):
     return path
 
 
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """The tiny random BERT of tests.hf_fixtures, loaded once (the tests only read it)."""
+    path = tmp_path_factory.mktemp("bert")
+    write_checkpoint(path)
+    return load_sentence_encoder(checkpoint=path)
+
+
 class PairInputTest(tf.test.TestCase):
     @pytest.fixture(autouse=True)
-    def _encoder(self, tmp_path):
-        write_checkpoint(tmp_path / "bert")
-        self.encoder = load_sentence_encoder(checkpoint=tmp_path / "bert")
+    def _encoder(self, tiny_encoder):
+        self.encoder = tiny_encoder
 
     def test_truncation_matches_bert(self):
         for len_a, len_b, budget in itertools.product(range(13), range(13), range(16)):
@@ -277,7 +284,7 @@ def test_issue_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
         "--output",
         str(out),
         "--finetune-epochs",
-        "0.5",
+        "0.25",  # One step of 32 examples.
         "--importance-examples",
         "16",
         "--step",

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -15,20 +16,50 @@ from headsize_tf.training import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
+# An eager training loop: a few steps of a tiny model run in less time than tracing the
+# loop's graph takes; the tests read the run's checkpoint and config, not its loop.
+EAGER = "trainer.train_tf_function=false,trainer.train_tf_while_loop=false"
+# Windows of 32 tokens (and 32 positions): `prune --model_dir` reads every window of the
+# model_dir's data (up to 256 of each split) and times decoding into the positions after a
+# 16-token prompt, so few, short windows keep the prune runs small.
+LENGTH = 32
 SHORT = (
-    "trainer.train_steps=30,trainer.validation_steps=1,trainer.steps_per_loop=15,"
-    "trainer.summary_interval=15,trainer.checkpoint_interval=30,trainer.validation_interval=30,"
-    "task.train_data.global_batch_size=8"
+    f"{EAGER},trainer.train_steps=4,trainer.validation_steps=1,trainer.steps_per_loop=4,"
+    "trainer.summary_interval=4,trainer.checkpoint_interval=4,trainer.validation_interval=4,"
+    "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=8,"
+    f"task.train_data.seq_length={LENGTH},task.validation_data.seq_length={LENGTH},"
+    f"task.model.max_sequence_length={LENGTH}"
 )
+
+
+def _short_windows(source: pathlib.Path, target: pathlib.Path, windows: int) -> None:
+    """The first `windows` windows of an Austen LM file, cut to `LENGTH + 1` tokens."""
+    spec = {"input_ids": tf.io.FixedLenFeature([129], tf.int64)}
+    with tf.io.TFRecordWriter(str(target)) as writer:
+        for record in tf.data.TFRecordDataset(str(source)).take(windows):
+            ids = tf.io.parse_single_example(record, spec)["input_ids"].numpy()[: LENGTH + 1]
+            feature = tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
+            example = tf.train.Example(features=tf.train.Features(feature={"input_ids": feature}))
+            writer.write(example.SerializeToString())
 
 
 @pytest.fixture(scope="module")
 def trained_lm(austen_data_dir, tmp_path_factory):
-    """A tiny standard-attention LM (2 layers of 4 heads), trained 30 steps on Austen."""
-    model_dir = str(tmp_path_factory.mktemp("lm") / "model")
-    train.run(
-        "headsize_lm/language_modeling", model_dir, [TINY_LM], SHORT, data_dir=str(austen_data_dir)
-    )
+    """A tiny standard-attention LM (2 layers of 4 heads), trained 4 steps on Austen
+    windows of 32 tokens (64 training, 32 validation windows, the real vocabulary)."""
+    root = tmp_path_factory.mktemp("lm")
+    data = root / "austen32"  # Not "austen": that folder name is the prepared corpus's.
+    data.mkdir()
+    shutil.copy(austen_data_dir / "austen" / "vocab.txt", data / "vocab.txt")
+    paths = {}
+    for split, field, windows in (("train", "train", 64), ("valid", "validation", 32)):
+        name = f"lm_{split}.tfrecord"
+        _short_windows(austen_data_dir / "austen" / name, data / name, windows)
+        paths[field] = f"task.{field}_data.input_path={data / name}"
+    model_dir = str(root / "model")
+    override = ",".join([SHORT, *paths.values()])
+    # mode="train": the tests read the checkpoint and config, not the run's evaluation.
+    train.run("headsize_lm/language_modeling", model_dir, [TINY_LM], override, mode="train")
     return model_dir
 
 

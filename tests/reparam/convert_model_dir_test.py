@@ -26,7 +26,12 @@ from headsize_tf.reparam import convert_dir
 from headsize_tf.training import train
 from tests.reparam.util import CONFIGS, FOUR_STEPS, VOCAB
 
-FAST = dict(eval_batches=1, decode_tokens=6, decode_batch=2, decode_repeats=2, progress=False)
+# An eager training loop: a few steps of a tiny model run in less time than tracing the
+# loop's graph takes; the tests read the run's checkpoint and config, not its loop.
+EAGER = "trainer.train_tf_function=false,trainer.train_tf_while_loop=false"
+# One generated token: the timed decoding traces the prompt step and one cached step per
+# model (a second cached step would trace again, at a longer cache).
+FAST = dict(eval_batches=1, decode_tokens=1, decode_batch=2, decode_repeats=2, progress=False)
 PROMPT = np.array([[5, 9, 11], [7, 300, 12]], np.int32)
 
 
@@ -74,7 +79,7 @@ def test_latent_lm_converts_uptrains_reloads_decodes_and_prunes(lm_dir, tmp_path
         step=0.25,
         importance_windows=8,
         eval_windows=8,
-        decode_tokens=4,
+        decode_tokens=1,
         progress=False,
     )
     assert pruned["heads_per_layer"]["pruned"] != [4, 4]
@@ -186,7 +191,11 @@ def test_translation_with_as_many_kv_heads_as_heads_is_the_source(tmp_path):
             "headsize_seq2seq/translation",
             model_dir,
             [str(CONFIGS / "cordonnier_nmt" / "tiny.yaml")],
-            FOUR_STEPS + ",task.model.vocab_size=25",
+            # One encoder layer: grouped targets convert the decoder's (2 layers) only.
+            # Validation pairs of 16 pieces: greedy BLEU decodes to the references' length.
+            f"{FOUR_STEPS},{EAGER},task.model.vocab_size=25,task.model.num_encoder_layers=1,"
+            "task.validation_data.max_seq_length=16",
+            mode="train",  # convert_model_dir evaluates before and after itself.
             data_dir=str(data_dir),
         )
         _, source = train.load_trained_model(model_dir)
@@ -233,7 +242,7 @@ def _weights(model_dir) -> list[np.ndarray]:
 
 
 def test_cli_convert_to_collaborative_is_compress(lm_dir, tmp_path, capsys):
-    fast = ["--eval-batches", "1", "--decode-tokens", "4"]
+    fast = ["--eval-batches", "1", "--decode-tokens", "1"]
     common = ["--model_dir", lm_dir, "--shared-key-dim", "32"]
     convert = ["convert", "--to", "collaborative", *common, "--output", str(tmp_path / "c"), *fast]
     assert cli.main(convert) == 0
@@ -254,7 +263,7 @@ def test_cli_convert_to_collaborative_is_compress(lm_dir, tmp_path, capsys):
 def test_cli_per_layer_kv_heads_and_sizes_the_model_rejects(lm_dir, tmp_path, capsys):
     out = tmp_path / "gqa"
     argv = ["convert", "--model_dir", lm_dir, "--to", "grouped", "--output", str(out)]
-    fast = ["--eval-batches", "1", "--decode-tokens", "2", "--method", "mean"]
+    fast = ["--eval-batches", "1", "--decode-tokens", "1", "--method", "mean"]
     assert cli.main([*argv, "--kv-heads", "1", "2", *fast]) == 0
     params, model = train.load_trained_model(str(out))
     assert params.task.model.attention.num_kv_heads == [1, 2]

@@ -16,10 +16,15 @@ from headsize_tf.reparam import model_dir as rmd
 from headsize_tf.training import train
 from tests.reparam.util import CONFIGS, FOUR_STEPS, VOCAB
 
+# An eager training loop: a few steps of a tiny model run in less time than tracing the
+# loop's graph takes; the tests read the run's checkpoint and config, not its loop.
+EAGER = "trainer.train_tf_function=false,trainer.train_tf_while_loop=false"
+
 
 def test_full_rank_lm_is_the_source_and_reloads(lm_dir, tmp_path):
     out = tmp_path / "collab"
-    report = rmd.compress_model_dir(lm_dir, 64, out, progress=False)  # 4 heads x 16: full rank
+    # 4 heads x 16: full rank. Two validation batches, as below.
+    report = rmd.compress_model_dir(lm_dir, 64, out, eval_batches=2, progress=False)
     assert max(layer["relative_error"] for layer in report["layers"]) < 1e-4
     assert report["after"]["validation_loss"] == pytest.approx(
         report["before"]["validation_loss"], rel=1e-4
@@ -68,13 +73,15 @@ def test_translation_model_at_full_rank_is_the_source(tmp_path):
     (data_dir / "wmt14").mkdir(parents=True)
     (data_dir / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))
     model_dir = str(tmp_path / "nmt")
-    override = FOUR_STEPS + ",task.model.vocab_size=25"
+    # One encoder layer and two decoder layers (self- and encoder-decoder attention each).
+    override = f"{FOUR_STEPS},{EAGER},task.model.vocab_size=25,task.model.num_encoder_layers=1"
     with tfds.testing.mock_data(num_examples=32, policy=tfds.testing.MockPolicy.USE_CODE):
         train.run(
             "headsize_seq2seq/translation",
             model_dir,
             [str(CONFIGS / "cordonnier_nmt" / "tiny.yaml")],
             override,
+            mode="train",  # compress_model_dir evaluates before and after itself.
             data_dir=str(data_dir),
         )
         _, source = train.load_trained_model(model_dir)
@@ -82,7 +89,7 @@ def test_translation_model_at_full_rank_is_the_source(tmp_path):
         report = rmd.compress_model_dir(
             model_dir, full, tmp_path / "out", eval_batches=2, progress=False
         )
-    assert len(report["layers"]) == len(source.attention_layers) == 6
+    assert len(report["layers"]) == len(source.attention_layers) == 1 + 2 * 2
     assert report["after"]["validation_loss"] == pytest.approx(
         report["before"]["validation_loss"], rel=1e-4
     )
@@ -101,7 +108,8 @@ def test_masked_lm_encoder_converts_and_keeps_its_head(austen_data_dir, tmp_path
         "headsize_bert/pretraining",
         model_dir,
         [str(CONFIGS / "headsize_bert_pretraining_tiny.yaml")],
-        FOUR_STEPS,
+        f"{FOUR_STEPS},{EAGER}",
+        mode="train",
         data_dir=str(austen_data_dir),
     )
     report = rmd.compress_model_dir(model_dir, 64, tmp_path / "out", eval_batches=2, progress=False)

@@ -99,18 +99,24 @@ class TranslationExportTest(tf.test.TestCase):
         (self.tmp / "wmt14").mkdir()
         (self.tmp / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))
         model_dir = str(self.tmp / "model")
+        # A few small training steps in an eager loop (a tiny model's steps take less time
+        # than tracing the loop's graph): the export reads the run's config and checkpoint.
         override = (
+            "trainer.train_tf_function=false,trainer.train_tf_while_loop=false,"
             "task.model.vocab_size=25,task.model.attention.kind=collaborative,"
-            "task.model.attention.shared_key_dim=32,trainer.train_steps=20,trainer.steps_per_loop=10,"
-            "trainer.summary_interval=10,trainer.checkpoint_interval=20,"
-            "trainer.validation_interval=20,trainer.validation_steps=1"
+            "task.model.attention.shared_key_dim=32,trainer.train_steps=4,trainer.steps_per_loop=4,"
+            "trainer.summary_interval=4,trainer.checkpoint_interval=4,"
+            "task.train_data.global_batch_size=8,"
+            # One layer each (the two-layer decoder's beam search export is tested above).
+            "task.model.num_encoder_layers=1,task.model.num_decoder_layers=1"
         )
-        with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
+        with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
             train.run(
                 "headsize_seq2seq/translation",
                 model_dir,
                 ["official_configs/cordonnier_nmt/tiny.yaml"],
                 override,
+                mode="train",
                 data_dir=str(self.tmp),
             )
         out = self.tmp / "served"
