@@ -126,3 +126,16 @@ def study_command(module: str, argv: Sequence[str] | None) -> str:
     args = sys.argv[1:] if argv is None else list(argv)
     kept = [a for a in args if a not in ("--report-only", "--summarize-only")]
     return " ".join(["python -m", module, *kept])
+
+
+def print_report(
+    summarize: Callable[[pathlib.Path, str], Any], out: pathlib.Path, command: str
+) -> int:
+    """Runs a study's `summarize(out, command)` and prints its README; 2 if records are missing."""
+    try:
+        summarize(out, command)
+    except (OSError, KeyError) as err:
+        print(f"error: --output {out} lacks the study's records ({err})", file=sys.stderr)
+        return 2
+    print((out / "README.md").read_text())
+    return 0

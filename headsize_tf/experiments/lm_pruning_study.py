@@ -27,14 +27,18 @@ import argparse
 import contextlib
 import json
 import pathlib
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
-from headsize_tf.experiments._steps import Steps, add_study_options, study_command
+from headsize_tf.experiments._steps import (
+    Steps,
+    add_study_options,
+    print_report,
+    study_command,
+)
 
 LAYERS, WIDTH, HEADS = 4, 128, 8
 TARGET, STEP = 0.8, 0.1
@@ -319,13 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_dir = str(corpora.prepare("austen", args.data_dir).parent)
         with native_logs_to(work / "native.log"):
             _run(args, out, work, model_dir, data_dir)
-    try:
-        summarize(out, study_command("headsize_tf.experiments.lm_pruning_study", argv))
-    except (OSError, KeyError) as err:
-        print(f"error: --output {out} lacks the study's records ({err})", file=sys.stderr)
-        return 2
-    print((out / "README.md").read_text())
-    return 0
+    return print_report(
+        summarize, out, study_command("headsize_tf.experiments.lm_pruning_study", argv)
+    )
 
 
 def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: str) -> None:

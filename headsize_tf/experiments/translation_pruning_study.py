@@ -25,14 +25,18 @@ import argparse
 import contextlib
 import json
 import pathlib
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
-from headsize_tf.experiments._steps import Steps, add_study_options, study_command
+from headsize_tf.experiments._steps import (
+    Steps,
+    add_study_options,
+    print_report,
+    study_command,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "official_configs" / "headsize_nmt_gettext_de_small.yaml"
@@ -220,13 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_dir = str(work / f"nmt_steps{args.steps}")
         with native_logs_to(work / "native.log"):
             _run(args, out, work, model_dir, data_dir)
-    try:
-        summarize(out, study_command("headsize_tf.experiments.translation_pruning_study", argv))
-    except (OSError, KeyError) as err:
-        print(f"error: --output {out} lacks the study's records ({err})", file=sys.stderr)
-        return 2
-    print((out / "README.md").read_text())
-    return 0
+    return print_report(
+        summarize, out, study_command("headsize_tf.experiments.translation_pruning_study", argv)
+    )
 
 
 def train_translation_model(model_dir: str, steps: int, data_dir: str) -> dict[str, float]:
