@@ -128,6 +128,27 @@ CASES = [
         "--state-dir is for Keras 3 LMs",
     ),
     (
+        "cache_fraction_for_collaborative_heads",
+        ["convert", "--decoder", "{gguf}", "--to", "collaborative", "--cache-fraction", "0.5"]
+        + ["--output", "{out}"],
+        "--cache-fraction sizes a KV cache: --to latent or --to grouped",
+    ),
+    (
+        "grouped_budget_by_svd",
+        [*CONVERT, "--cache-fraction", "0.75", "--method", "svd"],
+        "pools by mean (per-layer key/value heads)",
+    ),
+    (
+        "grouped_budget_below_one_kv_head",
+        [*CONVERT, "--cache-fraction", "0.25", "--calibration", "weights"],
+        "below grouped K/V's smallest, one key/value head per layer (0.5)",
+    ),
+    (
+        "latent_method_that_does_not_exist",
+        [*LATENT, "--cache-fraction", "0.5", "--method", "joint"],
+        "--method 'joint' is not a latent method",
+    ),
+    (
         "calibration_text_too_short",
         [*LATENT, "--cache-fraction", "0.5", "--calibration-windows", "100000"],
         "--calibration-windows 100000 asks for more",
@@ -247,11 +268,20 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     rotated = tmp_path / "rotated"
     argv = _fill(LATENT, files, str(rotated)) + ["--cache-fraction", "0.5", "--rope-pairs", "2"]
     argv += ["--rope-strategy", "rotated", "--calibration", "weights", "--eval-windows", "2"]
-    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--method", "split_svd"]) == 0
     report = json.loads((rotated / "report.json").read_text())
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert [len(c) for c in report["rope_components_per_layer"]] == [4, 4]
+    assert {layer["method"] for layer in report["layers"]} == {"rotated_rope_split_svd"}
     assert report["perplexity"]["converted"] < 2 * report["perplexity"]["original"]
+    # Grouped K/V at 3/4 of the cache: 2 heads kept in one layer of two, 1 in the other.
+    mixed = tmp_path / "mixed"
+    argv = [*CONVERT, "--cache-fraction", "0.75", "--calibration", "weights"]
+    argv += ["--data-file", "{text}", "--sequence-length", "16", "--eval-windows", "2"]
+    assert cli.main(_fill(argv, files, str(mixed))) == 0
+    report = json.loads((mixed / "report.json").read_text())
+    assert sorted(report["kv_heads_per_layer"]) == [1, 2]
+    assert report["kv_cache_fraction"] == pytest.approx(0.75)
     pruned = tmp_path / "pruned"
     argv = [
         "prune",

@@ -202,11 +202,15 @@ def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
 
 
 def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
-    """`--cache-fraction`: the rotary latent of `compress_kv`, calibrated on the training text."""
+    """`--cache-fraction`: the rotary latent of `compress_kv` (`--to latent`) or grouped K/V
+    with key/value heads chosen per layer (`--to grouped`, `grouped_budget`), calibrated on the
+    training text."""
     from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
-    from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv
+    from headsize_tf.keras3.reparam import convert_model
+    from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv, grouped_budget
     from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
 
+    grouped = args.to == "grouped"
     plan = KVPlan(
         args.cache_fraction,
         rope_strategy=args.rope_strategy,
@@ -214,14 +218,17 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         calibrated=args.calibration == "activations",
         allocation=args.allocation,
         rope_context=args.rope_context,
+        balance=args.method != "joint_svd_unbalanced",
+        split=args.method == "split_svd",
     )
     stats = None
-    needs_text = plan.calibrated or plan.rope_strategy == "2norm"
+    needs_text = plan.calibrated or (not grouped and plan.rope_strategy == "2norm")
     if needs_text and args.corpus is None and args.data_file is None:
         raise ValueError(
             "--rope-strategy 2norm and --calibration activations measure the model on text: "
-            "pass --corpus or --data-file (or --rope-strategy high/low/uniform with "
-            "--calibration weights)."
+            "pass --corpus or --data-file (or --calibration weights"
+            + ("" if grouped else " with --rope-strategy high/low/uniform")
+            + ")."
         )
     length = args.sequence_length or min(DECODER_WINDOW, lm.max_sequence_length)
     text = None
@@ -247,12 +254,26 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
             stats = _cached_stats(args, lm, text.train[: args.calibration_windows], text.source)
 
     def converter(model: Any) -> tuple[Any, dict[str, Any]]:
+        if grouped:
+            target, report = grouped_budget(model, plan.cache_fraction, stats)
+            converted, layers = convert_model(model, target)
+            method = f"mean pooling, heads per layer by {'activation' if stats else 'weight'} error"
+            return converted, {
+                **report,
+                "layers": layers,
+                "target": {
+                    "kind": "grouped",
+                    "cache_fraction": plan.cache_fraction,
+                    "method": method,
+                },
+            }
         converted, report = compress_kv(model, plan, stats)
+        svd = "split" if plan.split else "joint"
         target = {
             "kind": "latent",
             "cache_fraction": plan.cache_fraction,
             "method": f"rope {plan.rope_strategy} x {plan.rope_pairs}, "
-            f"{'calibrated' if plan.calibrated else 'weights'}, {plan.allocation}",
+            f"{'calibrated' if plan.calibrated else 'weights'} {svd} SVD, {plan.allocation}",
         }
         return converted, {**report, "target": target}
 

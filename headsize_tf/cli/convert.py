@@ -146,17 +146,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--method",
         default=None,
         help="grouped: svd (default) or mean (Ainslie's mean pooling); latent: joint_svd "
-        "(default) or joint_svd_unbalanced; collaborative: als (default) or tensorly",
+        "(default), joint_svd_unbalanced or split_svd (keys and values each their own SVD); "
+        "collaborative: als (default) or tensorly",
     )
     rotary = p.add_argument_group(
-        "a rotary decoder's latent at a cache budget (--decoder --to latent; MHA2MLA's partial "
-        "RoPE, in place of --kv-rank)"
+        "a decoder at a cache budget (--decoder --to latent: MHA2MLA's partial RoPE, in place of "
+        "--kv-rank; --to grouped: key/value heads chosen per layer, in place of --kv-heads)"
     )
     rotary.add_argument(
         "--cache-fraction",
         type=_open_fraction,
         default=None,
-        help="the fraction of the KV cache kept (e.g. 0.1875): latent + rotary keys per layer",
+        help="the fraction of the KV cache kept (e.g. 0.1875): latent + rotary keys per layer, "
+        "or grouped key/value heads per layer where pooling costs most",
     )
     rotary.add_argument(
         "--rope-strategy",
@@ -180,8 +182,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--calibration",
         choices=["activations", "weights"],
         default="activations",
-        help="the latent's SVD: of the key/value activations on the calibration text (default) "
-        "or of the weights",
+        help="the latent's SVD (grouped: the pooling error that picks each layer's heads): of "
+        "the key/value activations on the calibration text (default) or of the weights",
     )
     rotary.add_argument(
         "--allocation",
@@ -287,18 +289,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def target_of(args: argparse.Namespace) -> Any:
     """The `ConversionTarget` the flags name (the size flag of --to, no other); None for a
     rotary latent at a cache budget (`--cache-fraction`)."""
-    from headsize_tf.core.conversion import ConversionTarget
+    from headsize_tf.core.conversion import METHODS, ConversionTarget
 
     if getattr(args, "cache_fraction", None) is not None:
-        if args.to != "latent":
-            raise ValueError("--cache-fraction sizes a latent: --to latent.")
-        if args.decoder is None:
+        if args.to not in ("latent", "grouped"):
+            raise ValueError(
+                "--cache-fraction sizes a KV cache: --to latent or --to grouped, not "
+                f"--to {args.to}."
+            )
+        if args.decoder is None and args.to == "latent":
             raise ValueError(
                 "--cache-fraction keeps some rotary pairs (RoPE) beside a latent: it needs a "
                 "rotary model (--decoder); a model without RoPE converts with --kv-rank."
             )
-        if args.kv_rank is not None:
-            raise ValueError("--cache-fraction sets the latent's size: drop --kv-rank.")
+        if args.decoder is None:
+            raise ValueError(
+                "--to grouped --cache-fraction picks key/value heads per layer of a decoder: it "
+                "needs --decoder (other models convert with --kv-heads)."
+            )
+        flag = SIZE_FLAGS[args.to]
+        if getattr(args, flag) is not None:
+            raise ValueError(
+                f"--cache-fraction sets the cache's size: drop --{flag.replace('_', '-')}."
+            )
+        if args.method not in (None, *METHODS[args.to]):
+            raise ValueError(
+                f"--method {args.method!r} is not a {args.to} method; expected one of "
+                f"{list(METHODS[args.to])}."
+            )
+        if args.to == "grouped" and args.method not in (None, "mean"):
+            raise ValueError(
+                "--to grouped --cache-fraction pools by mean (per-layer key/value heads); "
+                f"--method {args.method} re-bases rotated keys."
+            )
         return None
 
     flag = SIZE_FLAGS[args.to]

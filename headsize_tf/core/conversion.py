@@ -25,7 +25,7 @@ TARGET_KINDS = ("grouped", "latent", "collaborative")
 DEFAULT_METHODS = {"grouped": "svd", "latent": "joint_svd", "collaborative": "als"}
 METHODS = {
     "grouped": kv_sharing.GROUPED_METHODS,
-    "latent": ("joint_svd", "joint_svd_unbalanced"),
+    "latent": ("joint_svd", "joint_svd_unbalanced", "split_svd"),
     "collaborative": convert.METHODS,
 }
 # The flag naming each kind's size, for messages.
@@ -47,7 +47,8 @@ class ConversionTarget:
       method: grouped: "svd" (default, per-group operator subspaces; "mean"
         on rotary models, where "svd" is refused) or "mean" (Ainslie et al.'s
         mean pooling); latent: "joint_svd" (default, keys balanced against
-        values, TransMLA) or "joint_svd_unbalanced" (MHA2MLA);
+        values, TransMLA), "joint_svd_unbalanced" (MHA2MLA) or "split_svd"
+        (MHA2MLA's split variant: keys and values each their own SVD);
         collaborative: "als" (default) or "tensorly".
       rope_frequencies: Latent targets of rotary models: the frequency pairs
         each source key/value head keeps on RoPE (its decoupled rotary key),
@@ -188,19 +189,21 @@ class ConversionTarget:
                     )
                 firsts, head_size = self._rotated_sizes(i, layer)
                 nope = layer.num_heads * (head_size - 2 * len(firsts))
-                full = nope + layer.num_heads * layer.value_dim
-                kv_sharing.check_latent_rank(size, full if width is None else min(width, full))
+                kv_sharing.check_latent_rank(
+                    size, self._latent_limit(nope, layer.num_heads * layer.value_dim, width)
+                )
             elif self.kind == "latent":
                 rotary = self.layer_rope_sets(i, layer) if layer.uses_rope else None
                 kept = 0 if rotary is None else len(rotary[0])
                 nope = layer.num_heads * (layer.head_size - 2 * kept)
-                full = nope + layer.num_heads * layer.value_dim
                 if not layer.uses_rope and self.rope_frequencies is not None:
                     raise SpecError(
                         "rope_frequencies were given, but the model has no rotary positions "
                         "(RoPE): there is no rotation to keep."
                     )
-                kv_sharing.check_latent_rank(size, full if width is None else min(width, full))
+                kv_sharing.check_latent_rank(
+                    size, self._latent_limit(nope, layer.num_heads * layer.value_dim, width)
+                )
         if self.kind == "collaborative":
             # Layers below D (e.g. pruned ones) convert exactly at their own full rank.
             full = max(layer.num_heads * layer.head_size for layer in layers)
@@ -208,6 +211,13 @@ class ConversionTarget:
                 raise SpecError(
                     f"shared_key_dim={self.size} is above the full rank heads x head size = {full}."
                 )
+
+    def _latent_limit(self, key_columns: int, value_columns: int, width: int | None) -> int:
+        """The latent size at which this target's SVD is exact (`kv_sharing.latent_rank_limit`)."""
+        if width is None:
+            return key_columns + value_columns
+        split = self.method == "split_svd"
+        return kv_sharing.latent_rank_limit(key_columns, value_columns, width, split)
 
     def layer_rope_components(self, index: int, layer: ResolvedAttention) -> list:
         """A rotated-RoPE latent target's (frequency, component) pairs of layer `index`, checked."""
@@ -349,7 +359,8 @@ class ConversionTarget:
             )
             return out, {"layer": name, **report.to_dict()}
         if self.kind == "latent":
-            balance = self.method == "joint_svd"
+            balance = self.method != "joint_svd_unbalanced"
+            split = self.method == "split_svd"
             if rotary and self.rope_components is not None:
                 out, report = kv_sharing.rotated_rope_latent_weights(
                     weights,
@@ -357,6 +368,7 @@ class ConversionTarget:
                     self.layer_rope_components(index, source),
                     balance=balance,
                     covariance=covariance,
+                    split=split,
                     name=name,
                 )
             elif rotary:
@@ -366,12 +378,13 @@ class ConversionTarget:
                     self.layer_rope_sets(index, source),
                     balance=balance,
                     covariance=covariance,
+                    split=split,
                     name=name,
                 )
             else:
                 weights = {k: v for k, v in weights.items() if k != "key_bias"}
                 out, report = kv_sharing.latent_weights(
-                    weights, size, balance=balance, covariance=covariance, name=name
+                    weights, size, balance=balance, covariance=covariance, split=split, name=name
                 )
             return out, {"layer": name, **report.to_dict()}
         out, report = convert.convert_weights(

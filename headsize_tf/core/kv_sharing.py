@@ -116,11 +116,12 @@ def check_num_kv_heads(num_kv_heads: Any, num_heads: int) -> int:
     return groups
 
 
-def latent_full_rank(weights: Weights) -> int:
-    """The largest useful latent size: min(e, h (p + v)), where the joint SVD is exact."""
+def latent_full_rank(weights: Weights, split: bool = False) -> int:
+    """The largest useful latent size: min(e, h (p + v)), where the joint SVD is exact
+    (split SVD: min(e, h p) + min(e, h v))."""
     e, h, p = np.shape(weights["key_kernel"])
     v = np.shape(weights["value_kernel"])[2]
-    return int(min(e, h * (p + v)))
+    return int(latent_rank_limit(h * p, h * v, e, split))
 
 
 def check_latent_rank(kv_latent_dim: Any, full_rank: int) -> int:
@@ -132,8 +133,9 @@ def check_latent_rank(kv_latent_dim: Any, full_rank: int) -> int:
     ):
         raise SpecError(
             f"kv_latent_dim={kv_latent_dim!r} is outside [1, {full_rank}]: a latent rank is a "
-            f"positive int at most the full rank min(width, heads * (key size + value size)) "
-            f"= {full_rank}."
+            f"positive int at most the rank where the conversion is exact (joint SVD: "
+            f"min(width, heads * (key size + value size)); split SVD: the keys' and the values' "
+            f"own full ranks added), here {full_rank}."
         )
     return int(kv_latent_dim)
 
@@ -183,6 +185,7 @@ def joint_basis(
     *,
     balance: bool = True,
     covariance: np.ndarray | None = None,
+    split: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The shared latent of keys and values: down-projection, up-projections and spectrum.
 
@@ -200,10 +203,16 @@ def joint_basis(
       balance: Scale the keys to the values' norm (in the same metric) before
         the SVD (TransMLA's balancing of K against V).
       covariance: The inputs' second-moment matrix `E[x^T x]`, or None.
+      split: MHA2MLA's split SVD instead of the joint one: the keys and the
+        values each get their own SVD and their own part of the latent, in
+        proportion to their full ranks (`split_ranks`; half each when keys and
+        values are equally wide). Exact when r reaches both full ranks
+        (`latent_rank_limit`).
 
     Returns:
       (down `[e, r]`, key_up `[r, key columns]`, value_up `[r, value columns]`,
-      the singular values of the balanced stacked matrix, descending).
+      the singular values of the balanced stacked matrix (split: both SVDs'
+      together), descending).
     """
     if covariance is None:
         root = inverse = np.eye(flat_key.shape[0])
@@ -214,13 +223,55 @@ def joint_basis(
     if balance and key.size:
         key_norm = np.linalg.norm(key)
         scale = np.linalg.norm(value) / key_norm if key_norm > 0 else 1.0
-    stacked = np.hstack([scale * key, value])
-    u, singular, _ = np.linalg.svd(stacked, full_matrices=False)
+    if split:
+        key_rank, value_rank = split_ranks(key.shape, value.shape, rank)
+        key_basis, key_singular = _left_basis(key, key_rank)
+        value_basis, value_singular = _left_basis(value, value_rank)
+        basis = np.hstack([key_basis, value_basis])
+        key_up = np.vstack([key_basis.T @ key, np.zeros([value_rank, key.shape[1]])])
+        value_up = np.vstack([np.zeros([key_rank, value.shape[1]]), value_basis.T @ value])
+        singular = np.sort(np.concatenate([scale * key_singular, value_singular]))[::-1]
+        return inverse @ basis, key_up, value_up, singular
+    basis, singular = _left_basis(np.hstack([scale * key, value]), rank)
+    return inverse @ basis, basis.T @ key, basis.T @ value, singular
+
+
+def _left_basis(matrix: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-`rank` left singular vectors of `matrix` `[e, n]` (padded orthonormally when it
+    has fewer) and all its singular values."""
+    if matrix.shape[1] == 0:
+        u, singular = np.zeros([matrix.shape[0], 0]), np.zeros([0])
+    else:
+        u, singular, _ = np.linalg.svd(matrix, full_matrices=False)
     basis = u[:, :rank]
     if basis.shape[1] < rank:  # Fewer directions than asked: pad orthonormally.
-        pad = np.linalg.qr(np.concatenate([basis, np.eye(stacked.shape[0])], axis=1))[0]
+        pad = np.linalg.qr(np.concatenate([basis, np.eye(matrix.shape[0])], axis=1))[0]
         basis = pad[:, :rank]
-    return inverse @ basis, basis.T @ key, basis.T @ value, singular
+    return basis, singular
+
+
+def split_ranks(
+    key_shape: tuple[int, ...], value_shape: tuple[int, ...], rank: int
+) -> tuple[int, int]:
+    """The split SVD's latent sizes (keys, values) out of `rank`: in proportion to their full
+    ranks min(e, columns), each at most its full rank.
+
+    >>> split_ranks((64, 48), (64, 64), 64)
+    (27, 37)
+    """
+    e = key_shape[0]
+    key_full, value_full = min(e, key_shape[1]), min(e, value_shape[1])
+    key_rank = min(key_full, int(round(rank * key_full / max(key_full + value_full, 1))))
+    value_rank = min(value_full, rank - key_rank)
+    return rank - value_rank, value_rank
+
+
+def latent_rank_limit(key_columns: int, value_columns: int, width: int, split: bool) -> int:
+    """The latent size at which the conversion is exact: min(e, key + value columns) for the
+    joint SVD, min(e, key columns) + min(e, value columns) for the split one."""
+    if split:
+        return min(width, key_columns) + min(width, value_columns)
+    return min(width, key_columns + value_columns)
 
 
 def allocate_ranks(
@@ -377,12 +428,102 @@ def _kept_energy(per_head: np.ndarray, pooled: np.ndarray, size: int) -> float:
     return float(1.0 - error)
 
 
+def pooling_error(
+    weights: Weights, num_kv_heads: int, covariance: np.ndarray | None = None
+) -> float:
+    """How much mean pooling to `num_kv_heads` key/value heads moves a layer's keys and values.
+
+    The mean over keys and values of `||S (W - repeat(pooled W))||^2 / ||S W||^2`,
+    with `S` the square root of the inputs' second moment (`covariance`: the
+    relative error of the key and value *activations*) or the identity (of
+    the weights). 0 when pooling changes nothing (G equal to the source's
+    key/value heads); what a per-layer choice of G (`allocate_kv_heads`)
+    weighs against the cache.
+
+    Example:
+
+    >>> w = {"query_kernel": np.ones((4, 2, 2)), "key_kernel": np.ones((4, 2, 2)),
+    ...      "value_kernel": np.ones((4, 2, 2)), "output_kernel": np.ones((2, 2, 4))}
+    >>> pooling_error(w, 1)
+    0.0
+    """
+    weights = per_query_head(weights)
+    heads = np.shape(weights["query_kernel"])[1]
+    size = heads // check_num_kv_heads(num_kv_heads, heads)
+    if covariance is None:
+        root = np.eye(np.shape(weights["key_kernel"])[0])
+    else:
+        root = _whitener(covariance)[0]
+    errors = []
+    for role in ("key_kernel", "value_kernel"):
+        kernel = np.asarray(weights[role], np.float64)
+        e, _, columns = kernel.shape
+        pooled = kernel.reshape(e, -1, size, columns).mean(axis=2)
+        difference = root @ (kernel - np.repeat(pooled, size, axis=1)).reshape(e, -1)
+        total = np.sum((root @ kernel.reshape(e, -1)) ** 2)
+        errors.append(float(np.sum(difference**2) / max(total, 1e-300)))
+    return float(np.mean(errors))
+
+
+def allocate_kv_heads(
+    errors: list[Mapping[int, float]], values_per_head: list[int], budget: int
+) -> list[int]:
+    """Key/value heads per layer within a cache budget, by measured error (a greedy).
+
+    Every layer starts at its fewest heads; each step moves the layer whose
+    next larger choice removes the most error per added cache value, while the
+    total stays within `budget`. This is how grouped K/V reaches budgets
+    between its uniform choices (SmolLM2: 1 or 3 key/value heads, 33% or
+    100%).
+
+    Args:
+      errors: Per layer, {G: error} for each allowed G (`pooling_error`).
+      values_per_head: Per layer, the cache values one key/value head adds per
+        token (key size + value size).
+      budget: The total cache values per token over all layers.
+
+    Returns:
+      G per layer.
+
+    Example:
+
+    >>> allocate_kv_heads([{1: 0.5, 3: 0.0}, {1: 0.1, 3: 0.0}], [128, 128], 512)
+    [3, 1]
+    """
+    options = [sorted(layer) for layer in errors]
+    heads = [layer[0] for layer in options]
+    cost = sum(g * v for g, v in zip(heads, values_per_head, strict=True))
+    if cost > budget:
+        raise SpecError(
+            f"A cache budget of {budget} values per token is below the fewest key/value heads' "
+            f"own {cost}."
+        )
+    while True:
+        best = None
+        for layer, choices in enumerate(options):
+            index = choices.index(heads[layer])
+            if index + 1 == len(choices):
+                continue
+            bigger = choices[index + 1]
+            added = (bigger - heads[layer]) * values_per_head[layer]
+            if cost + added > budget:
+                continue
+            gain = (errors[layer][heads[layer]] - errors[layer][bigger]) / added
+            if best is None or gain > best[0]:
+                best = (gain, layer, bigger, added)
+        if best is None:
+            return heads
+        _, layer, heads[layer], added = best
+        cost += added
+
+
 def latent_weights(
     weights: Weights,
     kv_latent_dim: int,
     *,
     balance: bool = True,
     covariance: np.ndarray | None = None,
+    split: bool = False,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The shared-latent weights of a multi-head layer (joint SVD of keys and values).
@@ -395,6 +536,8 @@ def latent_weights(
         (TransMLA); False is MHA2MLA's plain joint SVD.
       covariance: The layer inputs' second moment `[e, e]` (calibration):
         the SVD of the activations instead of the weights (`joint_basis`).
+      split: Separate SVDs of the keys and the values (MHA2MLA's split
+        variant, `joint_basis`) instead of one joint SVD.
       name: The layer's name, for error messages.
 
     Returns:
@@ -419,11 +562,11 @@ def latent_weights(
             f"Attention layer {name!r} has key width {e} and value width {value.shape[0]}; a "
             "shared latent is computed from one input, so they must be equal."
         )
-    rank = check_latent_rank(kv_latent_dim, latent_full_rank(weights))
+    rank = check_latent_rank(kv_latent_dim, latent_full_rank(weights, split))
     flat_key = key.reshape(e, -1)
     flat_value = value.reshape(e, -1)
     basis, key_up, value_up, _ = joint_basis(
-        flat_key, flat_value, rank, balance=balance, covariance=covariance
+        flat_key, flat_value, rank, balance=balance, covariance=covariance, split=split
     )
     f32 = np.float32
     out = {
@@ -439,7 +582,7 @@ def latent_weights(
     }
     report = SharingReport(
         "latent",
-        "joint_svd",
+        "split_svd" if split else "joint_svd",
         rank,
         float(np.sum(key_up**2) / max(np.sum(flat_key**2), 1e-300)),
         float(np.sum(value_up**2) / max(np.sum(flat_value**2), 1e-300)),
@@ -504,6 +647,7 @@ def rope_latent_spectrum(
     *,
     balance: bool = True,
     covariance: np.ndarray | None = None,
+    split: bool = False,
 ) -> np.ndarray:
     """The singular values `rope_latent_weights`' joint SVD keeps the top of (descending).
 
@@ -514,8 +658,10 @@ def rope_latent_spectrum(
     heads = np.shape(weights["query_kernel"])[1]
     _, rest = rope_layout([tuple(s) for s in rope_sets], key.shape[2])
     flat_key, flat_value = _latent_operands(key, value, rest, heads)
-    full = min(key.shape[0], flat_key.shape[1] + flat_value.shape[1])
-    return joint_basis(flat_key, flat_value, full, balance=balance, covariance=covariance)[3]
+    full = latent_rank_limit(flat_key.shape[1], flat_value.shape[1], key.shape[0], split)
+    return joint_basis(
+        flat_key, flat_value, full, balance=balance, covariance=covariance, split=split
+    )[3]
 
 
 def rope_latent_weights(
@@ -525,6 +671,7 @@ def rope_latent_weights(
     *,
     balance: bool = True,
     covariance: np.ndarray | None = None,
+    split: bool = False,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The latent weights of a rotary multi-head or grouped layer: decoupled rotary keys + a joint SVD.
@@ -550,6 +697,8 @@ def rope_latent_weights(
         (TransMLA's balancing).
       covariance: The layer inputs' second moment `[e, e]` (calibration): a
         whitened SVD of the key and value activations (`joint_basis`).
+      split: Separate SVDs of the keys and the values (MHA2MLA's split
+        variant, `joint_basis`) instead of one joint SVD.
       name: The layer's name, for messages.
 
     Returns:
@@ -612,9 +761,10 @@ def rope_latent_weights(
         (flat_key, flat_value),
         (new_query, query_bias, rope_key, rope_key_bias),
         nope,
-        "rope_joint_svd",
+        "rope_split_svd" if split else "rope_joint_svd",
         balance=balance,
         covariance=covariance,
+        split=split,
     )
 
 
@@ -628,6 +778,7 @@ def _rope_latent_result(
     *,
     balance: bool,
     covariance: np.ndarray | None,
+    split: bool,
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """A rotary latent's weights and report: the joint SVD of the non-rotary keys and the
     values per query head (`operands`), beside the queries and rotary keys (`rotary`:
@@ -637,10 +788,10 @@ def _rope_latent_result(
     key = np.asarray(weights["key_kernel"], np.float64)
     heads = np.shape(weights["query_kernel"])[1]
     size = heads // key.shape[1]
-    full = min(key.shape[0], flat_key.shape[1] + flat_value.shape[1])
+    full = latent_rank_limit(flat_key.shape[1], flat_value.shape[1], key.shape[0], split)
     rank = check_latent_rank(kv_latent_dim, full)
     basis, key_up, value_up, _ = joint_basis(
-        flat_key, flat_value, rank, balance=balance, covariance=covariance
+        flat_key, flat_value, rank, balance=balance, covariance=covariance, split=split
     )
     f32 = np.float32
     out: dict[str, np.ndarray | None] = {
@@ -826,6 +977,7 @@ def rotated_rope_spectrum(
     *,
     balance: bool = True,
     covariance: np.ndarray | None = None,
+    split: bool = False,
 ) -> np.ndarray:
     """The singular values `rotated_rope_latent_weights`' joint SVD keeps the top of."""
     rot = rotated_rope(weights, covariance)
@@ -834,8 +986,10 @@ def rotated_rope_spectrum(
     heads = np.shape(weights["query_kernel"])[1]
     nope, value, _ = _rotated_operands(weights, rot, pairs)
     flat_key, flat_value = _flat_per_query_head(nope, heads), _flat_per_query_head(value, heads)
-    full = min(nope.shape[0], flat_key.shape[1] + flat_value.shape[1])
-    return joint_basis(flat_key, flat_value, full, balance=balance, covariance=covariance)[3]
+    full = latent_rank_limit(flat_key.shape[1], flat_value.shape[1], nope.shape[0], split)
+    return joint_basis(
+        flat_key, flat_value, full, balance=balance, covariance=covariance, split=split
+    )[3]
 
 
 def rotated_rope_latent_weights(
@@ -845,6 +999,7 @@ def rotated_rope_latent_weights(
     *,
     balance: bool = True,
     covariance: np.ndarray | None = None,
+    split: bool = False,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The latent weights of a rotary layer by rotated RoPE (TransMLA's RoRoPE) + a joint SVD.
@@ -875,6 +1030,8 @@ def rotated_rope_latent_weights(
       balance: Scale the non-rotary keys to the values' norm before the SVD.
       covariance: The inputs' second moment `[e, e]`: the PCA and the SVD of
         the activations rather than of the weights.
+      split: Separate SVDs of the keys and the values (MHA2MLA's split
+        variant, `joint_basis`) instead of one joint SVD.
       name: The layer's name, for messages.
 
     Returns:
@@ -944,7 +1101,8 @@ def rotated_rope_latent_weights(
         (flat_key, flat_value),
         (new_query, query_bias, rope_key, rope_key_bias),
         n,
-        "rotated_rope_joint_svd",
+        "rotated_rope_split_svd" if split else "rotated_rope_joint_svd",
         balance=balance,
         covariance=covariance,
+        split=split,
     )

@@ -12,8 +12,12 @@ not used for calibration.
   energy-allocated latent sizes, at 18.75% of the cache (the full grid), and
   the best of each at 50%, 31.25% and 12.5%; three calibration samples for
   the best at 18.75%.
-* Grouped K/V, 3 -> 1 key/value heads by mean pooling (33%), and pruning
-  whole key/value groups by importance to one per layer (33%).
+* MHA2MLA's split SVD (keys and values each their own) against the joint
+  one, at 18.75%.
+* Grouped K/V, 3 -> 1 key/value heads by mean pooling (33%), 1 or 3 heads
+  per layer at 50% (`kv_compress.grouped_budget`: the layers whose pooling
+  moves their activations most keep 3), and pruning whole key/value groups
+  by importance to one per layer (33%).
 
 Metrics on two held-out texts (Austen's Northanger Abbey, Melville's Moby
 Dick; `--eval-windows` windows of 256 tokens each): perplexity, top-1
@@ -79,6 +83,8 @@ class Run:
       rope_context: 2norm / rotated: the pair scores weighted by how far each
         pair's rotation turns over distances up to this many tokens
         (`core.rope.rotation_weights`); None: unweighted.
+      svd: latent: "joint" (one SVD of keys and values) or "split" (MHA2MLA's
+        ablation: each its own SVD and half the latent).
     """
 
     name: str
@@ -91,6 +97,7 @@ class Run:
     seed: int = 0
     heal_steps: int = 0
     rope_context: int | None = None
+    svd: str = "joint"
 
 
 HEAL_STEPS = 200
@@ -254,6 +261,25 @@ def plan() -> list[Run]:
                 seed,
             )
         )
+    # MHA2MLA's split SVD against the joint one, for the best method and for S_2-norm.
+    for strategy, context in ((ROTATED, WINDOW - 1), ("2norm", None)):
+        suffix = "-ctx256" if context else ""
+        runs.append(
+            Run(
+                f"latent-18.75-{strategy}-act-energy{suffix}-split",
+                "latent",
+                0.1875,
+                strategy,
+                4,
+                True,
+                "energy",
+                rope_context=context,
+                svd="split",
+            )
+        )
+    # Grouped K/V at 50%: 1 or 3 key/value heads per layer, where pooling costs most.
+    runs.append(Run("grouped-50-mean-allocated", "grouped", 0.5))
+    runs.append(Run("grouped-50-mean-allocated-healed", "grouped", 0.5, heal_steps=HEAL_STEPS))
     return runs
 
 
@@ -353,6 +379,7 @@ def _convert(study: Study, run: Run):
             run.calibrated,
             run.allocation,
             rope_context=run.rope_context,
+            split=run.svd == "split",
         )
         model, report = compress_kv(lm, kv_plan, stats)
         report.pop("layers")
@@ -383,6 +410,12 @@ def _convert(study: Study, run: Run):
         target = ConversionTarget("latent", full, rope_frequencies=sets)
         model, _ = convert_model(lm, target)
         return model, {"latent": full, "rope_sets_per_layer": sets}
+    if run.method == "grouped" and run.fraction > 1 / 3 + 1e-9:
+        from headsize_tf.keras3.reparam.kv_compress import grouped_budget
+
+        target, report = grouped_budget(lm, run.fraction, study.calibration(run.seed))
+        model, _ = convert_model(lm, target)
+        return model, report
     if run.method == "grouped":
         model, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
         return model, {}
@@ -484,7 +517,9 @@ def report(output: pathlib.Path) -> str:
         "latent_w": ("latent, weight SVD", "tab:orange", "o"),
         "latent_rotated": ("latent, rotated RoPE, calibrated", "tab:cyan", "P"),
         "latent_healed": ("latent, calibrated, healed", "tab:green", "D"),
+        "latent_split": ("latent, split SVD, calibrated", "tab:olive", "v"),
         "grouped": ("grouped K/V 3 -> 1 (mean)", "tab:red", "s"),
+        "grouped_mixed": ("grouped K/V, 1 or 3 heads per layer", "tab:brown", "s"),
         "grouped_healed": ("grouped K/V 3 -> 1, healed", "tab:pink", "s"),
         "pruned": ("K/V groups pruned to 1", "tab:purple", "^"),
         "partial_rope": ("partial RoPE only (full latent)", "0.5", "x"),
@@ -501,8 +536,12 @@ def report(output: pathlib.Path) -> str:
             )
             if key == "latent_act" and run.get("strategy") == ROTATED:
                 key = "latent_rotated"
+            if key == "latent_act" or key == "latent_rotated":
+                key = "latent_split" if run.get("svd") == "split" else key
         elif key == "grouped" and run.get("heal_steps", 0):
             key = "grouped_healed"
+        elif key == "grouped" and run["fraction"] > 1 / 3 + 1e-9:
+            key = "grouped_mixed"
         label, color, marker = styles[key]
         ax.scatter(
             r["cache_bytes_per_token"] / base,

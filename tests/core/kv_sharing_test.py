@@ -268,3 +268,110 @@ def test_grouped_head_removal_keeps_whole_groups():
     assert sliced["query_kernel"].shape == (8, 4, 2) and sliced["key_kernel"].shape == (8, 2, 2)
     np.testing.assert_array_equal(sliced["value_kernel"][:, 1], w["value_kernel"][:, 2])
     np.testing.assert_array_equal(sliced["value_bias"], w["value_bias"][[0, 1, 4, 5]])
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(
+    width=st.sampled_from([8, 12, 16]),
+    heads=st.integers(1, 4),
+    head_size=st.integers(1, 5),
+    value_dim=st.integers(1, 5),
+    fraction=st.floats(0.1, 1.0),
+    seed=st.integers(0, 2**16),
+)
+def test_split_svd_is_two_truncated_svds_and_exact_at_its_limit_20_examples(
+    width, heads, head_size, value_dim, fraction, seed
+):
+    # MHA2MLA's split variant: the keys' and the values' own SVDs, each its part of the latent.
+    rng = np.random.default_rng(seed)
+    w = kv_oracle.random_mha_weights(rng, width, heads, head_size, value_dim)
+    key = w["key_kernel"].reshape(width, -1)
+    value = w["value_kernel"].reshape(width, -1)
+    limit = kv_sharing.latent_full_rank(w, split=True)
+    assert limit == min(width, key.shape[1]) + min(width, value.shape[1])
+    rank = max(1, int(fraction * limit))
+    converted, report = kv_sharing.latent_weights(w, rank, split=True)
+    assert report.method == "split_svd"
+    key_rank, value_rank = kv_sharing.split_ranks(key.shape, value.shape, rank)
+    assert key_rank + value_rank == rank
+    down = converted["latent_kernel"]
+    key_up = converted["key_up_kernel"].reshape(rank, -1)
+    value_up = converted["value_up_kernel"].reshape(rank, -1)
+    # Each part of the latent serves one side only ...
+    np.testing.assert_allclose(key_up[key_rank:], 0.0, atol=1e-7)
+    np.testing.assert_allclose(value_up[:key_rank], 0.0, atol=1e-7)
+    # ... with the Eckart-Young error of a rank-k truncation of that side's kernel.
+    for kernel, up, kept in ((key, key_up, key_rank), (value, value_up, value_rank)):
+        singular = np.linalg.svd(kernel, compute_uv=False)
+        expected = np.sqrt(np.sum(singular[kept:] ** 2))
+        assert np.linalg.norm(kernel - down @ up) == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    exact, _ = kv_sharing.latent_weights(w, limit, split=True)
+    x, y = _inputs(rng, width=width)
+    np.testing.assert_allclose(
+        kv_oracle.latent(exact, x, y), kv_oracle.mha(w, x, y), rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(SpecError, match=f"outside \\[1, {limit}\\]"):
+        kv_sharing.latent_weights(w, limit + 1, split=True)
+
+
+def test_the_split_svd_s_calibrated_latent_serves_the_activations_better():
+    rng = np.random.default_rng(5)
+    key, value = rng.normal(size=(16, 12)), rng.normal(size=(16, 8))
+    x = rng.normal(size=(400, 16)) @ np.diag(np.linspace(0.1, 3.0, 16))
+    covariance = x.T @ x / len(x)
+
+    def error(cov):
+        down, key_up, value_up, _ = kv_sharing.joint_basis(
+            key, value, 8, covariance=cov, split=True
+        )
+        return np.sum((x @ down @ key_up - x @ key) ** 2) + np.sum(
+            (x @ down @ value_up - x @ value) ** 2
+        )
+
+    # Each side's whitened truncation is the least-squares best for its activations.
+    assert error(covariance) < 0.8 * error(None)
+
+
+def test_pooling_error_is_the_relative_error_of_the_pooled_activations():
+    rng = np.random.default_rng(6)
+    w = kv_oracle.random_mha_weights(rng, width=12, heads=6, head_size=4)
+    assert kv_sharing.pooling_error(w, 6) == pytest.approx(0.0, abs=1e-12)
+    x = rng.normal(size=(300, 12)) @ rng.normal(size=(12, 12))
+    covariance = x.T @ x / len(x)
+    pooled, _ = kv_sharing.grouped_weights(w, 2, method="mean")
+    errors = []
+    for role in ("key_kernel", "value_kernel"):
+        kernel = w[role].reshape(12, -1)
+        shared = np.repeat(pooled[role], 3, axis=1).reshape(12, -1)
+        errors.append(np.sum((x @ (kernel - shared)) ** 2) / np.sum((x @ kernel) ** 2))
+    assert kv_sharing.pooling_error(w, 2, covariance) == pytest.approx(np.mean(errors), rel=1e-4)
+    # Of the weights: the same with isotropic inputs.
+    assert kv_sharing.pooling_error(w, 2) == pytest.approx(
+        kv_sharing.pooling_error(w, 2, 4.0 * np.eye(12)), rel=1e-4
+    )
+    assert kv_sharing.pooling_error(w, 1) > kv_sharing.pooling_error(w, 2) > 0
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    layers=st.lists(
+        st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.sampled_from([4, 8])),
+        min_size=1,
+        max_size=5,
+    ),
+    extra=st.floats(0.0, 1.0),
+)
+def test_kv_heads_allocation_stays_in_budget_and_beats_uniform_choices_25_examples(layers, extra):
+    # Choices of 1, 2 or 4 key/value heads per layer, errors falling with more heads.
+    errors = [{1: a + b, 2: b, 4: 0.0} for a, b, _ in layers]
+    values = [v for *_, v in layers]
+    budget = sum(values) + int(extra * 3 * sum(values))
+    heads = kv_sharing.allocate_kv_heads(errors, values, budget)
+    assert sum(g * v for g, v in zip(heads, values, strict=True)) <= budget
+    total = sum(e[g] for e, g in zip(errors, heads, strict=True))
+    # No worse than any uniform choice that fits the budget.
+    for g in (1, 2, 4):
+        if g * sum(values) <= budget:
+            assert total <= sum(e[g] for e in errors) + 1e-9
+    with pytest.raises(SpecError, match="below the fewest key/value heads"):
+        kv_sharing.allocate_kv_heads(errors, values, sum(values) - 1)

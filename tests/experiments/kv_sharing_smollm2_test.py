@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,6 +23,11 @@ def test_the_plan_covers_the_grid_once():
     }
     assert {r.seed for r in grid} == {0, 1, 2}
     assert any(r.heal_steps for r in grid)
+    # Split against joint SVD on the same methods; grouped K/V between 33% and 100%.
+    split = [r for r in grid if r.svd == "split"]
+    joint = {dataclasses.replace(r, name="", svd="joint") for r in split}
+    assert len(split) == 2 and joint <= {dataclasses.replace(r, name="") for r in grid}
+    assert {r.fraction for r in study.plan() if r.method == "grouped"} == {1 / 3, 0.5}
 
 
 def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):

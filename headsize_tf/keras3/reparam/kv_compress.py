@@ -16,7 +16,9 @@ rotary keys at a given fraction of the cache:
 2. **The latent** of the non-rotary keys and the values: their joint SVD
    (`headsize_tf.core.kv_sharing.rope_latent_weights`), of the weights or,
    calibrated, of the activations (the inputs' second moments from
-   `calibration.calibration_stats`), keys balanced against values.
+   `calibration.calibration_stats`), keys balanced against values; or their
+   split SVD (`KVPlan.split`: keys and values each their own SVD, MHA2MLA's
+   ablation).
 3. **Its size per layer**: the cache budget less the rotary keys, the same
    in every layer ("uniform") or allocated by spectral energy across layers
    at the same total ("energy", `kv_sharing.allocate_ranks`).
@@ -56,6 +58,9 @@ class KVPlan:
         calibration statistics) instead of the weights.
       allocation: "uniform" (the same latent in every layer) or "energy".
       balance: Scale keys to the values' norm before the SVD (TransMLA).
+      split: MHA2MLA's split SVD (keys and values each their own SVD and
+        their own part of the latent, `kv_sharing.joint_basis`) instead of the
+        joint one.
       rope_context: "2norm" and "rotated" only: weigh each pair's score by how
         far its rotation moves over relative distances up to this many tokens
         (`rope.rotation_weights`: slow pairs lose little without RoPE); None:
@@ -73,6 +78,7 @@ class KVPlan:
     allocation: str = "uniform"
     balance: bool = True
     rope_context: int | None = None
+    split: bool = False
 
     def __post_init__(self) -> None:
         fraction = self.cache_fraction
@@ -200,6 +206,7 @@ def compress_kv(
             sets[i],
             balance=plan.balance,
             covariance=None if covariances is None else covariances[i],
+            split=plan.split,
         )
         fulls.append(len(spectrum))
         if plan.allocation == "energy":
@@ -213,7 +220,7 @@ def compress_kv(
     target = ConversionTarget(
         "latent",
         tuple(ranks),
-        "joint_svd" if plan.balance else "joint_svd_unbalanced",
+        "split_svd" if plan.split else "joint_svd" if plan.balance else "joint_svd_unbalanced",
         rope_frequencies=None if rotated else chosen,
         rope_components=chosen if rotated else None,
     )
@@ -236,3 +243,63 @@ def compress_kv(
         "layers": reports,
     }
     return converted, report
+
+
+def grouped_budget(
+    lm: Any, cache_fraction: float, stats: CalibrationStats | None = None
+) -> tuple[ConversionTarget, dict[str, Any]]:
+    """Grouped K/V (mean pooling) at a cache fraction, by a per-layer choice of key/value heads.
+
+    Each layer may keep any divisor of its key/value heads (SmolLM2's 3: 1 or
+    3); `kv_sharing.allocate_kv_heads` spends the budget on the layers whose
+    pooling moves their keys and values most (`kv_sharing.pooling_error`, of
+    the activations when `stats` are given, else of the weights).
+
+    Args:
+      lm: A `DecoderLM` (multi-head or grouped K/V).
+      cache_fraction: The fraction of the cache kept, in (0, 1]; at least
+        the fewest heads' own (1 / key/value heads).
+      stats: Calibration statistics of `lm`, or None.
+
+    Returns:
+      (the grouped `ConversionTarget` with one G per layer, a report: the
+      errors, G per layer and the fraction reached).
+    """
+    KVPlan(cache_fraction)  # Checks the fraction.
+    layers = lm.attention_layers
+    errors, values, original = [], [], []
+    for i, layer in enumerate(layers):
+        groups = int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
+        covariance = None if stats is None else stats.covariances[i]
+        weights = numpy_weights(layer)
+        errors.append(
+            {
+                g: kv_sharing.pooling_error(weights, g, covariance)
+                for g in range(1, groups + 1)
+                if groups % g == 0
+            }
+        )
+        values.append(int(layer.head_size) + int(layer.value_dim))
+        original.append(groups * values[-1])
+    budget = int(np.floor(cache_fraction * sum(original) + 1e-9))
+    fewest = sum(values)
+    if budget < fewest:
+        raise SpecError(
+            f"A cache of {cache_fraction:.4g} of the original is below grouped K/V's smallest, "
+            f"one key/value head per layer ({fewest / sum(original):.4g}); use --to latent for "
+            "smaller caches."
+        )
+    heads = kv_sharing.allocate_kv_heads(errors, values, budget)
+    kept = [g * v for g, v in zip(heads, values, strict=True)]
+    report = {
+        "cache_fraction_asked": float(cache_fraction),
+        "cache_fraction": float(sum(kept) / sum(original)),
+        "kv_heads_per_layer": heads,
+        "pooling_error_per_layer": [
+            {str(g): round(e, 6) for g, e in layer.items()} for layer in errors
+        ],
+        "calibration": None
+        if stats is None
+        else {"tokens": int(stats.tokens), "source": stats.source},
+    }
+    return ConversionTarget("grouped", tuple(heads), "mean"), report

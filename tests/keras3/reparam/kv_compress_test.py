@@ -313,3 +313,49 @@ def test_rotation_weights_rank_pairs_by_what_dropping_their_rotation_costs():
         KVPlan(0.5, "high", 1, rope_context=16)
     with pytest.raises(SpecError, match="rope_context must be None or an int"):
         KVPlan(0.5, "rotated", 1, rope_context=0)
+
+
+def test_a_split_svd_latent_is_exact_at_its_limit_and_cuts_to_a_budget():
+    lm = _decoder(bias=True)
+    # 2 of 4 pairs per key/value head on RoPE: the latent holds 6 x 4 non-rotary key and
+    # 6 x 8 value columns per layer; the split SVD is exact at min(24, 24) + min(24, 48),
+    # the joint one at the width, 24: both then only drop RoPE from the other pairs.
+    sets = [(0, 1)] * 3
+    joint, _ = convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=sets))
+    target = ConversionTarget("latent", 48, "split_svd", rope_frequencies=sets)
+    exact, reports = convert_model(lm, target)
+    assert reports[0]["method"] == "rope_split_svd"
+    np.testing.assert_allclose(util.np_(exact(IDS)), util.np_(joint(IDS)), atol=1e-4)
+    with pytest.raises(SpecError, match="outside \\[1, 48\\]"):
+        convert_model(lm, ConversionTarget("latent", 49, "split_svd", rope_frequencies=sets))
+    stats = calibration_stats(lm, IDS, source="random ids")
+    cut, report = compress_kv(lm, KVPlan(0.5, "high", 2, split=True, allocation="energy"), stats)
+    assert report["cache_fraction"] == pytest.approx(0.5)
+    layer = numpy_weights(cut.attention_layers[0])
+    rank = report["latent_per_layer"][0]
+    key_rank, _ = kv_sharing.split_ranks((24, 24), (24, 48), rank)
+    # The key part of the latent serves no value column, and the other way round.
+    assert np.abs(layer["value_up_kernel"][:key_rank]).max() == 0.0
+    assert np.abs(layer["key_up_kernel"][key_rank:]).max() == 0.0
+
+
+def test_grouped_heads_per_layer_meet_a_cache_budget_where_pooling_costs_most():
+    from headsize_tf.keras3.reparam.kv_compress import grouped_budget
+
+    lm = _decoder(heads=6, groups=3, head_size=8)
+    stats = calibration_stats(lm, IDS)
+    target, report = grouped_budget(lm, 1.0, stats)
+    assert target.size == (3, 3) and report["cache_fraction"] == 1.0
+    model, _ = convert_model(lm, target)
+    np.testing.assert_allclose(util.np_(model(IDS)), util.np_(lm(IDS)), atol=1e-4)
+    # Two layers of 1 or 3 heads: 2/3 of the cache affords 3 heads in one of them, the one
+    # whose keys and values pooling moves most.
+    target, report = grouped_budget(lm, 2 / 3, stats)
+    errors = [layer["1"] for layer in report["pooling_error_per_layer"]]
+    assert sorted(target.size) == [1, 3] and target.size[int(np.argmax(errors))] == 3
+    assert report["cache_fraction"] == pytest.approx(2 / 3)
+    assert report["kv_heads_per_layer"] == list(target.size)
+    model, _ = convert_model(lm, target)
+    assert [layer.num_kv_heads for layer in model.attention_layers] == list(target.size)
+    with pytest.raises(SpecError, match="below grouped K/V's smallest"):
+        grouped_budget(lm, 0.3, stats)
