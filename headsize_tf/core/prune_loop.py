@@ -23,7 +23,7 @@ import numpy as np
 
 from headsize_tf.core.io import check_output_free, write_json
 from headsize_tf.core.model_adapter import ModelAdapter
-from headsize_tf.core.prune_report import SCHEMA, json_scores, kept_heads, legacy_keys
+from headsize_tf.core.prune_report import SCHEMA, json_scores, kept_heads
 from headsize_tf.core.pruning_plan import PruningStep, iterative_pruning
 
 
@@ -270,7 +270,6 @@ def prune_loop(
             "masked": measured[-1][key],
             "pruned": unsaved.get(key),
         }
-    report.update(legacy_keys(report))
     if extras is not None:
         extras(report, pruned)
     if output is None:
@@ -280,6 +279,5 @@ def prune_loop(
     for key, value in reloaded.items():
         if key in report:
             report[key]["pruned"] = value
-    report.update(legacy_keys(report))
     write_json(path / adapter.report_file, report)
     return report

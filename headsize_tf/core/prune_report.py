@@ -14,10 +14,9 @@ JSON object:
 * one `{"original", "masked", "pruned"}` block per evaluated metric;
 * `removal_seconds`.
 
-Reports of earlier releases (`params_before` / `params_after`,
+Reports in the older layout (`params_before` / `params_after`,
 `unpruned_<metric>` / `masked_<metric>` / `pruned_<metric>`) still load
-through `read_prune_report`; the drivers keep writing those keys beside the
-new ones for one release (`legacy_keys`).
+through `read_prune_report`, converted to this one.
 """
 
 from __future__ import annotations
@@ -57,19 +56,6 @@ def kept_heads(mask: np.ndarray, original: Sequence[Sequence[int]]) -> list[list
         sorted(int(numbers[s]) for s in range(len(numbers)) if numbers[s] >= 0 and row[s] != 0)
         for row, numbers in zip(mask, original, strict=True)
     ]
-
-
-def legacy_keys(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys of the reports before the one schema (kept for one release):
-    `params_before` / `params_after` and `unpruned_` / `masked_` / `pruned_<metric>`."""
-    out: dict[str, Any] = {
-        "params_before": report["params"]["original"],
-        "params_after": report["params"]["pruned"],
-    }
-    name = report["metric"]
-    for stage, old in (("original", "unpruned"), ("masked", "masked"), ("pruned", "pruned")):
-        out[f"{old}_{name}"] = report[name][stage]
-    return out
 
 
 def read_prune_report(report: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:

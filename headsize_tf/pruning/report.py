@@ -221,7 +221,7 @@ def plot_report(
     title = (
         f"decoding {report['decoding_speedup']:.2f}x faster after removal"
         if "decoding_speedup" in report
-        else f"params {report['params_before']:,} -> {report['params_after']:,}"
+        else f"params {report['params']['original']:,} -> {report['params']['pruned']:,}"
     )
     axes[0].set(xlabel="heads pruned (%)", ylabel=label, title=title)
     if bleu:

@@ -102,7 +102,7 @@ def test_the_loop_prunes_the_least_important_heads_as_the_plan_does(tmp_path):
     assert report["curve"][-1]["heads_per_layer"] == [1, 3]
     assert report["accuracy"] == {"original": 36.0, "masked": 25.0, "pruned": 25.0}
     assert report["params"] == {"original": 85, "pruned": 45}
-    assert report["params_before"] == 85 and report["pruned_accuracy"] == 25.0
+    assert "params_before" not in report and "pruned_accuracy" not in report  # One schema.
     assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
     assert np.array_equal(adapter.head_mask(), np.ones_like(WORTH))  # Restored.
     # The first step reuses the report's importance; each later step recomputes.

@@ -1,5 +1,5 @@
 """A sentence classifier trained by `headsize-tf train` prunes and compresses from its
-model_dir, keeping its trained head (issue 14, item 2)."""
+model_dir, keeping its trained head."""
 
 import json
 import pathlib
@@ -74,8 +74,8 @@ def test_prune_keeps_the_head_and_equals_the_masked_model(trained, tmp_path, cap
     data = cdir.classifier_batches(params, "validation", 2)
     for features, _ in data:
         np.testing.assert_allclose(model(features).numpy(), source(features).numpy(), atol=1e-5)
-    assert report["pruned_accuracy"] == pytest.approx(report["masked_accuracy"], abs=1e-6)
-    assert report["params_before"] - report["params_after"] == 2 * (4 * 64 * 16 + 3 * 16)
+    assert report["accuracy"]["pruned"] == pytest.approx(report["accuracy"]["masked"], abs=1e-6)
+    assert report["params"]["original"] - report["params"]["pruned"] == 2 * (4 * 64 * 16 + 3 * 16)
     # An ordinary model_dir: `train --mode eval --config_file DIR/params.yaml` reads it.
     result = train.run(
         "headsize_bert/sentence_prediction", str(out), [str(out / "params.yaml")], mode="eval"
@@ -155,7 +155,7 @@ def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
         assert (out / figure).stat().st_size > 10_000
     assert report["metric"] == "perplexity"
     assert [p["fraction"] for p in report["curve"]] == [0.0, 0.125, 0.25]
-    assert report["pruned_perplexity"] == pytest.approx(report["masked_perplexity"], rel=1e-4)
+    assert report["perplexity"]["pruned"] == pytest.approx(report["perplexity"]["masked"], rel=1e-4)
     # The written model_dir is the source with the pruned heads masked, MLM head included.
     params, model, _ = cdir.load(out, (cdir.MASKED_LM,))
     assert sum(params.task.model.encoder.any.attention.num_heads) == 6
@@ -168,7 +168,7 @@ def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
         np.testing.assert_allclose(
             model(features)["mlm_logits"].numpy(), source(features)["mlm_logits"].numpy(), atol=1e-5
         )
-    assert report["pruned_perplexity"] == pytest.approx(
+    assert report["perplexity"]["pruned"] == pytest.approx(
         cdir.masked_lm_perplexity(source, cdir.masked_lm_batches(params, "validation", 32)),
         rel=1e-4,
     )

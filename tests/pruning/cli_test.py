@@ -46,15 +46,15 @@ class PruneCliTest(tf.test.TestCase):
         self.assertEqual(np.asarray(report["importance"]).shape, (2, 4))
         self.assertEqual(sum(len(h) for h in report["pruned_heads"]), 4)
         self.assertTrue(all(len(h) <= 3 for h in report["pruned_heads"]))  # >= 1 head kept
-        self.assertLess(report["params_after"], report["params_before"])
-        self.assertAllClose(report["pruned_accuracy"], report["masked_accuracy"], atol=1e-9)
+        self.assertLess(report["params"]["pruned"], report["params"]["original"])
+        self.assertAllClose(report["accuracy"]["pruned"], report["accuracy"]["masked"], atol=1e-9)
         for plot in ("importance.png", "curve.png"):
             self.assertGreater((out / plot).stat().st_size, 5_000)
         model = prune.load_classifier(out)
         self.assertEqual(int((head_mask(model.encoder) == 0).sum()), 4)
         splits = rotten_tomatoes_splits(self.tmp / "data")
         ids = ft.tokenize_all(model.sentence_encoder, splits["dev"][0], 64)
-        self.assertAllClose(ft.accuracy(model, ids, splits["dev"][1]), report["pruned_accuracy"])
+        self.assertAllClose(ft.accuracy(model, ids, splits["dev"][1]), report["accuracy"]["pruned"])
         self.assertEqual(cli.main(argv), 2)
         self.assertIn("exists; pass --overwrite", self.capsys.readouterr().err)
         # A pruned model prunes further: it starts from its removed heads.
@@ -77,7 +77,7 @@ class PruneCliTest(tf.test.TestCase):
         self.assertEqual(cli.main(argv), 0)
         report2 = json.loads((again / "report.json").read_text())
         self.assertEqual([p["heads_pruned"] for p in report2["curve"]], [4, 4, 4, 6])
-        self.assertAllClose(report2["curve"][0]["metric"], report["pruned_accuracy"])
+        self.assertAllClose(report2["curve"][0]["metric"], report["accuracy"]["pruned"])
         kept = [set(range(4)) - set(h) for h in report2["pruned_heads"]]
         self.assertEqual(sum(len(k) for k in kept), 2)
         first = [set(range(4)) - set(h) for h in report["pruned_heads"]]

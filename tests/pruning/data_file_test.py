@@ -164,13 +164,13 @@ class PruneDataFileTest(tf.test.TestCase):
         self.assertEqual(info["train_examples"] + info["dev_examples"], 80)
         self.assertEqual(report["data"], str(data))
         self.assertEqual([p["fraction"] for p in report["curve"]], [0.0, 0.25, 0.5])
-        self.assertAllClose(report["pruned_accuracy"], report["masked_accuracy"], atol=1e-9)
+        self.assertAllClose(report["accuracy"]["pruned"], report["accuracy"]["masked"], atol=1e-9)
         model = prune.load_classifier(out)
         self.assertEqual(model.head.units, 3)
         self.assertEqual(int((head_mask(model.encoder) == 0).sum()), 4)
         task = load_text_file(data, "premise", "gold", text_pair_column="hypothesis")
         ids = ft.tokenize_all(model.sentence_encoder, task.dev_texts, 64)
-        self.assertAllClose(ft.accuracy(model, ids, task.dev_labels), report["pruned_accuracy"])
+        self.assertAllClose(ft.accuracy(model, ids, task.dev_labels), report["accuracy"]["pruned"])
         # A pruned checkpoint's head is reused only for the same labels.
         other = self.tmp / "other.csv"
         other.write_text(data.read_text().replace(",neither\n", ",none\n"))
@@ -297,8 +297,8 @@ def test_issue_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
     assert json.loads((out / "label_map.json").read_text()) == report["label_map"]
     assert report["data_info"]["train_examples"] + report["data_info"]["dev_examples"] == 96
     assert report["curve"][-1]["fraction"] == pytest.approx(0.3, abs=0.02)
-    assert report["params_after"] < report["params_before"]
-    assert report["pruned_accuracy"] == pytest.approx(report["masked_accuracy"], abs=1e-9)
+    assert report["params"]["pruned"] < report["params"]["original"]
+    assert report["accuracy"]["pruned"] == pytest.approx(report["accuracy"]["masked"], abs=1e-9)
     assert "labels {'negative': 0, 'positive': 1}" in capsys.readouterr().out
     # Predictions map back to the labels through the saved label map.
     model = prune.load_classifier(out)

@@ -146,8 +146,8 @@ def prune_minilm(output: pathlib.Path, data_dir: str | None, settings: DemoSetti
         "directory": str(directory),
         "name": f"MiniLM, {100 * settings.prune_fraction:.0f}% of heads pruned "
         f"({kept} of {total} kept)",
-        "dev_accuracy": report["pruned_accuracy"],
-        "encoder_params": report["params_after"],
+        "dev_accuracy": report["accuracy"]["pruned"],
+        "encoder_params": report["params"]["pruned"],
         "curve": [{"fraction": p["fraction"], "metric": p["metric"]} for p in report["curve"]],
     }
 

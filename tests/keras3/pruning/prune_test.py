@@ -47,8 +47,8 @@ def test_prune_keras3_writes_a_smaller_equivalent_classifier(tmp_path, capsys):
     assert report["framework"] == "keras3"
     assert [p["heads_pruned"] for p in report["curve"]] == [0, 2, 4]
     assert sum(report["heads_per_layer"]) == 4 and min(report["heads_per_layer"]) >= 1
-    assert report["params_after"] < report["params_before"]
-    assert report["pruned_accuracy"] == report["masked_accuracy"]
+    assert report["params"]["pruned"] < report["params"]["original"]
+    assert report["accuracy"]["pruned"] == report["accuracy"]["masked"]
     assert json.loads((out / "label_map.json").read_text()) == {"cat": 0, "dog": 1}
     # The saved model reloads with its head and gives the reported accuracy.
     model = load_classifier(out)
@@ -58,5 +58,5 @@ def test_prune_keras3_writes_a_smaller_equivalent_classifier(tmp_path, capsys):
 
     task = load_task(data_file=str(tmp_path / "F.csv"))
     x_dev = encoder.tokenize(task.dev_texts, max_seq_length=64)
-    assert accuracy(model, x_dev, np.asarray(task.dev_labels)) == report["pruned_accuracy"]
+    assert accuracy(model, x_dev, np.asarray(task.dev_labels)) == report["accuracy"]["pruned"]
     assert "output:" in capsys.readouterr().out
