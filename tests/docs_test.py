@@ -351,6 +351,8 @@ def test_every_docs_page_is_linked_from_the_index_and_the_readme():
 # README, docs/ and results/, and work-round numbers in code comments.
 _HISTORY = re.compile(r"\bstop [0-9]+\b|\blent\b|\blease\b|\bsessions? (of|so far)", re.I)
 _HISTORY_COMMENT = re.compile(r"#.*\bstop [0-9]+")
+# The project's own issue numbers (its tracker is not shipped with it).
+_ISSUE_NUMBER = re.compile(r"\bissues? #?[0-9]+\b", re.I)
 TESTING_PAGE_MAX_LINES = 110
 
 
@@ -385,6 +387,8 @@ def test_history_patterns():
     assert not _HISTORY.search("standard heads stop at 83.2%; a lenticular lens; release")
     assert _HISTORY_COMMENT.search("x = 1  " + "# (CI, stop " + "27)")
     assert not _HISTORY_COMMENT.search("stop" + " 27 outside a comment")
+    assert _ISSUE_NUMBER.search("per-layer heads (" + "issue 14, item 4)")
+    assert not _ISSUE_NUMBER.search("see the issue tracker")
 
 
 def test_docs_and_results_describe_the_project_not_its_history():
@@ -399,6 +403,12 @@ def test_code_comments_name_no_work_rounds():
         ROOT / "tests",
         skip={pathlib.Path(__file__).resolve()},
     )
+    assert hits == [], "\n".join(hits)
+
+
+def test_code_docs_and_results_cite_no_issue_numbers():
+    roots = [ROOT / n for n in ("headsize_tf", "tests", "docs", "benchmarks", "colab")]
+    hits = _history_hits(_ISSUE_NUMBER, README, *roots, skip={pathlib.Path(__file__).resolve()})
     assert hits == [], "\n".join(hits)
 
 

@@ -1,4 +1,4 @@
-"""The tuner's search space: per-layer head counts and head sizes (issue 14, item 4)."""
+"""The tuner's search space: per-layer head counts and head sizes."""
 
 import keras_tuner
 import pytest

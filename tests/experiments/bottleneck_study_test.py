@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from headsize_tf.experiments import bottleneck_report
 from headsize_tf.experiments.bottleneck import plan, runners
+from headsize_tf.experiments.bottleneck import report as bottleneck_report
 from headsize_tf.experiments.bottleneck.__main__ import main
 from headsize_tf.experiments.bottleneck.presets import PRESETS, Setting
 from headsize_tf.experiments.reproduction import scheduler

@@ -1,4 +1,4 @@
-"""Grouped-query and latent heads in HeadsizeCausalLM and HeadsizeSeq2Seq (issue 31).
+"""Grouped-query and latent heads in HeadsizeCausalLM and HeadsizeSeq2Seq.
 
 Decoder self-attention and encoder-decoder attention of each kind (per-layer
 sizes too): cached greedy decoding equals uncached argmax decoding, beam search

@@ -1,4 +1,4 @@
-"""Pruning the heads of a causal LM trained by `headsize-tf train` (issue 14, item 3)."""
+"""Pruning the heads of a causal LM trained by `headsize-tf train`."""
 
 import json
 import pathlib

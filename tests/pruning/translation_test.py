@@ -1,4 +1,4 @@
-"""Pruning the heads of a translation model trained by `headsize-tf train` (issue 14, item 3).
+"""Pruning the heads of a translation model trained by `headsize-tf train`.
 
 The model trains on tfds' mock wmt14 data (no download works here) through the
 code users run on Colab; pruning then reads the same data from the model_dir's

@@ -1,4 +1,4 @@
-"""`convert_attention_model`: the tf_keras front of the one conversion driver (issue 31).
+"""`convert_attention_model`: the tf_keras front of the one conversion driver.
 
 Grouped heads with num_kv_heads == num_heads, a latent at full rank and
 collaborative heads at full rank reproduce a causal LM's and a translation

@@ -1,5 +1,5 @@
 """`compress --model_dir` of a causal LM, a translation model and a masked-LM encoder trained
-by `headsize-tf train` (Cordonnier et al. 2020 post hoc, issue 14 item 2): exact at full
+by `headsize-tf train` (Cordonnier et al. 2020 post hoc): exact at full
 rank, parameter counts from the framework-neutral formulas, reloadable model_dirs."""
 
 import json

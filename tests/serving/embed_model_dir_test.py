@@ -1,6 +1,6 @@
-"""`embed` and `export --task embedding` from the encoder of a `headsize-tf train` model_dir
-(issue 14, item 2): a masked-LM pretraining run on Austen, checked against a numpy oracle of
-mean / [CLS] pooling and L2 normalisation over the trained encoder's outputs."""
+"""`embed` and `export --task embedding` from the encoder of a `headsize-tf train` model_dir:
+a masked-LM pretraining run on Austen, checked against a numpy oracle of mean / [CLS] pooling
+and L2 normalisation over the trained encoder's outputs."""
 
 import pathlib
 

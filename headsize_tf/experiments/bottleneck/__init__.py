@@ -37,7 +37,7 @@ reproduction's scheduler (`reproduction.scheduler`).
 
 Modules: `presets` (settings, shape and budget), `plan` (models, run names and
 files, the runs to do and each model's rate), `runners` (one run on Keras 3),
-`report` (`bottleneck.json`, README and plot, from `bottleneck_report`'s summary),
+`report` (`bottleneck.json`, README and plot, from `bottleneck.report`'s summary),
 `__main__` (the command).
 
 References:

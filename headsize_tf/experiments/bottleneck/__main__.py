@@ -14,12 +14,11 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from headsize_tf.experiments import bottleneck_report
 from headsize_tf.experiments._steps import add_study_options
 from headsize_tf.experiments.bottleneck import runners
 from headsize_tf.experiments.bottleneck.plan import load_runs
 from headsize_tf.experiments.bottleneck.presets import PRESETS
-from headsize_tf.experiments.bottleneck.report import write_report
+from headsize_tf.experiments.bottleneck.report import verdict_lines, write_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         runs = runners.run_all(preset, out, lambda line: print(line, flush=True))
     summary = write_report(args.preset, out, runs)
-    print("\n".join(bottleneck_report.verdict_lines(summary)))
+    print("\n".join(verdict_lines(summary)))
     return 0
 
 

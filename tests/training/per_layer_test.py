@@ -1,4 +1,4 @@
-"""Per-layer head counts and head sizes as ordinary config values (issue 14, item 4).
+"""Per-layer head counts and head sizes as ordinary config values.
 
 A causal LM config with different heads and head sizes in each layer, given as
 YAML, trains through `train.run`, is written back to the model_dir's
