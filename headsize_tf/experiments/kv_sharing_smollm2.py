@@ -69,8 +69,9 @@ class Run:
 
     Args:
       name: The run's name (its result file).
-      method: "original", "latent", "grouped", "pruned" or "partial_rope" (rotary pairs
-        kept, the latent at full rank: what dropping RoPE alone costs).
+      method: "original", "latent", "grouped", "pruned", "partial_rope" (rotary pairs
+        kept, the latent at full rank: what dropping RoPE alone costs) or "file" (a model
+        saved elsewhere, e.g. by `convert --uptrain-steps`, measured like the others).
       fraction: The cache fraction (latent), for the table.
       strategy: Rotary pairs kept (latent): high, low, uniform, 2norm, or rotated
         (TransMLA's RoRoPE: the same number of pairs in all, of the rotated basis).
@@ -98,6 +99,7 @@ class Run:
     heal_steps: int = 0
     rope_context: int | None = None
     svd: str = "joint"
+    path: str | None = None
 
 
 HEAL_STEPS = 200
@@ -370,6 +372,10 @@ def _convert(study: Study, run: Run):
     lm = study.lm
     if run.method == "original":
         return lm, {}
+    if run.method == "file":
+        from headsize_tf.keras3.pretrained.decoders import load_decoder
+
+        return load_decoder(run.path), {"model_file": run.path}
     if run.method == "latent":
         stats = study.calibration(run.seed) if (run.calibrated or run.strategy == "2norm") else None
         kv_plan = KVPlan(
@@ -523,6 +529,7 @@ def report(output: pathlib.Path) -> str:
         "grouped_healed": ("grouped K/V 3 -> 1, healed", "tab:pink", "s"),
         "pruned": ("K/V groups pruned to 1", "tab:purple", "^"),
         "partial_rope": ("partial RoPE only (full latent)", "0.5", "x"),
+        "file": ("latent, healed and uptrained (--model-file)", "darkgreen", "P"),
     }
     seen = set()
     for r in records:
@@ -574,6 +581,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", default="", help="comma-separated run names (default: all)")
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--calibration-windows", type=int, default=32)
+    parser.add_argument(
+        "--model-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="also measure a converted model saved as .keras (e.g. by convert --uptrain-steps) "
+        "as run NAME",
+    )
     args = parser.parse_args(argv)
     output = pathlib.Path(args.output)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines.
@@ -583,6 +598,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.report_only:
         wanted = [name for name in args.runs.split(",") if name]
         runs = [run for run in plan() if not wanted or run.name in wanted]
+        files = []
+        for entry in args.model_file:
+            name, _, path = entry.partition("=")
+            if not name or not path or not pathlib.Path(path).is_file():
+                print(
+                    f"error: --model-file {entry}: expected NAME=PATH of a saved .keras model",
+                    file=sys.stderr,
+                )
+                return 2
+            files.append(Run(name, "file", path=path))
+        if files:
+            runs = files if not wanted else runs + files
         unknown = set(wanted) - {run.name for run in plan()}
         if unknown:
             names = ", ".join(run.name for run in plan())

@@ -52,3 +52,11 @@ def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):
     assert len(json.loads((tmp_path / "summary.json").read_text())["runs"]) == 2
     with pytest.raises(ValueError, match="no finished run"):
         study.report(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("entry", ["model.keras", "name=", "name=/no/such/model.keras"])
+def test_a_bad_model_file_is_one_line_and_exit_2(entry, tmp_path, capsys):
+    assert study.main(["--output", str(tmp_path), "--model-file", entry]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --model-file {entry}: expected NAME=PATH of a saved .keras model"
+    assert not (tmp_path / "runs").exists()
