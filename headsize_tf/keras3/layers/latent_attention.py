@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from headsize_tf.core import rope
@@ -350,20 +351,12 @@ class LatentAttention(SharedKVAttentionBase):
         dtype = latent.dtype
         value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [r, h, v]
         absorbed = self._absorbed_query(query, dtype)  # [B, T, h, r (+ 2k)], already scaled
-        if self.uses_rope:
-            keys = ops.concatenate(
-                [
-                    ops.repeat(latent[:, :, None], self.num_rope_heads, axis=2),
-                    ops.cast(cache["rope_key"], dtype),
-                ],
-                axis=-1,
-            )  # [B, S, R, r + 2k]
-        else:
-            keys = latent[:, :, None]  # [B, S, 1, r]
         dropout_active = self._dropout > 0 and training is not None and training is not False
         if keras.backend.backend() == "jax" and not dropout_active:
-            # Multi-query (grouped) attention over [latent, rotary key]; the values are the
-            # keys' first r dimensions.
+            # Multi-query attention over one key [latent, rotary keys] (read once, not
+            # repeated per rotary key): each query head's rotary part sits in its group's
+            # slot, zeros in the others; the values are the keys' first r dimensions.
+            keys, absorbed = self._multi_query_keys(latent, cache, absorbed)
             latent_context, attends = self._dot_product_context(
                 absorbed, keys, keys, attention_mask, False, scale=1.0
             )
@@ -373,14 +366,41 @@ class LatentAttention(SharedKVAttentionBase):
             if attends is None:
                 attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
             return self._add_value_bias_rows(context, attends)
-        groups = self.num_rope_heads or 1
-        grouped = self._grouped_heads(absorbed, groups)  # [B, T, R, n, r + 2k]
-        logits = ops.einsum("btgnc,bsgc->bgnts", grouped, keys)
-        logits = ops.reshape(logits, (ops.shape(logits)[0], self._num_heads) + logits.shape[3:])
+        # Scores against the latent and the rotary keys as two products: no cache copy.
+        rank = self._kv_latent_dim
+        logits = ops.einsum("bthr,bsr->bhts", absorbed[..., :rank], latent)
+        if self.uses_rope:
+            groups = self.num_rope_heads
+            grouped = self._grouped_heads(absorbed[..., rank:], groups)  # [B, T, R, n, 2k]
+            rotary = ops.einsum("btgnc,bsgc->bgnts", grouped, ops.cast(cache["rope_key"], dtype))
+            logits = logits + ops.reshape(rotary, ops.shape(logits))
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
         latent_context = ops.einsum("bhts,bsr->bthr", dropped, latent)
         context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
         return self._add_value_bias(context, dropped)
+
+    def _multi_query_keys(self, latent: Any, cache: dict[str, Any], absorbed: Any) -> tuple:
+        """One key head `[B, S, 1, r + R 2k]` (the latent, then the R rotary keys) and the
+        absorbed queries `[B, T, h, r + R 2k]` laid out to match it."""
+        if not self.uses_rope:
+            return latent[:, :, None], absorbed
+        dtype = latent.dtype
+        rope_key = ops.cast(cache["rope_key"], dtype)  # [B, S, R, 2k]
+        groups, width = self.num_rope_heads, 2 * self._rope_pairs
+        shape = ops.shape(rope_key)
+        keys = ops.concatenate(
+            [latent, ops.reshape(rope_key, (shape[0], shape[1], groups * width))], axis=-1
+        )[:, :, None]
+        if groups == 1:
+            return keys, absorbed
+        rank = self._kv_latent_dim
+        owner = np.arange(self._num_heads) // (self._num_heads // groups)
+        slots = np.eye(groups, dtype="float32")[owner]  # [h, R]: head -> its rotary key
+        rotary = absorbed[..., rank:]  # [B, T, h, 2k]
+        spread = rotary[..., None, :] * ops.cast(slots, dtype)[None, None, :, :, None]
+        qshape = ops.shape(rotary)
+        spread = ops.reshape(spread, (qshape[0], qshape[1], qshape[2], groups * width))
+        return keys, ops.concatenate([absorbed[..., :rank], spread], axis=-1)
 
     def _grouped_heads(self, tensor: Any, groups: int) -> Any:
         shape = ops.shape(tensor)
