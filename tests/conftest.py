@@ -216,6 +216,12 @@ _START_FIRST = (
     "tests/serving/translation_test.py",
     "tests/tuning/tune_test.py",
     "tests/training/resume_test.py",
+    # tests/training sorts last: its longer files would otherwise start at the end.
+    "tests/training/squad_test.py",
+    "tests/training/multi_worker_test.py",
+    "tests/training/tfds_tasks_test.py",
+    "tests/training/per_layer_test.py",
+    "tests/training/tfds_test.py",
     "tests/colab_test.py",
     # Files of 20-50 s that collection order put last (a worker sat idle 38 s).
     "tests/reparam/convert_model_dir_test.py",
