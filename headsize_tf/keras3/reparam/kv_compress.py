@@ -109,6 +109,11 @@ class KVPlan:
         return dataclasses.asdict(self)
 
 
+def _kv_heads(layer: Any) -> int:
+    """A source layer's key/value heads (its query heads when it is multi-head)."""
+    return int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
+
+
 def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     """(key/value heads, head size, latent size under a uniform budget) of a source layer."""
     if not getattr(layer, "uses_rope", False):
@@ -116,7 +121,7 @@ def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
             f"Layer {layer.name!r} has no rotary positions: a rotary strategy needs a RoPE model "
             "(convert --to latent without --rope-strategy for the others)."
         )
-    groups = int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
+    groups = _kv_heads(layer)
     head_size = int(layer.head_size)
     pairs = head_size // 2
     if plan.rope_pairs > pairs:
@@ -226,9 +231,7 @@ def compress_kv(
     )
     converted, reports = convert_model(lm, target, covariances=covariances)
     original = [
-        int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
-        * (int(layer.head_size) + int(layer.value_dim))
-        for layer in layers
+        _kv_heads(layer) * (int(layer.head_size) + int(layer.value_dim)) for layer in layers
     ]
     kept = [rank + rotary for rank, rotary in zip(ranks, rotary_values, strict=True)]
     report = {
@@ -269,7 +272,7 @@ def grouped_budget(
     layers = lm.attention_layers
     errors, values, original = [], [], []
     for i, layer in enumerate(layers):
-        groups = int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
+        groups = _kv_heads(layer)
         covariance = None if stats is None else stats.covariances[i]
         weights = numpy_weights(layer)
         errors.append(
