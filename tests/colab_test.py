@@ -111,7 +111,17 @@ def kernels():
     shared.close()
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[_test_id(p) for p in NOTEBOOKS])
+# The default run takes the short tf_keras notebooks (quickstart, compression, tuning, export);
+# the full run (docs/testing.md) all ten, the JAX world's included.
+DEFAULT_RUN = ("01_", "03_", "05_", "06_")
+
+
+def _param(path: pathlib.Path):
+    slow = () if path.name.startswith(DEFAULT_RUN) else (pytest.mark.slow,)
+    return pytest.param(path, marks=slow, id=_test_id(path))
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in NOTEBOOKS])
 def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch, run_caches, kernels):
     # As on Colab. A kernel keeps the environment it started with: every test sets the same.
     monkeypatch.delenv("TF_DETERMINISTIC_OPS", raising=False)

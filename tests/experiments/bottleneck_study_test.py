@@ -145,6 +145,7 @@ def test_verdict_needs_every_seed_and_the_second_half_of_training():
     assert any("predicts a win in 1 of them: 0 won, 0 lost, 1 unsettled" in x for x in lines)
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_a_rerun_trains_nothing_and_writes_the_same_report(tmp_path, monkeypatch):
     out = tmp_path / "bottleneck"
     assert main(["--preset", "smoke", "--output", str(out)]) == 0

@@ -27,6 +27,7 @@ def _corpus(path, rng):
         np.save(path / f"lm_{split}.npy", ((starts + np.arange(17)) % 32).astype("int32"))
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_the_study_runs_resumes_and_reports(tmp_path):
     _corpus(tmp_path, np.random.default_rng(0))
     settings = study.Settings(

@@ -147,6 +147,7 @@ def test_token_ids_outside_the_vocabulary_are_refused(data_dir):
         lm_keras3.train_run({"num_heads": 4}, 16, TEST, 1e-3, 0, str(data_dir / "austen"))
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_keras3_runs_form_a_grid_of_their_own(data_dir, tmp_path):
     out = tmp_path / "out"
     argv = [

@@ -261,6 +261,7 @@ class TrainingTest(tf.test.TestCase):
         self.tmp = tmp_path
         self.capsys = capsys
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_runs_record_curves_and_a_rerun_resumes(self):
         out = self.tmp / "out"
         argv = [
@@ -314,6 +315,7 @@ class TrainingTest(tf.test.TestCase):
             "--max-runs", json.loads((out / "reproduction.json").read_text())["command"]
         )
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_workers_share_the_plan_without_training_a_run_twice(self):
         out = self.tmp / "out"
         argv = [

@@ -21,8 +21,10 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # backend-neutral code (spec validation, numpy properties, error messages, which
 # attention kind or checkpoint family); those run on TensorFlow only, as do the MiniLM
 # comparison, the tuner search and the CLI. Notebook 07 trains on JAX as well.
-# Two groups of about equal time, one subprocess each: two pytest-xdist workers run
-# them side by side (tests/conftest.py makes each test its own work unit).
+# Three groups, one subprocess each (tests/conftest.py makes each its own work unit): the
+# layers' numerics, cached decoding and conversions to shared K/V run in the default run;
+# the models and the layer contract, training and cross-framework checks in the full run
+# (docs/testing.md), which runs every group.
 JAX_GROUPS = {
     "models": [
         "modeling/causal_lm",
@@ -33,26 +35,29 @@ JAX_GROUPS = {
         "modeling/decoder_lm",
         "pretrained/hub_decoders",
     ],
-    "layers_and_tools": [
+    "layers": [
         "layers/layers",
-        "layers/layer_contract",
-        "layers/training",
-        "layers/cross_framework",
         "layers/per_head_mask",
         "layers/shared_kv",
         "reparam/kv_convert",
         "layers/rope",
+    ],
+    "tools": [
+        "layers/layer_contract",
+        "layers/training",
+        "layers/cross_framework",
         "reparam/kv_compress",
     ],
 }
+SLOW_GROUPS = ("models", "tools")
 # Within the models group, the model-level cases of the other attention kinds (their layers
 # run on JAX in the other group) and argument checks, which run the same on every backend.
 JAX_GROUP_FILTERS = {
     "models": "not fixed_head and not collaborative and not bad_arguments and not refused "
     "and not parameter_count and not oracle_sees and not resolves_to and not check_their",
     # Configs, initializers and the spec -> class table are backend-neutral.
-    "layers_and_tools": "not mixing_initializers and not config_round_trip "
-    "and not sequence_length_head_size and not make_attention",
+    "layers": "not mixing_initializers and not sequence_length_head_size and not make_attention",
+    "tools": "not config_round_trip",
 }
 JAX_DESELECT = [
     # The same Keras quantization the quantize_lora file runs on JAX.
@@ -106,7 +111,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(keras.backend.backend() == "jax", reason="this is the JAX run")
 @pytest.mark.skipif(os.environ.get(GUARD) == "1", reason="inside the backend subprocess")
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
-@pytest.mark.parametrize("group", list(JAX_GROUPS))
+@pytest.mark.parametrize(
+    "group",
+    [
+        pytest.param(group, marks=(pytest.mark.slow,) if group in SLOW_GROUPS else ())
+        for group in JAX_GROUPS
+    ],
+)
 def test_keras3_tests_pass_on_jax(group):
     files, paths = [], set()
     for entry in JAX_GROUPS[group]:  # "name" (a whole file) or "name::test"

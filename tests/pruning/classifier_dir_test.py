@@ -123,6 +123,7 @@ MLM_SHORT = (
 )
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_a_masked_lm_run_prunes_on_its_own_loss_and_keeps_its_head(
     austen_data_dir, tmp_path, capsys
 ):

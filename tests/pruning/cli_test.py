@@ -19,6 +19,7 @@ class PruneCliTest(tf.test.TestCase):
         self.tmp = tmp_path
         self.capsys = capsys
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_prune_writes_a_smaller_equivalent_model(self):
         write_checkpoint(self.tmp / "bert")
         out = self.tmp / "pruned"

@@ -137,6 +137,7 @@ class PruneDataFileTest(tf.test.TestCase):
         self.capsys = capsys
         write_checkpoint(tmp_path / "bert")
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_sentence_pairs_from_a_csv(self):
         data = _pair_csv(self.tmp / "pairs.csv")
         out = self.tmp / "pruned"
@@ -195,6 +196,7 @@ class PruneDataFileTest(tf.test.TestCase):
             with self.assertRaisesRegex(TextTaskError, fragment):
                 prune.prune_task(self.tmp / "out", checkpoint=self.tmp / "bert", **kwargs)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_tfds_glue_on_mock_data(self):
         # A tiny BERT whose vocabulary holds mock GLUE's letters a-j.
         (self.tmp / "bert" / "vocab.txt").write_text("\n".join(LETTER_VOCAB) + "\n")

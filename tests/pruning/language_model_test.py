@@ -85,6 +85,7 @@ def test_removal_equals_masking_and_decoding_follows_the_new_heads(trained_lm):
         plm.remove_lm_heads(lm, np.array([[1, 1, 1, 1], [0, 0, 0, 0]], np.float32))
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_cli_prunes_a_model_dir_into_a_model_dir(trained_lm, tmp_path, capsys):
     out = tmp_path / "pruned"
     argv = [

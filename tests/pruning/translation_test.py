@@ -109,6 +109,7 @@ def test_importance_batches_are_the_same_at_every_call(trained):
         np.testing.assert_array_equal(y1, y2)
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_cli_prunes_one_kind_into_a_model_dir(trained, tmp_path, capsys):
     out = tmp_path / "pruned"
     argv = [

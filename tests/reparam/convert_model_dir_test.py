@@ -87,6 +87,7 @@ def test_latent_lm_converts_uptrains_reloads_decodes_and_prunes(lm_dir, tmp_path
     assert reloaded.attention_spec.kind == "latent"
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_interrupted_uptraining_resumes_without_converting_again(lm_dir, tmp_path, monkeypatch):
     out = tmp_path / "grouped"
     work = convert_dir.work_dir(out)
@@ -180,6 +181,7 @@ def test_uptraining_at_another_peak_rate(lm_dir):
     assert exit_status.value.code == 2
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_translation_with_as_many_kv_heads_as_heads_is_the_source(tmp_path):
     """Decoder self- and encoder-decoder attention convert; BLEU and perplexity unchanged."""
     data_dir = tmp_path / "data"
@@ -241,6 +243,7 @@ def _weights(model_dir) -> list[np.ndarray]:
     return [w.numpy() for w in model.weights]
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_cli_convert_to_collaborative_is_compress(lm_dir, tmp_path, capsys):
     fast = ["--eval-batches", "1", "--decode-tokens", "1"]
     common = ["--model_dir", lm_dir, "--shared-key-dim", "32"]

@@ -35,6 +35,7 @@ class MultiWorkerTest(tf.test.TestCase):
         self.data_dir = str(austen_data_dir)
         self.tmp = tmp_path
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_two_workers_train_to_identical_weights(self):
         workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
         processes, model_dirs = [], []

@@ -43,6 +43,7 @@ class PerLayerTest(tf.test.TestCase):
         self.data_dir = str(austen_data_dir)
         self.tmp = tmp_path
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_per_layer_lm_trains_round_trips_and_exports(self):
         config = self.tmp / "per_layer.yaml"
         config.write_text(PER_LAYER)

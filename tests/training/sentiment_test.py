@@ -18,6 +18,7 @@ class SentimentTest(tf.test.TestCase):
         self.data_dir = str(sentiment64_data_dir)
         self.tmp = tmp_path
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_real_corpus_and_classifier_beats_majority(self):
         manifest = corpora.load_manifest("rotten_tomatoes", self.data_dir)
         splits = manifest["stats"]["splits"]

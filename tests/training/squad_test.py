@@ -118,6 +118,7 @@ class SquadTest(tf.test.TestCase):
             ]
         )
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_prepare_and_train_fixed_heads(self):
         data_dir = self.tmp / "data"
         self.assertEqual(self._prepare(data_dir), 0)

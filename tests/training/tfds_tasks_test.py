@@ -153,6 +153,7 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLen(model.attention_layers, 2 + 2 * 2)
         self.assertTrue(all(isinstance(layer, cls) for layer in model.attention_layers))
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_translation_trains_on_mock_wmt14(self):
         # Fixed heads here; standard and collaborative translation models train in
         # tests/pruning/translation_test.py and tests/serving/translation_test.py.

@@ -61,6 +61,7 @@ class TfdsInputTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"tfds_name='lm1b' needs `vocab_file`"):
             task.build_inputs(self._data_config(vocab_file=""))
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_train_on_mock_lm1b(self):
         override = (
             "task.train_data.input_path=,task.train_data.tfds_name=lm1b,"

@@ -190,6 +190,7 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
             timeout=600,
         )
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_mirrored_over_two_logical_cpus(self):
         model_dir = os.path.join(self._scratch_dir(), "mirrored")
         # Two sequences a replica: validation loss ~6.5 after 40 steps (~6.4 at 8 a step).

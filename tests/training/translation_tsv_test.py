@@ -105,6 +105,7 @@ def test_bad_tsv_input_is_a_clear_error(data):
         next(iter(bad))
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_trains_on_tsv_and_prunes_encoder_decoder_heads(data, tmp_path):
     model_dir = str(tmp_path / "model")
     run = train.run

@@ -97,6 +97,7 @@ class TuneTest(tf.test.TestCase):
         self.assertEqual(self._tune("--max-trials", "4", "--budget-params", "380000"), 0)
         self.assertNotIn("training", self.capsys.readouterr().out)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_per_layer_heads_under_a_budget(self):
         from headsize_tf import params
 

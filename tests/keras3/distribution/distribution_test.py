@@ -18,6 +18,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
+# One subprocess trains every layout (about 40 s): in the full run (docs/testing.md).
+pytestmark = pytest.mark.slow
+
 SCRIPT = r"""
 import json, os, warnings
 import numpy as np

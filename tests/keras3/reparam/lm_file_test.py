@@ -126,6 +126,7 @@ def test_without_text_and_bad_inputs(files, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big_vocab.txt", "g", "short.txt"]
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_an_interrupted_uptraining_resumes_where_its_last_checkpoint_was(files, tmp_path):
     text = load_lm_text(17, data_file=files["text"], vocab_file=files["vocab"])
     options = dict(text=text, uptrain_steps=20, learning_rate=3e-3, batch_size=8, **FAST)

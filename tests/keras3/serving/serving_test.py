@@ -303,6 +303,7 @@ def _detokenize(pieces: list[str]) -> list[str]:
     return words
 
 
+@pytest.mark.slow  # the `served` fixture exports on TensorFlow and JAX (about 65 s): full run
 def test_encoder_exports_serve_embeddings_and_scores_of_raw_text(served):
     _check_encoders(served, "tf", TASKS)
     export = served["root"] / "tf" / "export"
@@ -312,6 +313,7 @@ def test_encoder_exports_serve_embeddings_and_scores_of_raw_text(served):
     assert not any(m.split(".")[0] == "headsize_tf" for m in served["imported"])
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_causal_lm_export_scores_text_and_continues_it_as_generate(served, tmp_path):
     _check_language_model(served, "tf")
     # Text becomes the ids the corpora are prepared with (`headsize-tf data prepare`).
@@ -326,6 +328,7 @@ def test_causal_lm_export_scores_text_and_continues_it_as_generate(served, tmp_p
 
 
 @pytest.mark.skipif(not _jax_available(), reason="jax is not installed, or this is the JAX run")
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_jax_built_models_export_through_the_tensorflow_backend(served):
     assert "jax" not in served["failures"], served["failures"].get("jax")
     _check_encoders(served, "jax", JAX_TASKS)
