@@ -2,16 +2,14 @@
 
 import json
 import os
-import pathlib
 import socket
 import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
+from tests.training.lm_command import train_lm_command
+
 OVERRIDE = (
     "trainer.train_steps=40,trainer.checkpoint_interval=40,trainer.steps_per_loop=20,"
     "trainer.summary_interval=20,task.train_data.global_batch_size=8,"
@@ -46,26 +44,13 @@ class MultiWorkerTest(tf.test.TestCase):
             env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
             processes.append(
                 subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "headsize_tf",
-                        "train",
-                        "--experiment",
-                        "headsize_lm/language_modeling",
-                        "--config_file",
-                        TINY_LM,
-                        "--model_dir",
+                    train_lm_command(
                         model_dir,
-                        "--data-dir",
                         self.data_dir,
-                        "--mode",
-                        "train",
+                        OVERRIDE,
                         "--strategy",
                         "multi_worker_mirrored",
-                        "--params_override",
-                        OVERRIDE,
-                    ],
+                    ),
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,

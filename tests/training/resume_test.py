@@ -1,10 +1,8 @@
 """Kill training with SIGKILL, rerun the same command: it resumes and ends as if never killed."""
 
 import os
-import pathlib
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -13,9 +11,8 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf.training import train
+from tests.training.lm_command import TINY_LM, train_lm_command
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY_LM = str(ROOT / "official_configs" / "headsize_lm_austen_tiny.yaml")
 STEPS = 40
 OVERRIDE = (
     f"trainer.train_steps={STEPS},trainer.checkpoint_interval=10,trainer.steps_per_loop=10,"
@@ -26,24 +23,7 @@ OVERRIDE = (
 
 
 def _command(model_dir: str, data_dir: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "headsize_tf",
-        "train",
-        "--experiment",
-        "headsize_lm/language_modeling",
-        "--config_file",
-        TINY_LM,
-        "--model_dir",
-        model_dir,
-        "--data-dir",
-        data_dir,
-        "--mode",
-        "train",
-        "--params_override",
-        OVERRIDE,
-    ]
+    return train_lm_command(model_dir, data_dir, OVERRIDE)
 
 
 def _env() -> dict[str, str]:
