@@ -117,6 +117,17 @@ CASES = [
         "rope_pairs=9: a head of size 16 has 8 frequency pairs",
     ),
     (
+        "a_fold_not_dividing_a_head_s_pairs",
+        [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--rope-strategy", "rotated"]
+        + ["--rope-fold", "3", "--calibration", "weights"],
+        "rope_fold=3: a fold must divide a head's 8 frequency pairs (one of [1, 2, 4, 8])",
+    ),
+    (
+        "a_fold_without_rotated_rope",
+        [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--rope-fold", "2"],
+        "rope_fold must be an int >= 1, above 1 only with the rotated strategy",
+    ),
+    (
         "budget_below_the_rotary_keys",
         [*LATENT, "--cache-fraction", "0.1", "--rope-pairs", "2"],
         "is no more than the rotary keys' own 8",
@@ -264,14 +275,17 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert report["calibration"]["tokens"] == 4 * 17
     assert sum(report["latent_per_layer"]) == 2 * (32 - 2 * 2 * 2)  # The uniform total.
-    # Rotated RoPE at the same budget: one rotary key of 2 K/V heads x 2 pairs, weights only.
+    # Rotated RoPE at the same budget: one rotary key of 2 K/V heads x 2 pairs, weights only,
+    # the PCA over bands of 2 frequencies (FreqFold): 4 bands of 2 x 2 components.
     rotated = tmp_path / "rotated"
     argv = _fill(LATENT, files, str(rotated)) + ["--cache-fraction", "0.5", "--rope-pairs", "2"]
     argv += ["--rope-strategy", "rotated", "--calibration", "weights", "--eval-windows", "2"]
-    assert cli.main([*argv, "--method", "split_svd"]) == 0
+    assert cli.main([*argv, "--method", "split_svd", "--rope-fold", "2"]) == 0
     report = json.loads((rotated / "report.json").read_text())
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert [len(c) for c in report["rope_components_per_layer"]] == [4, 4]
+    assert all(b < 4 and j < 4 for c in report["rope_components_per_layer"] for b, j in c)
+    assert report["plan"]["rope_fold"] == 2 and "fold 2" in report["target"]["method"]
     assert {layer["method"] for layer in report["layers"]} == {"rotated_rope_split_svd"}
     assert report["perplexity"]["converted"] < 2 * report["perplexity"]["original"]
     # Grouped K/V at 3/4 of the cache: 2 heads kept in one layer of two, 1 in the other.

@@ -218,6 +218,7 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         calibrated=args.calibration == "activations",
         allocation=args.allocation,
         rope_context=args.rope_context,
+        rope_fold=args.rope_fold,
         balance=args.method != "joint_svd_unbalanced",
         split=args.method == "split_svd",
     )
@@ -272,7 +273,9 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         target = {
             "kind": "latent",
             "cache_fraction": plan.cache_fraction,
-            "method": f"rope {plan.rope_strategy} x {plan.rope_pairs}, "
+            "method": f"rope {plan.rope_strategy} x {plan.rope_pairs}"
+            + (f" fold {plan.rope_fold}" if plan.rope_fold != 1 else "")
+            + ", "
             f"{'calibrated' if plan.calibrated else 'weights'} {svd} SVD, {plan.allocation}",
         }
         return converted, {**report, "target": target}

@@ -179,6 +179,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "distances up to this many tokens (slow pairs lose little without RoPE)",
     )
     rotary.add_argument(
+        "--rope-fold",
+        type=_positive_int,
+        default=1,
+        help="rotated: one PCA per band of this many neighbouring frequencies (TransMLA's "
+        "FreqFold; each kept component turns at one of its band's frequencies); 1: exact RoRoPE",
+    )
+    rotary.add_argument(
         "--calibration",
         choices=["activations", "weights"],
         default="activations",

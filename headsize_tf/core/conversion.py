@@ -62,6 +62,10 @@ class ConversionTarget:
         converted heads grow to `2 x (frequencies not wholly kept) + 2K`
         dimensions on the source's frequency grid. Exclusive with
         `rope_frequencies`.
+      rope_fold: Rotated RoPE only: TransMLA's FreqFold, the PCA over bands
+        of this many neighbouring frequencies (`kv_sharing.RotatedRope`);
+        `rope_components` are then (band, component) pairs. 1 (default):
+        one frequency per PCA, the exact RoRoPE.
 
     Sources are multi-head or grouped layers (Llama's GQA), with or without
     rotary positions (RoPE); the converted spec keeps the source's RoPE
@@ -80,6 +84,7 @@ class ConversionTarget:
     method: str | None = None
     rope_frequencies: Any = None
     rope_components: Any = None
+    rope_fold: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
@@ -117,6 +122,13 @@ class ConversionTarget:
             layers = value if per_layer else [value]
             normalized = tuple(tuple(tuple(int(x) for x in pair) for pair in e) for e in layers)
             object.__setattr__(self, "rope_components", normalized if per_layer else normalized[0])
+        fold = check_positive_int("rope_fold", self.rope_fold)
+        if fold != 1 and self.rope_components is None:
+            raise SpecError(
+                f"rope_fold={fold} (FreqFold) folds the frequencies of rotated RoPE; give "
+                "rope_components too."
+            )
+        object.__setattr__(self, "rope_fold", fold)
         method = self.method or DEFAULT_METHODS[self.kind]
         if method not in METHODS[self.kind]:
             raise SpecError(
@@ -226,14 +238,14 @@ class ConversionTarget:
             value = value[index]
         groups = layer.num_kv_heads or layer.num_heads
         return kv_sharing.check_rotated_components(
-            value, layer.head_size // 2, groups, f"layer {index}"
+            value, layer.head_size // 2, groups, f"layer {index}", self.rope_fold
         )
 
     def _rotated_sizes(self, index: int, layer: ResolvedAttention) -> tuple[list[int], int]:
         """(the rotary key's frequencies, the converted head size) of a rotated-RoPE layer."""
         groups = layer.num_kv_heads or layer.num_heads
         firsts, nope = kv_sharing.rotated_layout(
-            self.layer_rope_components(index, layer), layer.head_size // 2, groups
+            self.layer_rope_components(index, layer), layer.head_size // 2, groups, self.rope_fold
         )
         return firsts, 2 * len(nope) + 2 * len(firsts)
 
@@ -369,6 +381,7 @@ class ConversionTarget:
                     balance=balance,
                     covariance=covariance,
                     split=split,
+                    fold=self.rope_fold,
                     name=name,
                 )
             elif rotary:
@@ -397,6 +410,10 @@ class ConversionTarget:
         out = {"kind": self.kind, self.size_name: size, "method": self.method}
         if self.rope_frequencies is not None:
             out["rope_frequencies"] = _plain(self.rope_frequencies)
+        if self.rope_components is not None:
+            out["rope_components"] = _plain(self.rope_components)
+        if self.rope_fold != 1:
+            out["rope_fold"] = self.rope_fold
         return out
 
 

@@ -823,42 +823,80 @@ def _rope_latent_result(
     return out, report
 
 
+def check_fold(fold: Any, half: int, name: str = "attention") -> int:
+    """FreqFold's factor: an int >= 1 dividing the head's `half` frequency pairs."""
+    if isinstance(fold, bool) or not isinstance(fold, int | np.integer) or fold < 1:
+        raise SpecError(f"Layer {name!r}: rope_fold must be an int >= 1; got {fold!r}.")
+    if half % int(fold):
+        divisors = [m for m in range(1, half + 1) if half % m == 0]
+        raise SpecError(
+            f"Layer {name!r}: rope_fold={fold} must divide the head's {half} frequency pairs "
+            f"(one of {divisors})."
+        )
+    return int(fold)
+
+
 @dataclasses.dataclass(frozen=True)
 class RotatedRope:
-    """TransMLA's RoRoPE basis of one rotary layer: per frequency, a PCA across key/value heads.
+    """TransMLA's RoRoPE basis of one rotary layer: per frequency band, a PCA across key/value heads.
 
-    Fields (P = head size / 2 frequency pairs, G key/value heads):
-      rotations: `[P, G, G]`, orthonormal columns; component j of frequency f
-        is `sum_g rotations[f, g, j] k_(g, f)` (the same mix of both halves of
-        the pair, so it commutes with RoPE's rotation of that frequency).
-      key_energy: `[P, G]`, each component's mean squared key norm (the PCA's
-        eigenvalues, descending per frequency).
-      query_energy: `[P, G]`, the query side's: `sum_h rotations[f, g(h), j]^2
-        E|q_(h, f)|^2`, what the component's rotary query carries.
+    With `fold` M = 1 a band is one frequency (RoRoPE, exact); with M > 1 it
+    is M neighbouring frequencies (TransMLA's FreqFold), whose PCA runs over
+    the G x M channels (frequency m of the band, key/value head g: channel
+    `m * G + g`) and concentrates more of the keys' energy in its leading
+    components, at the price of turning each component at one of the
+    band's frequencies (`frequencies`): exact only at M = 1.
+
+    Fields (P = head size / 2 frequency pairs, G key/value heads, B = P / M
+    bands, C = G x M channels per band):
+      rotations: `[B, C, C]`, orthonormal columns; component j of band b is
+        `sum_(m, g) rotations[b, m G + g, j] k_(g, b M + m)` (the same mix of
+        both halves of the pairs, so at M = 1 it commutes with RoPE's
+        rotation of that frequency).
+      key_energy: `[B, C]`, each component's mean squared key norm (the PCA's
+        eigenvalues, descending per band).
+      query_energy: `[B, C]`, the query side's: the summed squared norm of
+        every query head's rotary query for the component, what it carries.
+      fold: M.
     """
 
     rotations: np.ndarray
     key_energy: np.ndarray
     query_energy: np.ndarray
+    fold: int = 1
 
     @property
     def scores(self) -> np.ndarray:
-        """`[P, G]`: sqrt(query energy x key energy), S_2-norm's score in the rotated basis."""
+        """`[B, C]`: sqrt(query energy x key energy), S_2-norm's score in the rotated basis."""
         return np.sqrt(np.maximum(self.query_energy, 0) * np.maximum(self.key_energy, 0))
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        """`[B, C]`: the frequency each component turns at, `b M + (j mod M)`.
+
+        TransMLA's assignment: a band's leading M components take its M
+        frequencies in order (the fastest first); further components repeat
+        them.
+        """
+        return rotary_frequencies(self.key_energy.shape[0], self.key_energy.shape[1], self.fold)
 
     def components(
         self, count: int, weights: np.ndarray | None = None
     ) -> tuple[tuple[int, int], ...]:
-        """The `count` (frequency, component) pairs of highest score, sorted.
+        """The `count` (band, component) pairs of highest score, sorted.
 
-        `weights` `[P]` multiply each frequency's scores (e.g.
-        `rope.rotation_weights`: how much dropping its rotation can cost).
+        `weights` `[P]` multiply each component's score by its frequency's
+        weight (e.g. `rope.rotation_weights`: how much dropping its rotation
+        can cost).
         """
-        scores = self.scores if weights is None else self.scores * np.asarray(weights)[:, None]
+        scores = self.scores
+        if weights is not None:
+            scores = scores * np.asarray(weights)[self.frequencies]
         flat = scores.reshape(-1)
         if not 1 <= count <= flat.size:
+            half = self.scores.shape[0] * self.fold
             raise SpecError(
-                f"A layer of {self.scores.shape[0]} frequency pairs x {self.scores.shape[1]} "
+                f"A layer of {half} frequency pairs x {self.scores.shape[1] // self.fold} "
                 f"key/value heads has {flat.size} rotated rotary pairs; keeping {count} needs "
                 f"1 <= pairs kept <= {flat.size}."
             )
@@ -867,7 +905,20 @@ class RotatedRope:
         return tuple(sorted((int(i) // width, int(i) % width) for i in top))
 
 
-def rotated_rope(weights: Weights, covariance: np.ndarray | None = None) -> RotatedRope:
+def rotary_frequencies(bands: int, width: int, fold: int) -> np.ndarray:
+    """`[bands, width]`: component j of band b turns at frequency `b fold + (j mod fold)`."""
+    return np.arange(bands)[:, None] * fold + np.arange(width)[None] % fold
+
+
+def _band(array: np.ndarray, start: int, fold: int) -> np.ndarray:
+    """`[e, G, p]` -> `[e, M G]`: the columns of frequencies start..start + M - 1, channel m G + g."""
+    e = array.shape[0]
+    return array[:, :, start : start + fold].transpose(0, 2, 1).reshape(e, -1)
+
+
+def rotated_rope(
+    weights: Weights, covariance: np.ndarray | None = None, fold: int = 1
+) -> RotatedRope:
     """The RoRoPE basis of a rotary layer (TransMLA, Meng et al. 2025, Sec. 4.2).
 
     RoPE turns each frequency pair of every key/value head by the same angle,
@@ -877,39 +928,49 @@ def rotated_rope(weights: Weights, covariance: np.ndarray | None = None) -> Rota
     second moment `covariance`) concentrates the rotary keys' energy in the
     leading components: those keep RoPE, shared by every query head (each
     query head's rotary query for component j is `rotations[f, g, j]` times
-    its own pair), and the rest lose it.
+    its own pair), and the rest lose it. With `fold` M > 1 (FreqFold) the
+    PCA runs over bands of M neighbouring frequencies (`RotatedRope`).
 
     Args:
       weights: Core-layout weights of a multi-head or grouped layer (head
         size p even, half-split pairs: dimension i pairs with i + p / 2).
       covariance: The layer inputs' second moment `[e, e]`, or None.
+      fold: FreqFold's M, dividing p / 2 (1: exact RoRoPE).
     """
     query = np.asarray(weights["query_kernel"], np.float64)
     key = np.asarray(weights["key_kernel"], np.float64)
     e, groups, p = key.shape
     heads = query.shape[1]
     half = p // 2
+    fold = check_fold(fold, half)
+    bands, width = half // fold, groups * fold
     sigma = np.eye(e) if covariance is None else np.asarray(covariance, np.float64)
-    rotations = np.zeros([half, groups, groups])
-    key_energy = np.zeros([half, groups])
-    query_energy = np.zeros([half, groups])
+    rotations = np.zeros([bands, width, width])
+    key_energy = np.zeros([bands, width])
+    query_energy = np.zeros([bands, width])
     owner = np.arange(heads) // (heads // groups)
-    for f in range(half):
-        re, im = key[:, :, f], key[:, :, f + half]
+    for b in range(bands):
+        start = b * fold
+        re, im = _band(key, start, fold), _band(key, half + start, fold)
         moment = re.T @ sigma @ re + im.T @ sigma @ im
         values, vectors = np.linalg.eigh((moment + moment.T) / 2)
         order = np.argsort(-values, kind="stable")
-        rotations[f], key_energy[f] = vectors[:, order], np.maximum(values[order], 0)
-        q_re, q_im = query[:, :, f], query[:, :, f + half]
-        per_head = np.einsum("eh,ef,fh->h", q_re, sigma, q_re) + np.einsum(
-            "eh,ef,fh->h", q_im, sigma, q_im
-        )
-        query_energy[f] = np.einsum("hj,h->j", rotations[f][owner] ** 2, per_head)
-    return RotatedRope(rotations, key_energy, query_energy)
+        rotations[b], key_energy[b] = vectors[:, order], np.maximum(values[order], 0)
+        q_re = query[:, :, start : start + fold]
+        q_im = query[:, :, half + start : half + start + fold]
+        moments = np.einsum("ehm,ef,fhn->hmn", q_re, sigma, q_re) + np.einsum(
+            "ehm,ef,fhn->hmn", q_im, sigma, q_im
+        )  # [h, M, M]: each query head's second moment over the band's frequencies
+        mix = rotations[b].reshape(fold, groups, width)[:, owner]  # [M, h, C]
+        query_energy[b] = np.einsum("mhj,hmn,nhj->j", mix, moments, mix)
+    return RotatedRope(rotations, key_energy, query_energy, fold)
 
 
-def check_rotated_components(components: Any, half: int, groups: int, name: str) -> list:
-    """Sorted (frequency, component) pairs, checked against P frequencies and G components."""
+def check_rotated_components(
+    components: Any, half: int, groups: int, name: str, fold: int = 1
+) -> list:
+    """Sorted (band, component) pairs, checked against P / M bands and G x M components."""
+    fold = check_fold(fold, half, name)
     try:
         pairs = sorted((int(f), int(j)) for f, j in components)
     except (TypeError, ValueError):
@@ -922,43 +983,57 @@ def check_rotated_components(components: Any, half: int, groups: int, name: str)
             f"Layer {name!r}: rotated RoPE keeps >= 1 distinct (frequency, component) pairs; got "
             f"{components!r}."
         )
-    bad = [(f, j) for f, j in pairs if not (0 <= f < half and 0 <= j < groups)]
+    bands, width = half // fold, groups * fold
+    bad = [(f, j) for f, j in pairs if not (0 <= f < bands and 0 <= j < width)]
     if bad:
+        what = "frequencies" if fold == 1 else f"bands of {fold} frequencies"
         raise SpecError(
             f"Layer {name!r}: a head of size {2 * half} with {groups} key/value heads has "
-            f"frequencies 0..{half - 1} and components 0..{groups - 1}; got {bad}."
+            f"{what} 0..{bands - 1} and components 0..{width - 1}; got {bad}."
         )
     return pairs
 
 
-def rotated_layout(components: Any, half: int, groups: int) -> tuple[list[int], list[int]]:
+def _rotary_order(pairs: list[tuple[int, int]], fold: int) -> list[tuple[int, int]]:
+    """The rotary key's column order: by the frequency each component turns at."""
+    return sorted(pairs, key=lambda bj: (bj[0] * fold + bj[1] % fold, bj[0], bj[1]))
+
+
+def rotated_layout(
+    components: Any, half: int, groups: int, fold: int = 1
+) -> tuple[list[int], list[int]]:
     """(the rotary key's frequencies, sorted with repeats; the frequencies that lose RoPE).
 
-    A frequency loses RoPE on its components not kept: it keeps a non-rotary
-    pair in every query head unless all G of its components rotate.
+    A frequency loses RoPE on its band's components not kept: it keeps a
+    non-rotary pair in every query head unless all G x M components of its
+    band rotate.
     """
-    pairs = check_rotated_components(components, half, groups, "attention")
-    counts = np.bincount([f for f, _ in pairs], minlength=half)
-    return [f for f, _ in pairs], [f for f in range(half) if counts[f] < groups]
+    pairs = check_rotated_components(components, half, groups, "attention", fold)
+    counts = np.bincount([b for b, _ in pairs], minlength=half // fold)
+    firsts = [b * fold + j % fold for b, j in _rotary_order(pairs, fold)]
+    return firsts, [f for f in range(half) if counts[f // fold] < groups * fold]
 
 
 def _rotated_operands(
     weights: Weights, rot: RotatedRope, pairs: list[tuple[int, int]]
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The non-rotary keys per key/value head `[e, G, n]` (each frequency's pair projected on
+    """The non-rotary keys per key/value head `[e, G, n]` (each band's pairs projected on
     its components not kept), the values `[e, G, v]` and the non-rotary frequencies."""
     key = np.asarray(weights["key_kernel"], np.float64)
     e, groups, p = key.shape
-    half = p // 2
-    kept = {f: [j for g, j in pairs if g == f] for f in range(half)}
-    nope_frequencies = [f for f in range(half) if len(kept[f]) < groups]
+    half, fold = p // 2, rot.fold
+    width = groups * fold
+    kept = {b: [j for c, j in pairs if c == b] for b in range(half // fold)}
+    nope_bands = [b for b in kept if len(kept[b]) < width]
     columns_re, columns_im = [], []
-    for f in nope_frequencies:
-        dropped = [j for j in range(groups) if j not in kept[f]]
-        basis = rot.rotations[f][:, dropped]
-        projector = basis @ basis.T  # [G, G]
-        columns_re.append(key[:, :, f] @ projector)
-        columns_im.append(key[:, :, f + half] @ projector)
+    for b in nope_bands:
+        dropped = [j for j in range(width) if j not in kept[b]]
+        basis = rot.rotations[b][:, dropped]
+        projector = basis @ basis.T  # [C, C]
+        for columns, start in ((columns_re, b * fold), (columns_im, half + b * fold)):
+            residual = (_band(key, start, fold) @ projector).reshape(e, fold, groups)
+            columns.extend(residual[:, m] for m in range(fold))
+    nope_frequencies = [b * fold + m for b in nope_bands for m in range(fold)]
     if nope_frequencies:
         nope = np.stack(columns_re + columns_im, axis=2)  # [e, G, n]
     else:
@@ -978,11 +1053,13 @@ def rotated_rope_spectrum(
     balance: bool = True,
     covariance: np.ndarray | None = None,
     split: bool = False,
+    fold: int = 1,
 ) -> np.ndarray:
     """The singular values `rotated_rope_latent_weights`' joint SVD keeps the top of."""
-    rot = rotated_rope(weights, covariance)
-    half, groups = rot.scores.shape
-    pairs = check_rotated_components(components, half, groups, "attention")
+    rot = rotated_rope(weights, covariance, fold)
+    groups = np.shape(weights["key_kernel"])[1]
+    half = np.shape(weights["key_kernel"])[2] // 2
+    pairs = check_rotated_components(components, half, groups, "attention", fold)
     heads = np.shape(weights["query_kernel"])[1]
     nope, value, _ = _rotated_operands(weights, rot, pairs)
     flat_key, flat_value = _flat_per_query_head(nope, heads), _flat_per_query_head(value, heads)
@@ -1000,6 +1077,7 @@ def rotated_rope_latent_weights(
     balance: bool = True,
     covariance: np.ndarray | None = None,
     split: bool = False,
+    fold: int = 1,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The latent weights of a rotary layer by rotated RoPE (TransMLA's RoRoPE) + a joint SVD.
@@ -1017,11 +1095,12 @@ def rotated_rope_latent_weights(
     as the source's `1 / sqrt(p)`. The rotary key's frequencies index the
     source's grid of `p` (`rope_grid_size`). With all `P x G` components
     kept, the latent holds the values alone and, at full rank, the layer
-    equals the source. Instead of TransMLA's FreqFold (neighbouring
-    frequencies folded so that one 64-dimensional rotary head holds the
-    leading components), the budget of K pairs goes to the components of
+    equals the source. The budget of K pairs goes to the components of
     highest score wherever they are (`RotatedRope.components`), each turning
-    at its own exact frequency.
+    at its own exact frequency; with `fold` M > 1 (TransMLA's FreqFold) the
+    PCA runs over bands of M neighbouring frequencies, components are
+    (band, component) pairs, and component j of band b turns at frequency
+    `b M + (j mod M)` (an approximation: exact only at M = 1).
 
     Args:
       weights: Core-layout weights (multi-head, or grouped `[e, G, p]`).
@@ -1032,6 +1111,7 @@ def rotated_rope_latent_weights(
         the activations rather than of the weights.
       split: Separate SVDs of the keys and the values (MHA2MLA's split
         variant, `joint_basis`) instead of one joint SVD.
+      fold: FreqFold's M (frequencies per PCA band), dividing p / 2.
       name: The layer's name, for messages.
 
     Returns:
@@ -1055,45 +1135,49 @@ def rotated_rope_latent_weights(
             f"Attention layer {name!r}: a shared latent is computed from one input, so the key "
             "and value widths must be equal."
         )
-    pairs = check_rotated_components(components, half, groups, name)
-    rot = rotated_rope(weights, covariance)
+    pairs = check_rotated_components(components, half, groups, name, fold)
+    rot = rotated_rope(weights, covariance, fold)
     owner = np.arange(heads) // (heads // groups)
     nope, value, nope_frequencies = _rotated_operands(weights, rot, pairs)
     n = 2 * len(nope_frequencies)
     size = n + 2 * len(pairs)
     scale = np.sqrt(size / p)
+    order = _rotary_order(pairs, rot.fold)
+    # mixes[k]: `[M, G]`, the kept component k's loadings on its band's channels.
+    mixes = [rot.rotations[b][:, j].reshape(rot.fold, groups) for b, j in order]
+    starts = [b * rot.fold for b, _ in order]
+
+    def rotary(x: np.ndarray, offset: int, per_head: bool) -> np.ndarray:
+        """`[..., H, p]` -> `[..., K]` (keys: summed over the G heads) or `[..., H, K]`."""
+        columns = []
+        for start, mix in zip(starts, mixes, strict=True):
+            band = x[..., offset + start : offset + start + rot.fold]  # [..., H, M]
+            if per_head:
+                columns.append(np.einsum("...hm,mh->...h", band, mix[:, owner]))
+            else:
+                columns.append(np.einsum("...gm,mg->...", band, mix))
+        return np.stack(columns, axis=-1)
 
     def query_layout(q: np.ndarray) -> np.ndarray:
         """`[..., h, p]` -> `[..., h, n + 2K]`: non-rotary pairs, then the rotary query."""
         parts = [q[..., nope_frequencies], q[..., [f + half for f in nope_frequencies]]]
-        mix = np.stack([rot.rotations[f][owner, j] for f, j in pairs], axis=-1)  # [h, K]
-        parts.append(q[..., [f for f, _ in pairs]] * mix)
-        parts.append(q[..., [f + half for f, _ in pairs]] * mix)
+        parts += [rotary(q, 0, True), rotary(q, half, True)]
         return scale * np.concatenate(parts, axis=-1)
 
     new_query = query_layout(query)
     query_bias = weights.get("query_bias")
     if query_bias is not None:
         query_bias = query_layout(np.asarray(query_bias, np.float64))
-    mix_key = np.stack([rot.rotations[f][:, j] for f, j in pairs], axis=-1)  # [G, K]
-    firsts = [f for f, _ in pairs]
-    rope_key = np.concatenate(
-        [
-            np.einsum("egk,gk->ek", key[:, :, firsts], mix_key),
-            np.einsum("egk,gk->ek", key[:, :, [f + half for f in firsts]], mix_key),
-        ],
-        axis=1,
-    )[:, None]  # [e, 1, 2K]
+    rope_key = np.concatenate([rotary(key, 0, False), rotary(key, half, False)], axis=1)[
+        :, None
+    ]  # [e, 1, 2K]
     rope_key_bias = None
     key_bias = weights.get("key_bias")
     if key_bias is not None:
         key_bias = np.asarray(key_bias, np.float64)
-        rope_key_bias = np.concatenate(
-            [
-                np.einsum("gk,gk->k", key_bias[:, firsts], mix_key),
-                np.einsum("gk,gk->k", key_bias[:, [f + half for f in firsts]], mix_key),
-            ]
-        )[None]
+        rope_key_bias = np.concatenate([rotary(key_bias, 0, False), rotary(key_bias, half, False)])[
+            None
+        ]
     flat_key, flat_value = _flat_per_query_head(nope, heads), _flat_per_query_head(value, heads)
     return _rope_latent_result(
         weights,

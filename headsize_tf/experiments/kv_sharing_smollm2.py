@@ -86,6 +86,8 @@ class Run:
         (`core.rope.rotation_weights`); None: unweighted.
       svd: latent: "joint" (one SVD of keys and values) or "split" (MHA2MLA's
         ablation: each its own SVD and half the latent).
+      fold: rotated: TransMLA's FreqFold, one PCA per band of this many
+        neighbouring frequencies (1: per frequency, exact).
     """
 
     name: str
@@ -100,6 +102,7 @@ class Run:
     rope_context: int | None = None
     svd: str = "joint"
     path: str | None = None
+    fold: int = 1
 
 
 HEAL_STEPS = 200
@@ -282,6 +285,45 @@ def plan() -> list[Run]:
     # Grouped K/V at 50%: 1 or 3 key/value heads per layer, where pooling costs most.
     runs.append(Run("grouped-50-mean-allocated", "grouped", 0.5))
     runs.append(Run("grouped-50-mean-allocated-healed", "grouped", 0.5, heal_steps=HEAL_STEPS))
+    # TransMLA's FreqFold on the best rotated conversions: one PCA per band of 2 or 4
+    # neighbouring frequencies; and what folding with dropped RoPE alone costs.
+    for fold in (2, 4):
+        for tag, pairs in (("31.25", 8), ("18.75", 4)):
+            suffix = "" if pairs == 4 else f"-p{pairs}"
+            runs.append(
+                Run(
+                    f"latent-{tag}-rotated-act-energy{suffix}-ctx256-fold{fold}",
+                    "latent",
+                    FRACTIONS[f"{tag}%"],
+                    ROTATED,
+                    pairs,
+                    True,
+                    "energy",
+                    rope_context=WINDOW - 1,
+                    fold=fold,
+                )
+            )
+        runs.append(
+            Run(f"partial-rope-only-rotated-p4-fold{fold}", "partial_rope", 1.0, ROTATED, 4)
+        )
+        runs[-1] = dataclasses.replace(runs[-1], fold=fold)
+    # Folding by 2 was the best: healed at both budgets.
+    for tag, pairs in (("31.25", 8), ("18.75", 4)):
+        suffix = "" if pairs == 4 else f"-p{pairs}"
+        runs.append(
+            Run(
+                f"latent-{tag}-rotated-act-energy{suffix}-ctx256-fold2-healed",
+                "latent",
+                FRACTIONS[f"{tag}%"],
+                ROTATED,
+                pairs,
+                True,
+                "energy",
+                heal_steps=HEAL_STEPS,
+                rope_context=WINDOW - 1,
+                fold=2,
+            )
+        )
     return runs
 
 
@@ -386,6 +428,7 @@ def _convert(study: Study, run: Run):
             run.allocation,
             rope_context=run.rope_context,
             split=run.svd == "split",
+            rope_fold=run.fold,
         )
         model, report = compress_kv(lm, kv_plan, stats)
         report.pop("layers")
@@ -400,10 +443,13 @@ def _convert(study: Study, run: Run):
             components, fulls = [], []
             for i, source in enumerate(lm.attention_layers):
                 weights = numpy_weights(source)
-                basis = kv_sharing.rotated_rope(weights, stats.covariances[i])
+                basis = kv_sharing.rotated_rope(weights, stats.covariances[i], run.fold)
                 components.append([list(c) for c in basis.components(3 * run.pairs)])
-                fulls.append(len(kv_sharing.rotated_rope_spectrum(weights, components[-1])))
-            target = ConversionTarget("latent", tuple(fulls), rope_components=components)
+                spectrum = kv_sharing.rotated_rope_spectrum(weights, components[-1], fold=run.fold)
+                fulls.append(len(spectrum))
+            target = ConversionTarget(
+                "latent", tuple(fulls), rope_components=components, rope_fold=run.fold
+            )
             model, _ = convert_model(lm, target)
             return model, {"latent_per_layer": fulls, "rope_components_per_layer": components}
         sets = [

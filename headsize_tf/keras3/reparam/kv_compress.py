@@ -9,8 +9,9 @@ rotary keys at a given fraction of the cache:
    key/value head keeps `rope_pairs` frequency pairs as its rotary key,
    cached as they are; the other key dimensions lose their rotation. Or
    "rotated" (TransMLA's RoRoPE, `kv_sharing.rotated_rope_latent_weights`):
-   per frequency, a PCA across the key/value heads (of the activations when
-   calibration statistics are given), and the same number of pairs in all
+   per frequency (or per band of `rope_fold` neighbouring frequencies,
+   TransMLA's FreqFold), a PCA across the key/value heads (of the activations
+   when calibration statistics are given), and the same number of pairs in all
    (key/value heads x `rope_pairs`) goes to the rotated components of
    highest score, as one rotary key shared by every query head.
 2. **The latent** of the non-rotary keys and the values: their joint SVD
@@ -30,6 +31,7 @@ rope_pairs` values, against `2 x key/value heads x head size` before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,10 @@ class KVPlan:
         far its rotation moves over relative distances up to this many tokens
         (`rope.rotation_weights`: slow pairs lose little without RoPE); None:
         the scores as they are.
+      rope_fold: "rotated" only: TransMLA's FreqFold, one PCA per band of this
+        many neighbouring frequencies (more energy in the leading components;
+        each turns at one of its band's frequencies, so only 1, the default,
+        is exact).
 
     Example:
 
@@ -79,6 +85,7 @@ class KVPlan:
     balance: bool = True
     rope_context: int | None = None
     split: bool = False
+    rope_fold: int = 1
 
     def __post_init__(self) -> None:
         fraction = self.cache_fraction
@@ -99,6 +106,17 @@ class KVPlan:
             raise SpecError(
                 f"rope_context must be None or an int >= 1 with the 2norm or rotated strategy; "
                 f"got {self.rope_context!r} with {self.rope_strategy!r}."
+            )
+        fold = self.rope_fold
+        if (
+            isinstance(fold, bool)
+            or not isinstance(fold, int)
+            or fold < 1
+            or (fold != 1 and self.rope_strategy != rope.ROTATED)
+        ):
+            raise SpecError(
+                f"rope_fold must be an int >= 1, above 1 only with the rotated strategy; got "
+                f"{fold!r} with {self.rope_strategy!r}."
             )
         if self.allocation not in ALLOCATIONS:
             raise SpecError(
@@ -127,6 +145,12 @@ def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     if plan.rope_pairs > pairs:
         raise SpecError(
             f"rope_pairs={plan.rope_pairs}: a head of size {head_size} has {pairs} frequency pairs."
+        )
+    if pairs % plan.rope_fold:
+        divisors = [m for m in range(1, pairs + 1) if pairs % m == 0]
+        raise SpecError(
+            f"rope_fold={plan.rope_fold}: a fold must divide a head's {pairs} frequency pairs "
+            f"(one of {divisors})."
         )
     original = groups * (head_size + int(layer.value_dim))
     rotary = groups * 2 * plan.rope_pairs
@@ -186,7 +210,9 @@ def compress_kv(
             weights = rope.rotation_weights(inverse, plan.rope_context)
         if rotated:
             basis = kv_sharing.rotated_rope(
-                numpy_weights(layer), None if stats is None else stats.covariances[i]
+                numpy_weights(layer),
+                None if stats is None else stats.covariances[i],
+                plan.rope_fold,
             )
             sets.append(basis.components(groups * plan.rope_pairs, weights))
         else:
@@ -204,7 +230,9 @@ def compress_kv(
     fulls = []
     for i, layer in enumerate(layers):
         spectrum_of = (
-            kv_sharing.rotated_rope_spectrum if rotated else kv_sharing.rope_latent_spectrum
+            functools.partial(kv_sharing.rotated_rope_spectrum, fold=plan.rope_fold)
+            if rotated
+            else kv_sharing.rope_latent_spectrum
         )
         spectrum = spectrum_of(
             numpy_weights(layer),
@@ -228,6 +256,7 @@ def compress_kv(
         "split_svd" if plan.split else "joint_svd" if plan.balance else "joint_svd_unbalanced",
         rope_frequencies=None if rotated else chosen,
         rope_components=chosen if rotated else None,
+        rope_fold=plan.rope_fold,
     )
     converted, reports = convert_model(lm, target, covariances=covariances)
     original = [

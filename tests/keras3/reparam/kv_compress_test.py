@@ -148,34 +148,39 @@ def test_rotary_grouped_by_mean_keeps_a_rotated_key_bias_and_is_exact_at_the_sam
     assert keras.ops.shape(one(IDS)) == (3, 12, 40)
 
 
-def _rotated_oracle(weights, components, x, positions):
-    """Scores `[h, T, T]` of TransMLA's rotated RoPE, from its equations (numpy, float64).
+def _rotated_oracle(weights, components, x, positions, fold=1):
+    """Scores `[h, T, T]` of TransMLA's rotated RoPE with FreqFold, from its equations (numpy).
 
-    Per frequency f: `U_f` = eigenvectors of `sum_{re, im} W_f^T W_f` across the key/value
-    heads (descending); query head h of group g scores `sum_j U_f[g, j] q_f . R(k'_j,f)` where
-    `k'_j,f = sum_g U_f[g, j] k_g,f` and R rotates only the kept (f, j).
+    Per band b of `fold` neighbouring frequencies: channels c = (frequency f, key/value head
+    g), `U_b` = eigenvectors of `sum_{re, im} W_b^T W_b` over them (descending). Component j's
+    key is `k'_j = sum_c U_b[c, j] k_c`; query head i of group g has the rotary query
+    `sum_(c: head g) U_b[c, j] q_(i, f_c)` and scores it against `R(k'_j)`, where R turns at
+    frequency `b fold + j mod fold` if (b, j) is kept and not at all otherwise.
     """
     q = np.einsum("te,ehp->thp", x, weights["query_kernel"])
     k = np.einsum("te,egp->tgp", x, weights["key_kernel"])
+    w = weights["key_kernel"]
     heads, groups, p = q.shape[1], k.shape[1], k.shape[2]
     half = p // 2
     inverse = rope.inverse_frequencies(p, BASE)
     delta = positions[:, None] - positions[None, :]  # query t - key s
     scores = np.zeros([heads, len(x), len(x)])
-    for f in range(half):
-        w = weights["key_kernel"]
-        moment = w[:, :, f].T @ w[:, :, f] + w[:, :, f + half].T @ w[:, :, f + half]
-        values, vectors = np.linalg.eigh(moment)
+    for b in range(half // fold):
+        channels = [(f, g) for f in range(b * fold, (b + 1) * fold) for g in range(groups)]
+        w_re = np.stack([w[:, g, f] for f, g in channels], axis=1)
+        w_im = np.stack([w[:, g, f + half] for f, g in channels], axis=1)
+        values, vectors = np.linalg.eigh(w_re.T @ w_re + w_im.T @ w_im)
         u = vectors[:, np.argsort(-values)]
-        for j in range(groups):
-            k_re = k[:, :, f] @ u[:, j]
-            k_im = k[:, :, f + half] @ u[:, j]
-            angle = delta * inverse[f] if (f, j) in components else 0 * delta
+        for j in range(len(channels)):
+            k_re = sum(u[c, j] * k[:, g, f] for c, (f, g) in enumerate(channels))
+            k_im = sum(u[c, j] * k[:, g, f + half] for c, (f, g) in enumerate(channels))
+            turns = inverse[b * fold + j % fold] if (b, j) in components else 0.0
+            cos, sin = np.cos(delta * turns), np.sin(delta * turns)
             for i in range(heads):
-                g = i // (heads // groups)
-                q_re, q_im = u[g, j] * q[:, i, f], u[g, j] * q[:, i, f + half]
+                mine = [(c, f) for c, (f, g) in enumerate(channels) if g == i * groups // heads]
+                q_re = sum(u[c, j] * q[:, i, f] for c, f in mine)
+                q_im = sum(u[c, j] * q[:, i, f + half] for c, f in mine)
                 # (R_t q) . (R_s k) = Re[q conj(k) e^(i (t - s) theta)], pairs as complex numbers.
-                cos, sin = np.cos(angle), np.sin(angle)
                 scores[i] += (q_re[:, None] * k_re[None] + q_im[:, None] * k_im[None]) * cos
                 scores[i] -= (q_im[:, None] * k_re[None] - q_re[:, None] * k_im[None]) * sin
     return scores / np.sqrt(p)
@@ -183,7 +188,7 @@ def _rotated_oracle(weights, components, x, positions):
 
 def _latent_scores(out, x, positions, grid):
     """Scores `[h, T, T]` of the converted latent layer's weights (numpy)."""
-    frequencies = [f for f, _ in out["components"]]
+    frequencies = out["frequencies"]
     inverse = rope.inverse_frequencies(grid, BASE)[frequencies]
     size = out["query_kernel"].shape[2]
     nope = size - 2 * len(frequencies)
@@ -197,11 +202,12 @@ def _latent_scores(out, x, positions, grid):
     return scores / np.sqrt(size)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(shape=st.sampled_from([(6, 3, 8), (4, 2, 8), (4, 4, 4)]), data=st.data())
 def test_rotated_rope_matches_transmla_s_equations_and_is_exact_with_every_component(shape, data):
     heads, groups, p = shape
     rng = np.random.default_rng(data.draw(st.integers(0, 100)))
+    fold = data.draw(st.sampled_from([m for m in (1, 2, 4) if (p // 2) % m == 0]))
     e, t = 3 * heads * p // 2, 6
     weights = {
         "query_kernel": rng.normal(size=(e, heads, p)),
@@ -211,19 +217,42 @@ def test_rotated_rope_matches_transmla_s_equations_and_is_exact_with_every_compo
     }
     x = rng.normal(size=(t, e))
     positions = np.arange(t) * 3.0
-    everything = [(f, j) for f in range(p // 2) for j in range(groups)]
+    everything = [(b, j) for b in range(p // 2 // fold) for j in range(groups * fold)]
     count = data.draw(st.integers(1, len(everything)))
     components = data.draw(st.permutations(everything))[:count]
-    full = len(kv_sharing.rotated_rope_spectrum(weights, components))
-    out, report = kv_sharing.rotated_rope_latent_weights(weights, full, components)
-    out["components"] = sorted(components)
-    expected = _rotated_oracle(weights, set(components), x, positions)
+    full = len(kv_sharing.rotated_rope_spectrum(weights, components, fold=fold))
+    out, report = kv_sharing.rotated_rope_latent_weights(weights, full, components, fold=fold)
+    # The rotary key's columns, by the frequency each kept component turns at.
+    order = sorted(components, key=lambda bj: (bj[0] * fold + bj[1] % fold, bj))
+    out["frequencies"] = [b * fold + j % fold for b, j in order]
+    assert out["frequencies"] == kv_sharing.rotated_layout(components, p // 2, groups, fold)[0]
+    expected = _rotated_oracle(weights, set(components), x, positions, fold)
     got = _latent_scores(out, x, positions, p)
     np.testing.assert_allclose(got, expected, atol=2e-3 * np.abs(expected).max())
-    if count == len(everything):  # The exact limit: the source's own scores.
+    if count == len(everything) and fold == 1:  # The exact limit: the source's own scores.
         source = _rotated_oracle(weights, set(everything), x, positions)
         np.testing.assert_allclose(got, source, atol=2e-3 * np.abs(source).max())
         assert "key_up_kernel" not in out and report.key_energy == pytest.approx(1.0)
+
+
+def test_freqfold_bands_hold_at_least_the_energy_of_their_frequencies_leading_components():
+    lm = _decoder(heads=6, groups=3, head_size=16)
+    stats = calibration_stats(lm, IDS, source="random ids")
+    for i, layer in enumerate(lm.attention_layers):
+        weights = numpy_weights(layer)
+        exact = kv_sharing.rotated_rope(weights, stats.covariances[i])
+        total = exact.key_energy.sum()
+        for fold in (2, 4, 8):
+            folded = kv_sharing.rotated_rope(weights, stats.covariances[i], fold)
+            assert folded.rotations.shape == (8 // fold, 3 * fold, 3 * fold)
+            np.testing.assert_allclose(folded.key_energy.sum(), total, rtol=1e-9)
+            # Ky Fan: a band's top-`fold` PCA energy >= the sum of its frequencies' top-1
+            # (the frequencies' own leading components span one `fold`-dimensional subspace).
+            top = folded.key_energy[:, :fold].sum(axis=1)
+            per_frequency = exact.key_energy[:, 0].reshape(-1, fold).sum(axis=1)
+            assert np.all(top >= per_frequency * (1 - 1e-9))
+            last = 8 - fold  # The last band's first frequency.
+            assert folded.frequencies[-1].tolist() == [last + j % fold for j in range(3 * fold)]
 
 
 def test_rotated_rope_in_a_decoder_is_exact_at_full_budget_and_decodes_alike():
@@ -249,6 +278,31 @@ def test_rotated_rope_in_a_decoder_is_exact_at_full_budget_and_decodes_alike():
     prompt, cache = cut.prefill(IDS[:, :5], 12)
     np.testing.assert_allclose(util.np_(prompt), util.np_(cut(IDS))[:, :5], atol=1e-4)
     assert cache[0]["rope_key"].shape[-1] == 6
+
+
+def test_freqfold_in_a_decoder_cuts_to_the_budget_and_decodes_alike():
+    lm = _decoder(bias=True)
+    stats = calibration_stats(lm, IDS, source="random ids")
+    # Bands of 2 frequencies: components are (band 0..1, component 0..5), 3 of them per layer.
+    cut, report = compress_kv(lm, KVPlan(0.5, "rotated", 1, rope_fold=2), stats)
+    assert report["cache_fraction"] == pytest.approx(0.5) and report["plan"]["rope_fold"] == 2
+    for layer, chosen in zip(
+        cut.attention_layers, report["rope_components_per_layer"], strict=True
+    ):
+        assert len(chosen) == 3 and all(0 <= b < 2 and 0 <= j < 6 for b, j in chosen)
+        frequencies, _ = kv_sharing.rotated_layout(chosen, 4, 3, 2)
+        assert list(layer.rope_sets[0]) == frequencies
+    rebuilt = DecoderLM.from_config(cut.get_config())
+    rebuilt.set_weights(cut.get_weights())
+    logits = util.np_(cut(IDS))
+    np.testing.assert_allclose(util.np_(rebuilt(IDS)), logits, atol=1e-5)
+    prompt, cache = cut.prefill(IDS[:, :5], 12)
+    np.testing.assert_allclose(util.np_(prompt), logits[:, :5], atol=1e-4)
+    assert cache[0]["rope_key"].shape[-1] == 6
+    # Folding is FreqFold's approximation: every component kept is not the source (the band's
+    # two frequencies share turns), unlike fold 1 (above).
+    every, _ = compress_kv(lm, KVPlan(1.0, "rotated", 4, rope_fold=2), stats)
+    assert np.abs(util.np_(every(IDS)) - util.np_(lm(IDS))).max() > 1e-3
 
 
 def test_rotated_rope_specs_and_targets_refuse_bad_settings():
@@ -286,6 +340,16 @@ def test_rotated_rope_specs_and_targets_refuse_bad_settings():
         ConversionTarget("latent", 8, rope_components=[(4, 0)]).spec([source], 24)
     with pytest.raises(SpecError, match="instead of rope_frequencies"):
         ConversionTarget("latent", 8, rope_frequencies=[0], rope_components=[(0, 0)])
+    with pytest.raises(SpecError, match="bands of 2 frequencies 0..1 and components 0..5"):
+        ConversionTarget("latent", 8, rope_components=[(2, 0)], rope_fold=2).spec([source], 24)
+    with pytest.raises(SpecError, match="give rope_components too"):
+        ConversionTarget("latent", 8, rope_fold=2)
+    with pytest.raises(SpecError, match="above 1 only with the rotated strategy"):
+        KVPlan(0.5, "2norm", 1, rope_fold=2)
+    with pytest.raises(SpecError, match="rope_fold=3: a fold must divide a head's 4 frequency"):
+        compress_kv(_decoder(), KVPlan(0.5, "rotated", 1, calibrated=False, rope_fold=3))
+    with pytest.raises(SpecError, match=r"rope_fold=3 must divide the head's 4 .*\[1, 2, 4\]"):
+        kv_sharing.rotated_rope(numpy_weights(_decoder().attention_layers[0]), fold=3)
     with pytest.raises(SpecError, match="4 frequency pairs"):
         compress_kv(_decoder(), KVPlan(0.9, "rotated", 5, calibrated=False))
     basis = kv_sharing.rotated_rope(numpy_weights(_decoder().attention_layers[0]))
