@@ -83,10 +83,9 @@ def cache_entries(resolved: ResolvedAttention, use_bias: bool = True) -> dict[st
     if resolved.kind == "grouped":
         return {"key": resolved.num_kv_heads * p, "value": resolved.num_kv_heads * v}
     if resolved.kind == "latent":
-        entries = {"latent": resolved.kv_latent_dim}
-        if resolved.uses_rope:
-            entries["rope_key"] = resolved.num_rotary_heads * 2 * resolved.rope_pairs
-        return entries
+        # With RoPE one vector per token: the latent, then the decoupled rotary keys.
+        rotary = resolved.num_rotary_heads * 2 * resolved.rope_pairs if resolved.uses_rope else 0
+        return {"latent": resolved.kv_latent_dim + rotary}
     if resolved.kind == "collaborative":
         entries = {"key": resolved.shared_key_dim}
         if use_bias:

@@ -44,7 +44,8 @@ class LatentAttention(SharedKVAttentionBase):
     rotary key: a latent cannot carry a per-position rotation, so each of
     `num_rope_heads` rotary keys `k_R = rope(y W_KR)` (`2k` dimensions, `k`
     rotating frequency pairs of the head's grid, `rope_frequencies`) is
-    computed beside the latent and cached with it. A head's query has
+    computed beside the latent and cached with it (the cache holds one vector
+    per token, `[c, k_R]`: `r + num_rope_heads x 2k` values). A head's query has
     `head_size` p dimensions: the first `p - 2k` meet the latent's key
     up-projection (`key_up` `[r, h, p - 2k]`), the last `2k` are rotated and
     meet the rotary key of the head's group (query head i uses rotary key
@@ -54,11 +55,12 @@ class LatentAttention(SharedKVAttentionBase):
     bias `[num_rope_heads, 2k]` with `use_bias`: rotated, a key bias no
     longer cancels).
 
-    Absorbed decoding attends as multi-query attention over `[latent, rotary
-    key]`: the absorbed query `[q_nope W_UK^T, q_rope]` against keys `[c,
-    k_R]` whose first `r` dimensions are also the values; on JAX through
-    `keras.ops.dot_product_attention` (flash attention where the backend has
-    it), elsewhere with einsums.
+    Absorbed decoding attends as multi-query attention over the cached
+    `[c, k_R]`: the absorbed query `[q_nope W_UK^T, q_rope]` (each head's
+    rotary part in its rotary key's slot) against keys `[c, k_R]` whose first
+    `r` dimensions are also the values, read in place from the cache; on JAX
+    through `keras.ops.dot_product_attention` (flash attention where the
+    backend has it), elsewhere with einsums.
 
     Args:
       num_heads: Number of heads h.
@@ -295,10 +297,26 @@ class LatentAttention(SharedKVAttentionBase):
         return self._project_key_value(key, key)
 
     def _project_key_value(self, key: Any, value: Any) -> dict[str, Any]:
-        projected = {"latent": self._latent_dense(value)}
-        if self.uses_rope:
-            projected["rope_key"] = self._rotate(self._rope_key_dense(value))
-        return projected
+        """`{"latent": [B, S, r + R 2k]}`: the latent, then the R rotated rotary keys (the cache
+        entry: decoding reads it in place as one multi-query key)."""
+        latent = self._latent_dense(value)
+        if not self.uses_rope:
+            return {"latent": latent}
+        rope_key = self._rotate(self._rope_key_dense(value))  # [B, S, R, 2k]
+        shape = ops.shape(rope_key)
+        flat = ops.reshape(rope_key, (shape[0], shape[1], shape[2] * shape[3]))
+        return {"latent": ops.concatenate([latent, ops.cast(flat, latent.dtype)], axis=-1)}
+
+    def _split(self, stacked: Any) -> tuple[Any, Any]:
+        """`[B, S, r + R 2k]` -> (the latent `[B, S, r]`, the rotary keys `[B, S, R, 2k]` or None)."""
+        rank = self._kv_latent_dim
+        if not self.uses_rope:
+            return stacked, None
+        shape = ops.shape(stacked)
+        rope_key = ops.reshape(
+            stacked[..., rank:], (shape[0], shape[1], self.num_rope_heads, 2 * self._rope_pairs)
+        )
+        return stacked[..., :rank], rope_key
 
     def _rope_keys_per_head(self, rope_key: Any) -> Any:
         """Rotary keys `[B, S, R, 2k]` repeated to every query head of their group."""
@@ -306,10 +324,10 @@ class LatentAttention(SharedKVAttentionBase):
 
     def _per_head(self, projected: dict[str, Any]) -> dict[str, Any]:
         """Keys and values up-projected from the latents (the non-absorbed path)."""
-        latent = projected["latent"]
+        latent, rope_key = self._split(projected["latent"])
         parts = [] if self._key_up_dense is None else [self._key_up_dense(latent)]
         if self.uses_rope:
-            parts.append(ops.cast(self._rope_keys_per_head(projected["rope_key"]), latent.dtype))
+            parts.append(ops.cast(self._rope_keys_per_head(rope_key), latent.dtype))
         keys = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
         return {"key": keys, "value": self._value_up_dense(latent)}
 
@@ -347,72 +365,48 @@ class LatentAttention(SharedKVAttentionBase):
     ) -> Any:
         if not self._absorbable():
             return super()._attend_cached(query, cache, attention_mask, training)
-        latent = cache["latent"]  # [B, S, r]
-        dtype = latent.dtype
+        stacked = cache["latent"]  # [B, S, r + R 2k]: the latent, then the rotary keys
+        dtype = stacked.dtype
+        rank = self._kv_latent_dim
         value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [r, h, v]
-        absorbed = self._absorbed_query(query, dtype)  # [B, T, h, r (+ 2k)], already scaled
+        absorbed = self._multi_query(self._absorbed_query(query, dtype))  # [B, T, h, r + R 2k]
         dropout_active = self._dropout > 0 and training is not None and training is not False
         if keras.backend.backend() == "jax" and not dropout_active:
-            # Multi-query attention over one key [latent, rotary keys] (read once, not
-            # repeated per rotary key): each query head's rotary part sits in its group's
-            # slot, zeros in the others; the values are the keys' first r dimensions.
-            keys, absorbed = self._multi_query_keys(latent, cache, absorbed)
+            # Multi-query attention over the cache as one key head, also the values (their
+            # first r dimensions are the latent's).
+            keys = stacked[:, :, None]
             latent_context, attends = self._dot_product_context(
                 absorbed, keys, keys, attention_mask, False, scale=1.0
             )
-            context = ops.einsum(
-                "bthr,rhv->bthv", latent_context[..., : self._kv_latent_dim], value_up
-            )
+            context = ops.einsum("bthr,rhv->bthv", latent_context[..., :rank], value_up)
             if attends is None:
                 attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
             return self._add_value_bias_rows(context, attends)
-        # Scores against the latent and the rotary keys as two products: no cache copy.
-        rank = self._kv_latent_dim
-        logits = ops.einsum("bthr,bsr->bhts", absorbed[..., :rank], latent)
-        if self.uses_rope:
-            groups = self.num_rope_heads
-            grouped = self._grouped_heads(absorbed[..., rank:], groups)  # [B, T, R, n, 2k]
-            rotary = ops.einsum("btgnc,bsgc->bgnts", grouped, ops.cast(cache["rope_key"], dtype))
-            logits = logits + ops.reshape(rotary, ops.shape(logits))
+        logits = ops.einsum("bthd,bsd->bhts", absorbed, stacked)
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
-        latent_context = ops.einsum("bhts,bsr->bthr", dropped, latent)
+        # The whole cached vector times the weights, then its latent part: no copy of the cache.
+        latent_context = ops.einsum("bhts,bsd->bthd", dropped, stacked)[..., :rank]
         context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
         return self._add_value_bias(context, dropped)
 
-    def _multi_query_keys(self, latent: Any, cache: dict[str, Any], absorbed: Any) -> tuple:
-        """One key head `[B, S, 1, r + R 2k]` (the latent, then the R rotary keys) and the
-        absorbed queries `[B, T, h, r + R 2k]` laid out to match it."""
-        if not self.uses_rope:
-            return latent[:, :, None], absorbed
-        dtype = latent.dtype
-        rope_key = ops.cast(cache["rope_key"], dtype)  # [B, S, R, 2k]
-        groups, width = self.num_rope_heads, 2 * self._rope_pairs
-        shape = ops.shape(rope_key)
-        keys = ops.concatenate(
-            [latent, ops.reshape(rope_key, (shape[0], shape[1], groups * width))], axis=-1
-        )[:, :, None]
-        if groups == 1:
-            return keys, absorbed
-        rank = self._kv_latent_dim
+    def _multi_query(self, absorbed: Any) -> Any:
+        """Absorbed queries `[B, T, h, r + 2k]` laid out as the cached `[c, k_R]` of R rotary
+        keys, `[B, T, h, r + R 2k]`: each head's rotary part in its key's slot, zeros elsewhere."""
+        groups = self.num_rope_heads
+        if not self.uses_rope or groups == 1:
+            return absorbed
+        rank, width = self._kv_latent_dim, 2 * self._rope_pairs
         owner = np.arange(self._num_heads) // (self._num_heads // groups)
         slots = np.eye(groups, dtype="float32")[owner]  # [h, R]: head -> its rotary key
         rotary = absorbed[..., rank:]  # [B, T, h, 2k]
-        spread = rotary[..., None, :] * ops.cast(slots, dtype)[None, None, :, :, None]
-        qshape = ops.shape(rotary)
-        spread = ops.reshape(spread, (qshape[0], qshape[1], qshape[2], groups * width))
-        return keys, ops.concatenate([absorbed[..., :rank], spread], axis=-1)
-
-    def _grouped_heads(self, tensor: Any, groups: int) -> Any:
-        shape = ops.shape(tensor)
-        return ops.reshape(
-            tensor, (shape[0], shape[1], groups, self._num_heads // groups, shape[3])
-        )
+        spread = rotary[..., None, :] * ops.cast(slots, absorbed.dtype)[None, None, :, :, None]
+        shape = ops.shape(rotary)
+        spread = ops.reshape(spread, (shape[0], shape[1], shape[2], groups * width))
+        return ops.concatenate([absorbed[..., :rank], spread], axis=-1)
 
     def _cache_dims(self) -> dict[str, list[int]]:
-        dims = {"latent": [self._kv_latent_dim]}
-        if self.uses_rope:
-            dims["rope_key"] = [self.num_rope_heads, 2 * self._rope_pairs]
-        return dims
+        rotary = self.num_rope_heads * 2 * self._rope_pairs if self.uses_rope else 0
+        return {"latent": [self._kv_latent_dim + rotary]}
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

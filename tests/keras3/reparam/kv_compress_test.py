@@ -277,7 +277,8 @@ def test_rotated_rope_in_a_decoder_is_exact_at_full_budget_and_decodes_alike():
     np.testing.assert_allclose(util.np_(rebuilt(IDS)), util.np_(cut(IDS)), atol=1e-5)
     prompt, cache = cut.prefill(IDS[:, :5], 12)
     np.testing.assert_allclose(util.np_(prompt), util.np_(cut(IDS))[:, :5], atol=1e-4)
-    assert cache[0]["rope_key"].shape[-1] == 6
+    # One vector per token: the latent, then one rotary key of 3 pairs.
+    assert cache[0]["latent"].shape[-1] == cut.attention_layers[0].kv_latent_dim + 6
 
 
 def test_freqfold_in_a_decoder_cuts_to_the_budget_and_decodes_alike():
@@ -298,7 +299,8 @@ def test_freqfold_in_a_decoder_cuts_to_the_budget_and_decodes_alike():
     np.testing.assert_allclose(util.np_(rebuilt(IDS)), logits, atol=1e-5)
     prompt, cache = cut.prefill(IDS[:, :5], 12)
     np.testing.assert_allclose(util.np_(prompt), logits[:, :5], atol=1e-4)
-    assert cache[0]["rope_key"].shape[-1] == 6
+    # One vector per token: the latent, then one rotary key of 3 pairs.
+    assert cache[0]["latent"].shape[-1] == cut.attention_layers[0].kv_latent_dim + 6
     # Folding is FreqFold's approximation: every component kept is not the source (the band's
     # two frequencies share turns), unlike fold 1 (above).
     every, _ = compress_kv(lm, KVPlan(1.0, "rotated", 4, rope_fold=2), stats)
