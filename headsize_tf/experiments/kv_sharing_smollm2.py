@@ -324,6 +324,20 @@ def plan() -> list[Run]:
                 fold=2,
             )
         )
+    # Twice the healing steps for the best 31.25% conversion.
+    runs.append(
+        Run(
+            f"latent-31.25-rotated-act-energy-p8-ctx256-healed{2 * HEAL_STEPS}",
+            "latent",
+            0.3125,
+            ROTATED,
+            8,
+            True,
+            "energy",
+            heal_steps=2 * HEAL_STEPS,
+            rope_context=WINDOW - 1,
+        )
+    )
     return runs
 
 
