@@ -352,7 +352,7 @@ class LatentAttention(SharedKVAttentionBase):
         parts = []
         if self._key_up_dense is not None:
             key_up = ops.cast(self._key_up_dense.kernel, dtype)  # [r, h, p - 2k]
-            parts.append(_per_head_contract(scaled[..., : self.nope_dim], key_up, "in"))
+            parts.append(ops.einsum("bthp,rhp->bthr", scaled[..., : self.nope_dim], key_up))
         else:
             shape = ops.shape(scaled)
             parts.append(ops.zeros((shape[0], shape[1], shape[2], self._kv_latent_dim), dtype))
@@ -378,7 +378,7 @@ class LatentAttention(SharedKVAttentionBase):
             latent_context, attends = self._dot_product_context(
                 absorbed, keys, keys, attention_mask, False, scale=1.0
             )
-            context = _per_head_contract(latent_context[..., :rank], value_up, "out")
+            context = ops.einsum("bthr,rhv->bthv", latent_context[..., :rank], value_up)
             if attends is None:
                 attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
             return self._add_value_bias_rows(context, attends)
@@ -386,7 +386,7 @@ class LatentAttention(SharedKVAttentionBase):
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
         # The whole cached vector times the weights, then its latent part: no copy of the cache.
         latent_context = ops.einsum("bhts,bsd->bthd", dropped, stacked)[..., :rank]
-        context = _per_head_contract(latent_context, value_up, "out")
+        context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
         return self._add_value_bias(context, dropped)
 
     def _multi_query(self, absorbed: Any) -> Any:
@@ -419,37 +419,3 @@ class LatentAttention(SharedKVAttentionBase):
             }
         )
         return config
-
-
-def _per_head_contract(x: Any, kernel: Any, side: str) -> Any:
-    """Each head's rows times its slice of an up-projection kernel `[r, h, n]`.
-
-    side "in": `[B, T, h, n]` -> `[B, T, h, r]` (queries against `key_up`);
-    "out": `[B, T, h, r]` -> `[B, T, h, n]` (contexts through `value_up`).
-    For one row (batch-1 decoding) on JAX's CPU backend, the heads go through
-    one product with the kernel as stored, `[r, h n]`, block-diagonally: a
-    contraction per head makes XLA on the CPU transpose the kernel head-first
-    at every step, which costs more than the product's zeros.
-    """
-    shape = ops.shape(x)
-    if shape[0] != 1 or shape[1] != 1 or not _jax_cpu():
-        equation = "bthn,rhn->bthr" if side == "in" else "bthr,rhn->bthn"
-        return ops.einsum(equation, x, kernel)
-    r, h, n = ops.shape(kernel)
-    eye = ops.cast(np.eye(h, dtype="float32"), x.dtype)
-    flat = ops.reshape(kernel, (r, h * n))
-    if side == "in":
-        blocks = ops.reshape(x[0, 0][None] * eye[:, :, None], (h, h * n))  # [h, h n]
-        out = ops.einsum("gz,rz->gr", blocks, flat)
-    else:
-        full = ops.reshape(ops.matmul(x[0, 0], flat), (h, h, n))  # [h, h, n]
-        out = ops.sum(full * eye[:, :, None], axis=1)
-    return out[None, None]
-
-
-def _jax_cpu() -> bool:
-    """Whether this is JAX on its CPU backend (read through Keras: layers import no backend)."""
-    if keras.backend.backend() != "jax":
-        return False
-    devices = keras.distribution.list_devices()
-    return bool(devices) and devices[0].lower().startswith("cpu")
