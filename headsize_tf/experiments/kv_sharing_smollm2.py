@@ -108,6 +108,27 @@ class Run:
 HEAL_STEPS = 200
 
 
+def _best_rotated(tag: str, pairs: int, heal_steps: int = 0, fold: int = 1) -> Run:
+    """The best rotated conversion's run at a budget: rotation-weighted pair scores over the
+    256-token windows, calibrated SVD, energy allocation; optionally healed or folded."""
+    name = f"latent-{tag}-rotated-act-energy{'' if pairs == 4 else f'-p{pairs}'}-ctx256"
+    name += f"-fold{fold}" if fold != 1 else ""
+    if heal_steps:
+        name += "-healed" if heal_steps == HEAL_STEPS else f"-healed{heal_steps}"
+    return Run(
+        name,
+        "latent",
+        FRACTIONS[f"{tag}%"],
+        ROTATED,
+        pairs,
+        True,
+        "energy",
+        heal_steps=heal_steps,
+        rope_context=WINDOW - 1,
+        fold=fold,
+    )
+
+
 def plan() -> list[Run]:
     """Every run of the study, in the order it runs."""
     runs = [Run("original", "original")]
@@ -239,20 +260,7 @@ def plan() -> list[Run]:
         )
     # The best weighted conversions at 31.25% and 18.75%, healed.
     for tag, pairs in (("31.25", 8), ("18.75", 4)):
-        suffix = "" if pairs == 4 else f"-p{pairs}"
-        runs.append(
-            Run(
-                f"latent-{tag}-rotated-act-energy{suffix}-ctx256-healed",
-                "latent",
-                FRACTIONS[f"{tag}%"],
-                ROTATED,
-                pairs,
-                True,
-                "energy",
-                heal_steps=HEAL_STEPS,
-                rope_context=WINDOW - 1,
-            )
-        )
+        runs.append(_best_rotated(tag, pairs, heal_steps=HEAL_STEPS))
     for seed in (1, 2):
         runs.append(
             Run(
@@ -289,55 +297,16 @@ def plan() -> list[Run]:
     # neighbouring frequencies; and what folding with dropped RoPE alone costs.
     for fold in (2, 4):
         for tag, pairs in (("31.25", 8), ("18.75", 4)):
-            suffix = "" if pairs == 4 else f"-p{pairs}"
-            runs.append(
-                Run(
-                    f"latent-{tag}-rotated-act-energy{suffix}-ctx256-fold{fold}",
-                    "latent",
-                    FRACTIONS[f"{tag}%"],
-                    ROTATED,
-                    pairs,
-                    True,
-                    "energy",
-                    rope_context=WINDOW - 1,
-                    fold=fold,
-                )
-            )
+            runs.append(_best_rotated(tag, pairs, fold=fold))
         runs.append(
             Run(f"partial-rope-only-rotated-p4-fold{fold}", "partial_rope", 1.0, ROTATED, 4)
         )
         runs[-1] = dataclasses.replace(runs[-1], fold=fold)
     # Folding by 2 was the best: healed at both budgets.
     for tag, pairs in (("31.25", 8), ("18.75", 4)):
-        suffix = "" if pairs == 4 else f"-p{pairs}"
-        runs.append(
-            Run(
-                f"latent-{tag}-rotated-act-energy{suffix}-ctx256-fold2-healed",
-                "latent",
-                FRACTIONS[f"{tag}%"],
-                ROTATED,
-                pairs,
-                True,
-                "energy",
-                heal_steps=HEAL_STEPS,
-                rope_context=WINDOW - 1,
-                fold=2,
-            )
-        )
+        runs.append(_best_rotated(tag, pairs, heal_steps=HEAL_STEPS, fold=2))
     # Twice the healing steps for the best 31.25% conversion.
-    runs.append(
-        Run(
-            f"latent-31.25-rotated-act-energy-p8-ctx256-healed{2 * HEAL_STEPS}",
-            "latent",
-            0.3125,
-            ROTATED,
-            8,
-            True,
-            "energy",
-            heal_steps=2 * HEAL_STEPS,
-            rope_context=WINDOW - 1,
-        )
-    )
+    runs.append(_best_rotated("31.25", 8, heal_steps=2 * HEAL_STEPS))
     return runs
 
 
