@@ -128,6 +128,12 @@ CASES = [
         "rope_fold must be an int >= 1, above 1 only with the rotated strategy",
     ),
     (
+        "allocation_by_sensitivity_with_a_split_svd",
+        [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--method", "split_svd"]
+        + ["--allocation", "sensitivity"],
+        "allocation='sensitivity' needs the joint SVD",
+    ),
+    (
         "budget_below_the_rotary_keys",
         [*LATENT, "--cache-fraction", "0.1", "--rope-pairs", "2"],
         "is no more than the rotary keys' own 8",
@@ -269,12 +275,15 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
     budget = tmp_path / "budget"
     argv = _fill(LATENT, files, str(budget)) + ["--cache-fraction", "0.5", "--rope-pairs", "2"]
-    argv += ["--allocation", "energy", "--calibration-windows", "4", "--eval-windows", "2"]
+    argv += ["--allocation", "sensitivity", "--calibration-windows", "4", "--eval-windows", "2"]
     assert cli.main([*argv, "--decode-tokens", "4"]) == 0
     report = json.loads((budget / "report.json").read_text())
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
     assert report["calibration"]["tokens"] == 4 * 17
     assert sum(report["latent_per_layer"]) == 2 * (32 - 2 * 2 * 2)  # The uniform total.
+    sensitivity = report["sensitivity"]
+    assert sensitivity["tokens"] == 4 * 16 and sensitivity["loss"] <= sensitivity["loss_uniform"]
+    assert sensitivity["latent_per_layer"] == report["latent_per_layer"]
     # Rotated RoPE at the same budget: one rotary key of 2 K/V heads x 2 pairs, weights only,
     # the PCA over bands of 2 frequencies (FreqFold): 4 bands of 2 x 2 components.
     rotated = tmp_path / "rotated"

@@ -268,7 +268,10 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
                     "method": method,
                 },
             }
-        converted, report = compress_kv(model, plan, stats)
+        sizes = None
+        if plan.allocation == "sensitivity":
+            sizes = _cached_allocation(args, model, plan, stats, text)
+        converted, report = compress_kv(model, plan, stats, sizes)
         svd = "split" if plan.split else "joint"
         target = {
             "kind": "latent",
@@ -290,6 +293,33 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         converter=_healed(args, converter, text),
         **_options(args, None),
     )
+
+
+def _cached_allocation(
+    args: argparse.Namespace, lm: Any, plan: Any, stats: Any, text: Any
+) -> dict[str, Any]:
+    """`--allocation sensitivity`: the latent sizes measured on the calibration windows
+    (`allocate_by_sensitivity`), computed once per model, text and plan and cached."""
+    import hashlib
+    import json
+
+    from headsize_tf.core.io import cache_root, write_json
+    from headsize_tf.keras3.reparam.kv_compress import allocate_by_sensitivity
+
+    windows = text.train[: args.calibration_windows]
+    plan_key = json.dumps(plan.to_dict(), sort_keys=True)
+    key = hashlib.sha256(
+        f"{args.decoder}|{text.source}|{windows.shape}|{windows.tobytes().hex()[:64]}|"
+        f"{plan_key}".encode()
+    ).hexdigest()[:16]
+    path = cache_root() / "allocation" / f"{key}.json"
+    if path.exists():
+        print(f"latent sizes by sensitivity: {path} (cached)", flush=True)
+        return json.loads(path.read_text())
+    print(f"allocating latent sizes by the loss on {len(windows)} windows ...", flush=True)
+    sizes = allocate_by_sensitivity(lm, plan, stats, windows, progress=print)
+    write_json(path, sizes)
+    return sizes
 
 
 def _cached_stats(args: argparse.Namespace, lm: Any, windows: Any, source: str) -> Any:

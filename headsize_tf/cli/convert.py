@@ -194,9 +194,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     rotary.add_argument(
         "--allocation",
-        choices=["uniform", "energy"],
+        choices=["uniform", "energy", "sensitivity"],
         default="uniform",
-        help="latent sizes per layer: the same, or by spectral energy at the same total",
+        help="latent sizes per layer at the same total: the same, by spectral energy, or by the "
+        "loss measured on the calibration windows (rounds of a second-order estimate, each "
+        "proposal measured; joint SVD only)",
     )
     rotary.add_argument(
         "--calibration-windows",

@@ -310,6 +310,57 @@ def allocate_ranks(
     return ranks
 
 
+def allocate_by_cost(costs: list[np.ndarray], total: int) -> list[int]:
+    """Sizes per layer summing to `total` at the least summed cost (exact).
+
+    `costs[l][r]` is what layer l costs at size r (r = 0 .. its largest;
+    `inf` where a size is not allowed), e.g. the estimated loss of a latent
+    of r dimensions (`keras3.reparam.kv_compress.allocate_by_sensitivity`).
+    Costs need not be convex in r (measured ones are not), so a greedy is not
+    enough: a dynamic programme over layers and totals finds
+    `argmin sum_l costs[l][r_l]` with `sum_l r_l = total`.
+
+    Example:
+
+    >>> inf = np.inf
+    >>> allocate_by_cost([np.array([inf, 5.1, 5.0, 0.0]), np.array([inf, 2.0, 0.0])], 3)
+    [1, 2]
+    >>> allocate_by_cost([np.array([inf, 5.1, 5.0, 0.0]), np.array([inf, 2.0, 0.0])], 4)
+    [3, 1]
+    """
+    costs = [np.asarray(c, np.float64).reshape(-1) for c in costs]
+    if not costs or any(len(c) == 0 or np.isnan(c).any() or (c == -np.inf).any() for c in costs):
+        raise SpecError("Allocation costs must be one array per layer, finite or +inf.")
+    lows = [int(np.argmax(np.isfinite(c))) if np.isfinite(c).any() else len(c) for c in costs]
+    highs = [len(c) - 1 - int(np.argmax(np.isfinite(c[::-1]))) for c in costs]
+    if any(low >= len(c) for low, c in zip(lows, costs, strict=True)) or not (
+        sum(lows) <= total <= sum(highs)
+    ):
+        raise SpecError(
+            f"A total of {total} cannot be split over {len(costs)} layers whose allowed sizes "
+            f"sum to {sum(lows)} .. {sum(highs)}."
+        )
+    # best[t]: the least cost of the layers so far at total t; choices[l][t]: layer l's size.
+    best = np.zeros(1)
+    choices = []
+    for cost in costs:
+        merged = np.full(len(best) + len(cost) - 1, np.inf)
+        choice = np.zeros(len(merged), np.int64)
+        for size in np.flatnonzero(np.isfinite(cost)):
+            candidate = best + cost[size]
+            window = merged[size : size + len(best)]
+            better = candidate < window
+            window[better] = candidate[better]
+            choice[size : size + len(best)][better] = size
+        best = merged
+        choices.append(choice)
+    sizes = []
+    for choice in reversed(choices):
+        sizes.append(int(choice[total]))
+        total -= sizes[-1]
+    return sizes[::-1]
+
+
 def grouped_weights(
     weights: Weights,
     num_kv_heads: int,
@@ -994,9 +1045,14 @@ def check_rotated_components(
     return pairs
 
 
+def _turns_at(band: int, component: int, fold: int) -> int:
+    """The frequency component j of band b turns at (`rotary_frequencies`' rule, one pair)."""
+    return band * fold + component % fold
+
+
 def _rotary_order(pairs: list[tuple[int, int]], fold: int) -> list[tuple[int, int]]:
     """The rotary key's column order: by the frequency each component turns at."""
-    return sorted(pairs, key=lambda bj: (bj[0] * fold + bj[1] % fold, bj[0], bj[1]))
+    return sorted(pairs, key=lambda bj: (_turns_at(*bj, fold), *bj))
 
 
 def rotated_layout(
@@ -1010,7 +1066,7 @@ def rotated_layout(
     """
     pairs = check_rotated_components(components, half, groups, "attention", fold)
     counts = np.bincount([b for b, _ in pairs], minlength=half // fold)
-    firsts = [b * fold + j % fold for b, j in _rotary_order(pairs, fold)]
+    firsts = [_turns_at(b, j, fold) for b, j in _rotary_order(pairs, fold)]
     return firsts, [f for f in range(half) if counts[f // fold] < groups * fold]
 
 

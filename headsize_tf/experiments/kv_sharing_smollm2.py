@@ -77,7 +77,8 @@ class Run:
         (TransMLA's RoRoPE: the same number of pairs in all, of the rotated basis).
       pairs: Pairs per key/value head (latent; rotated: 3 x pairs in all).
       calibrated: The latent's SVD of activations (else weights).
-      allocation: uniform or energy.
+      allocation: uniform, energy or sensitivity (`allocate_by_sensitivity` on the
+        calibration windows).
       seed: The calibration sample's seed.
       heal_steps: Adam steps per layer of layer-wise distillation after the
         conversion (`keras3.reparam.heal`; 0: training-free).
@@ -108,13 +109,22 @@ class Run:
 HEAL_STEPS = 200
 
 
-def _best_rotated(tag: str, pairs: int, heal_steps: int = 0, fold: int = 1) -> Run:
+def _best_rotated(
+    tag: str,
+    pairs: int,
+    heal_steps: int = 0,
+    fold: int = 1,
+    allocation: str = "energy",
+    seed: int = 0,
+) -> Run:
     """The best rotated conversion's run at a budget: rotation-weighted pair scores over the
-    256-token windows, calibrated SVD, energy allocation; optionally healed or folded."""
-    name = f"latent-{tag}-rotated-act-energy{'' if pairs == 4 else f'-p{pairs}'}-ctx256"
+    256-token windows, calibrated SVD, energy allocation (or another); optionally healed or
+    folded."""
+    name = f"latent-{tag}-rotated-act-{allocation}{'' if pairs == 4 else f'-p{pairs}'}-ctx256"
     name += f"-fold{fold}" if fold != 1 else ""
     if heal_steps:
         name += "-healed" if heal_steps == HEAL_STEPS else f"-healed{heal_steps}"
+    name += f"-seed{seed}" if seed else ""
     return Run(
         name,
         "latent",
@@ -122,7 +132,8 @@ def _best_rotated(tag: str, pairs: int, heal_steps: int = 0, fold: int = 1) -> R
         ROTATED,
         pairs,
         True,
-        "energy",
+        allocation,
+        seed,
         heal_steps=heal_steps,
         rope_context=WINDOW - 1,
         fold=fold,
@@ -307,6 +318,18 @@ def plan() -> list[Run]:
         runs.append(_best_rotated(tag, pairs, heal_steps=HEAL_STEPS, fold=2))
     # Twice the healing steps for the best 31.25% conversion.
     runs.append(_best_rotated("31.25", 8, heal_steps=2 * HEAL_STEPS))
+    # Latent sizes by the loss they give on the calibration text (allocate_by_sensitivity)
+    # against uniform ones, for the best folded conversions and for S_2-norm.
+    for tag, pairs in (("18.75", 4), ("31.25", 8)):
+        for allocation in ("uniform", "sensitivity"):
+            runs.append(_best_rotated(tag, pairs, fold=2, allocation=allocation))
+    runs.append(
+        Run("latent-18.75-2norm-act-sensitivity", "latent", 0.1875, "2norm", 4, True, "sensitivity")
+    )
+    # The calibration sample's spread for both allocations of the best 18.75% conversion.
+    for seed in (1, 2):
+        for allocation in ("uniform", "sensitivity"):
+            runs.append(_best_rotated("18.75", 4, fold=2, allocation=allocation, seed=seed))
     return runs
 
 
@@ -335,6 +358,12 @@ class Study:
         self._stats: dict[int, Any] = {}
         self._reference: dict[str, Any] | None = None
 
+    def calibration_sample(self, seed: int) -> np.ndarray:
+        """The calibration windows of a seed: a sample of the training novels' windows."""
+        rng = np.random.default_rng(seed)
+        pick = rng.choice(len(self.calibration_pool), self.calibration_windows, False)
+        return self.calibration_pool[np.sort(pick)]
+
     def calibration(self, seed: int):
         """Calibration statistics on a seeded sample of the training novels (cached on disk)."""
         from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
@@ -348,9 +377,7 @@ class Study:
             if path.exists():
                 self._stats[seed] = CalibrationStats.load(path)
             else:
-                rng = np.random.default_rng(seed)
-                pick = rng.choice(len(self.calibration_pool), self.calibration_windows, False)
-                windows = self.calibration_pool[np.sort(pick)]
+                windows = self.calibration_sample(seed)
                 source = (
                     f"austen train (four novels), {len(windows)} windows of {WINDOW - 1} tokens "
                     f"after the start token, sampled with seed {seed}"
@@ -413,7 +440,13 @@ def _convert(study: Study, run: Run):
             split=run.svd == "split",
             rope_fold=run.fold,
         )
-        model, report = compress_kv(lm, kv_plan, stats)
+        sizes = None
+        if run.allocation == "sensitivity":
+            from headsize_tf.keras3.reparam import allocate_by_sensitivity
+
+            windows = study.calibration_sample(run.seed)
+            sizes = allocate_by_sensitivity(lm, kv_plan, stats, windows, progress=print)
+        model, report = compress_kv(lm, kv_plan, stats, sizes)
         report.pop("layers")
         return model, report
     if run.method == "partial_rope":

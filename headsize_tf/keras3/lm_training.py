@@ -31,6 +31,7 @@ import numpy as np
 WEIGHT_DECAY, CLIP_NORM, EPSILON, END_LEARNING_RATE = 0.01, 1.0, 1e-7, 0.0
 NO_WEIGHT_DECAY = ["bias"]  # Patterns of variable names (`bias`, `content_bias`).
 EVAL_BATCH = 32
+GRADIENT_BACKENDS = ("tensorflow", "jax")
 
 
 def learning_rate_schedule(learning_rate: float, steps: int, warmup_steps: int) -> Any:
@@ -67,6 +68,54 @@ def adamw(learning_rate: Any) -> Any:
     )
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer
+
+
+def variable_gradients(
+    model: Callable, loss_fn: Callable, variables: list[Any]
+) -> Callable[[Any, Any], list[np.ndarray]]:
+    """`grads(inputs, targets)` -> d loss_fn(targets, model(inputs)) / d each of `variables`.
+
+    Keras 3 has no backend-neutral gradient API: this takes the backend's own,
+    compiled (`tf.GradientTape` in a `tf.function` on TensorFlow; `jax.grad`
+    under `jax.jit` on JAX, the variables' values substituted through a
+    `keras.StatelessScope`, so the model's weights stay as they are). Other
+    backends raise a clear error. Used by head importance (the head gates'
+    gradients) and by the latent's measured sensitivity (its down-projection's).
+
+    Example:
+
+    >>> grads = variable_gradients(lm, loss, [layer.head_gates for layer in layers])
+    >>> per_layer = grads(inputs, targets)
+    """
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function(reduce_retracing=True, autograph=False)
+        def tf_grads(inputs, targets):
+            with tf.GradientTape() as tape:
+                values = [v.value for v in variables]
+                tape.watch(values)
+                loss = loss_fn(targets, model(inputs, training=False))
+            return tape.gradient(loss, values)
+
+        return lambda x, y: [np.asarray(g) for g in tf_grads(x, y)]
+    if backend == "jax":
+        import jax
+
+        def loss_of(values, inputs, targets):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+                outputs = model(inputs, training=False)
+            return loss_fn(targets, outputs)
+
+        jax_grads = jax.jit(jax.grad(loss_of))
+        return lambda x, y: [np.asarray(g) for g in jax_grads([v.value for v in variables], x, y)]
+    raise ValueError(
+        f"Gradients need the TensorFlow or JAX Keras backend; the {backend!r} backend is not "
+        f"supported (expected one of {list(GRADIENT_BACKENDS)})."
+    )
 
 
 def window_stream(windows: int, count: int, seed: int) -> np.ndarray:

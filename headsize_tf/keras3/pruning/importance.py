@@ -7,9 +7,9 @@ seen, and (by default) L2-normalised per layer by the framework-neutral
 `headsize_tf.core.pruning_plan.normalize_importance`.
 
 Keras 3 has no backend-neutral gradient API, so the gradient is taken with
-the backend's own: `tf.GradientTape` on TensorFlow, `jax.grad` on JAX (the
-gates' values are substituted through a `keras.StatelessScope`, so the
-model's weights stay as they are). Other backends raise a clear error.
+the backend's own (`headsize_tf.keras3.lm_training.variable_gradients`:
+`tf.GradientTape` on TensorFlow, `jax.grad` on JAX). Other backends raise a
+clear error.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import numpy as np
 
 from headsize_tf.core.pruning_plan import normalize_importance
 from headsize_tf.keras3.layers import HeadAttentionBase
-
-BACKENDS = ("tensorflow", "jax")
+from headsize_tf.keras3.lm_training import variable_gradients
 
 
 def attention_layers_of(model: Any) -> list[HeadAttentionBase]:
@@ -53,38 +52,6 @@ def count_tokens(inputs: Any) -> int:
         first = next(iter(first.values())) if isinstance(first, dict) else first[0]
     shape = np.shape(first)
     return int(np.prod(shape[:2])) if len(shape) >= 2 else int(shape[0])
-
-
-def _gate_gradient_fn(
-    model: Callable, loss_fn: Callable, gates: list[keras.Variable]
-) -> Callable[[Any, Any], list[np.ndarray]]:
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        @tf.function(reduce_retracing=True, autograph=False)
-        def tf_grads(inputs, targets):
-            with tf.GradientTape() as tape:
-                values = [g.value for g in gates]
-                tape.watch(values)
-                loss = loss_fn(targets, model(inputs, training=False))
-            return tape.gradient(loss, values)
-
-        return lambda x, y: [np.asarray(g) for g in tf_grads(x, y)]
-    if backend == "jax":
-        import jax
-
-        def loss_of(values, inputs, targets):
-            with keras.StatelessScope(state_mapping=list(zip(gates, values, strict=True))):
-                outputs = model(inputs, training=False)
-            return loss_fn(targets, outputs)
-
-        jax_grads = jax.jit(jax.grad(loss_of))
-        return lambda x, y: [np.asarray(g) for g in jax_grads([g.value for g in gates], x, y)]
-    raise ValueError(
-        f"Head importance needs gradients; the {backend!r} Keras backend is not supported "
-        f"(expected one of {list(BACKENDS)})."
-    )
 
 
 def head_importance(
@@ -117,7 +84,7 @@ def head_importance(
     gates = [layer.head_gates for layer in layers]
     if any(g is None for g in gates):
         raise ValueError("Every attention layer must be built (call the model once) first.")
-    grads_of = _gate_gradient_fn(model, loss_fn, gates)
+    grads_of = variable_gradients(model, loss_fn, gates)
     totals = [np.zeros(tuple(g.shape), np.float64) for g in gates]
     tokens = 0
     for inputs, targets in dataset:

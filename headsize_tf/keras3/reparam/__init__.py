@@ -7,7 +7,7 @@ from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
 from headsize_tf.keras3.reparam.compress import compress, mean_cosine
 from headsize_tf.keras3.reparam.convert import compress_backbone, convert_model, to_collaborative
-from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv
+from headsize_tf.keras3.reparam.kv_compress import KVPlan, allocate_by_sensitivity, compress_kv
 from headsize_tf.keras3.reparam.lm_file import convert_lm_file
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "compress_backbone",
     "convert_lm_file",
     "convert_model",
+    "allocate_by_sensitivity",
     "mean_cosine",
     "to_collaborative",
 ]

@@ -21,8 +21,11 @@ rotary keys at a given fraction of the cache:
    split SVD (`KVPlan.split`: keys and values each their own SVD, MHA2MLA's
    ablation).
 3. **Its size per layer**: the cache budget less the rotary keys, the same
-   in every layer ("uniform") or allocated by spectral energy across layers
-   at the same total ("energy", `kv_sharing.allocate_ranks`).
+   in every layer ("uniform") or allocated across layers at the same total
+   (`kv_sharing.allocate_ranks`): by spectral energy ("energy") or by the
+   least loss on calibration text ("sensitivity": `allocate_by_sensitivity`,
+   rounds of a second-order estimate in each latent dimension's mask, each
+   proposal measured).
 
 The cache a token adds per layer is `latent + key/value heads x 2 x
 rope_pairs` values, against `2 x key/value heads x head size` before.
@@ -32,8 +35,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
+import keras
 import numpy as np
 
 from headsize_tf.core import kv_sharing, rope
@@ -43,7 +48,7 @@ from headsize_tf.keras3.layers.roles import numpy_weights
 from headsize_tf.keras3.reparam.calibration import CalibrationStats
 from headsize_tf.keras3.reparam.convert import convert_model
 
-ALLOCATIONS = ("uniform", "energy")
+ALLOCATIONS = ("uniform", "energy", "sensitivity")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +63,9 @@ class KVPlan:
         key/value heads x `rope_pairs` rotated pairs in all, the same cache).
       calibrated: Take the latent's SVD of the activations (needs
         calibration statistics) instead of the weights.
-      allocation: "uniform" (the same latent in every layer) or "energy".
+      allocation: "uniform" (the same latent in every layer), "energy" (by
+        each layer's spectrum) or "sensitivity" (by the loss measured on
+        calibration text, `allocate_by_sensitivity`; joint SVD only).
       balance: Scale keys to the values' norm before the SVD (TransMLA).
       split: MHA2MLA's split SVD (keys and values each their own SVD and
         their own part of the latent, `kv_sharing.joint_basis`) instead of the
@@ -122,6 +129,11 @@ class KVPlan:
             raise SpecError(
                 f"Unknown allocation {self.allocation!r}; expected one of {list(ALLOCATIONS)}."
             )
+        if self.allocation == "sensitivity" and self.split:
+            raise SpecError(
+                "allocation='sensitivity' needs the joint SVD (its latents are nested: one "
+                "measurement prices every size); the split SVD's are not."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -164,39 +176,39 @@ def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     return groups, head_size, budget - rotary
 
 
-def compress_kv(
-    lm: Any, plan: KVPlan, stats: CalibrationStats | None = None
-) -> tuple[Any, dict[str, Any]]:
-    """`lm` with a latent KV cache of `plan.cache_fraction` (see the module docstring).
+@dataclasses.dataclass(frozen=True)
+class _Layers:
+    """What `compress_kv` fixes per layer before the latent sizes: the rotary sets (rotated:
+    components), the uniform budget's latent sizes, the rotary keys' cache values, the latent's
+    spectrum and full rank."""
 
-    Args:
-      lm: A rotary `DecoderLM` (multi-head or grouped K/V).
-      plan: The budget and the method.
-      stats: Calibration statistics of `lm` (needed for "2norm" and
-        `calibrated`).
+    rotated: bool
+    sets: list[list[list[int]]]
+    ranks: list[int]
+    rotary_values: list[int]
+    spectra: list[np.ndarray]
+    fulls: list[int]
 
-    Returns:
-      (the converted `DecoderLM`, a report: the plan, rotary sets and latent
-      sizes per layer, cache values per token and layer, the per-layer
-      conversion reports).
 
-    Raises:
-      SpecError: a model without RoPE, more rotary pairs than a head has, a
-        budget at or below the rotary keys' own size, or a method that needs
-        calibration without it.
-    """
-    layers = lm.attention_layers
+def _check_stats(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> None:
     needs_stats = plan.calibrated or plan.rope_strategy == "2norm"
     if needs_stats and stats is None:
         raise SpecError(
             f"The plan ({'2norm pairs' if plan.rope_strategy == '2norm' else 'calibrated SVD'}) "
             "needs calibration statistics of the model (calibration_stats on text)."
         )
+    layers = lm.attention_layers
     if stats is not None and len(stats.covariances) != len(layers):
         raise SpecError(
             f"Calibration statistics of {len(stats.covariances)} layers for a model of "
             f"{len(layers)}."
         )
+
+
+def _plan_layers(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> _Layers:
+    """The rotary sets and the latent's spectra of every layer (`compress_kv`'s steps 1-2)."""
+    _check_stats(lm, plan, stats)
+    layers = lm.attention_layers
     rotated = plan.rope_strategy == rope.ROTATED
     sets, ranks, rotary_values = [], [], []
     for i, layer in enumerate(layers):
@@ -214,66 +226,249 @@ def compress_kv(
                 None if stats is None else stats.covariances[i],
                 plan.rope_fold,
             )
-            sets.append(basis.components(groups * plan.rope_pairs, weights))
+            chosen = basis.components(groups * plan.rope_pairs, weights)
         else:
             scores = None if stats is None else stats.pair_scores[i]
             if scores is not None and weights is not None:
                 scores = np.asarray(scores) * weights[None]
-            sets.append(
-                rope.select_pairs(
-                    plan.rope_strategy, head_size // 2, plan.rope_pairs, groups, scores
-                )
+            chosen = rope.select_pairs(
+                plan.rope_strategy, head_size // 2, plan.rope_pairs, groups, scores
             )
+        sets.append([list(s) for s in chosen])
         ranks.append(rank)
         rotary_values.append(groups * 2 * plan.rope_pairs)
-    covariances = stats.covariances if (plan.calibrated and stats is not None) else None
-    fulls = []
-    for i, layer in enumerate(layers):
-        spectrum_of = (
-            functools.partial(kv_sharing.rotated_rope_spectrum, fold=plan.rope_fold)
-            if rotated
-            else kv_sharing.rope_latent_spectrum
-        )
-        spectrum = spectrum_of(
+    spectrum_of = (
+        functools.partial(kv_sharing.rotated_rope_spectrum, fold=plan.rope_fold)
+        if rotated
+        else kv_sharing.rope_latent_spectrum
+    )
+    spectra = [
+        spectrum_of(
             numpy_weights(layer),
             sets[i],
             balance=plan.balance,
-            covariance=None if covariances is None else covariances[i],
+            covariance=_covariances(plan, stats)[i] if plan.calibrated else None,
             split=plan.split,
         )
-        fulls.append(len(spectrum))
-        if plan.allocation == "energy":
-            ranks[i] = (ranks[i], spectrum)
-    if plan.allocation == "energy":
-        spectra = [spectrum for _, spectrum in ranks]
-        total = sum(rank for rank, _ in ranks)
-        ranks = kv_sharing.allocate_ranks(spectra, min(total, sum(fulls)), 1, fulls)
-    ranks = [min(rank, full) for rank, full in zip(ranks, fulls, strict=True)]
-    chosen = [[list(s) for s in layer_sets] for layer_sets in sets]
-    target = ConversionTarget(
+        for i, layer in enumerate(layers)
+    ]
+    fulls = [len(spectrum) for spectrum in spectra]
+    return _Layers(rotated, sets, ranks, rotary_values, spectra, fulls)
+
+
+def _covariances(plan: KVPlan, stats: CalibrationStats | None) -> list[np.ndarray] | None:
+    return stats.covariances if (plan.calibrated and stats is not None) else None
+
+
+def _target(plan: KVPlan, planned: _Layers, ranks: list[int]) -> ConversionTarget:
+    return ConversionTarget(
         "latent",
         tuple(ranks),
         "split_svd" if plan.split else "joint_svd" if plan.balance else "joint_svd_unbalanced",
-        rope_frequencies=None if rotated else chosen,
-        rope_components=chosen if rotated else None,
+        rope_frequencies=None if planned.rotated else planned.sets,
+        rope_components=planned.sets if planned.rotated else None,
         rope_fold=plan.rope_fold,
     )
-    converted, reports = convert_model(lm, target, covariances=covariances)
+
+
+def allocate_by_sensitivity(
+    lm: Any,
+    plan: KVPlan,
+    stats: CalibrationStats | None,
+    windows: np.ndarray,
+    *,
+    rounds: int = 6,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Latent sizes per layer chosen by the loss they give on calibration text, at the uniform
+    budget's total.
+
+    The plan's conversion is made once at full latent rank; its joint SVD is
+    nested, so a latent of r dimensions is that layer's down-projection with
+    its columns `j >= r` zeroed, and any allocation is measured without
+    converting again. Starting from the uniform sizes, each round:
+
+    1. gives every latent dimension j of layer l a mask `m_lj` (1 kept, 0
+       dropped) and takes, over one backward pass per window, the mean and
+       the second moment (Fisher information) of `dL/dm_lj = sum_e W[e, j]
+       dL/dW[e, j]` (W the full-rank down-projection, L a window's summed
+       next-token loss);
+    2. estimates each layer's loss at each size within `step` of its own by
+       the second-order Taylor expansion in its masks (dropping j: `-g + F / 2`,
+       adding j: `g + F / 2`, per token; the optimal-brain-damage estimate
+       Kwon et al. 2022 allocate transformer pruning with, here at the point
+       the other layers are already cut);
+    3. takes the sizes of least estimated loss at the same total
+       (`kv_sharing.allocate_by_cost`), measures their loss and keeps them if
+       it is lower; otherwise halves `step`.
+
+    The result's loss on `windows` is never above the uniform sizes'.
+
+    Args:
+      lm: A rotary `DecoderLM`.
+      plan: The conversion whose latent sizes are allocated (joint SVD).
+      stats: Calibration statistics of `lm`, as `compress_kv` needs them.
+      windows: Calibration token windows `[N, T + 1]` (not the evaluation
+        text).
+      rounds: Rounds of step 1-3 at most (each N backward and N forward passes).
+      progress: Called with a line after each round, or None.
+
+    Returns:
+      A JSON-able dict: `latent_per_layer`, `loss` and `loss_uniform` (token-
+      mean, on `windows`), `rounds` (each proposal's sizes, measured loss and
+      whether it was kept), `windows`, `tokens`; `compress_kv` takes it with
+      `allocation="sensitivity"`.
+
+    Example:
+
+    >>> sizes = allocate_by_sensitivity(lm, plan, stats, windows)  # doctest: +SKIP
+    >>> model, report = compress_kv(lm, plan, stats, sizes)  # doctest: +SKIP
+    """
+    from headsize_tf.keras3.layers.roles import weights_by_role
+    from headsize_tf.keras3.lm_training import variable_gradients, windows_perplexity
+
+    windows = np.asarray(windows)
+    if windows.ndim != 2 or windows.shape[0] < 1 or windows.shape[1] < 2:
+        raise SpecError(
+            f"Sensitivity windows must be token windows [N >= 1, T + 1 >= 2]; got shape "
+            f"{windows.shape}."
+        )
+    planned = _plan_layers(lm, plan, stats)
+    fulls = planned.fulls
+    model, _ = convert_model(
+        lm, _target(plan, planned, fulls), covariances=_covariances(plan, stats)
+    )
+    kernels = [weights_by_role(layer)["latent_kernel"] for layer in model.attention_layers]
+    values = [np.asarray(keras.ops.convert_to_numpy(k)) for k in kernels]
+
+    def cut_to(sizes: list[int]) -> None:
+        for kernel, value, size in zip(kernels, values, sizes, strict=True):
+            cut = value.copy()
+            cut[:, size:] = 0.0
+            kernel.assign(cut)
+
+    def loss_at(sizes: list[int]) -> float:
+        cut_to(sizes)
+        return float(np.log(windows_perplexity(model, windows)))
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    grads_of = variable_gradients(model, loss_fn, kernels)
+    tokens = windows.shape[0] * (windows.shape[1] - 1)
+    sizes = [min(rank, full) for rank, full in zip(planned.ranks, fulls, strict=True)]
+    total = sum(sizes)
+    loss = loss_at(sizes)
+    history: list[dict[str, Any]] = [{"latent_per_layer": sizes, "loss": loss, "kept": True}]
+    step = max(1, int(round(np.mean(sizes) / 4)))
+    for index in range(rounds):
+        cut_to(sizes)
+        first = [np.zeros(v.shape[1]) for v in values]
+        second = [np.zeros(v.shape[1]) for v in values]
+        for window in windows:
+            grads = grads_of(window[None, :-1], window[None, 1:])
+            for mean, square, value, grad in zip(first, second, values, grads, strict=True):
+                g = np.sum(value.astype(np.float64) * np.asarray(grad, np.float64), axis=0)
+                mean += g / tokens
+                square += g**2 / tokens
+        costs = []
+        for size, full, g, f in zip(sizes, fulls, first, second, strict=True):
+            drop = np.concatenate([[0.0], np.cumsum((-g + f / 2)[:size][::-1])])  # drop[k]: k fewer
+            add = np.concatenate([[0.0], np.cumsum((g + f / 2)[size:])])  # add[k]: k more
+            cost = np.full(full + 1, np.inf)
+            for new in range(max(1, size - step), min(full, size + step) + 1):
+                cost[new] = drop[size - new] if new <= size else add[new - size]
+            costs.append(cost)
+        proposal = kv_sharing.allocate_by_cost(costs, total)
+        if proposal == sizes:
+            step //= 2
+        else:
+            measured = loss_at(proposal)
+            kept = measured < loss
+            history.append({"latent_per_layer": proposal, "loss": measured, "kept": kept})
+            if kept:
+                sizes, loss = proposal, measured
+            else:
+                step //= 2
+        if progress is not None:
+            progress(f"allocation round {index + 1}: loss {loss:.4f}, step {step}")
+        if step < 1:
+            break
+    return {
+        "latent_per_layer": sizes,
+        "loss": loss,
+        "loss_uniform": history[0]["loss"],
+        "rounds": history,
+        "windows": int(windows.shape[0]),
+        "tokens": int(tokens),
+    }
+
+
+def compress_kv(
+    lm: Any,
+    plan: KVPlan,
+    stats: CalibrationStats | None = None,
+    sensitivity: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """`lm` with a latent KV cache of `plan.cache_fraction` (see the module docstring).
+
+    Args:
+      lm: A rotary `DecoderLM` (multi-head or grouped K/V).
+      plan: The budget and the method.
+      stats: Calibration statistics of `lm` (needed for "2norm" and
+        `calibrated`).
+      sensitivity: `allocate_by_sensitivity(lm, plan, stats, windows)` (needed for
+        `allocation="sensitivity"`).
+
+    Returns:
+      (the converted `DecoderLM`, a report: the plan, rotary sets and latent
+      sizes per layer, cache values per token and layer, the per-layer
+      conversion reports).
+
+    Raises:
+      SpecError: a model without RoPE, more rotary pairs than a head has, a
+        budget at or below the rotary keys' own size, or a method that needs
+        calibration or measured sensitivity without it.
+    """
+    layers = lm.attention_layers
+    if plan.allocation == "sensitivity" and sensitivity is None:
+        raise SpecError(
+            "allocation='sensitivity' needs the sizes measured on calibration text "
+            "(allocate_by_sensitivity)."
+        )
+    planned = _plan_layers(lm, plan, stats)
+    ranks = list(planned.ranks)
+    total = min(sum(ranks), sum(planned.fulls))
+    if plan.allocation == "energy":
+        ranks = kv_sharing.allocate_ranks(planned.spectra, total, 1, planned.fulls)
+    elif plan.allocation == "sensitivity":
+        ranks = list(sensitivity["latent_per_layer"])
+        if len(ranks) != len(layers) or any(
+            not 1 <= r <= f for r, f in zip(ranks, planned.fulls, strict=True)
+        ):
+            raise SpecError(
+                f"The measured allocation {ranks} is not of this conversion (latent sizes 1 .. "
+                f"{planned.fulls} per layer)."
+            )
+    ranks = [min(rank, full) for rank, full in zip(ranks, planned.fulls, strict=True)]
+    converted, reports = convert_model(
+        lm, _target(plan, planned, ranks), covariances=_covariances(plan, stats)
+    )
     original = [
         _kv_heads(layer) * (int(layer.head_size) + int(layer.value_dim)) for layer in layers
     ]
-    kept = [rank + rotary for rank, rotary in zip(ranks, rotary_values, strict=True)]
+    kept = [rank + rotary for rank, rotary in zip(ranks, planned.rotary_values, strict=True)]
     report = {
         "plan": plan.to_dict(),
         "calibration": None
         if stats is None
         else {"tokens": int(stats.tokens), "source": stats.source},
         "latent_per_layer": ranks,
-        ("rope_components_per_layer" if rotated else "rope_sets_per_layer"): chosen,
+        ("rope_components_per_layer" if planned.rotated else "rope_sets_per_layer"): planned.sets,
         "cache_values_per_token_per_layer": {"original": original, "converted": kept},
         "cache_fraction": float(np.sum(kept) / np.sum(original)),
         "layers": reports,
     }
+    if plan.allocation == "sensitivity":
+        report["sensitivity"] = {key: value for key, value in sensitivity.items()}
     return converted, report
 
 

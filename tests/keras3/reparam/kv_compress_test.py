@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -13,8 +16,15 @@ from headsize_tf.core.conversion import ConversionTarget
 from headsize_tf.core.errors import SpecError
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.layers.roles import numpy_weights
+from headsize_tf.keras3.lm_training import windows_perplexity
 from headsize_tf.keras3.modeling import DecoderLM
-from headsize_tf.keras3.reparam import KVPlan, calibration_stats, compress_kv, convert_model
+from headsize_tf.keras3.reparam import (
+    KVPlan,
+    allocate_by_sensitivity,
+    calibration_stats,
+    compress_kv,
+    convert_model,
+)
 from tests.keras3 import util
 
 BASE = 500.0
@@ -135,6 +145,60 @@ def test_energy_allocation_keeps_the_total_and_budgets_are_checked():
         compress_kv(lm, KVPlan(0.5, "2norm", 2))
     with pytest.raises(SpecError, match="4 frequency pairs"):
         compress_kv(lm, KVPlan(0.9, "high", 5, calibrated=False))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_allocation_by_cost_is_the_brute_force_optimum(data):
+    costs = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        largest = data.draw(st.integers(1, 4))
+        values = st.floats(-5, 5, allow_nan=False)
+        cost = np.array(data.draw(st.lists(values, min_size=largest + 1, max_size=largest + 1)))
+        cost[: data.draw(st.integers(0, largest))] = np.inf  # Sizes below a minimum.
+        costs.append(cost)
+    choices = [np.flatnonzero(np.isfinite(c)) for c in costs]
+    total = data.draw(st.integers(sum(c[0] for c in choices), sum(c[-1] for c in choices)))
+    sizes = kv_sharing.allocate_by_cost(costs, total)
+    best = min(
+        sum(c[r] for c, r in zip(costs, combo, strict=True))
+        for combo in itertools.product(*choices)
+        if sum(combo) == total
+    )
+    assert sum(sizes) == total
+    assert sum(c[r] for c, r in zip(costs, sizes, strict=True)) == pytest.approx(best)
+    with pytest.raises(SpecError, match="cannot be split"):
+        kv_sharing.allocate_by_cost(costs, sum(c[-1] for c in choices) + 1)
+
+
+def test_allocation_by_sensitivity_measures_what_the_conversion_gives():
+    lm = _decoder(seed=3)
+    windows = np.random.default_rng(2).integers(0, 40, (4, 13)).astype("int32")
+    stats = calibration_stats(lm, windows)
+    plan = KVPlan(0.5, "2norm", 2, allocation="sensitivity")
+    lines = []
+    sizes = allocate_by_sensitivity(lm, plan, stats, windows, rounds=3, progress=lines.append)
+    uniform, uniform_report = compress_kv(
+        lm, dataclasses.replace(plan, allocation="uniform"), stats
+    )
+    model, report = compress_kv(lm, plan, stats, sizes)
+    assert report["latent_per_layer"] == sizes["latent_per_layer"]
+    assert sum(sizes["latent_per_layer"]) == sum(uniform_report["latent_per_layer"])
+    assert report["cache_fraction"] == pytest.approx(uniform_report["cache_fraction"])
+    assert sizes["loss"] <= sizes["loss_uniform"]
+    assert sizes["rounds"][0]["latent_per_layer"] == uniform_report["latent_per_layer"]
+    assert report["sensitivity"]["tokens"] == 4 * 12 and lines[0].startswith("allocation round 1")
+    # A cut of the full-rank conversion is the conversion at that size (the joint SVD is nested).
+    for converted, loss in ((model, sizes["loss"]), (uniform, sizes["loss_uniform"])):
+        assert np.log(windows_perplexity(converted, windows)) == pytest.approx(loss, abs=1e-4)
+    with pytest.raises(SpecError, match="needs the sizes measured"):
+        compress_kv(lm, plan, stats)
+    with pytest.raises(SpecError, match="not of this conversion"):
+        compress_kv(lm, plan, stats, {"latent_per_layer": [0, 4]})
+    with pytest.raises(SpecError, match="needs the joint SVD"):
+        KVPlan(0.5, "2norm", 2, allocation="sensitivity", split=True)
+    with pytest.raises(SpecError, match="token windows"):
+        allocate_by_sensitivity(lm, plan, stats, windows[0])
 
 
 def test_rotary_grouped_by_mean_keeps_a_rotated_key_bias_and_is_exact_at_the_same_groups():
