@@ -310,7 +310,8 @@ def allocate_by_sensitivity(
       stats: Calibration statistics of `lm`, as `compress_kv` needs them.
       windows: Calibration token windows `[N, T + 1]` (not the evaluation
         text).
-      rounds: Rounds of step 1-3 at most (each N backward and N forward passes).
+      rounds: Rounds of step 2-3 at most (step 1, N backward passes, after each
+        change of sizes; step 3, N forward passes).
       progress: Called with a line after each round, or None.
 
     Returns:
@@ -359,16 +360,19 @@ def allocate_by_sensitivity(
     loss = loss_at(sizes)
     history: list[dict[str, Any]] = [{"latent_per_layer": sizes, "loss": loss, "kept": True}]
     step = max(1, int(round(np.mean(sizes) / 4)))
+    first: list[np.ndarray] = []
+    second: list[np.ndarray] = []
     for index in range(rounds):
-        cut_to(sizes)
-        first = [np.zeros(v.shape[1]) for v in values]
-        second = [np.zeros(v.shape[1]) for v in values]
-        for window in windows:
-            grads = grads_of(window[None, :-1], window[None, 1:])
-            for mean, square, value, grad in zip(first, second, values, grads, strict=True):
-                g = np.sum(value.astype(np.float64) * np.asarray(grad, np.float64), axis=0)
-                mean += g / tokens
-                square += g**2 / tokens
+        if not first:  # The masks' gradients at these sizes (kept until the sizes change).
+            cut_to(sizes)
+            first = [np.zeros(v.shape[1]) for v in values]
+            second = [np.zeros(v.shape[1]) for v in values]
+            for window in windows:
+                grads = grads_of(window[None, :-1], window[None, 1:])
+                for mean, square, value, grad in zip(first, second, values, grads, strict=True):
+                    g = np.sum(value.astype(np.float64) * np.asarray(grad, np.float64), axis=0)
+                    mean += g / tokens
+                    square += g**2 / tokens
         costs = []
         for size, full, g, f in zip(sizes, fulls, first, second, strict=True):
             drop = np.concatenate([[0.0], np.cumsum((-g + f / 2)[:size][::-1])])  # drop[k]: k fewer
@@ -385,7 +389,7 @@ def allocate_by_sensitivity(
             kept = measured < loss
             history.append({"latent_per_layer": proposal, "loss": measured, "kept": kept})
             if kept:
-                sizes, loss = proposal, measured
+                sizes, loss, first = proposal, measured, []
             else:
                 step //= 2
         if progress is not None:
