@@ -134,6 +134,13 @@ CASES = [
         "allocation='sensitivity' needs the joint SVD",
     ),
     (
+        "allocation_by_sensitivity_without_text",
+        ["convert", "--decoder", "{gguf}", "--to", "latent", "--output", "{out}"]
+        + ["--cache-fraction", "0.5", "--rope-pairs", "2", "--rope-strategy", "high"]
+        + ["--calibration", "weights", "--allocation", "sensitivity"],
+        "--allocation sensitivity measure the model on text",
+    ),
+    (
         "budget_below_the_rotary_keys",
         [*LATENT, "--cache-fraction", "0.1", "--rope-pairs", "2"],
         "is no more than the rotary keys' own 8",

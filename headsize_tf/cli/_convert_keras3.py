@@ -224,10 +224,11 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
     )
     stats = None
     needs_text = plan.calibrated or (not grouped and plan.rope_strategy == "2norm")
-    if needs_text and args.corpus is None and args.data_file is None:
+    measures = not grouped and plan.allocation == "sensitivity"
+    if (needs_text or measures) and args.corpus is None and args.data_file is None:
         raise ValueError(
-            "--rope-strategy 2norm and --calibration activations measure the model on text: "
-            "pass --corpus or --data-file (or --calibration weights"
+            "--rope-strategy 2norm, --calibration activations and --allocation sensitivity "
+            "measure the model on text: pass --corpus or --data-file (or --calibration weights"
             + ("" if grouped else " with --rope-strategy high/low/uniform")
             + ")."
         )
@@ -245,13 +246,14 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
             ),
             max_held_out_windows=args.eval_windows,
         )
-        if needs_text:
+        if needs_text or measures:
             if len(text.train) < args.calibration_windows:
                 raise ValueError(
                     f"The calibration text has {len(text.train)} training windows of {length} "
                     f"tokens; --calibration-windows {args.calibration_windows} asks for more "
                     "(give more text, or fewer windows)."
                 )
+        if needs_text:
             stats = _cached_stats(args, lm, text.train[: args.calibration_windows], text.source)
 
     def converter(model: Any) -> tuple[Any, dict[str, Any]]:
