@@ -302,18 +302,13 @@ def _cached_allocation(
 ) -> dict[str, Any]:
     """`--allocation sensitivity`: the latent sizes measured on the calibration windows
     (`allocate_by_sensitivity`), computed once per model, text and plan and cached."""
-    import hashlib
     import json
 
     from headsize_tf.core.io import cache_root, write_json
     from headsize_tf.keras3.reparam.kv_compress import allocate_by_sensitivity
 
     windows = text.train[: args.calibration_windows]
-    plan_key = json.dumps(plan.to_dict(), sort_keys=True)
-    key = hashlib.sha256(
-        f"{args.decoder}|{text.source}|{windows.shape}|{windows.tobytes().hex()[:64]}|"
-        f"{plan_key}".encode()
-    ).hexdigest()[:16]
+    key = _cache_key(args, text.source, windows, json.dumps(plan.to_dict(), sort_keys=True))
     path = cache_root() / "allocation" / f"{key}.json"
     if path.exists():
         print(f"latent sizes by sensitivity: {path} (cached)", flush=True)
@@ -324,17 +319,21 @@ def _cached_allocation(
     return sizes
 
 
+def _cache_key(args: argparse.Namespace, source: str, windows: Any, *extra: str) -> str:
+    """The cache name of what is measured on the decoder's calibration `windows` (+ `extra`)."""
+    import hashlib
+
+    parts = [str(args.decoder), source, str(windows.shape), windows.tobytes().hex()[:64], *extra]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
 def _cached_stats(args: argparse.Namespace, lm: Any, windows: Any, source: str) -> Any:
     """Calibration statistics of the decoder on `windows`, computed once and cached."""
-    import hashlib
 
     from headsize_tf.core.io import cache_root
     from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
 
-    key = hashlib.sha256(
-        f"{args.decoder}|{source}|{windows.shape}|{windows.tobytes().hex()[:64]}".encode()
-    ).hexdigest()[:16]
-    path = cache_root() / "calibration" / f"{key}.npz"
+    path = cache_root() / "calibration" / f"{_cache_key(args, source, windows)}.npz"
     if path.exists():
         print(f"calibration statistics: {path} (cached)", flush=True)
         return CalibrationStats.load(path)

@@ -242,12 +242,13 @@ def _plan_layers(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> _Laye
         if rotated
         else kv_sharing.rope_latent_spectrum
     )
+    covariances = _covariances(plan, stats)
     spectra = [
         spectrum_of(
             numpy_weights(layer),
             sets[i],
             balance=plan.balance,
-            covariance=_covariances(plan, stats)[i] if plan.calibrated else None,
+            covariance=None if covariances is None else covariances[i],
             split=plan.split,
         )
         for i, layer in enumerate(layers)
