@@ -32,11 +32,17 @@ class LatentAttention(SharedKVAttentionBase):
     up-projects and attends per head. Both are the same function.
 
     Weights: `query` `[d, h, p]` (+ bias), `latent` `[e, r]`, `key_up`
-    `[r, h, p]` and `value_up` `[r, h, v]` without biases,
+    `[h, r, p]` and `value_up` `[h, r, v]` without biases,
     `attention_output` `[h, v, d]` (+ bias) and `value_bias` `[h, v]`, kept
     per query head and added after attention (`SharedKVAttentionBase`). A
     key bias cannot change a softmax and a latent bias is a key bias plus a
-    value bias, so there are none.
+    value bias, so there are none. The up-projections are stored head-first,
+    as a decoding step's per-head products read them: stored rank-first,
+    XLA on the CPU transposed both at every step (a SmolLM2-shaped decoder
+    with a 50% latent: 33.4 ms per batch-1 step at 512 tokens against 28.6
+    ms head-first, side by side). `headsize_tf.keras3.layers.roles` shows
+    them in the core's rank-first layout `[r, h, p]`, and `.keras` files
+    written rank-first load.
 
     The latent is computed from one input: `key`, if given, must be `value`.
 
@@ -47,7 +53,7 @@ class LatentAttention(SharedKVAttentionBase):
     computed beside the latent and cached with it (the cache holds one vector
     per token, `[c, k_R]`: `r + num_rope_heads x 2k` values). A head's query has
     `head_size` p dimensions: the first `p - 2k` meet the latent's key
-    up-projection (`key_up` `[r, h, p - 2k]`), the last `2k` are rotated and
+    up-projection (`key_up` `[h, r, p - 2k]`), the last `2k` are rotated and
     meet the rotary key of the head's group (query head i uses rotary key
     `i // (h / num_rope_heads)`). The softmax scale stays 1 / sqrt(p). One
     rotary key is DeepSeek's and TransMLA's form, one per original key/value
@@ -214,7 +220,12 @@ class LatentAttention(SharedKVAttentionBase):
         self._key_up_dense = None
         if self.nope_dim > 0:
             self._key_up_dense = self._dense(
-                "key_up", latent_shape, "abc,cde->abde", (None, heads, self.nope_dim), False
+                "key_up",
+                latent_shape,
+                "abc,dce->abde",
+                (None, heads, self.nope_dim),
+                False,
+                _HeadFirstUpProjection,
             )
         if self.uses_rope:
             self._rope_key_dense = self._dense(
@@ -225,7 +236,12 @@ class LatentAttention(SharedKVAttentionBase):
                 self._use_bias,
             )
         self._value_up_dense = self._dense(
-            "value_up", latent_shape, "abc,cde->abde", (None, heads, self._value_dim), False
+            "value_up",
+            latent_shape,
+            "abc,dce->abde",
+            (None, heads, self._value_dim),
+            False,
+            _HeadFirstUpProjection,
         )
 
     def call(
@@ -351,8 +367,8 @@ class LatentAttention(SharedKVAttentionBase):
         scaled = self._scaled_query(query)
         parts = []
         if self._key_up_dense is not None:
-            key_up = ops.cast(self._key_up_dense.kernel, dtype)  # [r, h, p - 2k]
-            parts.append(ops.einsum("bthp,rhp->bthr", scaled[..., : self.nope_dim], key_up))
+            key_up = ops.cast(self._key_up_dense.kernel, dtype)  # [h, r, p - 2k]
+            parts.append(ops.einsum("bthp,hrp->bthr", scaled[..., : self.nope_dim], key_up))
         else:
             shape = ops.shape(scaled)
             parts.append(ops.zeros((shape[0], shape[1], shape[2], self._kv_latent_dim), dtype))
@@ -368,7 +384,7 @@ class LatentAttention(SharedKVAttentionBase):
         stacked = cache["latent"]  # [B, S, r + R 2k]: the latent, then the rotary keys
         dtype = stacked.dtype
         rank = self._kv_latent_dim
-        value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [r, h, v]
+        value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [h, r, v]
         absorbed = self._multi_query(self._absorbed_query(query, dtype))  # [B, T, h, r + R 2k]
         dropout_active = self._dropout > 0 and training is not None and training is not False
         if keras.backend.backend() == "jax" and not dropout_active:
@@ -378,7 +394,7 @@ class LatentAttention(SharedKVAttentionBase):
             latent_context, attends = self._dot_product_context(
                 absorbed, keys, keys, attention_mask, False, scale=1.0
             )
-            context = ops.einsum("bthr,rhv->bthv", latent_context[..., :rank], value_up)
+            context = ops.einsum("bthr,hrv->bthv", latent_context[..., :rank], value_up)
             if attends is None:
                 attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
             return self._add_value_bias_rows(context, attends)
@@ -386,7 +402,7 @@ class LatentAttention(SharedKVAttentionBase):
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
         # The whole cached vector times the weights, then its latent part: no copy of the cache.
         latent_context = ops.einsum("bhts,bsd->bthd", dropped, stacked)[..., :rank]
-        context = ops.einsum("bthr,rhv->bthv", latent_context, value_up)
+        context = ops.einsum("bthr,hrv->bthv", latent_context, value_up)
         return self._add_value_bias(context, dropped)
 
     def _multi_query(self, absorbed: Any) -> Any:
@@ -419,3 +435,29 @@ class LatentAttention(SharedKVAttentionBase):
             }
         )
         return config
+
+
+class _HeadFirstUpProjection(keras.layers.EinsumDense):
+    """An up-projection `[B, S, r] -> [B, S, h, p]` with its kernel stored head-first, `[h, r, p]`.
+
+    Loads the kernel of a `.keras` file written in the earlier rank-first
+    layout `[r, h, p]` (a float kernel of that shape is transposed; with r = h
+    the shapes cannot tell the layouts apart and the file is read as
+    head-first).
+    """
+
+    def quantize(
+        self, mode: str | None = None, type_check: bool = True, config: Any = None
+    ) -> None:
+        # Keras quantizes only `EinsumDense` itself unless told this subclass computes the same.
+        super().quantize(mode, type_check=False, config=config)
+
+    def load_own_variables(self, store: Any) -> None:
+        if self.built and self.quantization_mode is None:
+            shape = tuple(self.kernel.shape)
+            rank_first = (shape[1], shape[0], shape[2])
+            kernel = store["0"]
+            if rank_first != shape and tuple(kernel.shape) == rank_first:
+                store = {key: store[key] for key in store.keys()}
+                store["0"] = np.transpose(np.asarray(kernel), (1, 0, 2))
+        super().load_own_variables(store)

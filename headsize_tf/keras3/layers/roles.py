@@ -38,8 +38,35 @@ def kind_of(layer: keras.layers.Layer) -> str:
     return "standard"
 
 
+class _RankFirst:
+    """A latent layer's head-first up-projection kernel `[h, r, p]` seen in the core's layout
+    `[r, h, p]`: its `shape`, `dtype`, `numpy()` and `assign(value)` are the core layout's."""
+
+    def __init__(self, variable: Any) -> None:
+        self.variable = variable
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        heads, rank, size = self.variable.shape
+        return (rank, heads, size)
+
+    @property
+    def dtype(self) -> Any:
+        return self.variable.dtype
+
+    def numpy(self) -> np.ndarray:
+        return np.transpose(keras.ops.convert_to_numpy(self.variable), (1, 0, 2))
+
+    def assign(self, value: Any) -> None:
+        self.variable.assign(np.transpose(np.asarray(value), (1, 0, 2)))
+
+
 def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
     """Role -> variable of a built attention layer (absent biases are None).
+
+    A latent layer's `key_up_kernel` and `value_up_kernel` are views in the
+    core's layout `[r, h, p]` of its head-first kernels (`shape`, `dtype`,
+    `numpy()`, `assign`); `.variable` is the variable.
 
     Works for our layers and for `keras.layers.MultiHeadAttention`.
     """
@@ -61,8 +88,11 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
         )
         for role in (*sublayers, "output"):
             dense = getattr(layer, f"_{role}_dense")
-            if dense is not None:  # A latent layer whose key dimensions all rotate has no key_up.
-                roles[f"{role}_kernel"] = dense.kernel
+            if dense is None:  # A latent layer whose key dimensions all rotate has no key_up.
+                continue
+            roles[f"{role}_kernel"] = (
+                _RankFirst(dense.kernel) if role in ("key_up", "value_up") else dense.kernel
+            )
         roles["query_bias"] = layer._query_dense.bias
         roles["value_bias"] = layer.value_bias
         roles["output_bias"] = layer._output_dense.bias
@@ -96,7 +126,7 @@ def _add_norms(layer: keras.layers.Layer, roles: dict[str, Any]) -> None:
 def numpy_weights(layer: keras.layers.Layer) -> dict[str, np.ndarray | None]:
     """Role -> numpy array (float32), plus `head_gates` (ones for stock MHA)."""
     out = {
-        role: None if var is None else np.asarray(keras.ops.convert_to_numpy(var), np.float32)
+        role: None if var is None else np.asarray(_numpy(var), np.float32)
         for role, var in weights_by_role(layer).items()
     }
     gates = getattr(layer, "head_gates", None)
@@ -107,6 +137,12 @@ def numpy_weights(layer: keras.layers.Layer) -> dict[str, np.ndarray | None]:
         else np.asarray(keras.ops.convert_to_numpy(gates), np.float32)
     )
     return out
+
+
+def _numpy(variable: Any) -> np.ndarray:
+    if isinstance(variable, _RankFirst):
+        return variable.numpy()
+    return keras.ops.convert_to_numpy(variable)
 
 
 def assign_weights(layer: keras.layers.Layer, weights: dict[str, np.ndarray | None]) -> None:

@@ -63,8 +63,16 @@ class SharedKVAttentionBase(HeadAttentionBase):
             owner=type(self).__name__,
         )
 
-    def _dense(self, name: str, shape: Shape, equation: str, output: tuple, bias: bool) -> Any:
-        dense = keras.layers.EinsumDense(
+    def _dense(
+        self,
+        name: str,
+        shape: Shape,
+        equation: str,
+        output: tuple,
+        bias: bool,
+        cls: type = keras.layers.EinsumDense,
+    ) -> Any:
+        dense = cls(
             equation,
             output_shape=output,
             bias_axes=("de" if len(output) == 3 else "d") if bias else None,

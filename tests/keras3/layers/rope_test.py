@@ -191,7 +191,7 @@ def test_latent_rotary_keys_with_every_frequency_equal_grouped_attention():
     value = _w(grouped, "_value_dense")  # [d, G, v]
     latent._query_dense.kernel.assign(_w(grouped, "_query_dense"))
     latent._latent_dense.kernel.assign(np.eye(WIDTH, dtype="float32"))
-    latent._value_up_dense.kernel.assign(np.repeat(value, 2, axis=1))
+    latent._value_up_dense.kernel.assign(np.repeat(value, 2, axis=1).transpose(1, 0, 2))
     latent._rope_key_dense.kernel.assign(_w(grouped, "_key_dense"))
     latent._output_dense.kernel.assign(_w(grouped, "_output_dense"))
     expected = util.np_(grouped(x, x, use_causal_mask=True))

@@ -6,6 +6,10 @@ policies, fit) is checked in layer_contract_test.py.
 
 from __future__ import annotations
 
+import io
+import zipfile
+
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -155,6 +159,69 @@ def test_absorbed_and_up_projected_decoding_agree_on_one_latent():
     a, _ = absorbed.call_cached(x, None, mask)
     b, _ = plain.call_cached(x, None, mask)
     np.testing.assert_allclose(util.np_(a), util.np_(b), rtol=1e-5, atol=1e-5)
+
+
+def _rank_first_copy(path, out):
+    """`path`'s `.keras` file with every latent up-projection kernel written rank-first
+    `[r, h, p]` (the layout before the kernels were stored head-first)."""
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    buffer = io.BytesIO(files["model.weights.h5"])
+    with h5py.File(buffer, "r+") as weights:
+        groups = []
+        weights.visititems(
+            lambda name, node: groups.append(name) if name.endswith("_up_dense/vars") else None
+        )
+        for name in groups:
+            kernel = weights[name]["0"][()]
+            del weights[name]["0"]
+            weights[name]["0"] = kernel.transpose(1, 0, 2)
+    files["model.weights.h5"] = buffer.getvalue()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return sorted(groups)
+
+
+def test_up_projections_are_head_first_roles_show_the_core_layout_and_old_files_load(tmp_path):
+    x, _ = util.data(t=6, s=6, seed=6)
+    inputs = keras.Input((6, WIDTH))
+    layer = LatentAttention(num_heads=4, kv_latent_dim=6)
+    model = keras.Model(inputs, layer(inputs, inputs))
+    layer_check.randomize(layer, 6)
+    stored = util.np_(layer._key_up_dense.kernel)
+    weights = numpy_weights(layer)
+    assert stored.shape == (4, 6, 4) and weights["key_up_kernel"].shape == (6, 4, 4)
+    np.testing.assert_array_equal(weights["key_up_kernel"], stored.transpose(1, 0, 2))
+    weights["value_up_kernel"] = 2.0 * weights["value_up_kernel"]
+    assign_weights(layer, weights)
+    np.testing.assert_array_equal(
+        util.np_(layer._value_up_dense.kernel), weights["value_up_kernel"].transpose(1, 0, 2)
+    )
+    expected = util.np_(model(x))
+    model.save(tmp_path / "head_first.keras")
+    groups = _rank_first_copy(tmp_path / "head_first.keras", tmp_path / "rank_first.keras")
+    assert [g.rsplit("/", 2)[-2] for g in groups] == ["_key_up_dense", "_value_up_dense"]
+    for name in ("head_first.keras", "rank_first.keras"):
+        loaded = keras.saving.load_model(tmp_path / name)
+        np.testing.assert_allclose(util.np_(loaded(x)), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_int8_quantized_up_projections_decode_as_the_quantized_forward():
+    x, _ = util.data(t=6, s=6, seed=7)
+    inputs = keras.Input((6, WIDTH))
+    layer = LatentAttention(num_heads=4, kv_latent_dim=6)
+    model = keras.Model(inputs, layer(inputs, inputs))
+    layer_check.randomize(layer, 7)
+    mask = util.causal_mask(2, 6, 6)
+    want = util.np_(layer(x, x, attention_mask=mask))
+    model.quantize("int8")
+    assert layer._key_up_dense.quantization_mode == "int8"
+    assert layer._value_up_dense.quantization_mode == "int8"
+    full = util.np_(layer(x, x, attention_mask=mask))
+    cached, _ = layer.call_cached(x, None, mask)  # Quantized kernels: up-projected, not absorbed.
+    np.testing.assert_allclose(util.np_(cached), full, rtol=1e-5, atol=1e-5)
+    assert 1e-4 < np.linalg.norm(full - want) / np.linalg.norm(want) < 0.05
 
 
 @pytest.mark.parametrize(
