@@ -330,6 +330,11 @@ def plan() -> list[Run]:
     for seed in (1, 2):
         for allocation in ("uniform", "sensitivity"):
             runs.append(_best_rotated("18.75", 4, fold=2, allocation=allocation, seed=seed))
+    # The sensitivity-allocated conversions, healed.
+    for tag, pairs in (("31.25", 8), ("18.75", 4)):
+        runs.append(
+            _best_rotated(tag, pairs, fold=2, allocation="sensitivity", heal_steps=HEAL_STEPS)
+        )
     return runs
 
 
