@@ -277,13 +277,13 @@ def latent_rank_limit(key_columns: int, value_columns: int, width: int, split: b
 def allocate_ranks(
     spectra: list[np.ndarray], total: int, minimum: int = 1, maximum: list[int] | None = None
 ) -> list[int]:
-    """Latent sizes per layer summing to `total`, by spectral energy (a global greedy).
+    """Latent sizes per layer summing to `total`, by spectral energy.
 
-    Each further latent dimension goes to the layer whose next singular value
-    keeps the largest share of that layer's energy (`s_i^2 / sum s^2`), so
-    layers whose keys and values are low-rank give up dimensions to layers
-    that need them. Every layer gets at least `minimum` and at most
-    `maximum[l]` (default: its number of singular values).
+    The sizes keep the largest summed share of each layer's energy: a layer
+    of size r keeps its r largest `s_i^2 / sum s^2`, so layers whose keys and
+    values are low-rank give up dimensions to layers that need them (exact,
+    through `allocate_by_cost`). Every layer gets at least `minimum` and at
+    most `maximum[l]` (default: its number of singular values).
 
     Example:
 
@@ -291,23 +291,21 @@ def allocate_ranks(
     [1, 2]
     """
     limits = maximum or [len(s) for s in spectra]
-    ranks = [min(minimum, limit) for limit in limits]
-    if total < sum(ranks) or total > sum(limits):
+    lows = [min(minimum, limit) for limit in limits]
+    if total < sum(lows) or total > sum(limits):
         raise SpecError(
             f"A total latent budget of {total} cannot be split over {len(spectra)} layers with "
             f"{minimum} to their full ranks ({sum(limits)} in all) each."
         )
-    shares = []
-    for layer, values in enumerate(spectra):
-        energy = np.asarray(values, np.float64) ** 2
-        energy = energy / max(energy.sum(), 1e-300)
-        for index in range(ranks[layer], limits[layer]):
-            share = energy[index] if index < len(energy) else 0.0
-            shares.append((-share, layer, index))
-    shares.sort()
-    for _, layer, _ in shares[: total - sum(ranks)]:
-        ranks[layer] += 1
-    return ranks
+    costs = []
+    for values, low, limit in zip(spectra, lows, limits, strict=True):
+        energy = np.sort(np.asarray(values, np.float64) ** 2)[::-1]
+        shares = np.zeros(limit)
+        shares[: min(limit, len(energy))] = (energy / max(energy.sum(), 1e-300))[:limit]
+        cost = -np.concatenate([[0.0], np.cumsum(shares)])  # cost[r]: minus the share r keep
+        cost[:low] = np.inf
+        costs.append(cost)
+    return allocate_by_cost(costs, total)
 
 
 def allocate_by_cost(costs: list[np.ndarray], total: int) -> list[int]:

@@ -171,6 +171,29 @@ def test_allocation_by_cost_is_the_brute_force_optimum(data):
         kv_sharing.allocate_by_cost(costs, sum(c[-1] for c in choices) + 1)
 
 
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_energy_allocation_keeps_the_most_energy(data):
+    spectra = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        values = data.draw(st.lists(st.floats(0, 10), min_size=1, max_size=4))
+        spectra.append(np.sort(np.array(values))[::-1])
+    minimum = data.draw(st.integers(0, 2))
+    choices = [range(min(minimum, len(s)), len(s) + 1) for s in spectra]
+    total = data.draw(st.integers(sum(c[0] for c in choices), sum(c[-1] for c in choices)))
+
+    def kept(ranks):
+        return sum(
+            np.sum(s[:r] ** 2) / max(np.sum(s**2), 1e-300)
+            for s, r in zip(spectra, ranks, strict=True)
+        )
+
+    ranks = kv_sharing.allocate_ranks(spectra, total, minimum)
+    best = max(kept(combo) for combo in itertools.product(*choices) if sum(combo) == total)
+    assert sum(ranks) == total and all(r in c for r, c in zip(ranks, choices, strict=True))
+    assert kept(ranks) == pytest.approx(best)
+
+
 def test_allocation_by_sensitivity_measures_what_the_conversion_gives():
     lm = _decoder(seed=3)
     windows = np.random.default_rng(2).integers(0, 40, (4, 13)).astype("int32")
