@@ -4,11 +4,11 @@
 # model at 32,768 tokens, and ours against keras-hub's Llama3CausalLM (prefill at 2,048 tokens;
 # decode at 2,048 and 8,192 cached tokens; batch 1 and 16).
 #
-#   # here, once: the wheels the image lacks (this machine's .venv versions)
+#   # on a machine with internet, once: the wheels the image lacks (this machine's .venv versions)
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
 #     -d .whl keras==3.15.1 namex==0.1.0 optree==0.20.0 keras-hub==0.32.0
-#   # there (carry .whl):
+#   # on the GPU machine, with .whl copied along:
 #   bash benchmarks/decoder_gpu.sh
 #
 # Each part's limit in seconds: KV_SECONDS, TOY_SECONDS, HUB_SECONDS (0 skips the part).

@@ -3,11 +3,11 @@
 # pytest and hypothesis but no TensorFlow: the Keras 3 tests that need no TensorFlow,
 # on JAX's GPU backend, then the KV-cache decoding benchmark at GPU-sized contexts.
 #
-#   # here, once: the Keras 3 wheels the image lacks (this machine's .venv versions)
+#   # on a machine with internet, once: the Keras 3 wheels the image lacks (this machine's .venv versions)
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
 #     -d .whl keras==3.15.1 namex==0.1.0 optree==0.20.0
-#   # there (carry .whl):
+#   # on the GPU machine, with .whl copied along:
 #   bash benchmarks/keras3_gpu_check.sh TEST_SECONDS BENCH_SECONDS
 #
 # Writes under $OUT: gpu_tests.log and gpu_tests.xml, and kv_gpu/ (benchmarks/kv_cache.py's

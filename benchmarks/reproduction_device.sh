@@ -3,8 +3,8 @@
 # 256 to 512) on a GPU machine whose image
 # has JAX but no TensorFlow: the Keras 3 runner (`--framework keras3`, KERAS_BACKEND=jax).
 #
-#   bash benchmarks/reproduction_device.sh prepare          # here: wheels and data into .device/
-#   bash benchmarks/reproduction_device.sh run WORKERS RUNS # there, with `.device` carried
+#   bash benchmarks/reproduction_device.sh prepare          # with internet: wheels and data into .device/
+#   bash benchmarks/reproduction_device.sh run WORKERS RUNS # on the GPU machine, .device/ copied along
 #   PRESET=paper bash benchmarks/reproduction_device.sh run 2 4
 #
 # `prepare` downloads the Keras 3 wheels the image lacks (keras, namex, optree; the versions
@@ -12,10 +12,10 @@
 # (TensorFlow reads the TFRecords here, once). `run` installs the wheels, trains up to RUNS
 # runs per worker with WORKERS workers sharing the GPU (memory grown on demand), and copies
 # results/reproduction_v2_$PRESET (run files, README, plots) and the unfinished runs' states
-# (work/*_keras3_state.npz) to $OUT, from where the session copies them back into the
-# repository's results and .device/work. A run cut off by the call's time limit resumes
-# from its last curve point in the next call (its state is carried in .device/work);
-# finished runs are never redone, because the carried results directory holds their files.
+# (work/*_keras3_state.npz) to $OUT; copy them back into the repository's results and
+# .device/work. A run cut off by a time limit resumes from its last curve point in the next
+# `run` (its state is in .device/work); finished runs are never redone, because the results
+# directory holds their files.
 # Then `python -m headsize_tf.experiments.attention_rank --runs results/reproduction_v2_paper
 # --work-dir .device/work` measures the trained heads' rank (their .keras files, in $OUT/work).
 set -euo pipefail

@@ -152,8 +152,8 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
         "sentences, 512 dev pairs; the decoding speeds are timed on 8 sentences of 16 "
         "tokens, so differences of a few percent are noise. Which heads go depends on "
         "the importance sample: the spread over importance seeds is part of the result "
-        "(an earlier single-seed run, whose importance batches came from an unseeded "
-        "shuffle, made decoder self-attention the most sensitive kind at 75%: perplexity "
+        "(a single-seed run whose importance batches came from an unseeded "
+        "shuffle made decoder self-attention the most sensitive kind at 75%: perplexity "
         "x11.9).",
         "",
         "![curves](curves.png)",

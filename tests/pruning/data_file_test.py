@@ -2,7 +2,7 @@
 
 Sentence pairs become `[CLS] a [SEP] b [SEP]` with segment ids 0/1; the label
 map is saved with the pruned model. A tiny random BERT (tests.pretrained)
-covers pairs and TFDS mock data; MiniLM runs the issue's command on a CSV.
+covers pairs and TFDS mock data; MiniLM runs the documented command on a CSV.
 """
 
 import itertools
@@ -261,9 +261,9 @@ BAD = [
 ]
 
 
-def test_issue_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
+def test_prune_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
     """`headsize-tf prune --model minilm-l6 --data-file F.csv --text-column text
-    --label-column label --target-fraction 0.3 --output DIR`, as in the issue."""
+    --label-column label --target-fraction 0.3 --output DIR`, as docs/pruning.md shows it."""
     rows = ["id,text,label"]
     for i in range(6):
         rows += [f'{i}a{j},"{t} ({i})",positive' for j, t in enumerate(GOOD)]
