@@ -437,14 +437,26 @@ class LatentAttention(SharedKVAttentionBase):
         return config
 
 
+_SWAP = (1, 0, 2)  # [h, r, p] <-> [r, h, p]: head-first storage against the core's layout.
+
+
 class _HeadFirstUpProjection(keras.layers.EinsumDense):
     """An up-projection `[B, S, r] -> [B, S, h, p]` with its kernel stored head-first, `[h, r, p]`.
 
-    Loads the kernel of a `.keras` file written in the earlier rank-first
-    layout `[r, h, p]` (a float kernel of that shape is transposed; with r = h
-    the shapes cannot tell the layouts apart and the file is read as
-    head-first).
+    `core_kernel` shows the kernel in the core's layout `[r, h, p]`. Saved
+    variables carry a `head_first` entry; a store without it was written in the
+    earlier rank-first layout (a plain `EinsumDense` of equation
+    "abc,cde->abde"), and its kernel (float, int8 or float8) is transposed on
+    load, whatever the shapes (r = h included). An int4 or GPTQ/AWQ kernel
+    packed rank-first cannot be transposed in place and is refused.
     """
+
+    _LAYOUT_KEY = "head_first"
+
+    @property
+    def core_kernel(self) -> _RankFirstView:
+        """The kernel as `[r, h, p]` (`shape`, `dtype`, `numpy()`, `assign`)."""
+        return _RankFirstView(self.kernel)
 
     def quantize(
         self, mode: str | None = None, type_check: bool = True, config: Any = None
@@ -452,12 +464,43 @@ class _HeadFirstUpProjection(keras.layers.EinsumDense):
         # Keras quantizes only `EinsumDense` itself unless told this subclass computes the same.
         super().quantize(mode, type_check=False, config=config)
 
+    def save_own_variables(self, store: Any) -> None:
+        super().save_own_variables(store)
+        if self.built:
+            store[self._LAYOUT_KEY] = np.ones([1], np.int8)
+
     def load_own_variables(self, store: Any) -> None:
-        if self.built and self.quantization_mode is None:
-            shape = tuple(self.kernel.shape)
-            rank_first = (shape[1], shape[0], shape[2])
-            kernel = store["0"]
-            if rank_first != shape and tuple(kernel.shape) == rank_first:
-                store = {key: store[key] for key in store.keys()}
-                store["0"] = np.transpose(np.asarray(kernel), (1, 0, 2))
-        super().load_own_variables(store)
+        values = {key: store[key] for key in store.keys() if key != self._LAYOUT_KEY}
+        if self.built and values and self._LAYOUT_KEY not in store:
+            mode = self.quantization_mode
+            if mode not in (None, "int8", "float8"):
+                raise ValueError(
+                    f"Layer {self.name!r}: these weights were saved with the up-projection "
+                    f"kernel rank-first [r, h, p] and {mode}-quantized; a packed kernel cannot "
+                    "be moved to the head-first layout. Load them unquantized and quantize again."
+                )
+            values["0"] = np.transpose(np.asarray(values["0"]), _SWAP)
+        super().load_own_variables(values)
+
+
+class _RankFirstView:
+    """A head-first up-projection kernel `[h, r, p]` seen in the core's layout `[r, h, p]`:
+    its `shape`, `dtype`, `numpy()` and `assign(value)` are the core layout's; `.variable` is
+    the variable."""
+
+    def __init__(self, variable: Any) -> None:
+        self.variable = variable
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.variable.shape[i] for i in _SWAP)
+
+    @property
+    def dtype(self) -> Any:
+        return self.variable.dtype
+
+    def numpy(self) -> np.ndarray:
+        return np.transpose(keras.ops.convert_to_numpy(self.variable), _SWAP)
+
+    def assign(self, value: Any) -> None:
+        self.variable.assign(np.transpose(np.asarray(value), _SWAP))

@@ -24,7 +24,7 @@ import numpy as np
 
 from headsize_tf.keras3.layers.collaborative_attention import CollaborativeAttention
 from headsize_tf.keras3.layers.grouped_attention import GroupedAttention
-from headsize_tf.keras3.layers.latent_attention import LatentAttention
+from headsize_tf.keras3.layers.latent_attention import LatentAttention, _RankFirstView
 
 
 def kind_of(layer: keras.layers.Layer) -> str:
@@ -36,29 +36,6 @@ def kind_of(layer: keras.layers.Layer) -> str:
     if isinstance(layer, LatentAttention):
         return "latent"
     return "standard"
-
-
-class _RankFirst:
-    """A latent layer's head-first up-projection kernel `[h, r, p]` seen in the core's layout
-    `[r, h, p]`: its `shape`, `dtype`, `numpy()` and `assign(value)` are the core layout's."""
-
-    def __init__(self, variable: Any) -> None:
-        self.variable = variable
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        heads, rank, size = self.variable.shape
-        return (rank, heads, size)
-
-    @property
-    def dtype(self) -> Any:
-        return self.variable.dtype
-
-    def numpy(self) -> np.ndarray:
-        return np.transpose(keras.ops.convert_to_numpy(self.variable), (1, 0, 2))
-
-    def assign(self, value: Any) -> None:
-        self.variable.assign(np.transpose(np.asarray(value), (1, 0, 2)))
 
 
 def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
@@ -91,7 +68,7 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
             if dense is None:  # A latent layer whose key dimensions all rotate has no key_up.
                 continue
             roles[f"{role}_kernel"] = (
-                _RankFirst(dense.kernel) if role in ("key_up", "value_up") else dense.kernel
+                dense.core_kernel if role in ("key_up", "value_up") else dense.kernel
             )
         roles["query_bias"] = layer._query_dense.bias
         roles["value_bias"] = layer.value_bias
@@ -140,7 +117,7 @@ def numpy_weights(layer: keras.layers.Layer) -> dict[str, np.ndarray | None]:
 
 
 def _numpy(variable: Any) -> np.ndarray:
-    if isinstance(variable, _RankFirst):
+    if isinstance(variable, _RankFirstView):
         return variable.numpy()
     return keras.ops.convert_to_numpy(variable)
 

@@ -18,6 +18,7 @@ from headsize_tf.core import kv_cache, kv_sharing
 from headsize_tf.core.spec import AttentionSpec
 from headsize_tf.keras3.layers import GroupedAttention, LatentAttention, StandardAttention
 from headsize_tf.keras3.layers.factory import make_attention
+from headsize_tf.keras3.layers.latent_attention import _HeadFirstUpProjection
 from headsize_tf.keras3.layers.roles import assign_weights, numpy_weights
 from tests import kv_oracle
 from tests.keras3 import util
@@ -162,8 +163,8 @@ def test_absorbed_and_up_projected_decoding_agree_on_one_latent():
 
 
 def _rank_first_copy(path, out):
-    """`path`'s `.keras` file with every latent up-projection kernel written rank-first
-    `[r, h, p]` (the layout before the kernels were stored head-first)."""
+    """`path`'s `.keras` file as the rank-first layout wrote it: every latent up-projection
+    kernel `[r, h, p]`, no `head_first` entry."""
     with zipfile.ZipFile(path) as archive:
         files = {name: archive.read(name) for name in archive.namelist()}
     buffer = io.BytesIO(files["model.weights.h5"])
@@ -174,7 +175,7 @@ def _rank_first_copy(path, out):
         )
         for name in groups:
             kernel = weights[name]["0"][()]
-            del weights[name]["0"]
+            del weights[name]["0"], weights[name]["head_first"]
             weights[name]["0"] = kernel.transpose(1, 0, 2)
     files["model.weights.h5"] = buffer.getvalue()
     with zipfile.ZipFile(out, "w") as archive:
@@ -183,15 +184,18 @@ def _rank_first_copy(path, out):
     return sorted(groups)
 
 
-def test_up_projections_are_head_first_roles_show_the_core_layout_and_old_files_load(tmp_path):
+@pytest.mark.parametrize("rank", [6, 4])  # r = h = 4: the shapes cannot tell the layouts apart.
+def test_up_projections_are_head_first_roles_show_the_core_layout_and_old_files_load(
+    tmp_path, rank
+):
     x, _ = util.data(t=6, s=6, seed=6)
     inputs = keras.Input((6, WIDTH))
-    layer = LatentAttention(num_heads=4, kv_latent_dim=6)
+    layer = LatentAttention(num_heads=4, kv_latent_dim=rank)
     model = keras.Model(inputs, layer(inputs, inputs))
     layer_check.randomize(layer, 6)
     stored = util.np_(layer._key_up_dense.kernel)
     weights = numpy_weights(layer)
-    assert stored.shape == (4, 6, 4) and weights["key_up_kernel"].shape == (6, 4, 4)
+    assert stored.shape == (4, rank, 4) and weights["key_up_kernel"].shape == (rank, 4, 4)
     np.testing.assert_array_equal(weights["key_up_kernel"], stored.transpose(1, 0, 2))
     weights["value_up_kernel"] = 2.0 * weights["value_up_kernel"]
     assign_weights(layer, weights)
@@ -205,6 +209,41 @@ def test_up_projections_are_head_first_roles_show_the_core_layout_and_old_files_
     for name in ("head_first.keras", "rank_first.keras"):
         loaded = keras.saving.load_model(tmp_path / name)
         np.testing.assert_allclose(util.np_(loaded(x)), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [None, "int8", "float8", "int4"])
+def test_rank_first_stores_load_into_head_first_up_projections(mode):
+    """Variables saved by the rank-first up-projection (a plain `EinsumDense`, "abc,cde->abde",
+    kernel `[r, h, p]`), quantized or not, load into the head-first one and compute the same;
+    a packed int4 kernel is refused with a clear error."""
+    heads, rank, size = 4, 4, 3
+    latent = np.random.default_rng(3).normal(size=(2, 5, rank)).astype("float32")
+    old = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, heads, size))
+    new = _HeadFirstUpProjection("abc,dce->abde", output_shape=(None, heads, size))
+    old.build(latent.shape)
+    new.build(latent.shape)
+    old.kernel.assign(np.random.default_rng(4).normal(size=(rank, heads, size)))
+    if mode is not None:
+        old.quantize(mode)
+        new.quantize(mode)
+    store = {}
+    old.save_own_variables(store)
+    assert "head_first" not in store
+    if mode == "int4":
+        with pytest.raises(ValueError, match="rank-first .* int4-quantized"):
+            new.load_own_variables(store)
+        return
+    new.load_own_variables(store)
+    np.testing.assert_allclose(util.np_(new(latent)), util.np_(old(latent)), rtol=1e-6, atol=1e-6)
+    saved = {}
+    new.save_own_variables(saved)
+    assert saved.pop("head_first") == 1 and saved.keys() == store.keys()
+    again = _HeadFirstUpProjection("abc,dce->abde", output_shape=(None, heads, size))
+    again.build(latent.shape)
+    if mode is not None:
+        again.quantize(mode)
+    again.load_own_variables({**saved, "head_first": np.ones([1], np.int8)})
+    np.testing.assert_array_equal(util.np_(again(latent)), util.np_(new(latent)))
 
 
 def test_int8_quantized_up_projections_decode_as_the_quantized_forward():
