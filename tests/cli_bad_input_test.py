@@ -602,7 +602,7 @@ CASES = [
             "--output",
             "{out}",
         ],
-        "Unknown grouped method 'als'; expected one of ['mean', 'svd']",
+        "Unknown grouped method 'als'; expected one of ['mean', 'svd', 'svd_values']",
     ),
     (
         "convert_keras3_uptraining_without_text",

@@ -112,6 +112,18 @@ CASES = [
         "needs a rotary model",
     ),
     (
+        "rope_strategy_without_a_budget_on_a_model_without_rope",
+        ["convert", "--model-file", "{root}/lm.keras", "--to", "latent", "--kv-rank", "4"]
+        + ["--rope-strategy", "rotated", "--output", "{out}"],
+        "--rope-strategy shapes a decoder's KV cache at a budget: it needs --cache-fraction",
+    ),
+    (
+        "calibration_without_a_budget",
+        ["convert", "--model-file", "{root}/lm.keras", "--to", "latent", "--kv-rank", "4"]
+        + ["--calibration", "activations", "--output", "{out}"],
+        "--calibration shapes a decoder's KV cache at a budget: it needs --cache-fraction",
+    ),
+    (
         "more_rotary_pairs_than_a_head_has",
         [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "9"],
         "rope_pairs=9: a head of size 16 has 8 frequency pairs",
@@ -160,7 +172,7 @@ CASES = [
     (
         "grouped_budget_by_svd",
         [*CONVERT, "--cache-fraction", "0.75", "--method", "svd"],
-        "pools by mean (per-layer key/value heads)",
+        "pools the keys by mean (--method mean or svd_values); --method svd re-bases",
     ),
     (
         "grouped_budget_below_one_kv_head",

@@ -258,9 +258,16 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
 
     def converter(model: Any) -> tuple[Any, dict[str, Any]]:
         if grouped:
-            target, report = grouped_budget(model, plan.cache_fraction, stats)
-            converted, layers = convert_model(model, target)
-            method = f"mean pooling, heads per layer by {'activation' if stats else 'weight'} error"
+            pooling = args.method or "mean"
+            target, report = grouped_budget(model, plan.cache_fraction, stats, pooling)
+            covariances = None if stats is None or pooling == "mean" else stats.covariances
+            converted, layers = convert_model(model, target, covariances=covariances)
+            basis = "activations" if stats else "weights"
+            method = (
+                "mean pooling"
+                if pooling == "mean"
+                else f"keys by mean pooling, values by the SVD of their {basis}"
+            ) + f", heads per layer by {basis[:-1]} error"
             return converted, {
                 **report,
                 "layers": layers,
@@ -339,7 +346,10 @@ def _cached_stats(args: argparse.Namespace, lm: Any, windows: Any, source: str) 
         return CalibrationStats.load(path)
     print(f"measuring calibration statistics on {windows.shape[0]} windows ...", flush=True)
     stats = calibration_stats(
-        lm, windows, source=f"{source}; {windows.shape[0]} training windows of {windows.shape[1]}"
+        lm,
+        windows,
+        source=f"{source}; the first {windows.shape[0]} training windows of {windows.shape[1]} "
+        "tokens, in order (no random sample, so no seed)",
     )
     stats.save(path)
     return stats

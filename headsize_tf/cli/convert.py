@@ -145,7 +145,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--method",
         default=None,
-        help="grouped: svd (default) or mean (Ainslie's mean pooling); latent: joint_svd "
+        help="grouped: svd (default; rotary models: mean), mean (Ainslie's mean pooling) or "
+        "svd_values (keys by mean, values by their SVD; calibrated with --cache-fraction); "
+        "latent: joint_svd "
         "(default), joint_svd_unbalanced or split_svd (keys and values each their own SVD); "
         "collaborative: als (default) or tensorly",
     )
@@ -163,13 +165,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rotary.add_argument(
         "--rope-strategy",
         choices=["high", "low", "uniform", "2norm", "rotated"],
-        default="2norm",
+        default=None,
         help="which frequency pairs keep RoPE (2norm: largest query x key pair norms on the "
         "calibration text; default; rotated: TransMLA's RoRoPE, the same number of pairs in "
         "all from a per-frequency PCA across key/value heads)",
     )
     rotary.add_argument(
-        "--rope-pairs", type=_positive_int, default=4, help="pairs kept per key/value head"
+        "--rope-pairs",
+        type=_positive_int,
+        default=None,
+        help="pairs kept per key/value head (default 4)",
     )
     rotary.add_argument(
         "--rope-context",
@@ -181,30 +186,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rotary.add_argument(
         "--rope-fold",
         type=_positive_int,
-        default=1,
+        default=None,
         help="rotated: one PCA per band of this many neighbouring frequencies (TransMLA's "
-        "FreqFold; each kept component turns at one of its band's frequencies); 1: exact RoRoPE",
+        "FreqFold; each kept component turns at one of its band's frequencies); 1 (default): exact RoRoPE",
     )
     rotary.add_argument(
         "--calibration",
         choices=["activations", "weights"],
-        default="activations",
+        default=None,
         help="the latent's SVD (grouped: the pooling error that picks each layer's heads): of "
         "the key/value activations on the calibration text (default) or of the weights",
     )
     rotary.add_argument(
         "--allocation",
         choices=["uniform", "energy", "sensitivity"],
-        default="uniform",
-        help="latent sizes per layer at the same total: the same, by spectral energy, or by the "
+        default=None,
+        help="latent sizes per layer at the same total: the same (default), by spectral energy, "
+        "or by the "
         "loss measured on the calibration windows (rounds of a second-order estimate, each "
         "proposal measured; joint SVD only)",
     )
     rotary.add_argument(
         "--calibration-windows",
         type=_positive_int,
-        default=32,
-        help="windows of the corpus's training text the statistics are measured on",
+        default=None,
+        help="windows of the corpus's training text the statistics are measured on (default 32)",
     )
     p.add_argument(
         "--heal-steps",
@@ -295,11 +301,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+# The flags of a decoder's KV cache at a budget and their defaults: without --cache-fraction
+# nothing reads them, so they are refused there rather than ignored.
+BUDGET_DEFAULTS = {
+    "rope_strategy": "2norm",
+    "rope_pairs": 4,
+    "rope_context": None,
+    "rope_fold": 1,
+    "calibration": "activations",
+    "allocation": "uniform",
+    "calibration_windows": 32,
+}
+
+
 def target_of(args: argparse.Namespace) -> Any:
     """The `ConversionTarget` the flags name (the size flag of --to, no other); None for a
-    rotary latent at a cache budget (`--cache-fraction`)."""
+    rotary latent at a cache budget (`--cache-fraction`), whose flags get their defaults."""
     from headsize_tf.core.conversion import METHODS, ConversionTarget
 
+    given = [name for name in BUDGET_DEFAULTS if getattr(args, name, None) is not None]
+    if getattr(args, "cache_fraction", None) is None and given:
+        raise ValueError(
+            f"--{given[0].replace('_', '-')} shapes a decoder's KV cache at a budget: it needs "
+            "--cache-fraction (--kv-rank and --kv-heads convert without it)."
+        )
+    for name, default in BUDGET_DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
     if getattr(args, "cache_fraction", None) is not None:
         if args.to not in ("latent", "grouped"):
             raise ValueError(
@@ -326,10 +354,10 @@ def target_of(args: argparse.Namespace) -> Any:
                 f"--method {args.method!r} is not a {args.to} method; expected one of "
                 f"{list(METHODS[args.to])}."
             )
-        if args.to == "grouped" and args.method not in (None, "mean"):
+        if args.to == "grouped" and args.method not in (None, "mean", "svd_values"):
             raise ValueError(
-                "--to grouped --cache-fraction pools by mean (per-layer key/value heads); "
-                f"--method {args.method} re-bases rotated keys."
+                "--to grouped --cache-fraction pools the keys by mean (--method mean or "
+                f"svd_values); --method {args.method} re-bases rotated keys."
             )
         return None
 
