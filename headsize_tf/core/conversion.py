@@ -45,8 +45,9 @@ class ConversionTarget:
         key/value latent) or "collaborative" (a shared D-sized query/key space).
       size: G, r or D; one int for every layer, or one per layer.
       method: grouped: "svd" (default, per-group operator subspaces; "mean"
-        on rotary models, where "svd" is refused) or "mean" (Ainslie et al.'s
-        mean pooling); latent: "joint_svd" (default, keys balanced against
+        on rotary models, where "svd" is refused), "mean" (Ainslie et al.'s
+        mean pooling) or "svd_values" (keys mean-pooled, values by their
+        operator subspace; rotary models too); latent: "joint_svd" (default, keys balanced against
         values, TransMLA), "joint_svd_unbalanced" (MHA2MLA) or "split_svd"
         (MHA2MLA's split variant: keys and values each their own SVD);
         collaborative: "als" (default) or "tensorly".
@@ -179,7 +180,8 @@ class ConversionTarget:
                 if layer.uses_rope and self.method == "svd":
                     raise SpecError(
                         "--method svd re-bases key dimensions, which RoPE rotates in fixed pairs "
-                        "by position; a rotary model converts to grouped K/V with --method mean."
+                        "by position; a rotary model converts to grouped K/V with --method mean "
+                        "or svd_values."
                     )
                 if layer.uses_rope and len(set(layer.rope_sets)) > 1:
                     raise SpecError(
@@ -354,7 +356,8 @@ class ConversionTarget:
 
         `source` (the layer's resolved sizes) says whether it rotates its keys;
         `covariance` (its inputs' second moment, from calibration text) makes a
-        latent's SVD one of the activations (`kv_sharing.joint_basis`).
+        latent's SVD, or a grouped "svd" / "svd_values" one, one of the
+        activations (`kv_sharing.joint_basis`, `kv_sharing.grouped_weights`).
         """
         size = self.layer_size(index)
         rotary = source is not None and source.uses_rope
@@ -367,7 +370,7 @@ class ConversionTarget:
             weights = {k: v for k, v in weights.items() if k != role}
         if self.kind == "grouped":
             out, report = kv_sharing.grouped_weights(
-                weights, size, method=self.method, rope=rotary, name=name
+                weights, size, method=self.method, rope=rotary, covariance=covariance, name=name
             )
             return out, {"layer": name, **report.to_dict()}
         if self.kind == "latent":

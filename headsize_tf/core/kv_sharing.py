@@ -16,6 +16,11 @@ two forms deployed today, training-free (uptraining then recovers quality):
     the projection error is the only error, and it is the smallest a shared
     `p`-dimensional key (`v`-dimensional value) can have for those operators
     (Eckart-Young). With one head per group it is exact.
+  - `method="svd_values"`: the keys mean-pooled (a rotary model's keys allow
+    no re-basing, and the mean is the shared key nearest the group's keys in
+    any input metric), the values by the output-operator subspace as in
+    "svd". With `covariance` (the inputs' second moment, from calibration
+    text) both SVDs are of the activations instead of the weights.
 * **A shared latent key/value** (DeepSeek-V2's MLA): one `r`-sized
   latent per position, `c = x W_DKV`, with per-head up-projections
   `k^(i) = c W_UK^(i)`, `v^(i) = c W_UV^(i)`. MHA2MLA's joint SVD of the
@@ -68,7 +73,7 @@ import numpy as np
 
 from headsize_tf.core.spec import SpecError, check_positive_int
 
-GROUPED_METHODS = ("mean", "svd")
+GROUPED_METHODS = ("mean", "svd", "svd_values")
 
 Weights = Mapping[str, np.ndarray | None]
 
@@ -290,6 +295,8 @@ def allocate_ranks(
     >>> allocate_ranks([np.array([4.0, 1.0]), np.array([2.0, 2.0])], 3)
     [1, 2]
     """
+    if minimum < 0:
+        raise SpecError(f"minimum must be a latent size >= 0, got {minimum}.")
     limits = maximum or [len(s) for s in spectra]
     lows = [min(minimum, limit) for limit in limits]
     if total < sum(lows) or total > sum(limits):
@@ -365,6 +372,7 @@ def grouped_weights(
     *,
     method: str = "mean",
     rope: bool = False,
+    covariance: np.ndarray | None = None,
     name: str = "attention",
 ) -> tuple[dict[str, np.ndarray | None], SharingReport]:
     """The grouped-query weights of a multi-head layer.
@@ -373,11 +381,18 @@ def grouped_weights(
       weights: The layer's weights in the core layout (module docstring).
       num_kv_heads: G, the number of key/value heads; must divide the heads.
         Query head i belongs to group `i // (h / G)`.
-      method: "mean" (Ainslie et al.'s mean pooling) or "svd" (the
-        per-group operator subspaces of the module docstring).
+      method: "mean" (Ainslie et al.'s mean pooling), "svd" (the per-group
+        operator subspaces of the module docstring) or "svd_values" (keys
+        mean-pooled, values by their operator subspace).
       rope: The layer rotates its queries and keys (RoPE). Only maps that
-        commute with the rotation are allowed: "mean" (the group's keys and
-        key biases averaged); "svd" re-bases key dimensions and is refused.
+        commute with the rotation are allowed on the keys: "mean" and
+        "svd_values" (the group's keys and key biases averaged); "svd"
+        re-bases key dimensions and is refused.
+      covariance: The layer inputs' second moment `[e, e]` (calibration): the
+        subspaces are those of the operators applied to such inputs (a
+        whitened SVD; `x W` is what the layer sees), not of the weights.
+        Mean pooling ignores it (the mean is the nearest shared key or value
+        in every input metric).
       name: The layer's name, for error messages.
 
     Returns:
@@ -397,8 +412,8 @@ def grouped_weights(
     if rope and method == "svd":
         raise SpecError(
             "method='svd' re-bases each group's key dimensions, but RoPE rotates fixed pairs of "
-            "them by position, so the re-based keys would rotate wrongly; use method='mean' on "
-            "a rotary model."
+            "them by position, so the re-based keys would rotate wrongly; use method='mean' or "
+            "'svd_values' on a rotary model."
         )
     weights = per_query_head(weights)
     _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
@@ -413,36 +428,46 @@ def grouped_weights(
     query_bias = None if query_bias is None else np.asarray(query_bias, np.float64)
     new_query, new_output = query.copy(), output.copy()
     new_query_bias = None if query_bias is None else query_bias.copy()
+    # S with S S = the inputs' second moment: an operator's error on such inputs is that of
+    # S times the operator (its key/value input side); S = I measures the weights.
+    if covariance is None or method == "mean":
+        root = inverse = np.eye(key.shape[0])
+    else:
+        root, inverse = _whitener(covariance)
     keys, values, key_energy, value_energy = [], [], [], []
     for g in range(groups):
         members = range(g * size, (g + 1) * size)
-        if method == "mean":
+        if method in ("mean", "svd_values"):
             keys.append(key[:, list(members)].mean(axis=1))
+        if method == "mean":
             values.append(value[:, list(members)].mean(axis=1))
             continue
-        # Keys: the subspace of the group's attention operators [W_Q; b_Q] W_K^T.
-        operators = []
-        for i in members:
-            rows = query[:, i] if query_bias is None else np.vstack([query[:, i], query_bias[i]])
-            operators.append(rows @ key[:, i].T)  # [d(+1), e]
-        basis, energy = _top_subspace(np.vstack(operators).T, key.shape[2])  # [e, p]
-        keys.append(basis)
-        key_energy.append(energy)
-        for i in members:
-            absorbed = key[:, i].T @ basis  # [p, p]: head i's keys in the shared basis.
-            new_query[:, i] = query[:, i] @ absorbed
-            if query_bias is not None:
-                new_query_bias[i] = query_bias[i] @ absorbed
+        if method == "svd":
+            # Keys: the subspace of the group's attention operators [W_Q; b_Q] W_K^T.
+            operators = []
+            for i in members:
+                rows = (
+                    query[:, i] if query_bias is None else np.vstack([query[:, i], query_bias[i]])
+                )
+                operators.append(root @ key[:, i] @ rows.T)  # [e, d(+1)]
+            basis, energy = _top_subspace(np.hstack(operators), key.shape[2])  # [e, p]
+            keys.append(inverse @ basis)
+            key_energy.append(energy)
+            for i in members:
+                absorbed = key[:, i].T @ root @ basis  # [p, p]: head i's keys in the shared basis.
+                new_query[:, i] = query[:, i] @ absorbed
+                if query_bias is not None:
+                    new_query_bias[i] = query_bias[i] @ absorbed
         # Values: the subspace of the group's output operators W_V W_O.
-        products = [value[:, i] @ output[i] for i in members]  # [e, o] each
+        products = [root @ value[:, i] @ output[i] for i in members]  # [e, o] each
         basis, energy = _top_subspace(np.hstack(products), value.shape[2])  # [e, v]
-        values.append(basis)
+        values.append(inverse @ basis)
         value_energy.append(energy)
         for i in members:
             new_output[i] = basis.T @ products[i - members.start]
     f32 = np.float32
     value_bias = _value_bias(weights)
-    if value_bias is not None and method == "svd":
+    if value_bias is not None and method != "mean":
         value_bias = _refit_value_bias(value_bias.astype(np.float64), output, new_output)
     key_bias = weights.get("key_bias")
     if rope and key_bias is not None:  # Rotated, a key bias does not cancel: pooled with the keys.
@@ -461,8 +486,9 @@ def grouped_weights(
     }
     if key_bias is not None:
         out["key_bias"] = key_bias.astype(f32)
-    if method == "mean":
+    if method != "svd":
         key_energy = [_kept_energy(key, out["key_kernel"], size)]
+    if method == "mean":
         value_energy = [_kept_energy(value, out["value_kernel"], size)]
     report = SharingReport(
         "grouped", method, groups, float(np.mean(key_energy)), float(np.mean(value_energy))

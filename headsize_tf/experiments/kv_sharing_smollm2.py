@@ -70,11 +70,15 @@ class Run:
     Args:
       name: The run's name (its result file).
       method: "original", "latent", "grouped", "pruned", "partial_rope" (rotary pairs
-        kept, the latent at full rank: what dropping RoPE alone costs) or "file" (a model
+        kept, the latent at full rank: what dropping RoPE alone costs), "exact" (a
+        conversion at its exact limit, its logits compared with the original's; strategy
+        "grouped": grouped K/V with SmolLM2's own 3 key/value heads) or "file" (a model
         saved elsewhere, e.g. by `convert --uptrain-steps`, measured like the others).
       fraction: The cache fraction (latent), for the table.
       strategy: Rotary pairs kept (latent): high, low, uniform, 2norm, or rotated
-        (TransMLA's RoRoPE: the same number of pairs in all, of the rotated basis).
+        (TransMLA's RoRoPE: the same number of pairs in all, of the rotated basis);
+        grouped: "svd_values" pools the keys by mean and gives the values the SVD of
+        their activations (any other: mean pooling of both).
       pairs: Pairs per key/value head (latent; rotated: 3 x pairs in all).
       calibrated: The latent's SVD of activations (else weights).
       allocation: uniform, energy or sensitivity (`allocate_by_sensitivity` on the
@@ -140,9 +144,24 @@ def _best_rotated(
     )
 
 
+EXACT_WINDOWS = 8  # Per held-out text: the windows whose logits the exact runs compare.
+
+
+def exact_runs() -> list[Run]:
+    """Each conversion at its exact limit: every rotary frequency kept (partial RoPE with
+    all 32 pairs of each key/value head, or rotated RoPE with every component) and the
+    latent at full rank, weight or calibrated SVD; grouped K/V with 3 key/value heads."""
+    return [
+        Run("exact-partial-rope-w", "exact", 1.0, "high", 32, False),
+        Run("exact-partial-rope-act", "exact", 1.0, "high", 32, True),
+        Run("exact-rotated-act", "exact", 1.0, ROTATED, 32, True),
+        Run("exact-grouped-3", "exact", 1.0, "grouped", calibrated=False),
+    ]
+
+
 def plan() -> list[Run]:
     """Every run of the study, in the order it runs."""
-    runs = [Run("original", "original")]
+    runs = [Run("original", "original"), *exact_runs()]
     for strategy in ("2norm", "uniform", "high", "low"):
         for calibrated in (True, False):
             for allocation in ("uniform", "energy"):
@@ -335,6 +354,20 @@ def plan() -> list[Run]:
         runs.append(
             _best_rotated(tag, pairs, fold=2, allocation="sensitivity", heal_steps=HEAL_STEPS)
         )
+    # Grouped K/V with the values' calibrated SVD (the keys mean-pooled, as RoPE requires),
+    # at 33% and at 50% by per-layer heads, training-free and healed.
+    for fraction, tag in ((1 / 3, "33"), (0.5, "50")):
+        suffix = "-allocated" if fraction > 1 / 3 else ""
+        for heal in (0, HEAL_STEPS):
+            runs.append(
+                Run(
+                    f"grouped-{tag}-svd-values{suffix}{'-healed' if heal else ''}",
+                    "grouped",
+                    fraction,
+                    "svd_values",
+                    heal_steps=heal,
+                )
+            )
     return runs
 
 
@@ -433,6 +466,14 @@ def _convert(study: Study, run: Run):
         from headsize_tf.keras3.pretrained.decoders import load_decoder
 
         return load_decoder(run.path), {"model_file": run.path}
+    if run.method == "exact" and run.strategy == "grouped":
+        model, _ = convert_model(lm, ConversionTarget("grouped", 3, "mean"))
+        return model, {}
+    if run.method == "exact":
+        stats = study.calibration(run.seed) if run.calibrated else None
+        model, report = compress_kv(lm, KVPlan(1.0, run.strategy, run.pairs, run.calibrated), stats)
+        report.pop("layers")
+        return model, report
     if run.method == "latent":
         stats = study.calibration(run.seed) if (run.calibrated or run.strategy == "2norm") else None
         kv_plan = KVPlan(
@@ -483,14 +524,16 @@ def _convert(study: Study, run: Run):
         target = ConversionTarget("latent", full, rope_frequencies=sets)
         model, _ = convert_model(lm, target)
         return model, {"latent": full, "rope_sets_per_layer": sets}
+    pooling = "svd_values" if run.strategy == "svd_values" else "mean"
+    covariances = None if pooling == "mean" else study.calibration(run.seed).covariances
     if run.method == "grouped" and run.fraction > 1 / 3 + 1e-9:
         from headsize_tf.keras3.reparam.kv_compress import grouped_budget
 
-        target, report = grouped_budget(lm, run.fraction, study.calibration(run.seed))
-        model, _ = convert_model(lm, target)
+        target, report = grouped_budget(lm, run.fraction, study.calibration(run.seed), pooling)
+        model, _ = convert_model(lm, target, covariances=covariances)
         return model, report
     if run.method == "grouped":
-        model, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
+        model, _ = convert_model(lm, ConversionTarget("grouped", 1, pooling), covariances)
         return model, {}
     # Pruned: whole key/value groups by importance, to one group per layer.
     import keras
@@ -528,6 +571,10 @@ def run_one(study: Study, run: Run) -> dict[str, Any]:
             for stage in ("before", "after")
         }
     convert_s = time.perf_counter() - start
+    if run.method == "exact":
+        details["exactness"] = logit_match(
+            study.lm, model, [w[:EXACT_WINDOWS] for w in study.eval.values()]
+        )
     reference = study.reference()
     outputs = reference if run.method == "original" else study.outputs(model)
     record: dict[str, Any] = {
@@ -551,6 +598,24 @@ def run_one(study: Study, run: Run) -> dict[str, Any]:
     record["seconds"] = round(time.perf_counter() - start, 1)
     write_json(study.output / "runs" / f"{run.name}.json", record)
     return record
+
+
+def logit_match(original, model, texts: list[np.ndarray]) -> dict[str, Any]:
+    """The largest per-position `max |logit diff| / max |logit|` and the share of positions
+    with the same argmax, `model` against `original` on windows of each text."""
+    import keras
+
+    worst, same, count = 0.0, 0, 0
+    for windows in texts:
+        for start in range(0, len(windows), 4):
+            batch = windows[start : start + 4, :-1]
+            want = np.asarray(keras.ops.convert_to_numpy(original(batch)), np.float64)
+            got = np.asarray(keras.ops.convert_to_numpy(model(batch)), np.float64)
+            relative = np.abs(got - want).max(-1) / np.abs(want).max(-1)
+            worst = max(worst, float(relative.max()))
+            same += int((got.argmax(-1) == want.argmax(-1)).sum())
+            count += relative.size
+    return {"max_relative_logit_diff": worst, "argmax_equal": same / count, "positions": count}
 
 
 def report(output: pathlib.Path) -> str:
@@ -594,6 +659,8 @@ def report(output: pathlib.Path) -> str:
         "grouped": ("grouped K/V 3 -> 1 (mean)", "tab:red", "s"),
         "grouped_mixed": ("grouped K/V, 1 or 3 heads per layer", "tab:brown", "s"),
         "grouped_healed": ("grouped K/V 3 -> 1, healed", "tab:pink", "s"),
+        "grouped_svd_values": ("grouped K/V, values by calibrated SVD", "tab:gray", "s"),
+        "grouped_svd_values_healed": ("grouped K/V, values by SVD, healed", "k", "s"),
         "pruned": ("K/V groups pruned to 1", "tab:purple", "^"),
         "partial_rope": ("partial RoPE only (full latent)", "0.5", "x"),
         "file": ("latent, healed and uptrained (--model-file)", "darkgreen", "P"),
@@ -602,6 +669,8 @@ def report(output: pathlib.Path) -> str:
     for r in records:
         run = r["run"]
         key = run["method"]
+        if key == "exact":  # The original's point: its logits up to rounding.
+            continue
         if key == "latent":
             key = (
                 "latent_healed"
@@ -612,6 +681,8 @@ def report(output: pathlib.Path) -> str:
                 key = "latent_rotated"
             if key == "latent_act" or key == "latent_rotated":
                 key = "latent_split" if run.get("svd") == "split" else key
+        elif key == "grouped" and run.get("strategy") == "svd_values":
+            key = "grouped_svd_values_healed" if run.get("heal_steps", 0) else "grouped_svd_values"
         elif key == "grouped" and run.get("heal_steps", 0):
             key = "grouped_healed"
         elif key == "grouped" and run["fraction"] > 1 / 3 + 1e-9:
@@ -637,6 +708,19 @@ def report(output: pathlib.Path) -> str:
     save_figure(fig, output / "perplexity_vs_cache.png")
     plt.close(fig)
     write_json(output / "summary.json", {"runs": records})
+    exact = [r for r in records if r["run"]["method"] == "exact"]
+    if exact:
+        lines += [
+            "",
+            "| exact limit | max abs logit diff / max abs logit | argmax equal | positions |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in exact:
+            match = r["details"]["exactness"]
+            lines.append(
+                f"| {r['run']['name']} | {match['max_relative_logit_diff']:.1e} | "
+                f"{match['argmax_equal']:.2%} | {match['positions']:,} |"
+            )
     table = "\n".join(lines)
     (output / "table.md").write_text(table + "\n")
     return table

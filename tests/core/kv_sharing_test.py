@@ -375,3 +375,138 @@ def test_kv_heads_allocation_stays_in_budget_and_beats_uniform_choices_25_exampl
             assert total <= sum(e[g] for e in errors) + 1e-9
     with pytest.raises(SpecError, match="below the fewest key/value heads"):
         kv_sharing.allocate_kv_heads(errors, values, sum(values) - 1)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_a_partial_rope_latent_at_any_rank_is_the_best_approximation_of_the_rest_25_examples(
+    data,
+):
+    # MHA2MLA at a drawn rank: the kept pairs' key dimensions (j and j + p/2, half-split)
+    # become the rotary keys as they are; the other key dimensions and the values of every
+    # key/value head get the rank-r projection onto their top left singular vectors
+    # (Eckart-Young), the same for every query head of a group.
+    groups, size = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    heads, head_size = groups * size, data.draw(st.sampled_from([4, 6, 8]))
+    width, value_dim = data.draw(st.sampled_from([8, 12, 16])), data.draw(st.integers(1, 5))
+    half = head_size // 2
+    kept = data.draw(st.integers(1, half))
+    sets = [data.draw(st.permutations(range(half)))[:kept] for _ in range(groups)]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    w = kv_oracle.random_mha_weights(rng, width, heads, head_size, value_dim, biases=False)
+    key = rng.normal(0, 0.25, (width, groups, head_size))
+    value = rng.normal(0, 0.25, (width, groups, value_dim))
+    w.update(key_kernel=key, value_kernel=value)
+    rotary = [[*s, *(j + half for j in s)] for s in sets]
+    rest = [[d for d in range(head_size) if d not in r] for r in rotary]
+    operand = np.concatenate(
+        [key[:, g, rest[g]] for g in range(groups)] + [value[:, g] for g in range(groups)], 1
+    )
+    full = min(width, operand.shape[1])
+    rank = data.draw(st.integers(1, full))
+    out, report = kv_sharing.rope_latent_weights(w, rank, sets, balance=False)
+    assert report.method == "rope_joint_svd" and report.size == rank
+    left = np.linalg.svd(operand, full_matrices=False)[0][:, :rank]
+    best = left @ left.T @ operand
+    nope = head_size - 2 * kept
+    down = out["latent_kernel"].astype(np.float64)
+    for g in range(groups):
+        np.testing.assert_array_equal(
+            out["rope_key_kernel"][:, g], key[:, g, rotary[g]].astype(np.float32)
+        )
+        for i in range(g * size, (g + 1) * size):
+            np.testing.assert_allclose(
+                out["query_kernel"][:, i], w["query_kernel"][:, i, rest[g] + rotary[g]], rtol=1e-6
+            )
+            if nope:
+                got = down @ out["key_up_kernel"][:, i]
+                want = best[:, g * nope : (g + 1) * nope]
+                np.testing.assert_allclose(got, want, atol=1e-5)
+            got = down @ out["value_up_kernel"][:, i]
+            start = groups * nope + g * value_dim
+            np.testing.assert_allclose(got, best[:, start : start + value_dim], atol=1e-5)
+    assert ("key_up_kernel" in out) == (nope > 0)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(
+    heads=st.sampled_from([2, 4, 6]),
+    per_group=st.sampled_from([1, 2]),
+    head_size=st.integers(1, 4),
+    value_dim=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_calibrated_grouping_keeps_the_best_subspaces_of_the_activations_20_examples(
+    heads, per_group, head_size, value_dim, seed
+):
+    # With the inputs' second moment C = X^T X / n, "svd" and "svd_values" find each group's
+    # shared value subspace of the operators X W_V W_O (and "svd" the key subspace of
+    # X W_K W_Q^T): the Eckart-Young optimum of the activations, below the weight SVD's and
+    # mean pooling's activation error; "svd_values" keeps mean pooling's keys.
+    groups = heads // per_group if heads % per_group == 0 else heads
+    rng = np.random.default_rng(seed)
+    width = 10
+    w = kv_oracle.random_mha_weights(rng, width, heads, head_size, value_dim, biases=False)
+    x = rng.normal(size=(400, width)) @ np.diag(np.geomspace(0.05, 3.0, width))
+    covariance = x.T @ x / len(x)
+    size = heads // groups
+
+    def errors(out):
+        key, value = out["key_kernel"], out["value_kernel"]
+        value_error = key_error = 0.0
+        for i in range(heads):
+            g = i // size
+            value_error += np.sum(
+                (
+                    x
+                    @ (
+                        w["value_kernel"][:, i] @ w["output_kernel"][i]
+                        - value[:, g] @ out["output_kernel"][i]
+                    )
+                )
+                ** 2
+            )
+            key_error += np.sum(
+                (
+                    x
+                    @ (
+                        w["key_kernel"][:, i] @ w["query_kernel"][:, i].T
+                        - key[:, g] @ out["query_kernel"][:, i].T
+                    )
+                )
+                ** 2
+            )
+        return key_error, value_error
+
+    def optimum(operators, rank):
+        singular = np.linalg.svd(np.hstack([x @ op for op in operators]), compute_uv=False)
+        return np.sum(singular[rank:] ** 2)
+
+    mean = errors(kv_sharing.grouped_weights(w, groups, method="mean")[0])
+    for method in ("svd", "svd_values"):
+        calibrated, _ = kv_sharing.grouped_weights(w, groups, method=method, covariance=covariance)
+        plain, _ = kv_sharing.grouped_weights(w, groups, method=method)
+        key_error, value_error = errors(calibrated)
+        assert value_error <= errors(plain)[1] * (1 + 1e-6) + 1e-9
+        assert value_error <= mean[1] * (1 + 1e-6) + 1e-9
+        best = sum(
+            optimum(
+                [
+                    w["value_kernel"][:, i] @ w["output_kernel"][i]
+                    for i in range(g * size, (g + 1) * size)
+                ],
+                value_dim,
+            )
+            for g in range(groups)
+        )
+        assert value_error == pytest.approx(best, rel=1e-3, abs=1e-6)
+        if method == "svd_values":
+            np.testing.assert_allclose(
+                calibrated["key_kernel"],
+                kv_sharing.grouped_weights(w, groups, method="mean")[0]["key_kernel"],
+            )
+            assert key_error == pytest.approx(mean[0], rel=1e-5, abs=1e-9)
+        else:
+            assert key_error <= errors(plain)[0] * (1 + 1e-6) + 1e-9
+    with pytest.raises(SpecError, match="'mean' or 'svd_values' on a rotary model"):
+        kv_sharing.grouped_weights(w, groups, method="svd", rope=True)

@@ -28,6 +28,15 @@ def test_the_plan_covers_the_grid_once():
     joint = {dataclasses.replace(r, name="", svd="joint") for r in split}
     assert len(split) == 2 and joint <= {dataclasses.replace(r, name="") for r in grid}
     assert {r.fraction for r in study.plan() if r.method == "grouped"} == {1 / 3, 0.5}
+    # Each conversion at its exact limit: every rotary frequency kept, the latent full.
+    exact = [r for r in study.plan() if r.method == "exact"]
+    assert {(r.strategy, r.calibrated) for r in exact} == {
+        ("high", False),
+        ("high", True),
+        ("rotated", True),
+        ("grouped", False),
+    }
+    assert all(r.pairs == 32 for r in exact if r.strategy != "grouped")
 
 
 def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):
@@ -46,10 +55,17 @@ def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):
             "greedy_agreement": 1.0,
         }
         (runs / f"{name}.json").write_text(json.dumps(record))
+    exact = {**record, "run": {"name": "exact-rotated-act", "method": "exact"}}
+    exact["cache_bytes_per_token"] = 46080
+    exact["details"] = {
+        "exactness": {"max_relative_logit_diff": 3.2e-6, "argmax_equal": 1.0, "positions": 4096}
+    }
+    (runs / "exact-rotated-act.json").write_text(json.dumps(exact))
     table = study.report(tmp_path)
+    assert "| exact-rotated-act | 3.2e-06 | 100.00% | 4,096 |" in table
     assert "| latent-18.75-2norm-act-energy | 0.1875 | 316.30 | 632.60 |" in table
     assert (tmp_path / "perplexity_vs_cache.png").stat().st_size > 1000
-    assert len(json.loads((tmp_path / "summary.json").read_text())["runs"]) == 2
+    assert len(json.loads((tmp_path / "summary.json").read_text())["runs"]) == 3
     with pytest.raises(ValueError, match="no finished run"):
         study.report(tmp_path / "empty")
 

@@ -128,12 +128,13 @@ def convert_model(
 
     Args:
       model: A multi-head (standard or fixed-head) `CausalLM` or `BertBackbone`, or a
-        `DecoderLM` with multi-head or grouped K/V (rotary: grouped by "mean", latent with
+        `DecoderLM` with multi-head or grouped K/V (rotary: grouped by "mean" or
+        "svd_values", latent with
         decoupled rotary keys, `ConversionTarget.rope_frequencies`).
       target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
-      covariances: Latent targets: each layer's attention-input second moment
-        (`keras3.reparam.calibration`), for an SVD of the activations; None:
-        of the weights.
+      covariances: Latent targets and grouped "svd" / "svd_values": each layer's
+        attention-input second moment (`keras3.reparam.calibration`), for an SVD
+        of the activations; None: of the weights.
       **kwargs: Collaborative CP options (`max_iter`, `tol`, `tolerance`, `seed`).
 
     Returns:

@@ -478,9 +478,9 @@ def compress_kv(
 
 
 def grouped_budget(
-    lm: Any, cache_fraction: float, stats: CalibrationStats | None = None
+    lm: Any, cache_fraction: float, stats: CalibrationStats | None = None, method: str = "mean"
 ) -> tuple[ConversionTarget, dict[str, Any]]:
-    """Grouped K/V (mean pooling) at a cache fraction, by a per-layer choice of key/value heads.
+    """Grouped K/V at a cache fraction, by a per-layer choice of key/value heads.
 
     Each layer may keep any divisor of its key/value heads (SmolLM2's 3: 1 or
     3); `kv_sharing.allocate_kv_heads` spends the budget on the layers whose
@@ -492,12 +492,20 @@ def grouped_budget(
       cache_fraction: The fraction of the cache kept, in (0, 1]; at least
         the fewest heads' own (1 / key/value heads).
       stats: Calibration statistics of `lm`, or None.
+      method: How the target pools: "mean" (Ainslie et al.) or "svd_values"
+        (keys by mean, values by their output-operator subspace; pass
+        `stats.covariances` to `convert_model` for that SVD of the activations).
 
     Returns:
       (the grouped `ConversionTarget` with one G per layer, a report: the
       errors, G per layer and the fraction reached).
     """
     KVPlan(cache_fraction)  # Checks the fraction.
+    if method not in ("mean", "svd_values"):
+        raise SpecError(
+            f"Grouped K/V at a budget pools by 'mean' or 'svd_values' (rotary keys allow no "
+            f"re-basing); got method={method!r}."
+        )
     layers = lm.attention_layers
     errors, values, original = [], [], []
     for i, layer in enumerate(layers):
@@ -534,4 +542,4 @@ def grouped_budget(
         if stats is None
         else {"tokens": int(stats.tokens), "source": stats.source},
     }
-    return ConversionTarget("grouped", tuple(heads), "mean"), report
+    return ConversionTarget("grouped", tuple(heads), method), report
