@@ -189,6 +189,12 @@ CASES = [
         [*LATENT, "--cache-fraction", "0.5", "--calibration-windows", "100000"],
         "--calibration-windows 100000 asks for more",
     ),
+    (
+        "healing_text_too_short",
+        [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--heal-steps", "1"]
+        + ["--heal-windows", "100000"],
+        "--heal-windows 100000 asks for more",
+    ),
 ]
 
 
@@ -203,12 +209,15 @@ def test_bad_decoder_input_is_one_line_and_writes_nothing(argv, fragment, files,
         code = cli.main(_fill(argv, files, str(out)))
     except SystemExit as exit_:  # argparse errors
         code = exit_.code
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, lines
     assert lines[0].startswith("headsize-tf") and fragment in lines[0], lines[0]
     assert not out.exists()
+    # Refused before the calibration pass (minutes on a real model).
+    assert "measuring calibration statistics" not in captured.out
 
 
 def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):

@@ -174,12 +174,24 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     )
 
 
+def _check_heal_text(args: argparse.Namespace, text: Any) -> None:
+    """`--heal-steps` needs `--heal-windows` windows of training text."""
+    if not args.heal_steps:
+        return
+    if text is None or not len(text.train):
+        raise ValueError("--heal-steps distils on training text: pass --corpus or --data-file.")
+    if len(text.train) < args.heal_windows:
+        raise ValueError(
+            f"The training text has {len(text.train)} windows; --heal-windows "
+            f"{args.heal_windows} asks for more (give more text, or fewer windows)."
+        )
+
+
 def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
     """`converter` followed by `--heal-steps` of layer-wise distillation on the training text."""
     if not args.heal_steps:
         return converter
-    if text is None or not len(text.train):
-        raise ValueError("--heal-steps distils on training text: pass --corpus or --data-file.")
+    _check_heal_text(args, text)
 
     def healed(model: Any) -> tuple[Any, dict[str, Any]]:
         from headsize_tf.keras3.reparam.heal import layerwise_distill
@@ -207,7 +219,12 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
     training text."""
     from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
     from headsize_tf.keras3.reparam import convert_model
-    from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv, grouped_budget
+    from headsize_tf.keras3.reparam.kv_compress import (
+        KVPlan,
+        check_plan,
+        compress_kv,
+        grouped_budget,
+    )
     from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
 
     grouped = args.to == "grouped"
@@ -222,6 +239,8 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         balance=args.method != "joint_svd_unbalanced",
         split=args.method == "split_svd",
     )
+    if not grouped:
+        check_plan(lm, plan)  # Before the calibration pass, which takes minutes on SmolLM2.
     stats = None
     needs_text = plan.calibrated or (not grouped and plan.rope_strategy == "2norm")
     measures = not grouped and plan.allocation == "sensitivity"
@@ -246,6 +265,7 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
             ),
             max_held_out_windows=args.eval_windows,
         )
+        _check_heal_text(args, text)
         if needs_text or measures:
             if len(text.train) < args.calibration_windows:
                 raise ValueError(

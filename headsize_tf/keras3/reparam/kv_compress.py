@@ -176,6 +176,13 @@ def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     return groups, head_size, budget - rotary
 
 
+def check_plan(lm: Any, plan: KVPlan) -> None:
+    """Refuses a plan `lm` cannot take (no RoPE, more pairs than a head has, a fold not
+    dividing them, a budget within the rotary keys' own) before anything is measured."""
+    for layer in lm.attention_layers:
+        _layer_plan(layer, plan)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Layers:
     """What `compress_kv` fixes per layer before the latent sizes: the rotary sets (rotated:
