@@ -368,6 +368,22 @@ def plan() -> list[Run]:
                     heal_steps=heal,
                 )
             )
+    # The best weight-only conversion at 18.75% (S_low, energy) at the other budgets too, and
+    # the pruned model healed like the others.
+    for fraction in ("50%", "31.25%", "12.5%"):
+        tag = fraction.rstrip("%")
+        runs.append(
+            Run(
+                f"latent-{tag}-low-w-energy",
+                "latent",
+                FRACTIONS[fraction],
+                "low",
+                4,
+                False,
+                "energy",
+            )
+        )
+    runs.append(Run("pruned-33-groups-healed", "pruned", 1 / 3, heal_steps=HEAL_STEPS))
     return runs
 
 
@@ -662,6 +678,7 @@ def report(output: pathlib.Path) -> str:
         "grouped_svd_values": ("grouped K/V, values by calibrated SVD", "tab:gray", "s"),
         "grouped_svd_values_healed": ("grouped K/V, values by SVD, healed", "k", "s"),
         "pruned": ("K/V groups pruned to 1", "tab:purple", "^"),
+        "pruned_healed": ("K/V groups pruned to 1, healed", "violet", "^"),
         "partial_rope": ("partial RoPE only (full latent)", "0.5", "x"),
         "file": ("latent, healed and uptrained (--model-file)", "darkgreen", "P"),
     }
@@ -685,6 +702,8 @@ def report(output: pathlib.Path) -> str:
             key = "grouped_svd_values_healed" if run.get("heal_steps", 0) else "grouped_svd_values"
         elif key == "grouped" and run.get("heal_steps", 0):
             key = "grouped_healed"
+        elif key == "pruned" and run.get("heal_steps", 0):
+            key = "pruned_healed"
         elif key == "grouped" and run["fraction"] > 1 / 3 + 1e-9:
             key = "grouped_mixed"
         label, color, marker = styles[key]
