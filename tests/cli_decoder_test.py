@@ -175,6 +175,11 @@ CASES = [
         "pools the keys by mean (--method mean or svd_values); --method svd re-bases",
     ),
     (
+        "latent_flag_on_a_grouped_budget",
+        [*CONVERT, "--cache-fraction", "0.75", "--rope-pairs", "9"],
+        "--rope-pairs shapes a latent (--to latent); --to grouped --cache-fraction chooses",
+    ),
+    (
         "grouped_budget_below_one_kv_head",
         [*CONVERT, "--cache-fraction", "0.25", "--calibration", "weights"],
         "below grouped K/V's smallest, one key/value head per layer (0.5)",
@@ -216,8 +221,8 @@ def test_bad_decoder_input_is_one_line_and_writes_nothing(argv, fragment, files,
     assert len(lines) == 1 and "Traceback" not in err, lines
     assert lines[0].startswith("headsize-tf") and fragment in lines[0], lines[0]
     assert not out.exists()
-    # Refused before the calibration pass (minutes on a real model).
-    assert "measuring calibration statistics" not in captured.out
+    # Refused before the calibration pass (minutes on a real model; measured or cached).
+    assert "calibration statistics" not in captured.out
 
 
 def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):

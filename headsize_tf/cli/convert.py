@@ -325,6 +325,12 @@ def target_of(args: argparse.Namespace) -> Any:
             f"--{given[0].replace('_', '-')} shapes a decoder's KV cache at a budget: it needs "
             "--cache-fraction (--kv-rank and --kv-heads convert without it)."
         )
+    latent_only = [name for name in given if name not in ("calibration", "calibration_windows")]
+    if getattr(args, "to", None) == "grouped" and latent_only:
+        raise ValueError(
+            f"--{latent_only[0].replace('_', '-')} shapes a latent (--to latent); --to grouped "
+            "--cache-fraction chooses key/value heads per layer and keeps every rotary pair."
+        )
     for name, default in BUDGET_DEFAULTS.items():
         if getattr(args, name, None) is None:
             setattr(args, name, default)

@@ -434,9 +434,16 @@ def grouped_weights(
         root = inverse = np.eye(key.shape[0])
     else:
         root, inverse = _whitener(covariance)
+    # A head counts by its gate (a gated-off head needs none of the shared dimensions; a group
+    # gated off entirely keeps its heads' own subspace); the kernels absorb the head's own,
+    # ungated operator, so one head per group stays exact whatever its gate.
+    all_gates = np.abs(_gates(weights, heads).astype(np.float64))
     keys, values, key_energy, value_energy = [], [], [], []
     for g in range(groups):
         members = range(g * size, (g + 1) * size)
+        gates = {i: all_gates[i] for i in members}
+        if max(gates.values()) == 0:
+            gates = dict.fromkeys(members, 1.0)
         if method in ("mean", "svd_values"):
             keys.append(key[:, list(members)].mean(axis=1))
         if method == "mean":
@@ -449,7 +456,7 @@ def grouped_weights(
                 rows = (
                     query[:, i] if query_bias is None else np.vstack([query[:, i], query_bias[i]])
                 )
-                operators.append(root @ key[:, i] @ rows.T)  # [e, d(+1)]
+                operators.append(gates[i] * root @ key[:, i] @ rows.T)  # [e, d(+1)]
             basis, energy = _top_subspace(np.hstack(operators), key.shape[2])  # [e, p]
             keys.append(inverse @ basis)
             key_energy.append(energy)
@@ -460,7 +467,8 @@ def grouped_weights(
                     new_query_bias[i] = query_bias[i] @ absorbed
         # Values: the subspace of the group's output operators W_V W_O.
         products = [root @ value[:, i] @ output[i] for i in members]  # [e, o] each
-        basis, energy = _top_subspace(np.hstack(products), value.shape[2])  # [e, v]
+        gated = [gates[i] * products[i - members.start] for i in members]
+        basis, energy = _top_subspace(np.hstack(gated), value.shape[2])  # [e, v]
         values.append(inverse @ basis)
         value_energy.append(energy)
         for i in members:
@@ -487,19 +495,23 @@ def grouped_weights(
     if key_bias is not None:
         out["key_bias"] = key_bias.astype(f32)
     if method != "svd":
-        key_energy = [_kept_energy(key, out["key_kernel"], size)]
+        key_energy = [_kept_energy(root @ key.reshape(key.shape[0], -1), size, key.shape[2])]
     if method == "mean":
-        value_energy = [_kept_energy(value, out["value_kernel"], size)]
+        value_energy = [
+            _kept_energy(root @ value.reshape(value.shape[0], -1), size, value.shape[2])
+        ]
     report = SharingReport(
         "grouped", method, groups, float(np.mean(key_energy)), float(np.mean(value_energy))
     )
     return out, report
 
 
-def _kept_energy(per_head: np.ndarray, pooled: np.ndarray, size: int) -> float:
-    """1 - ||W - repeat(pooled)||^2 / ||W||^2 for mean pooling (1.0 when exact)."""
-    repeated = np.repeat(pooled.astype(np.float64), size, axis=1)
-    error = np.sum((per_head - repeated) ** 2) / max(np.sum(per_head**2), 1e-300)
+def _kept_energy(flat: np.ndarray, size: int, columns: int) -> float:
+    """1 - ||W - repeat(mean W)||^2 / ||W||^2 for mean pooling of `flat` `[e, h x columns]`
+    (per-head kernels side by side, in the metric they were given in; 1.0 when exact)."""
+    per_head = flat.reshape(flat.shape[0], -1, size, columns)
+    pooled = per_head.mean(axis=2, keepdims=True)
+    error = np.sum((per_head - pooled) ** 2) / max(np.sum(per_head**2), 1e-300)
     return float(1.0 - error)
 
 

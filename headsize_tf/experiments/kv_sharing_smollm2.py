@@ -72,7 +72,7 @@ class Run:
       method: "original", "latent", "grouped", "pruned", "partial_rope" (rotary pairs
         kept, the latent at full rank: what dropping RoPE alone costs), "exact" (a
         conversion at its exact limit, its logits compared with the original's; strategy
-        "grouped": grouped K/V with SmolLM2's own 3 key/value heads) or "file" (a model
+        "svd_values": grouped K/V with SmolLM2's own 3 key/value heads) or "file" (a model
         saved elsewhere, e.g. by `convert --uptrain-steps`, measured like the others).
       fraction: The cache fraction (latent), for the table.
       strategy: Rotary pairs kept (latent): high, low, uniform, 2norm, or rotated
@@ -150,12 +150,13 @@ EXACT_WINDOWS = 8  # Per held-out text: the windows whose logits the exact runs 
 def exact_runs() -> list[Run]:
     """Each conversion at its exact limit: every rotary frequency kept (partial RoPE with
     all 32 pairs of each key/value head, or rotated RoPE with every component) and the
-    latent at full rank, weight or calibrated SVD; grouped K/V with 3 key/value heads."""
+    latent at full rank, weight or calibrated SVD; grouped K/V with SmolLM2's own 3 key/value
+    heads, its values re-based by their calibrated SVD (the keys mean-pooled)."""
     return [
         Run("exact-partial-rope-w", "exact", 1.0, "high", 32, False),
         Run("exact-partial-rope-act", "exact", 1.0, "high", 32, True),
         Run("exact-rotated-act", "exact", 1.0, ROTATED, 32, True),
-        Run("exact-grouped-3", "exact", 1.0, "grouped", calibrated=False),
+        Run("exact-grouped-3-svd-values", "exact", 1.0, "svd_values", calibrated=True),
     ]
 
 
@@ -482,9 +483,10 @@ def _convert(study: Study, run: Run):
         from headsize_tf.keras3.pretrained.decoders import load_decoder
 
         return load_decoder(run.path), {"model_file": run.path}
-    if run.method == "exact" and run.strategy == "grouped":
-        model, _ = convert_model(lm, ConversionTarget("grouped", 3, "mean"))
-        return model, {}
+    if run.method == "exact" and run.strategy == "svd_values":
+        covariances = study.calibration(run.seed).covariances
+        target = ConversionTarget("grouped", 3, "svd_values")
+        return convert_model(lm, target, covariances=covariances)[0], {}
     if run.method == "exact":
         stats = study.calibration(run.seed) if run.calibrated else None
         model, report = compress_kv(lm, KVPlan(1.0, run.strategy, run.pairs, run.calibrated), stats)

@@ -434,79 +434,68 @@ def test_a_partial_rope_latent_at_any_rank_is_the_best_approximation_of_the_rest
     per_group=st.sampled_from([1, 2]),
     head_size=st.integers(1, 4),
     value_dim=st.integers(1, 4),
+    gated=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_calibrated_grouping_keeps_the_best_subspaces_of_the_activations_20_examples(
-    heads, per_group, head_size, value_dim, seed
+    heads, per_group, head_size, value_dim, gated, seed
 ):
-    # With the inputs' second moment C = X^T X / n, "svd" and "svd_values" find each group's
-    # shared value subspace of the operators X W_V W_O (and "svd" the key subspace of
-    # X W_K W_Q^T): the Eckart-Young optimum of the activations, below the weight SVD's and
-    # mean pooling's activation error; "svd_values" keeps mean pooling's keys.
-    groups = heads // per_group if heads % per_group == 0 else heads
-    rng = np.random.default_rng(seed)
-    width = 10
+    # With the inputs' second moment C = X^T X / n, "svd" finds each group's shared key
+    # subspace of the gated operators g_i X W_K W_Q^T and "svd" and "svd_values" its value
+    # subspace of g_i X W_V W_O: the Eckart-Young optimum of the activations (below the
+    # weight SVD's and mean pooling's error); "svd_values" keeps mean pooling's keys.
+    groups, rng, width = heads // per_group, np.random.default_rng(seed), 10
     w = kv_oracle.random_mha_weights(rng, width, heads, head_size, value_dim, biases=False)
+    if gated:  # Some heads off, some weighted; no group wholly off.
+        w["head_gates"] = rng.choice([0.0, 0.5, 1.0], heads)
+        w["head_gates"][::per_group] = 1.0
+    gates = w["head_gates"]
     x = rng.normal(size=(400, width)) @ np.diag(np.geomspace(0.05, 3.0, width))
     covariance = x.T @ x / len(x)
-    size = heads // groups
+    operators = {
+        "key": [w["key_kernel"][:, i] @ w["query_kernel"][:, i].T for i in range(heads)],
+        "value": [w["value_kernel"][:, i] @ w["output_kernel"][i] for i in range(heads)],
+    }
 
     def errors(out):
-        key, value = out["key_kernel"], out["value_kernel"]
-        value_error = key_error = 0.0
-        for i in range(heads):
-            g = i // size
-            value_error += np.sum(
-                (
-                    x
-                    @ (
-                        w["value_kernel"][:, i] @ w["output_kernel"][i]
-                        - value[:, g] @ out["output_kernel"][i]
-                    )
-                )
-                ** 2
+        shared = {
+            "key": [
+                out["key_kernel"][:, i // per_group] @ out["query_kernel"][:, i].T
+                for i in range(heads)
+            ],
+            "value": [
+                out["value_kernel"][:, i // per_group] @ out["output_kernel"][i]
+                for i in range(heads)
+            ],
+        }
+        return {
+            side: sum(
+                gates[i] ** 2 * np.sum((x @ (operators[side][i] - shared[side][i])) ** 2)
+                for i in range(heads)
             )
-            key_error += np.sum(
-                (
-                    x
-                    @ (
-                        w["key_kernel"][:, i] @ w["query_kernel"][:, i].T
-                        - key[:, g] @ out["query_kernel"][:, i].T
-                    )
-                )
-                ** 2
-            )
-        return key_error, value_error
+            for side in operators
+        }
 
-    def optimum(operators, rank):
-        singular = np.linalg.svd(np.hstack([x @ op for op in operators]), compute_uv=False)
-        return np.sum(singular[rank:] ** 2)
+    def optimum(side, rank):
+        total = 0.0
+        for g in range(groups):
+            members = range(g * per_group, (g + 1) * per_group)
+            stacked = np.hstack([gates[i] * x @ operators[side][i] for i in members])
+            total += np.sum(np.linalg.svd(stacked, compute_uv=False)[rank:] ** 2)
+        return total
 
     mean = errors(kv_sharing.grouped_weights(w, groups, method="mean")[0])
     for method in ("svd", "svd_values"):
-        calibrated, _ = kv_sharing.grouped_weights(w, groups, method=method, covariance=covariance)
-        plain, _ = kv_sharing.grouped_weights(w, groups, method=method)
-        key_error, value_error = errors(calibrated)
-        assert value_error <= errors(plain)[1] * (1 + 1e-6) + 1e-9
-        assert value_error <= mean[1] * (1 + 1e-6) + 1e-9
-        best = sum(
-            optimum(
-                [
-                    w["value_kernel"][:, i] @ w["output_kernel"][i]
-                    for i in range(g * size, (g + 1) * size)
-                ],
-                value_dim,
-            )
-            for g in range(groups)
+        calibrated = errors(
+            kv_sharing.grouped_weights(w, groups, method=method, covariance=covariance)[0]
         )
-        assert value_error == pytest.approx(best, rel=1e-3, abs=1e-6)
-        if method == "svd_values":
-            np.testing.assert_allclose(
-                calibrated["key_kernel"],
-                kv_sharing.grouped_weights(w, groups, method="mean")[0]["key_kernel"],
-            )
-            assert key_error == pytest.approx(mean[0], rel=1e-5, abs=1e-9)
+        plain = errors(kv_sharing.grouped_weights(w, groups, method=method)[0])
+        assert calibrated["value"] == pytest.approx(optimum("value", value_dim), rel=1e-3, abs=1e-6)
+        assert calibrated["value"] <= min(plain["value"], mean["value"]) * (1 + 1e-6) + 1e-9
+        if method == "svd":
+            assert calibrated["key"] == pytest.approx(optimum("key", head_size), rel=1e-3, abs=1e-6)
+            assert calibrated["key"] <= plain["key"] * (1 + 1e-6) + 1e-9
         else:
-            assert key_error <= errors(plain)[0] * (1 + 1e-6) + 1e-9
+            assert calibrated["key"] == pytest.approx(mean["key"], rel=1e-6, abs=1e-9)
     with pytest.raises(SpecError, match="'mean' or 'svd_values' on a rotary model"):
         kv_sharing.grouped_weights(w, groups, method="svd", rope=True)

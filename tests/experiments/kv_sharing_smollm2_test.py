@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from headsize_tf.experiments import kv_sharing_smollm2 as study
@@ -34,9 +35,29 @@ def test_the_plan_covers_the_grid_once():
         ("high", False),
         ("high", True),
         ("rotated", True),
-        ("grouped", False),
+        ("svd_values", True),
     }
-    assert all(r.pairs == 32 for r in exact if r.strategy != "grouped")
+    assert all(r.pairs == 32 for r in exact if r.strategy != "svd_values")
+
+
+def test_logit_match_measures_the_largest_relative_difference_and_the_argmax():
+    import keras
+
+    inputs = keras.Input((None,), dtype="int32")
+    embedded = keras.layers.Embedding(11, 8)(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(7)(embedded))
+    windows = np.random.default_rng(0).integers(0, 11, (6, 5)).astype("int32")
+    assert study.logit_match(model, model, [windows, windows[:2]]) == {
+        "max_relative_logit_diff": 0.0,
+        "argmax_equal": 1.0,
+        "positions": 32,
+    }
+    scaled = keras.Model(inputs, model(inputs) * 1.5)  # Same argmax, logits 1.5x.
+    match = study.logit_match(model, scaled, [windows])
+    assert match["max_relative_logit_diff"] == pytest.approx(0.5, rel=1e-5)
+    assert match["argmax_equal"] == 1.0 and match["positions"] == 24
+    negated = keras.Model(inputs, -model(inputs))
+    assert study.logit_match(model, negated, [windows])["argmax_equal"] < 0.5
 
 
 def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):

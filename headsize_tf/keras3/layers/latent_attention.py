@@ -444,11 +444,12 @@ class _HeadFirstUpProjection(keras.layers.EinsumDense):
     """An up-projection `[B, S, r] -> [B, S, h, p]` with its kernel stored head-first, `[h, r, p]`.
 
     `core_kernel` shows the kernel in the core's layout `[r, h, p]`. Saved
-    variables carry a `head_first` entry; a store without it was written in the
-    earlier rank-first layout (a plain `EinsumDense` of equation
-    "abc,cde->abde"), and its kernel (float, int8 or float8) is transposed on
-    load, whatever the shapes (r = h included). An int4 or GPTQ/AWQ kernel
-    packed rank-first cannot be transposed in place and is refused.
+    variables carry a `head_first` entry. A store without it was written
+    rank-first (a plain `EinsumDense` of equation "abc,cde->abde"), and its
+    kernel (float, int8 or float8) is transposed on load; only a kernel already
+    of the head-first shape `[h, r, p]` with r != h loads as it is (head-first
+    files written before the entry existed). An int4 or GPTQ/AWQ kernel packed
+    rank-first cannot be transposed in place and is refused.
     """
 
     _LAYOUT_KEY = "head_first"
@@ -479,7 +480,10 @@ class _HeadFirstUpProjection(keras.layers.EinsumDense):
                     f"kernel rank-first [r, h, p] and {mode}-quantized; a packed kernel cannot "
                     "be moved to the head-first layout. Load them unquantized and quantize again."
                 )
-            values["0"] = np.transpose(np.asarray(values["0"]), _SWAP)
+            stored = tuple(np.shape(values["0"]))
+            shape = tuple(self.kernel.shape)
+            if stored != shape or shape[0] == shape[1]:
+                values["0"] = np.transpose(np.asarray(values["0"]), _SWAP)
         super().load_own_variables(values)
 
 
