@@ -59,6 +59,7 @@ def files(tmp_path_factory, tokenizer_json):
 CONVERT = ["convert", "--decoder", "{gguf}", "--to", "grouped", "--output", "{out}"]
 LATENT = ["convert", "--decoder", "{gguf}", "--to", "latent", "--data-file", "{text}"]
 LATENT += ["--sequence-length", "16", "--output", "{out}"]
+LM_FILE_LATENT = ["convert", "--model-file", "{root}/lm.keras", "--to", "latent"]
 CASES = [
     (
         "gguf_of_another_architecture",
@@ -107,20 +108,17 @@ CASES = [
     ),
     (
         "rope_strategy_on_a_model_without_rope",
-        ["convert", "--model-file", "{root}/lm.keras", "--to", "latent"]
-        + ["--cache-fraction", "0.25", "--output", "{out}"],
+        LM_FILE_LATENT + ["--cache-fraction", "0.25", "--output", "{out}"],
         "needs a rotary model",
     ),
     (
         "rope_strategy_without_a_budget_on_a_model_without_rope",
-        ["convert", "--model-file", "{root}/lm.keras", "--to", "latent", "--kv-rank", "4"]
-        + ["--rope-strategy", "rotated", "--output", "{out}"],
+        [*LM_FILE_LATENT, "--kv-rank", "4"] + ["--rope-strategy", "rotated", "--output", "{out}"],
         "--rope-strategy shapes a decoder's KV cache at a budget: it needs --cache-fraction",
     ),
     (
         "calibration_without_a_budget",
-        ["convert", "--model-file", "{root}/lm.keras", "--to", "latent", "--kv-rank", "4"]
-        + ["--calibration", "activations", "--output", "{out}"],
+        [*LM_FILE_LATENT, "--kv-rank", "4"] + ["--calibration", "activations", "--output", "{out}"],
         "--calibration shapes a decoder's KV cache at a budget: it needs --cache-fraction",
     ),
     (
