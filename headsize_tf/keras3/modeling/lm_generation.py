@@ -29,7 +29,7 @@ the running backend's compiler (`tf.function` / `jax.jit`) lazily.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -61,6 +61,30 @@ class GenerationMixin:
     def attention_layers(self) -> list[Any]:
         """The self-attention layer of each block."""
         return [block.attention_layer for block in self._blocks]
+
+    def attention_inputs(self, token_ids: Any) -> Iterator[tuple[int, Any, Any]]:
+        """Each block's self-attention input on a batch of windows, first block to last.
+
+        The forward pass of `call` (the model's own embeddings and causal mask,
+        a sliding window's included), stopped at each block to yield what its
+        attention layer sees: the block's first norm of the residual stream
+        (pre-norm blocks) or the residual stream itself (post-norm ones). What
+        calibration statistics and layer-wise healing measure.
+
+        Args:
+          token_ids: `[batch, length]` token windows.
+
+        Yields:
+          (block index, the block, its attention input `[batch, length, hidden_dim]`).
+        """
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
+        mask = self._prefill_mask(batch, length)
+        x = self._embed(token_ids, 0)
+        for index, block in enumerate(self._blocks):
+            pre_norm = getattr(block, "normalize_first", True)
+            yield index, block, block._self_attention_layer_norm(x) if pre_norm else x
+            x = block(x, attention_mask=mask)
 
     def _tied_logits(self, x: Any) -> Any:
         """Logits of normalised states `x` through the token embedding (tied output)."""

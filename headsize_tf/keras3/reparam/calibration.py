@@ -1,8 +1,8 @@
 """Calibration statistics of a Keras 3 decoder's attention inputs, for data-aware KV conversion.
 
 A conversion that sees data keeps what the layer's outputs need, not what
-its weights hold: `calibration_stats` runs a `DecoderLM` over calibration
-windows and records, per attention layer,
+its weights hold: `calibration_stats` runs a `DecoderLM` or a `CausalLM` over
+calibration windows and records, per attention layer,
 
 * the second moment `E[x^T x]` `[width, width]` of the attention inputs
   (the normalised hidden states), which turns the latent's joint SVD into
@@ -89,8 +89,8 @@ def calibration_stats(
     """The attention inputs' second moments and rotary pair scores of `lm` on `windows`.
 
     Args:
-      lm: A `DecoderLM` (pre-norm blocks: a block's attention input is its
-        first RMSNorm of the residual stream).
+      lm: A `DecoderLM` or `CausalLM` (each block's attention input is taken
+        by `lm.attention_inputs`: the model's own forward pass and mask).
       windows: int32 `[n, length]` token windows (every token counts).
       batch_size: Windows per forward pass.
       source: A description of the windows, for reports.
@@ -106,10 +106,8 @@ def calibration_stats(
     key_norms: list[Any] = [0.0] * len(blocks)
     tokens = 0
     for start in range(0, len(windows), batch_size):
-        ids = keras.ops.convert_to_tensor(np.asarray(windows[start : start + batch_size]), "int32")
-        x = lm.token_embedding(ids)
-        for i, block in enumerate(blocks):
-            h = block._self_attention_layer_norm(x)
+        ids = np.asarray(windows[start : start + batch_size], np.int32)
+        for i, block, h in lm.attention_inputs(ids):
             flat = np.asarray(keras.ops.convert_to_numpy(h), np.float64).reshape(-1, width)
             sums[i] += flat.T @ flat
             attention = block.attention_layer
@@ -125,8 +123,7 @@ def calibration_stats(
                 q = q.reshape(*q.shape[:2], groups, -1, q.shape[-1]).mean(axis=3)
                 query_norms[i] = query_norms[i] + q.sum(axis=(0, 1))
                 key_norms[i] = key_norms[i] + k.sum(axis=(0, 1))
-            x = block(x, use_causal_mask=True)
-        tokens += int(np.prod(ids.shape))
+        tokens += int(ids.size)
     covariances = [total / max(tokens, 1) for total in sums]
     scores = [
         None if isinstance(q, float) else (q / tokens) * (k / tokens)

@@ -32,12 +32,8 @@ def _attention_inputs(lm: Any, windows: np.ndarray, batch_size: int) -> list[np.
     """Per layer, the attention inputs `[n, length, width]` of `lm` on `windows`."""
     inputs: list[list[np.ndarray]] = [[] for _ in lm.transformer_layers]
     for start in range(0, len(windows), batch_size):
-        ids = keras.ops.convert_to_tensor(np.asarray(windows[start : start + batch_size]), "int32")
-        x = lm.token_embedding(ids)
-        for i, block in enumerate(lm.transformer_layers):
-            h = block._self_attention_layer_norm(x)
+        for i, _, h in lm.attention_inputs(np.asarray(windows[start : start + batch_size])):
             inputs[i].append(np.asarray(keras.ops.convert_to_numpy(h), np.float32))
-            x = block(x, use_causal_mask=True)
     return [np.concatenate(parts) for parts in inputs]
 
 
@@ -69,8 +65,8 @@ def layerwise_distill(
     """Trains each attention layer of `converted` to reproduce `original`'s (in place).
 
     Args:
-      original: The source `DecoderLM` (or any model with `transformer_layers`
-        of pre-norm blocks and `attention_layers`).
+      original: The source `DecoderLM` or `CausalLM` (any model with
+        `attention_inputs` and `attention_layers`).
       converted: Its converted copy (same blocks, other attention).
       windows: int32 `[n, length]` calibration windows.
       steps: Adam steps per layer.

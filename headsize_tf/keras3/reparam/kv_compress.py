@@ -1,8 +1,10 @@
-"""A rotary decoder's KV cache cut to a budget: MHA2MLA's partial RoPE, calibrated, allocated.
+"""A decoder's KV cache cut to a budget: MHA2MLA's partial RoPE, calibrated, allocated.
 
 `compress_kv(lm, plan, stats)` converts every attention layer of a rotary
 `DecoderLM` (multi-head or grouped K/V) into a shared latent with decoupled
-rotary keys at a given fraction of the cache:
+rotary keys at a given fraction of the cache; a model without RoPE (a
+`CausalLM` with learned positions, GPT-2) takes `rope_strategy=None`, skips
+step 1 and gives the latent the whole budget:
 
 1. **Which pairs keep RoPE** (`KVPlan.rope_strategy`, MHA2MLA's S_high,
    S_low, S_uniform or S_2-norm, `headsize_tf.core.rope.select_pairs`): each
@@ -58,9 +60,11 @@ class KVPlan:
     Args:
       cache_fraction: The fraction of the original KV cache kept, in (0, 1].
       rope_strategy: "high", "low", "uniform", "2norm" (needs calibration)
-        or "rotated" (TransMLA's RoRoPE).
+        or "rotated" (TransMLA's RoRoPE); None for a model without RoPE (a
+        `CausalLM`, GPT-2): the latent is the whole cache.
       rope_pairs: Frequency pairs each key/value head keeps on RoPE (rotated:
-        key/value heads x `rope_pairs` rotated pairs in all, the same cache).
+        key/value heads x `rope_pairs` rotated pairs in all, the same cache);
+        0 when `rope_strategy` is None.
       calibrated: Take the latent's SVD of the activations (needs
         calibration statistics) instead of the weights.
       allocation: "uniform" (the same latent in every layer), "energy" (by
@@ -82,10 +86,11 @@ class KVPlan:
     Example:
 
     >>> KVPlan(0.1875, rope_strategy="2norm", rope_pairs=4, allocation="energy")
+    >>> KVPlan(0.25, rope_strategy=None, allocation="energy")  # A GPT-2's cache.
     """
 
     cache_fraction: float
-    rope_strategy: str = "2norm"
+    rope_strategy: str | None = "2norm"
     rope_pairs: int = 4
     calibrated: bool = True
     allocation: str = "uniform"
@@ -100,9 +105,12 @@ class KVPlan:
             raise SpecError(f"cache_fraction must be a number in (0, 1]; got {fraction!r}.")
         if not 0 < fraction <= 1:
             raise SpecError(f"cache_fraction must be in (0, 1]; got {fraction!r}.")
-        if self.rope_strategy not in rope.STRATEGIES:
+        if self.rope_strategy is None:
+            object.__setattr__(self, "rope_pairs", 0)  # No rotary keys.
+        elif self.rope_strategy not in rope.STRATEGIES:
             raise SpecError(
-                f"Unknown rope_strategy {self.rope_strategy!r}; expected one of {list(rope.STRATEGIES)}."
+                f"Unknown rope_strategy {self.rope_strategy!r}; expected one of "
+                f"{list(rope.STRATEGIES)} (None for a model without RoPE)."
             )
         if self.rope_context is not None and (
             isinstance(self.rope_context, bool)
@@ -146,13 +154,30 @@ def _kv_heads(layer: Any) -> int:
 
 def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     """(key/value heads, head size, latent size under a uniform budget) of a source layer."""
-    if not getattr(layer, "uses_rope", False):
+    rotary_layer = bool(getattr(layer, "uses_rope", False))
+    if plan.rope_strategy is not None and not rotary_layer:
         raise SpecError(
-            f"Layer {layer.name!r} has no rotary positions: a rotary strategy needs a RoPE model "
-            "(convert --to latent without --rope-strategy for the others)."
+            f"Layer {layer.name!r} has no rotary positions: rope_strategy="
+            f"{plan.rope_strategy!r} needs a RoPE model (a model without RoPE takes "
+            "rope_strategy=None: convert --cache-fraction without --rope-strategy)."
+        )
+    if plan.rope_strategy is None and rotary_layer:
+        raise SpecError(
+            f"Layer {layer.name!r} rotates its keys (RoPE): a latent cannot carry the rotation, "
+            "so a RoPE model needs a rope_strategy ('2norm', 'high', 'low', 'uniform' or "
+            "'rotated')."
         )
     groups = _kv_heads(layer)
     head_size = int(layer.head_size)
+    if plan.rope_strategy is None:
+        original = groups * (head_size + int(layer.value_dim))
+        budget = int(round(plan.cache_fraction * original))
+        if budget < 1:
+            raise SpecError(
+                f"A cache of {plan.cache_fraction:.4g} x {original} values per token and layer "
+                "keeps no latent dimension: keep more of the cache."
+            )
+        return groups, head_size, budget
     pairs = head_size // 2
     if plan.rope_pairs > pairs:
         raise SpecError(
@@ -227,7 +252,9 @@ def _plan_layers(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> _Laye
                 head_size, spec.rope_max_wavelength, spec.rope_scaling
             )
             weights = rope.rotation_weights(inverse, plan.rope_context)
-        if rotated:
+        if plan.rope_strategy is None:  # No RoPE: the latent holds every key dimension.
+            chosen = [[] for _ in range(groups)]
+        elif rotated:
             basis = kv_sharing.rotated_rope(
                 numpy_weights(layer),
                 None if stats is None else stats.covariances[i],
@@ -273,7 +300,7 @@ def _target(plan: KVPlan, planned: _Layers, ranks: list[int]) -> ConversionTarge
         "latent",
         tuple(ranks),
         "split_svd" if plan.split else "joint_svd" if plan.balance else "joint_svd_unbalanced",
-        rope_frequencies=None if planned.rotated else planned.sets,
+        rope_frequencies=None if planned.rotated or plan.rope_strategy is None else planned.sets,
         rope_components=planned.sets if planned.rotated else None,
         rope_fold=plan.rope_fold,
     )
@@ -313,7 +340,7 @@ def allocate_by_sensitivity(
     The result's loss on `windows` is never above the uniform sizes'.
 
     Args:
-      lm: A rotary `DecoderLM`.
+      lm: A `DecoderLM` or `CausalLM` (`plan.rope_strategy` None: without RoPE).
       plan: The conversion whose latent sizes are allocated (joint SVD).
       stats: Calibration statistics of `lm`, as `compress_kv` needs them.
       windows: Calibration token windows `[N, T + 1]` (not the evaluation
@@ -423,7 +450,8 @@ def compress_kv(
     """`lm` with a latent KV cache of `plan.cache_fraction` (see the module docstring).
 
     Args:
-      lm: A rotary `DecoderLM` (multi-head or grouped K/V).
+      lm: A rotary `DecoderLM` (multi-head or grouped K/V), or a model
+        without RoPE with `plan.rope_strategy` None (a `CausalLM`).
       plan: The budget and the method.
       stats: Calibration statistics of `lm` (needed for "2norm" and
         `calibrated`).
@@ -436,8 +464,9 @@ def compress_kv(
       conversion reports).
 
     Raises:
-      SpecError: a model without RoPE, more rotary pairs than a head has, a
-        budget at or below the rotary keys' own size, or a method that needs
+      SpecError: a rotary strategy on a model without RoPE (or none on a RoPE
+        model), more rotary pairs than a head has, a budget at or below the
+        rotary keys' own size, or a method that needs
         calibration or measured sensitivity without it.
     """
     layers = lm.attention_layers
@@ -474,7 +503,15 @@ def compress_kv(
         if stats is None
         else {"tokens": int(stats.tokens), "source": stats.source},
         "latent_per_layer": ranks,
-        ("rope_components_per_layer" if planned.rotated else "rope_sets_per_layer"): planned.sets,
+        **(
+            {}
+            if plan.rope_strategy is None
+            else {
+                (
+                    "rope_components_per_layer" if planned.rotated else "rope_sets_per_layer"
+                ): planned.sets
+            }
+        ),
         "cache_values_per_token_per_layer": {"original": original, "converted": kept},
         "cache_fraction": float(np.sum(kept) / np.sum(original)),
         "layers": reports,
@@ -495,25 +532,30 @@ def grouped_budget(
     the activations when `stats` are given, else of the weights).
 
     Args:
-      lm: A `DecoderLM` (multi-head or grouped K/V).
+      lm: A `DecoderLM` (multi-head or grouped K/V) or a `CausalLM`.
       cache_fraction: The fraction of the cache kept, in (0, 1]; at least
         the fewest heads' own (1 / key/value heads).
       stats: Calibration statistics of `lm`, or None.
-      method: How the target pools: "mean" (Ainslie et al.) or "svd_values"
-        (keys by mean, values by their output-operator subspace; pass
-        `stats.covariances` to `convert_model` for that SVD of the activations).
+      method: How the target pools: "mean" (Ainslie et al.), "svd_values"
+        (keys by mean, values by their output-operator subspace) or, in a
+        model without RoPE, "svd" (keys by their attention operators' subspace
+        too); pass `stats.covariances` to `convert_model` for the SVDs of the
+        activations. The heads per layer follow mean pooling's error whatever
+        the method.
 
     Returns:
       (the grouped `ConversionTarget` with one G per layer, a report: the
       errors, G per layer and the fraction reached).
     """
     KVPlan(cache_fraction)  # Checks the fraction.
-    if method not in ("mean", "svd_values"):
-        raise SpecError(
-            f"Grouped K/V at a budget pools by 'mean' or 'svd_values' (rotary keys allow no "
-            f"re-basing); got method={method!r}."
-        )
     layers = lm.attention_layers
+    rotary = any(getattr(layer, "uses_rope", False) for layer in layers)
+    if method not in (("mean", "svd_values") if rotary else kv_sharing.GROUPED_METHODS):
+        raise SpecError(
+            "Grouped K/V at a budget pools by 'mean' or 'svd_values'"
+            + (" (rotary keys allow no re-basing)" if rotary else " or 'svd'")
+            + f"; got method={method!r}."
+        )
     errors, values, original = [], [], []
     for i, layer in enumerate(layers):
         groups = _kv_heads(layer)

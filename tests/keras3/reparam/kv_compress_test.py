@@ -554,3 +554,78 @@ def test_grouped_heads_per_layer_meet_a_cache_budget_where_pooling_costs_most():
         assert value_error(layers[0]) <= value_error(layers[1]) * (1 + 1e-3) + 1e-9
     with pytest.raises(SpecError, match="pools by 'mean' or 'svd_values'"):
         grouped_budget(lm, 2 / 3, stats, "svd")
+
+
+def _learned_positions_lm(seed=0):
+    """A 2-layer `CausalLM` (learned positions, no RoPE) with random weights."""
+    from headsize_tf.keras3.modeling import CausalLM
+
+    keras.utils.set_random_seed(seed)
+    return CausalLM(
+        vocabulary_size=40,
+        num_layers=2,
+        hidden_dim=16,
+        attention={"kind": "standard", "num_heads": 4},
+        max_sequence_length=16,
+    )
+
+
+def test_a_model_without_rope_takes_a_latent_budget_calibrated_and_allocated():
+    lm = _learned_positions_lm()
+    stats = calibration_stats(lm, IDS, source="random ids")
+    assert stats.pair_scores == [None, None]
+    expected = util.np_(lm(IDS))
+    for calibrated in (False, True):
+        model, report = compress_kv(lm, KVPlan(1.0, None, calibrated=calibrated), stats)
+        # The latent of 16-wide inputs is exact at 16 dimensions, half the 32 keys + values.
+        assert report["latent_per_layer"] == [16, 16] and report["cache_fraction"] == 0.5
+        assert "rope_sets_per_layer" not in report
+        np.testing.assert_allclose(util.np_(model(IDS)), expected, atol=1e-4)
+    # A quarter of the cache (2 x 16 values per token and layer -> an 8-wide latent): the
+    # calibrated latent keeps the keys and values of the calibration inputs better in every
+    # layer, as the whitened SVD's Eckart-Young optimum must.
+    plan = KVPlan(0.25, None)
+    assert plan.rope_pairs == 0
+    calibrated, report = compress_kv(lm, plan, stats)
+    weights_only, _ = compress_kv(lm, dataclasses.replace(plan, calibrated=False))
+    assert report["latent_per_layer"] == [8, 8] and report["cache_fraction"] == 0.25
+    inputs = [util.np_(h).reshape(-1, 16) for _, _, h in lm.attention_inputs(IDS)]
+    for i, source in enumerate(lm.attention_layers):
+        w = numpy_weights(source)
+        key, value = (w[role].reshape(16, -1) for role in ("key_kernel", "value_kernel"))
+
+        def error(model, i=i, key=key, value=value):
+            c = numpy_weights(model.attention_layers[i])
+            latent = inputs[i] @ c["latent_kernel"]
+            return sum(
+                np.sum((latent @ c[up].reshape(8, -1) - inputs[i] @ full) ** 2)
+                / np.sum((inputs[i] @ full) ** 2)
+                for up, full in (("key_up_kernel", key), ("value_up_kernel", value))
+            )
+
+        assert error(calibrated) < error(weights_only)
+    _, energy = compress_kv(lm, dataclasses.replace(plan, allocation="energy"), stats)
+    assert sum(energy["latent_per_layer"]) == 16
+    sizes = allocate_by_sensitivity(lm, plan, stats, IDS, rounds=2)
+    assert sizes["loss"] <= sizes["loss_uniform"] and sum(sizes["latent_per_layer"]) == 16
+    with pytest.raises(SpecError, match="has no rotary positions: rope_strategy='2norm'"):
+        compress_kv(lm, KVPlan(0.5), stats)
+    with pytest.raises(SpecError, match="a RoPE model needs a rope_strategy"):
+        compress_kv(_decoder(), KVPlan(0.5, None), stats)
+    with pytest.raises(SpecError, match="keeps no latent dimension"):
+        compress_kv(lm, KVPlan(0.01, None), stats)
+
+
+def test_grouped_heads_of_a_model_without_rope_may_be_re_based_by_svd():
+    from headsize_tf.keras3.reparam.kv_compress import grouped_budget
+
+    lm = _learned_positions_lm()
+    stats = calibration_stats(lm, IDS)
+    target, report = grouped_budget(lm, 1.0, stats, "svd")
+    assert target.size == (4, 4) and target.method == "svd"
+    model, _ = convert_model(lm, target, covariances=stats.covariances)
+    np.testing.assert_allclose(util.np_(model(IDS)), util.np_(lm(IDS)), atol=1e-4)
+    target, report = grouped_budget(lm, 0.375, stats, "svd")  # 12 of 32 heads' values.
+    assert sum(target.size) == 3 and report["cache_fraction"] == pytest.approx(0.375)
+    with pytest.raises(SpecError, match="pools by 'mean' or 'svd_values' or 'svd'"):
+        grouped_budget(lm, 0.5, stats, "joint_svd")
