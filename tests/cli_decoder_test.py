@@ -108,18 +108,30 @@ CASES = [
     ),
     (
         "rope_strategy_on_a_model_without_rope",
+        LM_FILE_LATENT
+        + ["--cache-fraction", "0.25", "--rope-strategy", "high", "--output", "{out}"],
+        "--rope-strategy keeps rotary pairs (RoPE) beside the latent, but",
+    ),
+    (
+        "calibration_of_a_model_without_rope_without_text",
         LM_FILE_LATENT + ["--cache-fraction", "0.25", "--output", "{out}"],
-        "needs a rotary model",
+        "--calibration activations and --allocation sensitivity measure the model on text",
+    ),
+    (
+        "a_budget_for_a_model_dir",
+        ["convert", "--model-dir", "{root}", "--to", "latent", "--cache-fraction", "0.5"]
+        + ["--output", "{out}"],
+        "--cache-fraction is on the Keras 3 front",
     ),
     (
         "rope_strategy_without_a_budget_on_a_model_without_rope",
         [*LM_FILE_LATENT, "--kv-rank", "4"] + ["--rope-strategy", "rotated", "--output", "{out}"],
-        "--rope-strategy shapes a decoder's KV cache at a budget: it needs --cache-fraction",
+        "--rope-strategy shapes a KV cache at a budget: it needs --cache-fraction",
     ),
     (
         "calibration_without_a_budget",
         [*LM_FILE_LATENT, "--kv-rank", "4"] + ["--calibration", "activations", "--output", "{out}"],
-        "--calibration shapes a decoder's KV cache at a budget: it needs --cache-fraction",
+        "--calibration shapes a KV cache at a budget: it needs --cache-fraction",
     ),
     (
         "more_rotary_pairs_than_a_head_has",
@@ -310,7 +322,7 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     assert cli.main([*argv, "--decode-tokens", "4"]) == 0
     report = json.loads((budget / "report.json").read_text())
     assert report["kv_cache_fraction"] == pytest.approx(0.5)
-    assert report["calibration"]["tokens"] == 4 * 17
+    assert report["calibration"]["tokens"] == 4 * 16  # Inputs: a window's last id is a target.
     assert sum(report["latent_per_layer"]) == 2 * (32 - 2 * 2 * 2)  # The uniform total.
     sensitivity = report["sensitivity"]
     assert sensitivity["tokens"] == 4 * 16 and sensitivity["loss"] <= sensitivity["loss_uniform"]

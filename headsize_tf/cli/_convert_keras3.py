@@ -7,8 +7,10 @@ the Keras 3 front) from importing tf_keras, Model Garden or the tf_keras front.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 
@@ -58,7 +60,7 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     )
     state = None
     if args.state_dir is not None:
-        skip = {"output", "overwrite", "state_dir", "func", "command"}
+        skip = {"output", "overwrite", "state_dir", "func", "command", "budget_flags"}
         state = {k: v for k, v in vars(args).items() if k not in skip and not callable(v)}
         state = json.loads(json.dumps(state, default=str))
     return {
@@ -68,13 +70,60 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
         "learning_rate": 1e-3 if args.learning_rate is None else args.learning_rate,
         "batch_size": args.batch_size,
         "decode_tokens": args.decode_tokens,
+        "eval_windows": args.eval_windows,
         "overwrite": args.overwrite,
         **cp,
     }
 
 
+def _rotary(lm: Any) -> bool:
+    """Whether any attention layer of `lm` rotates its keys (RoPE)."""
+    return any(getattr(layer, "uses_rope", False) for layer in lm.attention_layers)
+
+
+def _run(
+    args: argparse.Namespace,
+    lm: Any,
+    target: Any,
+    budget: Any,
+    text: Any,
+    source: str,
+    convert: Callable[..., dict[str, Any]],
+) -> dict[str, Any]:
+    """Converts `lm` to `target` (None: to the cache budget `budget`), healed by `--heal-steps`,
+    through `convert` (`keras3.reparam.convert_lm_file`'s arguments); returns the report."""
+    if target is not None and target.kind == "grouped" and args.method is None and _rotary(lm):
+        # svd re-bases rotated key dimensions: mean pooling is the rotary models' default.
+        target = type(target)(target.kind, target.size, "mean")
+    options = _options(args, target)
+    converter = None
+    if budget is not None:
+        converter = _budget_converter(args, lm, budget, text)
+    elif args.heal_steps:
+        cp = {k: options.pop(k) for k in ("max_iter", "tolerance") if k in options}
+
+        def converter(model: Any) -> tuple[Any, dict[str, Any]]:
+            from headsize_tf.keras3.reparam import convert_model
+
+            converted, layers = convert_model(model, target, **cp)
+            return converted, {"layers": layers, "target": target.to_dict()}
+
+    if converter is not None:
+        converter = _healed(args, converter, text)
+    return convert(
+        lm,
+        target if converter is None else None,
+        args.output,
+        text=text,
+        source=source,
+        converter=converter,
+        **options,
+    )
+
+
 def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
-    """Converts the `.keras` CausalLM `args.model_file` to `target`; returns the report.
+    """Converts the `.keras` CausalLM `args.model_file` to `target` (None: to
+    `--cache-fraction`); returns the report.
 
     The text (`--data-file` or `--corpus`) is tokenised with `--vocab-file` (default:
     the Austen corpus's vocab.txt) into windows of the model's positions (or
@@ -82,7 +131,7 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
 
     Args:
       args: `convert`'s parsed arguments.
-      target: The `ConversionTarget`.
+      target: The `ConversionTarget`, or None.
     """
     from headsize_tf.core.io import check_output_free
 
@@ -97,6 +146,7 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     from headsize_tf.keras3.reparam.lm_file import load_lm_file
 
     lm = load_lm_file(args.model_file)
+    budget = None if target is not None else _budget_plan(args, lm, str(args.model_file))
     text = None
     if text_given:
         text = load_lm_text(
@@ -106,9 +156,7 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
             data_dir=args.data_dir,
             vocab_file=args.vocab_file,
         )
-    return convert(
-        lm, target, args.output, text=text, source=str(args.model_file), **_options(args, target)
-    )
+    return _run(args, lm, target, budget, text, str(args.model_file), convert)
 
 
 # Tokens per window of a pretrained decoder's text (its positions run to thousands).
@@ -116,7 +164,8 @@ DECODER_WINDOW = 256
 
 
 def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
-    """Converts the pretrained decoder `args.decoder` to `target`; returns the report.
+    """Converts the pretrained decoder `args.decoder` to `target` (None: to
+    `--cache-fraction`); returns the report.
 
     Its text (`--data-file` or `--corpus`: austen, moby_dick, python_docs) is
     tokenised by its own tokenizer into windows of `--sequence-length`
@@ -133,15 +182,8 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
 
     lm = load_decoder(args.decoder)
-    if target is None:
-        return _compress_decoder(args, lm)
-    if (
-        target.kind == "grouped"
-        and args.method is None
-        and lm.attention_spec.rope_max_wavelength is not None
-    ):
-        # svd re-bases rotated key dimensions: mean pooling is the rotary models' default.
-        target = type(target)(target.kind, target.size, "mean")
+    # The plan is checked before the text is read and the calibration pass (minutes).
+    budget = None if target is not None else _budget_plan(args, lm, str(args.decoder))
     text = None
     if text_given:
         length = args.sequence_length or min(DECODER_WINDOW, lm.max_sequence_length)
@@ -151,27 +193,16 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
             corpus=args.corpus,
             data_file=args.data_file,
             data_dir=args.data_dir,
-            max_train_windows=max(1, args.heal_windows, args.uptrain_steps * args.batch_size),
+            max_train_windows=max(
+                1,
+                args.heal_windows,
+                args.uptrain_steps * args.batch_size,
+                0 if budget is None else args.calibration_windows,
+            ),
             max_held_out_windows=args.eval_windows,
-            train=args.uptrain_steps > 0 or args.heal_steps > 0,
+            train=budget is not None or args.uptrain_steps > 0 or args.heal_steps > 0,
         )
-
-    def converter(model: Any) -> tuple[Any, dict[str, Any]]:
-        from headsize_tf.keras3.reparam import convert_model
-
-        converted, layers = convert_model(model, target)
-        return converted, {"layers": layers, "target": target.to_dict()}
-
-    return convert(
-        lm,
-        None,
-        args.output,
-        text=text,
-        source=str(args.decoder),
-        eval_windows=args.eval_windows,
-        converter=_healed(args, converter, text),
-        **_options(args, target),
-    )
+    return _run(args, lm, target, budget, text, str(args.decoder), convert)
 
 
 def _check_heal_text(args: argparse.Namespace, text: Any) -> None:
@@ -197,7 +228,7 @@ def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
         from headsize_tf.keras3.reparam.heal import layerwise_distill
 
         converted, report = converter(model)
-        windows = text.train[: args.heal_windows]
+        windows = text.train[: args.heal_windows, :-1]  # Inputs (the last id is a target).
         print(f"healing: {args.heal_steps} steps per layer on {len(windows)} windows", flush=True)
         state = None if args.state_dir is None else pathlib.Path(args.state_dir) / "heal"
         heal = layerwise_distill(
@@ -213,24 +244,38 @@ def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
     return healed
 
 
-def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
-    """`--cache-fraction`: the rotary latent of `compress_kv` (`--to latent`) or grouped K/V
-    with key/value heads chosen per layer (`--to grouped`, `grouped_budget`), calibrated on the
-    training text."""
-    from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
-    from headsize_tf.keras3.reparam import convert_model
-    from headsize_tf.keras3.reparam.kv_compress import (
-        KVPlan,
-        check_plan,
-        compress_kv,
-        grouped_budget,
-    )
-    from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
+# The budget flags that shape rotary keys (a model without RoPE refuses them).
+ROPE_FLAGS = ("rope_strategy", "rope_pairs", "rope_context", "rope_fold")
 
+
+@dataclasses.dataclass(frozen=True)
+class _Budget:
+    """`--cache-fraction` on one model: the latent's plan, or grouped K/V's pooling."""
+
+    plan: Any
+    rotary: bool
+    pooling: str | None
+    needs_text: bool
+    measures: bool
+    model: str
+
+
+def _budget_plan(args: argparse.Namespace, lm: Any, model: str) -> _Budget:
+    """Checks `--cache-fraction`'s flags against `lm` before any text is read or measured."""
+    from headsize_tf.keras3.reparam.kv_compress import KVPlan, check_plan
+
+    rotary = _rotary(lm)
     grouped = args.to == "grouped"
+    if not rotary:
+        given = [name for name in args.budget_flags if name in ROPE_FLAGS]
+        if given:
+            raise ValueError(
+                f"--{given[0].replace('_', '-')} keeps rotary pairs (RoPE) beside the latent, "
+                f"but {model} has no rotary positions: drop it (the latent holds every key)."
+            )
     plan = KVPlan(
         args.cache_fraction,
-        rope_strategy=args.rope_strategy,
+        rope_strategy=args.rope_strategy if rotary else None,
         rope_pairs=args.rope_pairs,
         calibrated=args.calibration == "activations",
         allocation=args.allocation,
@@ -239,55 +284,64 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
         balance=args.method != "joint_svd_unbalanced",
         split=args.method == "split_svd",
     )
-    if not grouped:
-        check_plan(lm, plan)  # Before the calibration pass, which takes minutes on SmolLM2.
-    stats = None
+    pooling = None
+    if grouped:
+        pooling = args.method or ("mean" if rotary else "svd")
+        if rotary and pooling == "svd":
+            raise ValueError(
+                "--to grouped --cache-fraction pools the keys by mean (--method mean or "
+                "svd_values); --method svd re-bases rotated keys."
+            )
+    else:
+        check_plan(lm, plan)
     needs_text = plan.calibrated or (not grouped and plan.rope_strategy == "2norm")
     measures = not grouped and plan.allocation == "sensitivity"
     if (needs_text or measures) and args.corpus is None and args.data_file is None:
         raise ValueError(
-            "--rope-strategy 2norm, --calibration activations and --allocation sensitivity "
-            "measure the model on text: pass --corpus or --data-file (or --calibration weights"
-            + ("" if grouped else " with --rope-strategy high/low/uniform")
+            ("--rope-strategy 2norm, " if rotary else "")
+            + "--calibration activations and --allocation sensitivity measure the model on "
+            "text: pass --corpus or --data-file (or --calibration weights"
+            + (" with --rope-strategy high/low/uniform" if rotary and not grouped else "")
             + ")."
         )
-    length = args.sequence_length or min(DECODER_WINDOW, lm.max_sequence_length)
-    text = None
-    if args.corpus is not None or args.data_file is not None:
-        text = decoder_lm_text(
-            lm,
-            length + 1,
-            corpus=args.corpus,
-            data_file=args.data_file,
-            data_dir=args.data_dir,
-            max_train_windows=max(
-                args.calibration_windows, args.heal_windows, args.uptrain_steps * args.batch_size
-            ),
-            max_held_out_windows=args.eval_windows,
-        )
-        _check_heal_text(args, text)
-        if needs_text or measures:
-            if len(text.train) < args.calibration_windows:
-                raise ValueError(
-                    f"The calibration text has {len(text.train)} training windows of {length} "
-                    f"tokens; --calibration-windows {args.calibration_windows} asks for more "
-                    "(give more text, or fewer windows)."
-                )
-        if needs_text:
-            stats = _cached_stats(args, lm, text.train[: args.calibration_windows], text.source)
+    return _Budget(plan, rotary, pooling, needs_text, measures, model)
+
+
+def _budget_converter(
+    args: argparse.Namespace, lm: Any, budget: _Budget, text: Any
+) -> Callable[[Any], tuple[Any, dict[str, Any]]]:
+    """`--cache-fraction`: the latent of `compress_kv` (`--to latent`; with partial or rotated
+    RoPE in a rotary model) or grouped K/V with key/value heads chosen per layer (`--to
+    grouped`, `grouped_budget`), calibrated on the training text (measured once, cached)."""
+    from headsize_tf.keras3.reparam import convert_model
+    from headsize_tf.keras3.reparam.kv_compress import compress_kv, grouped_budget
+
+    plan = budget.plan
+    _check_heal_text(args, text)
+    stats = None
+    if text is not None and (budget.needs_text or budget.measures):
+        if len(text.train) < args.calibration_windows:
+            raise ValueError(
+                f"The calibration text has {len(text.train)} training windows of "
+                f"{text.train.shape[1] - 1} tokens; --calibration-windows "
+                f"{args.calibration_windows} asks for more (give more text, or fewer windows)."
+            )
+        if budget.needs_text:
+            windows = text.train[: args.calibration_windows, :-1]  # Inputs only.
+            stats = _cached_stats(budget.model, lm, windows, text.source)
 
     def converter(model: Any) -> tuple[Any, dict[str, Any]]:
-        if grouped:
-            pooling = args.method or "mean"
+        if budget.pooling is not None:
+            pooling = budget.pooling
             target, report = grouped_budget(model, plan.cache_fraction, stats, pooling)
             covariances = None if stats is None or pooling == "mean" else stats.covariances
             converted, layers = convert_model(model, target, covariances=covariances)
             basis = "activations" if stats else "weights"
-            method = (
-                "mean pooling"
-                if pooling == "mean"
-                else f"keys by mean pooling, values by the SVD of their {basis}"
-            ) + f", heads per layer by {basis[:-1]} error"
+            method = {
+                "mean": "mean pooling",
+                "svd_values": f"keys by mean pooling, values by the SVD of their {basis}",
+                "svd": f"keys and values by the SVD of their {basis}",
+            }[pooling] + f", heads per layer by mean pooling's {basis[:-1]} error"
             return converted, {
                 **report,
                 "layers": layers,
@@ -299,43 +353,36 @@ def _compress_decoder(args: argparse.Namespace, lm: Any) -> dict[str, Any]:
             }
         sizes = None
         if plan.allocation == "sensitivity":
-            sizes = _cached_allocation(args, model, plan, stats, text)
+            sizes = _cached_allocation(budget.model, model, plan, stats, text, args)
         converted, report = compress_kv(model, plan, stats, sizes)
         svd = "split" if plan.split else "joint"
+        rope = (
+            "no RoPE"
+            if plan.rope_strategy is None
+            else f"rope {plan.rope_strategy} x {plan.rope_pairs}"
+            + (f" fold {plan.rope_fold}" if plan.rope_fold != 1 else "")
+        )
         target = {
             "kind": "latent",
             "cache_fraction": plan.cache_fraction,
-            "method": f"rope {plan.rope_strategy} x {plan.rope_pairs}"
-            + (f" fold {plan.rope_fold}" if plan.rope_fold != 1 else "")
-            + ", "
-            f"{'calibrated' if plan.calibrated else 'weights'} {svd} SVD, {plan.allocation}",
+            "method": f"{rope}, {'calibrated' if plan.calibrated else 'weights'} {svd} SVD, "
+            f"{plan.allocation}",
         }
         return converted, {**report, "target": target}
 
-    return convert(
-        lm,
-        None,
-        args.output,
-        text=text,
-        source=str(args.decoder),
-        eval_windows=args.eval_windows,
-        converter=_healed(args, converter, text),
-        **_options(args, None),
-    )
+    return converter
 
 
 def _cached_allocation(
-    args: argparse.Namespace, lm: Any, plan: Any, stats: Any, text: Any
+    model_name: str, lm: Any, plan: Any, stats: Any, text: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
     """`--allocation sensitivity`: the latent sizes measured on the calibration windows
     (`allocate_by_sensitivity`), computed once per model, text and plan and cached."""
-    import json
-
     from headsize_tf.core.io import cache_root, write_json
     from headsize_tf.keras3.reparam.kv_compress import allocate_by_sensitivity
 
     windows = text.train[: args.calibration_windows]
-    key = _cache_key(args, text.source, windows, json.dumps(plan.to_dict(), sort_keys=True))
+    key = _cache_key(model_name, text.source, windows, json.dumps(plan.to_dict(), sort_keys=True))
     path = cache_root() / "allocation" / f"{key}.json"
     if path.exists():
         print(f"latent sizes by sensitivity: {path} (cached)", flush=True)
@@ -346,21 +393,31 @@ def _cached_allocation(
     return sizes
 
 
-def _cache_key(args: argparse.Namespace, source: str, windows: Any, *extra: str) -> str:
-    """The cache name of what is measured on the decoder's calibration `windows` (+ `extra`)."""
+def _model_identity(model: str) -> str:
+    """A model's name for the caches: a local file or directory with its files' sizes and
+    modification times (a retrained file at the same path is another model)."""
+    path = pathlib.Path(model)
+    files = [path] if path.is_file() else sorted(path.iterdir()) if path.is_dir() else []
+    stamps = [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.is_file()]
+    return "|".join([model, *stamps])
+
+
+def _cache_key(model: str, source: str, windows: Any, *extra: str) -> str:
+    """The cache name of what is measured on a model's calibration `windows` (+ `extra`)."""
     import hashlib
 
-    parts = [str(args.decoder), source, str(windows.shape), windows.tobytes().hex()[:64], *extra]
+    parts = [_model_identity(model), source, str(windows.shape)]
+    parts += [windows.tobytes().hex()[:64], *extra]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _cached_stats(args: argparse.Namespace, lm: Any, windows: Any, source: str) -> Any:
-    """Calibration statistics of the decoder on `windows`, computed once and cached."""
+def _cached_stats(model: str, lm: Any, windows: Any, source: str) -> Any:
+    """Calibration statistics of the model on `windows`, computed once and cached."""
 
     from headsize_tf.core.io import cache_root
     from headsize_tf.keras3.reparam.calibration import CalibrationStats, calibration_stats
 
-    path = cache_root() / "calibration" / f"{_cache_key(args, source, windows)}.npz"
+    path = cache_root() / "calibration" / f"{_cache_key(model, source, windows)}.npz"
     if path.exists():
         print(f"calibration statistics: {path} (cached)", flush=True)
         return CalibrationStats.load(path)
@@ -385,7 +442,7 @@ def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
 
     Args:
       args: `convert`'s parsed arguments.
-      target: The `ConversionTarget`.
+      target: The `ConversionTarget`, or None (`--cache-fraction`).
     """
     from headsize_tf.core.io import check_output_free
 
@@ -394,6 +451,8 @@ def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     from headsize_tf.keras3.hub import convert_hub_lm, hub_lm_text, load_hub_preset
 
     hub = load_hub_preset(args.keras_hub_preset, tool="convert")
+    source = str(args.keras_hub_preset)
+    budget = None if target is not None else _budget_plan(args, hub.backbone, source)
     text = None
     if text_given:
         text = hub_lm_text(
@@ -402,6 +461,11 @@ def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
             data_file=args.data_file,
             corpus=args.corpus,
             data_dir=args.data_dir,
-            train=args.uptrain_steps > 0,
+            train=budget is not None or args.uptrain_steps > 0 or args.heal_steps > 0,
         )
-    return convert_hub_lm(hub, target, args.output, text=text, **_options(args, target))
+    description = None if budget is None else f"a KV cache of {args.cache_fraction:g} ({args.to})"
+
+    def convert(lm: Any, target: Any, output: str, **kwargs: Any) -> dict[str, Any]:
+        return convert_hub_lm(hub, target, output, description=description, **kwargs)
+
+    return _run(args, hub.backbone, target, budget, text, source, convert)

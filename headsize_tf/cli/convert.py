@@ -152,8 +152,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "collaborative: als (default) or tensorly",
     )
     rotary = p.add_argument_group(
-        "a decoder at a cache budget (--decoder --to latent: MHA2MLA's partial RoPE, in place of "
-        "--kv-rank; --to grouped: key/value heads chosen per layer, in place of --kv-heads)"
+        "a KV cache at a budget (--decoder, --model-file, --keras-hub-preset; --to latent: the "
+        "latent, beside MHA2MLA's partial RoPE in a rotary model, in place of --kv-rank; --to "
+        "grouped: key/value heads chosen per layer, in place of --kv-heads)"
     )
     rotary.add_argument(
         "--cache-fraction",
@@ -216,8 +217,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--heal-steps",
         type=_non_negative_int,
         default=0,
-        help="a --decoder: Adam steps per attention layer of layer-wise distillation from the "
-        "original (its outputs on the training text), before any uptraining",
+        help="a Keras 3 LM (--decoder, --model-file, --keras-hub-preset): Adam steps per "
+        "attention layer of layer-wise distillation from the original (its outputs on the "
+        "training text), before any uptraining",
     )
     p.add_argument(
         "--heal-windows",
@@ -301,8 +303,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-# The flags of a decoder's KV cache at a budget and their defaults: without --cache-fraction
-# nothing reads them, so they are refused there rather than ignored.
+# The flags of a KV cache at a budget and their defaults: without --cache-fraction nothing
+# reads them, so they are refused there rather than ignored.
 BUDGET_DEFAULTS = {
     "rope_strategy": "2norm",
     "rope_pairs": 4,
@@ -316,13 +318,14 @@ BUDGET_DEFAULTS = {
 
 def target_of(args: argparse.Namespace) -> Any:
     """The `ConversionTarget` the flags name (the size flag of --to, no other); None for a
-    rotary latent at a cache budget (`--cache-fraction`), whose flags get their defaults."""
+    cache budget (`--cache-fraction`), whose flags get their defaults (`args.budget_flags`
+    keeps the ones given)."""
     from headsize_tf.core.conversion import METHODS, ConversionTarget
 
     given = [name for name in BUDGET_DEFAULTS if getattr(args, name, None) is not None]
     if getattr(args, "cache_fraction", None) is None and given:
         raise ValueError(
-            f"--{given[0].replace('_', '-')} shapes a decoder's KV cache at a budget: it needs "
+            f"--{given[0].replace('_', '-')} shapes a KV cache at a budget: it needs "
             "--cache-fraction (--kv-rank and --kv-heads convert without it)."
         )
     latent_only = [name for name in given if name not in ("calibration", "calibration_windows")]
@@ -331,6 +334,7 @@ def target_of(args: argparse.Namespace) -> Any:
             f"--{latent_only[0].replace('_', '-')} shapes a latent (--to latent); --to grouped "
             "--cache-fraction chooses key/value heads per layer and keeps every rotary pair."
         )
+    args.budget_flags = given
     for name, default in BUDGET_DEFAULTS.items():
         if getattr(args, name, None) is None:
             setattr(args, name, default)
@@ -340,15 +344,10 @@ def target_of(args: argparse.Namespace) -> Any:
                 "--cache-fraction sizes a KV cache: --to latent or --to grouped, not "
                 f"--to {args.to}."
             )
-        if args.decoder is None and args.to == "latent":
+        if getattr(args, "model_dir", None) is not None:
             raise ValueError(
-                "--cache-fraction keeps some rotary pairs (RoPE) beside a latent: it needs a "
-                "rotary model (--decoder); a model without RoPE converts with --kv-rank."
-            )
-        if args.decoder is None:
-            raise ValueError(
-                "--to grouped --cache-fraction picks key/value heads per layer of a decoder: it "
-                "needs --decoder (other models convert with --kv-heads)."
+                "--cache-fraction is on the Keras 3 front (--decoder, --model-file, "
+                "--keras-hub-preset); a model_dir converts with --kv-rank or --kv-heads."
             )
         flag = SIZE_FLAGS[args.to]
         if getattr(args, flag) is not None:
@@ -359,11 +358,6 @@ def target_of(args: argparse.Namespace) -> Any:
             raise ValueError(
                 f"--method {args.method!r} is not a {args.to} method; expected one of "
                 f"{list(METHODS[args.to])}."
-            )
-        if args.to == "grouped" and args.method not in (None, "mean", "svd_values"):
-            raise ValueError(
-                "--to grouped --cache-fraction pools the keys by mean (--method mean or "
-                f"svd_values); --method {args.method} re-bases rotated keys."
             )
         return None
 
@@ -418,8 +412,10 @@ def _source(args: argparse.Namespace) -> str:
     hub = args.keras_hub_preset is not None
     decoder = args.decoder is not None
     framework = args.framework or ("keras3" if args.model_file or hub or decoder else "tf_keras")
-    if args.heal_steps and not decoder:
-        raise ValueError("--heal-steps is for --decoder models.")
+    if args.heal_steps and framework != "keras3":
+        raise ValueError(
+            "--heal-steps is for Keras 3 LMs (--decoder, --model-file, --keras-hub-preset)."
+        )
     if args.state_dir is not None and not (decoder or args.model_file):
         raise ValueError(
             "--state-dir is for Keras 3 LMs (--decoder, --model-file); a model_dir resumes "

@@ -69,6 +69,7 @@ def convert_hub_lm(
     output: str | os.PathLike,
     *,
     text: Any = None,
+    description: str | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """A keras-hub causal LM (GPT-2) converted, measured, optionally uptrained and saved.
@@ -81,13 +82,16 @@ def convert_hub_lm(
 
     Args:
       model: A keras-hub `GPT2CausalLM` or a causal-LM `HubModel`.
-      target: What to convert into, e.g. `ConversionTarget("grouped", 2)`.
+      target: What to convert into, e.g. `ConversionTarget("grouped", 2)`;
+        None with a `converter` (e.g. a latent at a cache budget).
       output: The directory written, atomically.
       text: `LMText` tokenised by the model's own tokenizer
         (`keras3.hub.lm_adapter.hub_lm_text`): held-out perplexity and the
         uptraining data; None: neither.
+      description: What the conversion was, for the saved model's source line
+        (default: the target's kind and size).
       **kwargs: `convert_lm_file`'s options (`uptrain_steps`, `learning_rate`,
-        `batch_size`, `decode_tokens`, `overwrite`, CP options, ...).
+        `batch_size`, `decode_tokens`, `overwrite`, `converter`, CP options, ...).
 
     Returns:
       The report (also `output/report.json`).
@@ -106,9 +110,10 @@ def convert_hub_lm(
             "(convert_hub_model converts its heads to collaborative ones)."
         )
 
+    what = description or f"{target.kind} {target.size_name} {target.size}"
+
     def save(converted: CausalLM, directory: pathlib.Path) -> None:
-        described = f"{hub.source} converted to {target.kind} {target.size_name} {target.size}"
-        hub.with_backbone(converted, described).write_into(directory)
+        hub.with_backbone(converted, f"{hub.source} converted to {what}").write_into(directory)
 
     kwargs.setdefault("source", hub.source)
     return convert_lm_file(hub.backbone, target, output, text=text, save_model=save, **kwargs)

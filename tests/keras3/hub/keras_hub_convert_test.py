@@ -87,6 +87,34 @@ def test_converted_logits_equal_the_library_conversion_and_at_full_heads_the_ori
             assert "perplexity" not in report and "text" not in report
 
 
+def test_gpt2_at_a_cache_budget_is_a_calibrated_latent_that_reloads(
+    presets, lines, tmp_path, monkeypatch
+):
+    from headsize_tf.keras3.hub import hub_lm_text
+    from headsize_tf.keras3.reparam import KVPlan, calibration_stats, compress_kv
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "latent"
+    argv = ["convert", "--keras-hub-preset", str(presets["gpt2"]), "--to", "latent"]
+    argv += ["--cache-fraction", "0.25", "--allocation", "energy", "--calibration-windows", "4"]
+    assert cli.main([*argv, "--data-file", str(lines), "--output", str(out), *FAST]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["target"]["method"] == "no RoPE, calibrated joint SVD, energy"
+    assert report["kv_cache_fraction"] == pytest.approx(0.25, abs=0.01)
+    again = load_hub_preset(out)
+    assert "converted to a KV cache of 0.25 (latent)" in again.source
+    # The library's conversion with statistics of the same windows: the same model.
+    original = load_hub_preset(presets["gpt2"])
+    text = hub_lm_text(original, 33, data_file=str(lines))
+    stats = calibration_stats(original.backbone, text.train[:4, :-1])
+    library, _ = compress_kv(original.backbone, KVPlan(0.25, None, allocation="energy"), stats)
+    assert report["latent_per_layer"] == [layer.kv_latent_dim for layer in library.attention_layers]
+    x, _, _ = original.preprocessor(TEXTS)
+    inputs = {k: np.asarray(v).astype("int32") for k, v in x.items()}
+    expected = np.asarray(keras.ops.convert_to_numpy(library(inputs)), np.float64)
+    np.testing.assert_allclose(logits(again), expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["bert", "vocab", "not_a_preset", "tf_keras"])
 def test_bad_hub_convert_input_is_one_line_and_writes_nothing(
     case, presets, lines, tmp_path, capsys

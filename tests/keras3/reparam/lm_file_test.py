@@ -173,3 +173,41 @@ def test_an_interrupted_uptraining_resumes_where_its_last_checkpoint_was(files, 
         convert_lm_file(
             files["model"], target, tmp_path / "x", state_dir=state, state={"a": 2}, **options
         )
+
+
+def test_a_model_file_at_a_cache_budget_is_calibrated_healed_and_saved(
+    files, tmp_path, monkeypatch, capsys
+):
+    from headsize_tf import cli
+    from headsize_tf.keras3.lm_training import windows_perplexity
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    base = ["convert", "--model-file", str(files["model"]), "--data-file", str(files["text"])]
+    base += ["--vocab-file", str(files["vocab"]), "--eval-windows", "8", "--decode-tokens", "2"]
+    budget = ["--to", "latent", "--cache-fraction", "0.25", "--calibration-windows", "8"]
+    out = tmp_path / "latent"
+    argv = [*base, *budget, "--heal-steps", "5", "--heal-windows", "8", "--output", str(out)]
+    assert cli.main(argv) == 0
+    assert "measuring calibration statistics on 8 windows" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    # A quarter of 2 x 16 keys + values per token and layer: an 8-wide latent, no rotary keys.
+    assert report["target"]["method"] == "no RoPE, calibrated joint SVD, uniform"
+    assert report["latent_per_layer"] == [8, 8] and report["kv_cache_fraction"] == 0.25
+    assert "the first 8 training windows of 16 tokens" in report["calibration"]["source"]
+    for layer in report["heal"]["layers"]:  # Distillation lowers each layer's output error.
+        assert layer["relative_error_after"] < layer["relative_error_before"]
+    text = load_lm_text(17, data_file=files["text"], vocab_file=files["vocab"])
+    saved = keras.saving.load_model(out / "model.keras")
+    assert [layer.kv_latent_dim for layer in saved.attention_layers] == [8, 8]
+    # The saved model is the one measured (healed): its held-out perplexity is the report's.
+    measured = windows_perplexity(saved, text.held_out[:8])
+    assert measured == pytest.approx(report["perplexity"]["converted"], rel=1e-4)
+    # A second conversion on the same model and windows reads the statistics back; grouped
+    # K/V re-bases keys and values by their SVD (no RoPE to keep) where pooling costs most.
+    out = tmp_path / "grouped"
+    grouped = ["--to", "grouped", "--cache-fraction", "0.5", "--calibration-windows", "8"]
+    assert cli.main([*base, *grouped, "--output", str(out)]) == 0
+    assert "(cached)" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["kv_cache_fraction"] == 0.5 and sum(report["kv_heads_per_layer"]) == 4
+    assert report["target"]["method"].startswith("keys and values by the SVD of their activations")
