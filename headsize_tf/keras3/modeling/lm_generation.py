@@ -97,6 +97,22 @@ class GenerationMixin:
             table = embedding.embeddings
         return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
 
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        # A quantized model's layers keep their own policies (int8, float8, int4, GPTQ): saved
+        # as a `DTypePolicyMap` by layer path, which the rebuilt layers look themselves up in,
+        # so that they build quantized variables before the saved ones load (keras-hub's
+        # `Backbone.get_config` does the same).
+        dtype = self.dtype_policy
+        if not isinstance(dtype, keras.dtype_policies.DTypePolicyMap):
+            policies = keras.dtype_policies.DTypePolicyMap(default_policy=dtype)
+            for layer in self._flatten_layers(include_self=False):
+                if layer.quantization_mode is not None:
+                    policies[layer.path] = layer.dtype_policy
+            if len(policies):
+                config["dtype"] = keras.dtype_policies.serialize(policies)
+        return config
+
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
         config = dict(config)
@@ -104,7 +120,19 @@ class GenerationMixin:
             config["dtype"] = keras.dtype_policies.get(config["dtype"])
         if isinstance(config.get("activation"), dict):
             config["activation"] = keras.activations.deserialize(config["activation"])
-        return cls(**config)
+        model = cls(**config)
+        policies = model.dtype_policy
+        if isinstance(policies, keras.dtype_policies.DTypePolicyMap):
+            # The layers were built from the saved map (quantized where it says); each now
+            # keeps its own policy, as after `quantize`, since Keras' kernel serialization
+            # reads `layer.dtype_policy.quantization_mode`, which a map leaves None (a
+            # reloaded model could not be saved again).
+            for layer in model._flatten_layers(include_self=False):
+                if isinstance(layer._dtype_policy, keras.dtype_policies.DTypePolicyMap):
+                    path = layer.path
+                    layer._dtype_policy = policies[path] if path else policies.default_policy
+            model._dtype_policy = policies.default_policy
+        return model
 
     def _embed(self, token_ids: Any, start: int) -> Any:
         """Token plus position embeddings of `token_ids` at positions start, start + 1, ..."""

@@ -291,7 +291,7 @@ def test_top_k_keeps_exactly_k_candidates_when_logits_tie():
 
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
-def test_a_quantized_model_dequantizes_its_tied_output_table(mode):
+def test_a_quantized_model_dequantizes_its_tied_output_table(mode, tmp_path):
     lm = make("fixed_head")
     tokens = ids(length=LENGTH)
     full = numpy(lm(tokens))
@@ -307,6 +307,39 @@ def test_a_quantized_model_dequantizes_its_tied_output_table(mode):
     np.testing.assert_array_equal(
         lm.generate(tokens[:, :3], 5), greedy_oracle(lm, tokens[:, :3], 5)
     )
+    # Saved as .keras, it loads quantized (its layers' policies saved by path) and computes
+    # the same logits.
+    lm.save(tmp_path / "quantized.keras")
+    again = keras.saving.load_model(tmp_path / "quantized.keras")
+    assert again.token_embedding.quantization_mode == mode
+    assert again.attention_layers[0]._query_dense.quantization_mode == mode
+    np.testing.assert_array_equal(numpy(again(tokens)), quantized)
+
+
+@pytest.mark.parametrize(
+    "kind, mode",
+    [("grouped", "int8"), ("latent", "int4"), ("latent", "float8"), ("collaborative", "int8")],
+)
+def test_quantized_models_of_every_kv_kind_reload_from_keras_files(kind, mode, tmp_path):
+    attention = {
+        "grouped": {"kind": "grouped", "num_heads": 4, "num_kv_heads": 2},
+        "latent": {"kind": "latent", "num_heads": 4, "kv_latent_dim": 8},
+        "collaborative": {"kind": "collaborative", "num_heads": 4, "shared_key_dim": 8},
+    }[kind]
+    lm = make(attention=attention)
+    tokens = ids(length=LENGTH)
+    lm.quantize(mode)
+    want = numpy(lm(tokens))
+    for generation in range(2):  # A reloaded model saves and reloads again.
+        path = tmp_path / f"{generation}.keras"
+        lm.save(path)
+        lm = keras.saving.load_model(path)
+        assert all(
+            layer.quantization_mode == mode
+            for layer in lm.attention_layers[0]._flatten_layers(include_self=False)
+            if isinstance(layer, keras.layers.EinsumDense)
+        )
+        np.testing.assert_array_equal(numpy(lm(tokens)), want)
 
 
 def test_prefill_and_decode_step_check_their_positions():

@@ -348,7 +348,7 @@ def test_fit_lowers_the_loss_on_a_memorisable_batch():
 
 
 # ------------------------------------------------------------ quantize and LoRA
-def test_int8_quantized_logits_stay_close():
+def test_int8_quantized_logits_stay_close(tmp_path):
     lm = tiny_lm()  # Tied: the quantized embedding table is dequantized for the logits.
     ids = _ids(4, 12)
     want = _np(lm(ids))
@@ -360,6 +360,10 @@ def test_int8_quantized_logits_stay_close():
     agreement = np.mean(got.argmax(-1) == want.argmax(-1))
     assert relative < 0.05 and agreement >= 0.9, (relative, agreement)
     assert relative > 0  # Quantized for real.
+    lm.save(tmp_path / "int8.keras")  # Loads quantized: the same logits.
+    again = keras.saving.load_model(tmp_path / "int8.keras")
+    assert again.transformer_layers[0]._feedforward_gate_dense.quantization_mode == "int8"
+    np.testing.assert_array_equal(_np(again(ids)), got)
 
 
 def test_lora_keeps_the_output_until_its_factors_change():
