@@ -68,8 +68,9 @@ class GenerationMixin:
         The forward pass of `call` (the model's own embeddings and causal mask,
         a sliding window's included), stopped at each block to yield what its
         attention layer sees: the block's first norm of the residual stream
-        (pre-norm blocks) or the residual stream itself (post-norm ones). What
-        calibration statistics and layer-wise healing measure.
+        (pre-norm blocks) or the residual stream itself (post-norm ones): what
+        calibration statistics measure and layer-wise healing distils on (each
+        layer then alone, under a causal mask).
 
         Args:
           token_ids: `[batch, length]` token windows.
@@ -100,15 +101,16 @@ class GenerationMixin:
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         # A quantized model's layers keep their own policies (int8, float8, int4, GPTQ): saved
-        # as a `DTypePolicyMap` by layer path, which the rebuilt layers look themselves up in,
-        # so that they build quantized variables before the saved ones load (keras-hub's
-        # `Backbone.get_config` does the same).
+        # as a `DTypePolicyMap` by layer path below the model's own (keras-hub's backbones
+        # save theirs by absolute path), which `from_config` puts under the new model's path
+        # so that its layers build quantized variables before the saved ones load.
         dtype = self.dtype_policy
         if not isinstance(dtype, keras.dtype_policies.DTypePolicyMap):
             policies = keras.dtype_policies.DTypePolicyMap(default_policy=dtype)
+            prefix = f"{self.path}/"
             for layer in self._flatten_layers(include_self=False):
-                if layer.quantization_mode is not None:
-                    policies[layer.path] = layer.dtype_policy
+                if layer.quantization_mode is not None and layer.path.startswith(prefix):
+                    policies[layer.path[len(prefix) :]] = layer.dtype_policy
             if len(policies):
                 config["dtype"] = keras.dtype_policies.serialize(policies)
         return config
@@ -120,6 +122,17 @@ class GenerationMixin:
             config["dtype"] = keras.dtype_policies.get(config["dtype"])
         if isinstance(config.get("activation"), dict):
             config["activation"] = keras.activations.deserialize(config["activation"])
+        policies = config.get("dtype")
+        if isinstance(policies, keras.dtype_policies.DTypePolicyMap):
+            # Paths below the model's: the model about to be built is at the path a layer of
+            # its name gets when built here (the current name scope, then the name).
+            probe = keras.layers.Layer(name=config.setdefault("name", cls.__name__.lower()))
+            probe.build(None)
+            root = probe.path
+            config["dtype"] = keras.dtype_policies.DTypePolicyMap(
+                default_policy=policies.default_policy,
+                policy_map={f"{root}/{key}": value for key, value in policies.items()},
+            )
         model = cls(**config)
         policies = model.dtype_policy
         if isinstance(policies, keras.dtype_policies.DTypePolicyMap):

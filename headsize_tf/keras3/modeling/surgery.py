@@ -14,7 +14,7 @@ from typing import Any
 
 import keras
 
-from headsize_tf.core.spec import AttentionSpec
+from headsize_tf.core.spec import AttentionSpec, SpecError
 from headsize_tf.keras3.modeling.bert_backbone import BertBackbone
 from headsize_tf.keras3.modeling.causal_lm import CausalLM
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
@@ -72,6 +72,17 @@ def with_attention(model: AttentionModel, attention: AttentionSpec | Mapping[str
     writes them (see `headsize_tf.keras3.reparam`, `headsize_tf.keras3.pruning`).
     """
     theirs = non_attention_layers(model)  # Checks the class first.
+    modes = {
+        layer.quantization_mode
+        for layer in model._flatten_layers(include_self=False)
+        if layer.quantization_mode is not None
+    }
+    if modes:
+        raise SpecError(
+            f"{model.name} is quantized ({', '.join(sorted(modes))}): its attention cannot be "
+            "rebuilt from integer kernels; convert or prune the float model, then quantize the "
+            "result."
+        )
     config = model.get_config()
     config["attention"] = AttentionSpec.coerce(attention).to_dict()
     if getattr(model, "tokenizer", None) is not None:

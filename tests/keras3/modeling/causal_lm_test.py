@@ -326,20 +326,29 @@ def test_quantized_models_of_every_kv_kind_reload_from_keras_files(kind, mode, t
         "latent": {"kind": "latent", "num_heads": 4, "kv_latent_dim": 8},
         "collaborative": {"kind": "collaborative", "num_heads": 4, "shared_key_dim": 8},
     }[kind]
-    lm = make(attention=attention)
+    from headsize_tf.core.spec import SpecError
+    from headsize_tf.keras3.modeling.surgery import with_attention
+
+    with keras.name_scope("outer"):  # Built under a scope, then renamed: paths move.
+        lm = make(attention=attention)
+    lm.name = f"renamed_{kind}"
     tokens = ids(length=LENGTH)
     lm.quantize(mode)
     want = numpy(lm(tokens))
-    for generation in range(2):  # A reloaded model saves and reloads again.
+    for generation in range(2):  # A reloaded model saves and reloads again, in any scope.
         path = tmp_path / f"{generation}.keras"
         lm.save(path)
-        lm = keras.saving.load_model(path)
+        with keras.name_scope(f"scope_{generation}"):
+            lm = keras.saving.load_model(path)
         assert all(
             layer.quantization_mode == mode
             for layer in lm.attention_layers[0]._flatten_layers(include_self=False)
             if isinstance(layer, keras.layers.EinsumDense)
         )
         np.testing.assert_array_equal(numpy(lm(tokens)), want)
+    # Integer kernels cannot be rebuilt (converted, pruned): the float model is, then quantized.
+    with pytest.raises(SpecError, match=f"is quantized \\({mode}\\): .* convert or prune"):
+        with_attention(lm, lm.attention)
 
 
 def test_prefill_and_decode_step_check_their_positions():
