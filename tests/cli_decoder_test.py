@@ -115,7 +115,8 @@ CASES = [
     (
         "calibration_of_a_model_without_rope_without_text",
         LM_FILE_LATENT + ["--cache-fraction", "0.25", "--output", "{out}"],
-        "--calibration activations and --allocation sensitivity measure the model on text",
+        "--calibration activations measures the model on text: pass --corpus or --data-file "
+        "(or --calibration weights).",
     ),
     (
         "a_budget_for_a_model_dir",
@@ -160,7 +161,7 @@ CASES = [
         ["convert", "--decoder", "{gguf}", "--to", "latent", "--output", "{out}"]
         + ["--cache-fraction", "0.5", "--rope-pairs", "2", "--rope-strategy", "high"]
         + ["--calibration", "weights", "--allocation", "sensitivity"],
-        "--allocation sensitivity measure the model on text",
+        "--allocation sensitivity measures the model on text: pass --corpus or --data-file.",
     ),
     (
         "budget_below_the_rotary_keys",
@@ -187,7 +188,7 @@ CASES = [
     (
         "latent_flag_on_a_grouped_budget",
         [*CONVERT, "--cache-fraction", "0.75", "--rope-pairs", "9"],
-        "--rope-pairs shapes a latent (--to latent); --to grouped --cache-fraction chooses",
+        "--rope-pairs shapes a latent's rotary keys (--to latent); --to grouped --cache-fraction",
     ),
     (
         "grouped_budget_below_one_kv_head",
@@ -369,3 +370,22 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     report = json.loads((pruned / "report.json").read_text())
     assert report["kv_heads_per_layer"] is not None
     assert (pruned / "model.keras").is_file()
+
+
+def test_training_text_checks_name_a_corpus_held_out_whole():
+    import argparse
+    import types
+
+    import numpy as np
+
+    from headsize_tf.cli._convert_keras3 import _check_train_text
+
+    args = argparse.Namespace(corpus="moby_dick")
+    held_out_only = types.SimpleNamespace(train=np.zeros([0, 17], np.int32))
+    with pytest.raises(ValueError, match="--corpus moby_dick is held out whole .* use --corpus"):
+        _check_train_text(args, held_out_only, "--calibration-windows 32", 32)
+    short = types.SimpleNamespace(train=np.zeros([3, 17], np.int32))
+    with pytest.raises(ValueError, match="3 windows of 16 tokens; --heal-windows 4 asks for"):
+        _check_train_text(args, short, "--heal-windows 4", 4)
+    with pytest.raises(ValueError, match="--uptrain-steps works on training text: pass"):
+        _check_train_text(args, None, "--uptrain-steps 2", 1)

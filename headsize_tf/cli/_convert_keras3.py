@@ -95,6 +95,8 @@ def _run(
     if target is not None and target.kind == "grouped" and args.method is None and _rotary(lm):
         # svd re-bases rotated key dimensions: mean pooling is the rotary models' default.
         target = type(target)(target.kind, target.size, "mean")
+    if args.uptrain_steps:
+        _check_train_text(args, text, f"--uptrain-steps {args.uptrain_steps}", 1)
     options = _options(args, target)
     converter = None
     if budget is not None:
@@ -205,17 +207,27 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     return _run(args, lm, target, budget, text, str(args.decoder), convert)
 
 
+def _check_train_text(args: argparse.Namespace, text: Any, flag: str, windows: int) -> None:
+    """`flag` measures or trains on `windows` windows of the training text."""
+    what = flag.split()[0]
+    if text is None:
+        raise ValueError(f"{what} works on training text: pass --corpus or --data-file.")
+    if not len(text.train) and args.corpus is not None:
+        raise ValueError(
+            f"--corpus {args.corpus} is held out whole (no training text), and {what} works "
+            "on training text: use --corpus austen or python_docs, or --data-file."
+        )
+    if len(text.train) < windows:
+        raise ValueError(
+            f"The training text has {len(text.train)} windows of {text.train.shape[1] - 1} "
+            f"tokens; {flag} asks for more (give more text, or fewer windows)."
+        )
+
+
 def _check_heal_text(args: argparse.Namespace, text: Any) -> None:
     """`--heal-steps` needs `--heal-windows` windows of training text."""
-    if not args.heal_steps:
-        return
-    if text is None or not len(text.train):
-        raise ValueError("--heal-steps distils on training text: pass --corpus or --data-file.")
-    if len(text.train) < args.heal_windows:
-        raise ValueError(
-            f"The training text has {len(text.train)} windows; --heal-windows "
-            f"{args.heal_windows} asks for more (give more text, or fewer windows)."
-        )
+    if args.heal_steps:
+        _check_train_text(args, text, f"--heal-windows {args.heal_windows}", args.heal_windows)
 
 
 def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
@@ -253,7 +265,6 @@ class _Budget:
     """`--cache-fraction` on one model: the latent's plan, or grouped K/V's pooling."""
 
     plan: Any
-    rotary: bool
     pooling: str | None
     needs_text: bool
     measures: bool
@@ -297,14 +308,22 @@ def _budget_plan(args: argparse.Namespace, lm: Any, model: str) -> _Budget:
     needs_text = plan.calibrated or (not grouped and plan.rope_strategy == "2norm")
     measures = not grouped and plan.allocation == "sensitivity"
     if (needs_text or measures) and args.corpus is None and args.data_file is None:
+        measured = [
+            flag
+            for flag, needed in (
+                ("--rope-strategy 2norm", not grouped and plan.rope_strategy == "2norm"),
+                ("--calibration activations", plan.calibrated),
+                ("--allocation sensitivity", measures),
+            )
+            if needed
+        ]
         raise ValueError(
-            ("--rope-strategy 2norm, " if rotary else "")
-            + "--calibration activations and --allocation sensitivity measure the model on "
-            "text: pass --corpus or --data-file (or --calibration weights"
-            + (" with --rope-strategy high/low/uniform" if rotary and not grouped else "")
-            + ")."
+            f"{' and '.join(measured)} measure{'s' if len(measured) == 1 else ''} the model on "
+            "text: pass --corpus or --data-file"
+            + (" (or --calibration weights)" if plan.calibrated and not measures else "")
+            + "."
         )
-    return _Budget(plan, rotary, pooling, needs_text, measures, model)
+    return _Budget(plan, pooling, needs_text, measures, model)
 
 
 def _budget_converter(
@@ -318,19 +337,15 @@ def _budget_converter(
 
     plan = budget.plan
     _check_heal_text(args, text)
-    stats = None
-    if text is not None and (budget.needs_text or budget.measures):
-        if len(text.train) < args.calibration_windows:
-            raise ValueError(
-                f"The calibration text has {len(text.train)} training windows of "
-                f"{text.train.shape[1] - 1} tokens; --calibration-windows "
-                f"{args.calibration_windows} asks for more (give more text, or fewer windows)."
-            )
+    if budget.needs_text or budget.measures:
+        count = args.calibration_windows
+        _check_train_text(args, text, f"--calibration-windows {count}", count)
+
+    def converter(model: Any) -> tuple[Any, dict[str, Any]]:
+        stats = None  # Measured (or read from the cache) only when a conversion is made.
         if budget.needs_text:
             windows = text.train[: args.calibration_windows, :-1]  # Inputs only.
             stats = _cached_stats(budget.model, lm, windows, text.source)
-
-    def converter(model: Any) -> tuple[Any, dict[str, Any]]:
         if budget.pooling is not None:
             pooling = budget.pooling
             target, report = grouped_budget(model, plan.cache_fraction, stats, pooling)
@@ -406,8 +421,10 @@ def _cache_key(model: str, source: str, windows: Any, *extra: str) -> str:
     """The cache name of what is measured on a model's calibration `windows` (+ `extra`)."""
     import hashlib
 
-    parts = [_model_identity(model), source, str(windows.shape)]
-    parts += [windows.tobytes().hex()[:64], *extra]
+    import numpy as np
+
+    digest = hashlib.sha256(np.ascontiguousarray(windows).tobytes()).hexdigest()
+    parts = [_model_identity(model), source, str(windows.shape), digest, *extra]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -463,7 +480,11 @@ def convert_hub_preset(args: argparse.Namespace, target: Any) -> dict[str, Any]:
             data_dir=args.data_dir,
             train=budget is not None or args.uptrain_steps > 0 or args.heal_steps > 0,
         )
-    description = None if budget is None else f"a KV cache of {args.cache_fraction:g} ({args.to})"
+    description = (
+        f"{target.kind} {target.size_name} {target.size}"
+        if budget is None
+        else f"a KV cache of {args.cache_fraction:g} ({args.to})"
+    )
 
     def convert(lm: Any, target: Any, output: str, **kwargs: Any) -> dict[str, Any]:
         return convert_hub_lm(hub, target, output, description=description, **kwargs)

@@ -260,7 +260,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--eval-windows",
         type=_positive_int,
         default=64,
-        help="a .keras LM or decoder: held-out windows of the perplexity",
+        help="a Keras 3 LM (--model-file, --decoder, --keras-hub-preset): held-out windows of "
+        "the perplexity",
     )
     p.add_argument("--max-iter", type=_positive_int, default=100, help="collaborative: CP sweeps")
     p.add_argument(
@@ -331,8 +332,10 @@ def target_of(args: argparse.Namespace) -> Any:
     latent_only = [name for name in given if name not in ("calibration", "calibration_windows")]
     if getattr(args, "to", None) == "grouped" and latent_only:
         raise ValueError(
-            f"--{latent_only[0].replace('_', '-')} shapes a latent (--to latent); --to grouped "
-            "--cache-fraction chooses key/value heads per layer and keeps every rotary pair."
+            f"--{latent_only[0].replace('_', '-')} shapes a latent's "
+            f"{'sizes' if latent_only[0] == 'allocation' else 'rotary keys'} (--to latent); "
+            "--to grouped --cache-fraction chooses key/value heads per layer and keeps the keys "
+            "as they are."
         )
     args.budget_flags = given
     for name, default in BUDGET_DEFAULTS.items():

@@ -79,8 +79,10 @@ def layerwise_distill(
 
     Returns:
       {"steps", "learning_rate", "tokens", "seconds", "layers": [{"layer",
-      "relative_error_before", "relative_error_after"}]}: the error is the
-      mean squared difference over the targets' mean square.
+      "relative_error_before", "relative_error_after", "kept"}]}: the error is
+      the mean squared difference over the targets' mean square; a layer
+      whose error distillation raised keeps its converted weights ("kept":
+      "converted", else "healed").
     """
     start_time = time.perf_counter()
     keras.utils.set_random_seed(seed)
@@ -107,6 +109,7 @@ def layerwise_distill(
         targets = _outputs(_one_layer_model(teacher, length, width), inputs[i], batch_size)
         scale = float(np.mean(targets**2)) or 1.0
         model = _one_layer_model(student, length, width)
+        start = student.get_weights()
         before = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
         model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
         keras.utils.set_random_seed(seed + i)  # Each layer's batches alone: a resumed run's too.
@@ -123,6 +126,11 @@ def layerwise_distill(
         )
         after = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
         entry = {"layer": i, "relative_error_before": before, "relative_error_after": after}
+        if after > before:  # Distillation made it worse (an exact layer, too high a rate).
+            student.set_weights(start)
+            entry["kept"] = "converted"
+        else:
+            entry["kept"] = "healed"
         report["layers"].append(entry)
         if saved is not None:
             _save_layer(student, saved, {**settings, **entry})
@@ -160,4 +168,5 @@ def _restore_layer(
     if [w.shape for w in weights] != shapes:
         raise ValueError(f"{path} holds weights of other shapes than the layer's {shapes}.")
     layer.set_weights(weights)
-    return {k: meta[k] for k in ("layer", "relative_error_before", "relative_error_after")}
+    entry = {k: meta[k] for k in ("layer", "relative_error_before", "relative_error_after")}
+    return {**entry, "kept": meta.get("kept", "healed")}

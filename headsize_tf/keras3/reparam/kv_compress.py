@@ -552,8 +552,12 @@ def grouped_budget(
     rotary = any(getattr(layer, "uses_rope", False) for layer in layers)
     if method not in (("mean", "svd_values") if rotary else kv_sharing.GROUPED_METHODS):
         raise SpecError(
-            "Grouped K/V at a budget pools by 'mean' or 'svd_values'"
-            + (" (rotary keys allow no re-basing)" if rotary else " or 'svd'")
+            "Grouped K/V at a budget pools by "
+            + (
+                "'mean' or 'svd_values' (rotary keys allow no re-basing)"
+                if rotary
+                else "'mean', 'svd_values' or 'svd'"
+            )
             + f"; got method={method!r}."
         )
     errors, values, original = [], [], []

@@ -47,6 +47,7 @@ def test_grouped_gpt2_is_measured_uptrained_and_reloads_with_its_tokenizer(
     out = tmp_path / "out"
     argv = ["convert", "--keras-hub-preset", str(presets["gpt2"]), "--to", "grouped"]
     argv += ["--kv-heads", "1", "--output", str(out), "--data-file", str(lines)]
+    argv += ["--heal-steps", "2", "--heal-windows", "4"]  # Healed, then uptrained.
     assert cli.main([*argv, "--uptrain-steps", "2", "--batch-size", "4", *FAST]) == 0
     assert {"report.json", "conversion.png"} <= set(os.listdir(out))
     report = json.loads((out / "report.json").read_text())
@@ -57,8 +58,9 @@ def test_grouped_gpt2_is_measured_uptrained_and_reloads_with_its_tokenizer(
     assert report["text"]["held_out_windows"] > 0 and report["text"]["window"] == 33
     assert "GPT2Tokenizer" in report["text"]["vocab_file"]
     assert "uptrained" in capsys.readouterr().out
+    assert [layer["layer"] for layer in report["heal"]["layers"]] == [0, 1]
     again = load_hub_preset(out)
-    assert again.architecture == "gpt2"
+    assert again.architecture == "gpt2" and "converted to grouped" in again.source
     assert again.backbone.attention_spec.num_kv_heads == 1
     text = again.generate("the cat", max_new_tokens=3, end_token_id=-1)
     assert isinstance(text, str) and text.startswith("the cat")

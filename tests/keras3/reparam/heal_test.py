@@ -27,6 +27,7 @@ def test_healing_resumes_from_the_layers_it_finished(tmp_path):
     )
     for layer in report["layers"]:
         assert layer["relative_error_after"] < 0.9 * layer["relative_error_before"]
+        assert layer["kept"] == "healed"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["layer_0.npz", "layer_1.npz"]
     healed = util.np_(converted(IDS))
     # An interrupted run: layer 1 never finished. The rerun restores layer 0 and trains layer 1
@@ -42,3 +43,14 @@ def test_healing_resumes_from_the_layers_it_finished(tmp_path):
     _, other = _converted()
     with pytest.raises(ValueError, match="was healed with"):
         layerwise_distill(lm, other, IDS, 31, 3e-3, state_dir=tmp_path, progress=None)
+
+
+def test_a_layer_distillation_makes_worse_keeps_its_converted_weights():
+    lm, converted = _converted()
+    before = util.np_(converted(IDS))
+    # Adam at a rate of 1: each step moves every weight by about 1 (the weights are ~0.3).
+    report = layerwise_distill(lm, converted, IDS, 3, 1.0, progress=None)
+    for layer in report["layers"]:
+        assert layer["relative_error_after"] > layer["relative_error_before"]
+        assert layer["kept"] == "converted"
+    np.testing.assert_array_equal(util.np_(converted(IDS)), before)

@@ -627,5 +627,9 @@ def test_grouped_heads_of_a_model_without_rope_may_be_re_based_by_svd():
     np.testing.assert_allclose(util.np_(model(IDS)), util.np_(lm(IDS)), atol=1e-4)
     target, report = grouped_budget(lm, 0.375, stats, "svd")  # 12 of 32 heads' values.
     assert sum(target.size) == 3 and report["cache_fraction"] == pytest.approx(0.375)
-    with pytest.raises(SpecError, match="pools by 'mean' or 'svd_values' or 'svd'"):
+    with pytest.raises(SpecError, match="pools by 'mean', 'svd_values' or 'svd'; got"):
         grouped_budget(lm, 0.5, stats, "joint_svd")
+    for method in ("mean", "svd_values"):  # Every method is exact with every head kept.
+        target, _ = grouped_budget(lm, 1.0, stats, method)
+        model, _ = convert_model(lm, target, covariances=stats.covariances)
+        np.testing.assert_allclose(util.np_(model(IDS)), util.np_(lm(IDS)), atol=1e-4)
