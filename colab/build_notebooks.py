@@ -626,6 +626,32 @@ words = " ".join(vocab[i] for i in out[0]).replace(" ##", "")
 print("latent model continues:", words)
 """,
         ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.lm_training import windows_perplexity
+from headsize_tf.keras3.reparam import KVPlan, calibration_stats, compress_kv
+
+# A cache budget, calibrated: at 1/8 of the cache, the latent from the SVD of the weights
+# against the SVD of the key/value activations on 32 training windows (the inputs' second
+# moments whiten it, as TransMLA and CARE measure the error), uniform or with latent sizes
+# moved between layers by spectral energy (`headsize-tf convert --model-file base.keras --to
+# latent --cache-fraction 0.125` on the command line).
+train = lm_keras3.load_lm_array(data_dir / "austen", "train")
+valid = lm_keras3.load_lm_array(data_dir / "austen", "valid")[: 16 if SMOKE else 512]
+stats = calibration_stats(base, train[:32, :-1], source="austen train, 32 windows")
+print(f"{'original':<34} perplexity {windows_perplexity(base, valid):8.2f}")
+plans = {
+    "weight SVD, uniform": KVPlan(1 / 8, None, calibrated=False),
+    "activation SVD, uniform": KVPlan(1 / 8, None),
+    "activation SVD, sizes by energy": KVPlan(1 / 8, None, allocation="energy"),
+}
+for name, plan in plans.items():
+    model, report = compress_kv(base, plan, stats)
+    ppl = windows_perplexity(model, valid)
+    print(f"{name:<34} perplexity {ppl:8.2f}   latent per layer {report['latent_per_layer']}")
+""",
+        ),
     ],
     setup=JAX_SETUP_TF,
 )
