@@ -207,9 +207,12 @@ def convert_decoder(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     return _run(args, lm, target, budget, text, str(args.decoder), convert)
 
 
-def _check_train_text(args: argparse.Namespace, text: Any, flag: str, windows: int) -> None:
-    """`flag` measures or trains on `windows` windows of the training text."""
-    what = flag.split()[0]
+def _check_train_text(
+    args: argparse.Namespace, text: Any, flag: str, windows: int, what: str | None = None
+) -> None:
+    """`what` (default: `flag`'s name) measures or trains on `windows` windows of the training
+    text, as `flag` asks."""
+    what = what or flag.split()[0]
     if text is None:
         raise ValueError(f"{what} works on training text: pass --corpus or --data-file.")
     if not len(text.train) and args.corpus is not None:
@@ -227,7 +230,8 @@ def _check_train_text(args: argparse.Namespace, text: Any, flag: str, windows: i
 def _check_heal_text(args: argparse.Namespace, text: Any) -> None:
     """`--heal-steps` needs `--heal-windows` windows of training text."""
     if args.heal_steps:
-        _check_train_text(args, text, f"--heal-windows {args.heal_windows}", args.heal_windows)
+        flag = f"--heal-windows {args.heal_windows}"
+        _check_train_text(args, text, flag, args.heal_windows, "--heal-steps")
 
 
 def _healed(args: argparse.Namespace, converter: Any, text: Any) -> Any:
