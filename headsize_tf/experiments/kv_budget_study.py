@@ -182,8 +182,12 @@ def run_study(
         rows.append({"method": list(method), "fraction": 1 / fraction, **record})
     summary = {
         "base": {
-            key: base_record[key]
-            for key in ("validation_perplexity", "cache_bytes_per_token", "params")
+            key: base_record.get(key)
+            for key in ("validation_perplexity", "cache_bytes_per_token", "params", "device")
+        },
+        "seconds": {
+            "base": base_record["seconds"],
+            "conversions": sum(row["seconds"] for row in rows),
         },
         "settings": {
             **dataclasses.asdict(base_settings),
@@ -241,6 +245,10 @@ def markdown(summary: dict[str, Any]) -> str:
         "training-free; the activation SVD whitens by the attention inputs' second moments "
         f"on the first {settings['calibration_windows']} training windows. Perplexity on the "
         "validation split (Northanger Abbey).",
+        "",
+        f"Time: {summary['seconds']['base'] / 60:.0f} minutes to train the base, "
+        f"{summary['seconds']['conversions'] / 60:.1f} for the {len(summary['rows'])} "
+        f"conversions and their measurements ({base['device'] or 'CPU'}).",
         "",
         "![perplexity against cache](kv_budget.png)",
         "",
