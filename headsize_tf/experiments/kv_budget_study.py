@@ -24,7 +24,6 @@ rebuilt from the files.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -34,7 +33,7 @@ from typing import Any
 
 from headsize_tf.core.io import write_atomic
 from headsize_tf.experiments import kv_sharing_study as sharing
-from headsize_tf.experiments._steps import Steps, add_study_options, study_command
+from headsize_tf.experiments._steps import Steps, study_command
 
 # (kind, calibration, allocation) of each conversion.
 METHODS = (
@@ -60,6 +59,10 @@ class Settings:
     base: sharing.Settings = sharing.Settings()
     fractions: tuple[int, ...] = (8, 16, 32)
     calibration_windows: int = 32
+
+    @property
+    def sequence_length(self) -> int:
+        return self.base.sequence_length
 
 
 def quick() -> Settings:
@@ -295,25 +298,13 @@ def plot(summary: dict[str, Any], path: pathlib.Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_study_options(parser)
-    parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
-    parser.add_argument("--quick", action="store_true", help="a seconds-long check (tests)")
-    args = parser.parse_args(argv)
-    from headsize_tf.core.io import cache_root
-
-    settings = quick() if args.quick else Settings()
-    data_dir = pathlib.Path(args.data_dir) if args.data_dir else cache_root() / "data"
-    if not args.report_only:
-        from headsize_tf.data import corpora
-        from headsize_tf.experiments import lm_keras3
-
-        length = settings.base.sequence_length
-        corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=length))
-        lm_keras3.export_lm_arrays(data_dir / "austen")
-    summary = run_study(args.output, data_dir / "austen", settings, args.report_only)
-    print(markdown(summary))
-    return 0
+    return sharing.austen_study_main(
+        argv,
+        __doc__.splitlines()[0],
+        lambda fast: quick() if fast else Settings(),
+        run_study,
+        lambda summary, _: markdown(summary),
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import dataclasses
 import json
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -376,32 +376,50 @@ def run_study(
     return summary
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def austen_study_main(
+    argv: Sequence[str] | None,
+    description: str,
+    make_settings: Callable[[bool], Any],
+    run: Callable[..., dict[str, Any]],
+    report: Callable[[dict[str, Any], Any], str],
+) -> int:
+    """The command of a study on the Austen LM: `--output`, `--report-only`, `--data-dir`,
+    `--quick` (`make_settings(quick)`, whose `sequence_length` prepares the corpus); runs
+    `run(output, corpus_dir, settings, report_only)` and prints `report(summary, settings)`.
+    A report with a missing run exits 2."""
+    parser = argparse.ArgumentParser(description=description)
     add_study_options(parser)
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
     parser.add_argument("--quick", action="store_true", help="a seconds-long check (tests)")
     args = parser.parse_args(argv)
     from headsize_tf.core.io import cache_root
 
-    settings = quick() if args.quick else Settings()
+    settings = make_settings(args.quick)
     data_dir = pathlib.Path(args.data_dir) if args.data_dir else cache_root() / "data"
-    if args.report_only:
-        try:
-            summary = run_study(args.output, data_dir / "austen", settings, report_only=True)
-        except MissingRun as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print(markdown(summary, settings))
-        return 0
-    from headsize_tf.data import corpora
-    from headsize_tf.experiments import lm_keras3
+    if not args.report_only:
+        from headsize_tf.data import corpora
+        from headsize_tf.experiments import lm_keras3
 
-    corpora.prepare("austen", data_dir, corpora.PrepareOptions(seq_length=settings.sequence_length))
-    lm_keras3.export_lm_arrays(data_dir / "austen")
-    summary = run_study(args.output, data_dir / "austen", settings)
-    print(markdown(summary, settings))
+        options = corpora.PrepareOptions(seq_length=settings.sequence_length)
+        corpora.prepare("austen", data_dir, options)
+        lm_keras3.export_lm_arrays(data_dir / "austen")
+    try:
+        summary = run(args.output, data_dir / "austen", settings, args.report_only)
+    except MissingRun as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report(summary, settings))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return austen_study_main(
+        argv,
+        __doc__.splitlines()[0],
+        lambda fast: quick() if fast else Settings(),
+        run_study,
+        markdown,
+    )
 
 
 if __name__ == "__main__":
