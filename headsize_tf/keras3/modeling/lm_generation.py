@@ -70,7 +70,7 @@ class GenerationMixin:
         attention layer sees: the block's first norm of the residual stream
         (pre-norm blocks) or the residual stream itself (post-norm ones): what
         calibration statistics measure and layer-wise healing distils on (each
-        layer then alone, under a causal mask).
+        layer then alone, under `attention_mask`).
 
         Args:
           token_ids: `[batch, length]` token windows.
@@ -86,6 +86,15 @@ class GenerationMixin:
             pre_norm = getattr(block, "normalize_first", True)
             yield index, block, block._self_attention_layer_norm(x) if pre_norm else x
             x = block(x, attention_mask=mask)
+
+    def attention_mask(self, length: int) -> Any:
+        """The self-attention mask `[1, length, length]` every block gets on unpadded windows.
+
+        Causal, and with a sliding window (`DecoderLM(sliding_window=...)`) only
+        the last `sliding_window` positions: what layer-wise healing trains each
+        attention layer under.
+        """
+        return self._prefill_mask(1, length)
 
     def _tied_logits(self, x: Any) -> Any:
         """Logits of normalised states `x` through the token embedding (tied output)."""

@@ -37,9 +37,23 @@ def _attention_inputs(lm: Any, windows: np.ndarray, batch_size: int) -> list[np.
     return [np.concatenate(parts) for parts in inputs]
 
 
-def _one_layer_model(layer: keras.layers.Layer, length: int, width: int) -> keras.Model:
-    x = keras.Input((length, width))
-    return keras.Model(x, layer(x, x, use_causal_mask=True))
+class _OneLayer(keras.Model):
+    """One attention layer on `[batch, length, width]` inputs under a fixed mask `[1, T, T]`."""
+
+    def __init__(self, layer: keras.layers.Layer, mask: np.ndarray):
+        super().__init__(name="one_layer")
+        self.attention = layer
+        self._mask = np.asarray(mask, bool)
+
+    def call(self, x: Any) -> Any:
+        mask = keras.ops.convert_to_tensor(self._mask)
+        mask = keras.ops.broadcast_to(mask, (keras.ops.shape(x)[0], *self._mask.shape[1:]))
+        return self.attention(x, x, attention_mask=mask)
+
+
+def _one_layer_model(layer: keras.layers.Layer, mask: np.ndarray) -> keras.Model:
+    """`layer` alone, under the model's own self-attention mask (causal; a sliding window's)."""
+    return _OneLayer(layer, mask)
 
 
 def _outputs(model: keras.Model, inputs: np.ndarray, batch_size: int) -> np.ndarray:
@@ -66,7 +80,9 @@ def layerwise_distill(
 
     Args:
       original: The source `DecoderLM` or `CausalLM` (any model with
-        `attention_inputs` and `attention_layers`).
+        `attention_inputs`, `attention_mask` and `attention_layers`). Each
+        layer trains under the model's own mask: causal, and a sliding
+        window's where windows are longer than it.
       converted: Its converted copy (same blocks, other attention).
       windows: int32 `[n, length]` calibration windows.
       steps: Adam steps per layer.
@@ -87,7 +103,7 @@ def layerwise_distill(
     start_time = time.perf_counter()
     keras.utils.set_random_seed(seed)
     inputs = _attention_inputs(original, windows, batch_size)
-    length, width = inputs[0].shape[1:]
+    mask = np.asarray(keras.ops.convert_to_numpy(original.attention_mask(inputs[0].shape[1])))
     report: dict[str, Any] = {
         "steps": int(steps),
         "learning_rate": float(learning_rate),
@@ -106,9 +122,9 @@ def layerwise_distill(
             if progress is not None:
                 progress(f"layer {i}: restored from {saved}")
             continue
-        targets = _outputs(_one_layer_model(teacher, length, width), inputs[i], batch_size)
+        targets = _outputs(_one_layer_model(teacher, mask), inputs[i], batch_size)
         scale = float(np.mean(targets**2)) or 1.0
-        model = _one_layer_model(student, length, width)
+        model = _one_layer_model(student, mask)
         start = student.get_weights()
         before = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
         model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from headsize_tf.core.conversion import ConversionTarget
-from headsize_tf.keras3.reparam import convert_model
+from headsize_tf.keras3.reparam import convert_model, heal
 from headsize_tf.keras3.reparam.heal import layerwise_distill
 from tests.keras3 import util
+from tests.keras3.modeling.decoder_lm_test import VOCAB, tiny_lm
 from tests.keras3.reparam.kv_compress_test import IDS, _decoder
 
 
@@ -54,3 +55,32 @@ def test_a_layer_distillation_makes_worse_keeps_its_converted_weights():
         assert layer["relative_error_after"] > layer["relative_error_before"]
         assert layer["kept"] == "converted"
     np.testing.assert_array_equal(util.np_(converted(IDS)), before)
+
+
+def test_each_layer_trains_under_the_models_own_sliding_window():
+    """The one-layer models healing fits give what each attention layer gives in the model's own
+    forward pass, a sliding window shorter than the windows included."""
+    lm = tiny_lm(sliding_window=3)
+    ids = np.random.default_rng(0).integers(1, VOCAB, (2, 9)).astype("int32")
+    outputs = {}
+    for i, layer in enumerate(lm.attention_layers):
+
+        def call(*args, _i=i, _original=layer.call, **kwargs):
+            outputs[_i] = util.np_(_original(*args, **kwargs))
+            return outputs[_i]
+
+        layer.call = call
+    try:
+        lm(ids)
+    finally:
+        for layer in lm.attention_layers:
+            del layer.call
+    mask = util.np_(lm.attention_mask(9))
+    assert mask.shape == (1, 9, 9) and mask.sum() == 9 + 8 + 7  # Each query sees 3 keys at most.
+    for i, _, h in lm.attention_inputs(ids):
+        layer = lm.attention_layers[i]
+        alone = util.np_(heal._one_layer_model(layer, mask).predict_on_batch(util.np_(h)))
+        np.testing.assert_allclose(alone, outputs[i], atol=1e-5)
+        # A causal mask alone is another function: the window matters here.
+        causal = util.np_(layer(h, h, use_causal_mask=True))
+        assert np.abs(causal - outputs[i]).max() > 1e-3
