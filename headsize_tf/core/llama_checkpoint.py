@@ -21,7 +21,14 @@ Weight names (`weight_names`), per layer `i`:
   `model.layers.{i}.post_attention_layernorm.weight`;
 
 and `model.embed_tokens.weight`, `model.norm.weight`, and `lm_head.weight`
-unless the embeddings are tied. Pure Python and numpy.
+unless the embeddings are tied.
+
+Gemma (`model_type="gemma"`, Gemma 1: 2B, 7B, CodeGemma) has the same names
+and layout with two differences its config implies (`LlamaConfig.embedding_scale`
+and `norm_offset`): the token embeddings are multiplied by sqrt(hidden_dim)
+on the way in (not on the tied way out), and every RMSNorm weight `w` is
+stored as an offset, the norm scaling by `1 + w` (as Hugging Face and
+keras-hub both store it). Pure Python and numpy.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 HIDDEN_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 
@@ -43,7 +50,7 @@ class LlamaConfig:
     """The architecture of a Llama-family decoder (Hugging Face `config.json` terms).
 
     Attributes:
-      model_type: "llama", "mistral", "qwen2" or "qwen3".
+      model_type: "llama", "mistral", "qwen2", "qwen3" or "gemma".
       vocabulary_size: Tokens in the vocabulary (`vocab_size`).
       num_layers: Decoder blocks (`num_hidden_layers`).
       hidden_dim: Width d (`hidden_size`).
@@ -60,7 +67,8 @@ class LlamaConfig:
       attention_bias: Whether q/k/v projections have biases (Qwen2).
       sliding_window: None, or the attention window (Mistral).
       qk_norm: Per-head RMSNorm of queries and keys before RoPE (Qwen3).
-      hidden_activation: Feed-forward gate activation ("silu": SwiGLU).
+      hidden_activation: Feed-forward gate activation ("silu": SwiGLU;
+        "gelu_pytorch_tanh": GeGLU, Gemma's).
       bos_token_id, eos_token_id: Special token ids (None if unknown).
     """
 
@@ -120,8 +128,28 @@ class LlamaConfig:
                 f"Unsupported hidden_activation {self.hidden_activation!r}; expected one of "
                 f"{list(HIDDEN_ACTIVATIONS)}."
             )
+        if self.model_type == "gemma":
+            if self.hidden_activation != "gelu_pytorch_tanh":
+                raise CheckpointError(
+                    "Gemma's feed-forward is GeGLU (hidden_activation 'gelu_pytorch_tanh'); "
+                    f"got {self.hidden_activation!r}."
+                )
+            if self.sliding_window is not None or self.qk_norm:
+                raise CheckpointError(
+                    "model_type 'gemma' (Gemma 1) has no sliding window and no query/key norm."
+                )
         if self.rope_scaling is not None:
             object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))
+
+    @property
+    def embedding_scale(self) -> float | None:
+        """What the token embeddings are multiplied by on the way in (Gemma: sqrt(width))."""
+        return float(np.sqrt(self.hidden_dim)) if self.model_type == "gemma" else None
+
+    @property
+    def norm_offset(self) -> float:
+        """1 where RMSNorm weights are stored as offsets (scale `1 + w`: Gemma), else 0."""
+        return 1.0 if self.model_type == "gemma" else 0.0
 
     # ------------------------------------------------------------ Hugging Face
     @classmethod
@@ -139,6 +167,12 @@ class LlamaConfig:
             if model_type == "qwen2" and not config.get("use_sliding_window", False):
                 window = None
             scaling = config.get("rope_scaling")
+            activation = config.get("hidden_act", "silu")
+            if model_type == "gemma":
+                # Gemma was trained with the tanh GELU; early configs say "gelu" in hidden_act
+                # (Hugging Face then used the tanh one as well) and name it in
+                # hidden_activation.
+                activation = config.get("hidden_activation") or "gelu_pytorch_tanh"
             if scaling is not None and scaling.get("rope_type", scaling.get("type")) == "default":
                 scaling = None
             return cls(
@@ -153,12 +187,12 @@ class LlamaConfig:
                 rope_max_wavelength=float(config.get("rope_theta", 10000.0)),
                 rope_scaling=scaling,
                 rms_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
-                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                tie_word_embeddings=bool(config.get("tie_word_embeddings", model_type == "gemma")),
                 max_sequence_length=int(config.get("max_position_embeddings", 2048)),
                 attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
                 sliding_window=None if window is None else int(window),
                 qk_norm=model_type == "qwen3",
-                hidden_activation=str(config.get("hidden_act", "silu")),
+                hidden_activation=str(activation),
                 bos_token_id=_optional_int(config.get("bos_token_id")),
                 eos_token_id=_optional_int(config.get("eos_token_id")),
             )
@@ -172,6 +206,7 @@ class LlamaConfig:
             "mistral": "MistralForCausalLM",
             "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM",
+            "gemma": "GemmaForCausalLM",
         }
         config: dict[str, Any] = {
             "architectures": [architectures[self.model_type]],
@@ -192,6 +227,8 @@ class LlamaConfig:
             "hidden_act": self.hidden_activation,
             "torch_dtype": "float32",
         }
+        if self.model_type == "gemma":
+            config["hidden_activation"] = self.hidden_activation
         if self.model_type == "qwen2":
             config["use_sliding_window"] = self.sliding_window is not None
         if self.sliding_window is not None or self.model_type in ("mistral", "qwen2"):

@@ -10,6 +10,7 @@ the oracle of the logits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -544,3 +545,33 @@ def test_gguf_to_hf_dir_loads_in_keras_hub_with_the_oracle_logits(tmp_path, toke
     wrong = llama_logits(LlamaCheckpoint(original.config, permuted), ids)
     assert np.abs(wrong - want).max() > 1e-2
     shutil.rmtree(directory)
+
+
+def test_gemma_configs_read_their_gelu_and_tying_and_refuse_what_gemma_1_lacks():
+    """Hugging Face Gemma configs: "gelu" in hidden_act is the tanh GELU Gemma was trained with,
+    embeddings are tied unless said otherwise, and the config implies the embedding scale and
+    the norms' offset."""
+    hf = {
+        "model_type": "gemma",
+        "vocab_size": 64,
+        "num_hidden_layers": 2,
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "intermediate_size": 48,
+        "hidden_act": "gelu",
+    }
+    config = LlamaConfig.from_hf_config(hf)
+    assert config.hidden_activation == "gelu_pytorch_tanh" and config.tie_word_embeddings
+    assert config.embedding_scale == np.sqrt(32.0) and config.norm_offset == 1.0
+    written = config.to_hf_config()
+    assert written["architectures"] == ["GemmaForCausalLM"]
+    assert written["hidden_activation"] == "gelu_pytorch_tanh" and "sliding_window" not in written
+    assert LlamaConfig.from_hf_config(written) == config
+    llama = LlamaConfig.from_hf_config({**hf, "model_type": "llama", "hidden_act": "silu"})
+    assert (llama.embedding_scale, llama.norm_offset, llama.tie_word_embeddings) == (None, 0, False)
+    with pytest.raises(CheckpointError, match="GeGLU"):
+        LlamaConfig.from_hf_config({**hf, "hidden_activation": "silu"})
+    with pytest.raises(CheckpointError, match="no sliding window"):
+        dataclasses.replace(config, sliding_window=8)

@@ -31,6 +31,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
       attention: A scalar `AttentionSpec` or a dict of its fields.
       activation: The gate's activation ("silu" by default).
       layer_norm_epsilon: Epsilon of both RMSNorms.
+      norm_scale_offset: 0, or 1 for norms scaling by `1 + w` (Gemma).
       attention_bias: Whether the query/key/value projections have biases
         (Qwen2); the output projection has none.
       query_key_norm: Whether queries and keys get a per-head RMSNorm before
@@ -67,6 +68,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         attention: AttentionSpec | Mapping[str, Any],
         activation: Any = "silu",
         layer_norm_epsilon: float = 1e-6,
+        norm_scale_offset: float = 0.0,
         attention_bias: bool = False,
         query_key_norm: bool = False,
         dropout: float = 0.0,
@@ -86,6 +88,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         self.attention = spec
         self.activation = get_activation(activation)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.norm_scale_offset = float(norm_scale_offset)
         self.attention_bias = bool(attention_bias)
         self.query_key_norm = bool(query_key_norm)
         self.dropout = float(dropout)
@@ -119,11 +122,17 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         width = inputs_shape[-1]
         self._self_attention_layer.build(query_shape=inputs_shape, value_shape=inputs_shape)
         self._self_attention_layer_norm = RMSNorm(
-            self.layer_norm_epsilon, dtype=self.dtype_policy, name="self_attention_layer_norm"
+            self.layer_norm_epsilon,
+            self.norm_scale_offset,
+            dtype=self.dtype_policy,
+            name="self_attention_layer_norm",
         )
         self._self_attention_layer_norm.build(inputs_shape)
         self._feedforward_layer_norm = RMSNorm(
-            self.layer_norm_epsilon, dtype=self.dtype_policy, name="feedforward_layer_norm"
+            self.layer_norm_epsilon,
+            self.norm_scale_offset,
+            dtype=self.dtype_policy,
+            name="feedforward_layer_norm",
         )
         self._feedforward_layer_norm.build(inputs_shape)
         self._feedforward_gate_dense = self._dense(self.intermediate_dim, "feedforward_gate_dense")
@@ -171,6 +180,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
                 "attention": self.attention.to_dict(),
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "norm_scale_offset": self.norm_scale_offset,
                 "attention_bias": self.attention_bias,
                 "query_key_norm": self.query_key_norm,
                 "dropout": self.dropout,

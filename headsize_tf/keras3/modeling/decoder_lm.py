@@ -16,7 +16,7 @@ from headsize_tf.keras3.modeling.rms_norm import RMSNorm
 
 @keras.saving.register_keras_serializable(package="headsize_tf_keras3")
 class DecoderLM(GenerationMixin, keras.Model):
-    """A Llama-family causal language model (Llama, Mistral, Qwen2, Qwen3, SmolLM) on Keras 3.
+    """A Llama-family causal language model (Llama, Mistral, Qwen2, Qwen3, Gemma, SmolLM) on Keras 3.
 
     Token embeddings, `num_layers` `DecoderBlock`s (pre-RMSNorm attention and
     gated feed-forward), a final RMSNorm and logits through the tied
@@ -42,6 +42,8 @@ class DecoderLM(GenerationMixin, keras.Model):
         rounded up to a multiple of 8).
       max_sequence_length: Positions the model serves (the longest input).
       layer_norm_epsilon: Epsilon of every RMSNorm.
+      norm_scale_offset: 0, or 1 for RMSNorms scaling by `1 + w` with `w`
+        stored (Gemma's, as its checkpoints hold them).
       activation: The gate's activation: "silu" (SwiGLU) or
         "gelu_approximate" (GeGLU).
       tie_word_embeddings: Logits through the token embedding (True) or an
@@ -50,6 +52,9 @@ class DecoderLM(GenerationMixin, keras.Model):
       query_key_norm: Per-head RMSNorm of queries and keys (Qwen3).
       sliding_window: None, or each position attends to the last
         `sliding_window` positions only (Mistral).
+      embedding_scale: None, or a factor the token embeddings are
+        multiplied by on the way in, not on the tied way out (Gemma:
+        sqrt(hidden_dim)).
       dropout: Dropout of attention probabilities and residual branches.
       initializer_range: Stddev of the truncated-normal initializers.
       tokenizer: Optional tokenizer (`tokenize`, `detokenize`,
@@ -88,11 +93,13 @@ class DecoderLM(GenerationMixin, keras.Model):
         intermediate_dim: int | None = None,
         max_sequence_length: int = 2048,
         layer_norm_epsilon: float = 1e-6,
+        norm_scale_offset: float = 0.0,
         activation: Any = "silu",
         tie_word_embeddings: bool = True,
         attention_bias: bool = False,
         query_key_norm: bool = False,
         sliding_window: int | None = None,
+        embedding_scale: float | None = None,
         dropout: float = 0.0,
         initializer_range: float = 0.02,
         tokenizer: Any = None,
@@ -114,6 +121,12 @@ class DecoderLM(GenerationMixin, keras.Model):
         check_positive_int("intermediate_dim", intermediate_dim)
         if sliding_window is not None:
             check_positive_int("sliding_window", sliding_window)
+        if embedding_scale is not None:
+            if isinstance(embedding_scale, bool) or not float(embedding_scale) > 0:
+                raise ValueError(
+                    f"embedding_scale must be a positive number or None; got {embedding_scale!r}."
+                )
+            embedding_scale = float(embedding_scale)
         spec = AttentionSpec.coerce(
             attention
             if attention is not None
@@ -142,6 +155,7 @@ class DecoderLM(GenerationMixin, keras.Model):
                 layer_specs[i],
                 activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
+                norm_scale_offset=norm_scale_offset,
                 attention_bias=attention_bias,
                 query_key_norm=query_key_norm,
                 dropout=dropout,
@@ -151,7 +165,9 @@ class DecoderLM(GenerationMixin, keras.Model):
             )
             for i in range(num_layers)
         ]
-        self.final_norm = RMSNorm(layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+        self.final_norm = RMSNorm(
+            layer_norm_epsilon, norm_scale_offset, dtype=self.dtype_policy, name="final_norm"
+        )
         self.lm_head = None
         if not tie_word_embeddings:
             self.lm_head = keras.layers.Dense(
@@ -169,11 +185,13 @@ class DecoderLM(GenerationMixin, keras.Model):
         self.intermediate_dim = intermediate_dim
         self.max_sequence_length = max_sequence_length
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.norm_scale_offset = self.final_norm.scale_offset
         self.activation = activation
         self.tie_word_embeddings = bool(tie_word_embeddings)
         self.attention_bias = bool(attention_bias)
         self.query_key_norm = bool(query_key_norm)
         self.sliding_window = sliding_window
+        self.embedding_scale = embedding_scale
         self.dropout = float(dropout)
         self.initializer_range = float(initializer_range)
         self.tokenizer = tokenizer
@@ -208,7 +226,10 @@ class DecoderLM(GenerationMixin, keras.Model):
 
     # -------------------------------------------------------------- forward
     def _embed(self, token_ids: Any, start: Any) -> Any:
-        return self.token_embedding(token_ids)
+        x = self.token_embedding(token_ids)
+        if self.embedding_scale is None:
+            return x
+        return ops.multiply(x, ops.cast(self.embedding_scale, x.dtype))
 
     def call(self, token_ids, training=None):
         padding_mask = None
@@ -216,7 +237,7 @@ class DecoderLM(GenerationMixin, keras.Model):
             padding_mask = token_ids.get("padding_mask")
             token_ids = token_ids["token_ids"]
         token_ids = ops.convert_to_tensor(token_ids, "int32")
-        x = self.token_embedding(token_ids)
+        x = self._embed(token_ids, 0)
         mask = None
         if padding_mask is not None or self.sliding_window is not None:
             batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
@@ -243,6 +264,7 @@ class DecoderLM(GenerationMixin, keras.Model):
                 "intermediate_dim": self.intermediate_dim,
                 "max_sequence_length": self.max_sequence_length,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "norm_scale_offset": self.norm_scale_offset,
                 "activation": self.activation
                 if isinstance(self.activation, str)
                 else keras.activations.serialize(self.activation),
@@ -250,6 +272,7 @@ class DecoderLM(GenerationMixin, keras.Model):
                 "attention_bias": self.attention_bias,
                 "query_key_norm": self.query_key_norm,
                 "sliding_window": self.sliding_window,
+                "embedding_scale": self.embedding_scale,
                 "dropout": self.dropout,
                 "initializer_range": self.initializer_range,
                 "tokenizer": None

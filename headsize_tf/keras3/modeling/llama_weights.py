@@ -10,7 +10,10 @@ full RoPE; a latent or collaborative model is `.keras` or SavedModel only).
 Weight layout: Hugging Face's `[out, in]` matrices become Keras kernels
 `[in, out]`, reshaped per head: query `[d, h, p]`, key / value `[d, G, p]`
 (grouped) or `[d, h, p]` (multi-head), output `[h, p, d]`. A grouped value
-bias `[G, p]` becomes the layer's per-query-head `[h, p]`.
+bias `[G, p]` becomes the layer's per-query-head `[h, p]`. Gemma's RMSNorm
+weights are offsets (`LlamaConfig.norm_offset`), which the model's norms
+keep as they are (`norm_scale_offset=1`: they scale by `1 + w`); its
+embeddings are scaled by `LlamaConfig.embedding_scale`.
 """
 
 from __future__ import annotations
@@ -46,11 +49,13 @@ def decoder_config(config: LlamaConfig) -> dict[str, Any]:
         "intermediate_dim": config.intermediate_dim,
         "max_sequence_length": config.max_sequence_length,
         "layer_norm_epsilon": config.rms_norm_epsilon,
+        "norm_scale_offset": config.norm_offset,
         "activation": "silu" if config.hidden_activation == "silu" else "gelu_approximate",
         "tie_word_embeddings": config.tie_word_embeddings,
         "attention_bias": config.attention_bias,
         "query_key_norm": config.qk_norm,
         "sliding_window": config.sliding_window,
+        "embedding_scale": config.embedding_scale,
     }
 
 
@@ -129,8 +134,9 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         head count per model (pruned models with per-layer heads, latent and
         collaborative attention have no Llama-family form).
       model_type: The Hugging Face `model_type` to write ("llama",
-        "mistral", "qwen2" or "qwen3"; it must agree with the model's
-        options: biases for qwen2, query-key norm for qwen3).
+        "mistral", "qwen2", "qwen3" or "gemma"; it must agree with the
+        model's options: biases for qwen2, query-key norm for qwen3, an
+        embedding scale of sqrt(width) and GeGLU for gemma).
 
     Raises:
       CheckpointError: naming what the checkpoint format cannot hold.
@@ -147,6 +153,16 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
     h, p = first.num_heads, first.head_size
     g = getattr(first, "num_kv_heads", h)
     tokenizer = lm.tokenizer
+    wanted_scale = float(np.sqrt(lm.hidden_dim)) if model_type == "gemma" else None
+    scale = lm.embedding_scale
+    if (scale is None) != (wanted_scale is None) or (
+        scale is not None and not np.isclose(scale, wanted_scale)
+    ):
+        hint = "; a Gemma model is written as model_type 'gemma'" if model_type != "gemma" else ""
+        raise CheckpointError(
+            f"model_type {model_type!r} scales the token embeddings by {wanted_scale}; this "
+            f"DecoderLM scales them by {scale}{hint}."
+        )
     config = LlamaConfig(
         model_type=model_type,
         vocabulary_size=lm.vocabulary_size,
@@ -168,6 +184,11 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )
+    if lm.norm_scale_offset != config.norm_offset:
+        raise CheckpointError(
+            f"model_type {model_type!r} stores RMSNorm scales with offset {config.norm_offset:g}; "
+            f"this DecoderLM's norms have offset {lm.norm_scale_offset:g}."
+        )
     w: dict[str, np.ndarray] = {"model.embed_tokens.weight": _np(lm.token_embedding.embeddings)}
     for i, (block, attention) in enumerate(zip(lm.transformer_layers, layers, strict=True)):
         gates = _np(attention.head_gates)

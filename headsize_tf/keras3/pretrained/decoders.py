@@ -7,8 +7,8 @@
   sha256, cached);
 * a `.gguf` file (llama.cpp's format, architecture "llama");
 * a local Hugging Face directory (`config.json`, `model.safetensors`,
-  `tokenizer.json`; model types llama, mistral, qwen2, qwen3);
-* a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3);
+  `tokenizer.json`; model types llama, mistral, qwen2, qwen3, gemma);
+* a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3, Gemma);
 * a `.keras` file of a `DecoderLM` (pruned, converted, fine-tuned).
 
 `save_decoder(lm, path, format)` writes `.keras` (any model), a Hugging
@@ -144,8 +144,8 @@ def save_decoder(
     lm: DecoderLM,
     path: str | os.PathLike,
     format: str = "keras",
-    model_type: str = "llama",
-    backbone_class: str = "Llama3Backbone",
+    model_type: str | None = None,
+    backbone_class: str | None = None,
 ) -> pathlib.Path:
     """Writes `lm` as a `.keras` file, a Hugging Face directory or a keras-hub preset (atomically).
 
@@ -153,8 +153,11 @@ def save_decoder(
       lm: The model.
       path: The `.keras` file or the directory to write.
       format: "keras", "hf" or "keras_hub".
-      model_type: The Hugging Face `model_type` ("hf").
-      backbone_class: keras-hub's backbone class ("keras_hub").
+      model_type: The Hugging Face `model_type` ("hf"); None: "gemma" for a
+        model with an embedding scale (Gemma's), else "llama".
+      backbone_class: keras-hub's backbone class ("keras_hub"); None:
+        "GemmaBackbone" for a model with an embedding scale, else
+        "Llama3Backbone".
 
     Raises:
       CheckpointError: the format cannot hold the model (latent or
@@ -163,6 +166,9 @@ def save_decoder(
     if format not in SAVE_FORMATS:
         raise CheckpointError(f"Unknown save format {format!r}; expected one of {SAVE_FORMATS}.")
     path = pathlib.Path(path)
+    gemma = getattr(lm, "embedding_scale", None) is not None
+    model_type = model_type or ("gemma" if gemma else "llama")
+    backbone_class = backbone_class or ("GemmaBackbone" if gemma else "Llama3Backbone")
     if format == "keras":
         if path.suffix != ".keras":
             raise CheckpointError(f"A Keras model file ends in .keras; got {path}.")

@@ -1,15 +1,16 @@
 """keras-hub's Llama-family decoders <-> the library's `DecoderLM`.
 
 keras-hub ships Llama, Llama3 (SmolLM 1/2 load as Llama3), Mistral, Qwen
-(2) and Qwen3 as backbones whose attention is `EinsumDense` kernels (query
-`[d, h, p]`, key / value `[d, G, p]`, output `[h, p, d]`), not stock
+(2), Qwen3 and Gemma as backbones whose attention is `EinsumDense` kernels
+(query `[d, h, p]`, key / value `[d, G, p]`, output `[h, p, d]`; Gemma's query
+and key / value head-first, `[h, d, p]` and `[G, d, p]`), not stock
 `MultiHeadAttention`. Each family of `DECODER_FAMILIES` says how its config
 and weights read into the framework-neutral
 `headsize_tf.core.llama_checkpoint.LlamaCheckpoint`, which
 `headsize_tf.keras3.modeling.llama_weights` turns into a `DecoderLM` (and back), so
 every format shares one mapping onto the model. Families whose computation
-the library does not build yet (Gemma's post-norms, soft-caps and query
-scaling, ...) are refused by name with what is missing.
+the library does not build yet (Gemma 2's post-norms and soft-caps, Gemma 3,
+...) are refused by name with what is missing.
 """
 
 from __future__ import annotations
@@ -63,12 +64,11 @@ DECODER_FAMILIES: dict[str, DecoderFamily] = {
         DecoderFamily("mistral", "MistralBackbone", "MistralCausalLM"),
         DecoderFamily("qwen2", "QwenBackbone", "QwenCausalLM", attention_bias=True),
         DecoderFamily("qwen3", "Qwen3Backbone", "Qwen3CausalLM", qk_norm=True),
+        DecoderFamily("gemma", "GemmaBackbone", "GemmaCausalLM"),
     )
 }
 # Families the library cannot compute yet, and what they need.
 REFUSED_FAMILIES = {
-    "GemmaBackbone": "post-attention and post-feed-forward norms, an embedding scaled by "
-    "sqrt(width), query scaling by query_head_dim_normalize",
     "Gemma3Backbone": "post-norms, attention logit soft-capping, query scaling, local and "
     "global RoPE bases per layer, per-head query/key norms with (1 + scale)",
     "Gemma4Backbone": "Gemma 3's features and per-layer embeddings",
@@ -76,6 +76,16 @@ REFUSED_FAMILIES = {
     "FalconBackbone": "parallel attention and feed-forward, LayerNorm and ALiBi positions",
     "SmolLM3Backbone": "layers without RoPE (NoPE every fourth layer)",
 }
+# GemmaBackbone's Gemma 2 options (config key, its Gemma 1 value, what it needs): Gemma 1
+# loads, a Gemma 2 config is refused naming these.
+GEMMA2_OPTIONS = (
+    ("use_post_attention_norm", False, "post-attention norms"),
+    ("use_post_ffw_norm", False, "post-feed-forward norms"),
+    ("attention_logit_soft_cap", None, "attention logit soft-capping"),
+    ("final_logit_soft_cap", None, "final logit soft-capping"),
+    ("use_sliding_window_attention", False, "local (sliding-window) layers between global ones"),
+    ("query_head_dim_normalize", True, "queries scaled by width / heads, not the head size"),
+)
 
 
 def supported_decoders() -> str:
@@ -124,12 +134,50 @@ def _rope_scaling(family: DecoderFamily, config: Mapping[str, Any]) -> dict[str,
     return None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
 
 
+def _check_gemma(config: Mapping[str, Any]) -> None:
+    """Refuses a GemmaBackbone config with Gemma 2's options, naming what they need."""
+    needs = [
+        f"{need} ({key}={config.get(key)!r})"
+        for key, gemma1, need in GEMMA2_OPTIONS
+        if config.get(key, gemma1) != gemma1
+    ]
+    if needs:
+        raise CheckpointError(
+            f"keras-hub's GemmaBackbone with Gemma 2's options is not supported yet: it needs "
+            f"{', '.join(needs)}; Gemma 1 (2B, 7B) loads."
+        )
+
+
+def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int) -> LlamaConfig:
+    _check_gemma(config)
+    return LlamaConfig(
+        model_type="gemma",
+        vocabulary_size=int(config["vocabulary_size"]),
+        num_layers=int(config["num_layers"]),
+        hidden_dim=int(config["hidden_dim"]),
+        num_query_heads=int(config["num_query_heads"]),
+        num_key_value_heads=int(config["num_key_value_heads"]),
+        # keras-hub's Gemma counts both gated halves of the feed-forward.
+        intermediate_dim=int(config["intermediate_dim"]) // 2,
+        head_dim=int(config["head_dim"]),
+        rope_max_wavelength=10000.0,  # GemmaAttention's fixed base.
+        rms_norm_epsilon=float(config.get("layer_norm_epsilon", 1e-6)),
+        tie_word_embeddings=tie,
+        max_sequence_length=int(max_sequence_length),
+        hidden_activation="gelu_pytorch_tanh",
+    )
+
+
 def llama_config_of(
     backbone: Any, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
 ) -> LlamaConfig:
     """The `LlamaConfig` of a keras-hub decoder backbone."""
     family = family_of(backbone)
     config = backbone.get_config()
+    # keras-hub's Llama configs omit `tie_word_embeddings`: read the embedding layer.
+    tie = getattr(backbone.token_embedding, "tie_weights", False)
+    if family.model_type == "gemma":
+        return _gemma_config(config, bool(tie), max_sequence_length)
     heads = int(config["num_query_heads"])
     window = None
     if family.backbone_class == "MistralBackbone":
@@ -140,8 +188,6 @@ def llama_config_of(
         window = config.get("sliding_window_size")
     if window is not None and int(window) >= max_sequence_length:
         window = None  # A window as long as every sequence masks nothing.
-    # keras-hub's Llama configs omit `tie_word_embeddings`: read the embedding layer.
-    tie = getattr(backbone.token_embedding, "tie_weights", False)
     return LlamaConfig(
         model_type=family.model_type,
         vocabulary_size=int(config["vocabulary_size"]),
@@ -171,31 +217,58 @@ def _hub_blocks(backbone: Any):
         yield block, block._self_attention_layer
 
 
+def _llama_block_weights(block: Any, config: LlamaConfig) -> dict[str, np.ndarray]:
+    """One Llama-family keras-hub block's weights under Hugging Face's names (no prefix)."""
+    d, attention = config.hidden_dim, block._self_attention_layer
+    w: dict[str, np.ndarray] = {}
+    for role, name in (("q", "_query_dense"), ("k", "_key_dense"), ("v", "_value_dense")):
+        dense = getattr(attention, name)
+        w[f"self_attn.{role}_proj.weight"] = _np(dense.kernel).reshape(d, -1).T
+        if config.attention_bias:
+            w[f"self_attn.{role}_proj.bias"] = _np(dense.bias).reshape(-1)
+    w["self_attn.o_proj.weight"] = _np(attention._output_dense.kernel).reshape(-1, d).T
+    if config.qk_norm:
+        w["self_attn.q_norm.weight"] = _np(attention._query_dense_layer_norm.scale)
+        w["self_attn.k_norm.weight"] = _np(attention._key_dense_layer_norm.scale)
+    w["input_layernorm.weight"] = _np(block._self_attention_layernorm.scale)
+    w["post_attention_layernorm.weight"] = _np(block._feedforward_layernorm.scale)
+    w["mlp.gate_proj.weight"] = _np(block._feedforward_gate_dense.kernel).T
+    w["mlp.up_proj.weight"] = _np(block._feedforward_intermediate_dense.kernel).T
+    w["mlp.down_proj.weight"] = _np(block._feedforward_output_dense.kernel).T
+    return w
+
+
+def _gemma_block_weights(block: Any, config: LlamaConfig) -> dict[str, np.ndarray]:
+    """One keras-hub Gemma block's weights under Hugging Face's names (norms stay offsets)."""
+    d, attention = config.hidden_dim, block.attention
+    w: dict[str, np.ndarray] = {}
+    for role, dense in (
+        ("q", attention.query_dense),
+        ("k", attention.key_dense),
+        ("v", attention.value_dense),
+    ):
+        # Head-first [heads, d, p] -> [heads * p, d].
+        w[f"self_attn.{role}_proj.weight"] = _np(dense.kernel).transpose(0, 2, 1).reshape(-1, d)
+    w["self_attn.o_proj.weight"] = _np(attention.output_dense.kernel).reshape(-1, d).T
+    w["input_layernorm.weight"] = _np(block.pre_attention_norm.scale)
+    w["post_attention_layernorm.weight"] = _np(block.pre_ffw_norm.scale)
+    w["mlp.gate_proj.weight"] = _np(block.gating_ffw.kernel).T
+    w["mlp.up_proj.weight"] = _np(block.gating_ffw_2.kernel).T
+    w["mlp.down_proj.weight"] = _np(block.ffw_linear.kernel).T
+    return w
+
+
 def checkpoint_from_hub(
     backbone: Any, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
 ) -> LlamaCheckpoint:
     """A keras-hub decoder backbone's weights as a `LlamaCheckpoint` (Hugging Face names)."""
     config = llama_config_of(backbone, max_sequence_length)
-    d = config.hidden_dim
+    read = _gemma_block_weights if config.model_type == "gemma" else _llama_block_weights
     w: dict[str, np.ndarray] = {
         "model.embed_tokens.weight": _np(backbone.token_embedding.embeddings)
     }
-    for i, (block, attention) in enumerate(_hub_blocks(backbone)):
-        prefix = f"model.layers.{i}."
-        for role, name in (("q", "_query_dense"), ("k", "_key_dense"), ("v", "_value_dense")):
-            dense = getattr(attention, name)
-            w[prefix + f"self_attn.{role}_proj.weight"] = _np(dense.kernel).reshape(d, -1).T
-            if config.attention_bias:
-                w[prefix + f"self_attn.{role}_proj.bias"] = _np(dense.bias).reshape(-1)
-        w[prefix + "self_attn.o_proj.weight"] = _np(attention._output_dense.kernel).reshape(-1, d).T
-        if config.qk_norm:
-            w[prefix + "self_attn.q_norm.weight"] = _np(attention._query_dense_layer_norm.scale)
-            w[prefix + "self_attn.k_norm.weight"] = _np(attention._key_dense_layer_norm.scale)
-        w[prefix + "input_layernorm.weight"] = _np(block._self_attention_layernorm.scale)
-        w[prefix + "post_attention_layernorm.weight"] = _np(block._feedforward_layernorm.scale)
-        w[prefix + "mlp.gate_proj.weight"] = _np(block._feedforward_gate_dense.kernel).T
-        w[prefix + "mlp.up_proj.weight"] = _np(block._feedforward_intermediate_dense.kernel).T
-        w[prefix + "mlp.down_proj.weight"] = _np(block._feedforward_output_dense.kernel).T
+    for i, block in enumerate(backbone.transformer_layers):
+        w.update({f"model.layers.{i}.{name}": v for name, v in read(block, config).items()})
     w["model.norm.weight"] = _np(backbone.layer_norm.scale)
     if not config.tie_word_embeddings:
         w["lm_head.weight"] = _np(backbone.token_embedding.reverse_embeddings).T
@@ -218,6 +291,8 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
             f"keras-hub's {backbone_class} has attention_bias={family.attention_bias} and "
             f"qk_norm={family.qk_norm}; the model has {config.attention_bias} and {config.qk_norm}."
         )
+    if family.model_type == "gemma":
+        return _gemma_backbone(checkpoint)
     d, h = config.hidden_dim, config.num_query_heads
     kwargs: dict[str, Any] = {
         "vocabulary_size": config.vocabulary_size,
@@ -301,6 +376,52 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
     if not backbone.token_embedding.tie_weights:
         head = w["model.embed_tokens.weight"] if config.tie_word_embeddings else w["lm_head.weight"]
         backbone.token_embedding.reverse_embeddings.assign(head.T)
+    return backbone
+
+
+def _gemma_backbone(checkpoint: LlamaCheckpoint) -> Any:
+    """A keras-hub `GemmaBackbone` (Gemma 1) holding a Gemma checkpoint's weights."""
+    keras_hub = require_keras_hub()
+    config = checkpoint.config
+    why = None
+    if not config.tie_word_embeddings:
+        why = "untied output embeddings"
+    elif config.rope_max_wavelength != 10000.0 or config.rope_scaling is not None:
+        why = f"RoPE base {config.rope_max_wavelength:g} with scaling {config.rope_scaling}"
+    if why:
+        raise CheckpointError(
+            f"keras-hub's GemmaBackbone (RoPE base 10000, tied) cannot hold {why}."
+        )
+    h, g = config.num_query_heads, config.num_key_value_heads
+    backbone = keras_hub.models.GemmaBackbone(
+        vocabulary_size=config.vocabulary_size,
+        num_layers=config.num_layers,
+        num_query_heads=h,
+        num_key_value_heads=g,
+        hidden_dim=config.hidden_dim,
+        intermediate_dim=2 * config.intermediate_dim,
+        head_dim=config.head_dim,
+        layer_norm_epsilon=config.rms_norm_epsilon,
+    )
+    w = checkpoint.weights
+    backbone.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
+    for i, block in enumerate(backbone.transformer_layers):
+        prefix, attention = f"model.layers.{i}.", block.attention
+        for role, dense, heads in (
+            ("q", attention.query_dense, h),
+            ("k", attention.key_dense, g),
+            ("v", attention.value_dense, g),
+        ):
+            matrix = w[prefix + f"self_attn.{role}_proj.weight"]  # [heads * p, d]
+            dense.kernel.assign(matrix.reshape(heads, -1, config.hidden_dim).transpose(0, 2, 1))
+        output = w[prefix + "self_attn.o_proj.weight"]  # [d, h p]
+        attention.output_dense.kernel.assign(output.T.reshape(h, -1, config.hidden_dim))
+        block.pre_attention_norm.scale.assign(w[prefix + "input_layernorm.weight"])
+        block.pre_ffw_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
+        block.gating_ffw.kernel.assign(w[prefix + "mlp.gate_proj.weight"].T)
+        block.gating_ffw_2.kernel.assign(w[prefix + "mlp.up_proj.weight"].T)
+        block.ffw_linear.kernel.assign(w[prefix + "mlp.down_proj.weight"].T)
+    backbone.layer_norm.scale.assign(w["model.norm.weight"])
     return backbone
 
 

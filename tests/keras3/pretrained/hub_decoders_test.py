@@ -9,6 +9,8 @@ checkpoint cannot hold (pruned, latent, head-masked), are refused by name.
 
 from __future__ import annotations
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -16,16 +18,30 @@ import pytest
 keras_hub = pytest.importorskip("keras_hub")
 
 from headsize_tf.core.errors import CheckpointError  # noqa: E402
+from headsize_tf.data.hf_llama_dir import read_hf_llama_dir  # noqa: E402
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM  # noqa: E402
-from headsize_tf.keras3.modeling.llama_weights import checkpoint_from_decoder  # noqa: E402
+from headsize_tf.keras3.modeling.llama_weights import (  # noqa: E402
+    checkpoint_from_decoder,
+    decoder_from_checkpoint,
+)
+from headsize_tf.keras3.pretrained.decoders import (  # noqa: E402
+    load_decoder,
+    save_decoder,
+    tokenizer_of,
+)
 from headsize_tf.keras3.pretrained.hub_decoders import (  # noqa: E402
     REFUSED_FAMILIES,
+    checkpoint_from_hub,
     family_of_class,
     import_hub_decoder,
     load_hub_decoder,
     save_hub_decoder,
 )
+from headsize_tf.keras3.reparam.kv_compress import KVPlan, compress_kv  # noqa: E402
+from tests.data.llama_files_test import tokenizer_json as tokenizer_json_fixture  # noqa: E402
+from tests.data.llama_files_test import vocab_and_merges  # noqa: E402
 
+tokenizer_json = tokenizer_json_fixture  # A tiny byte-level BPE (for Hugging Face directories).
 VOCAB = 97
 SIZE = dict(
     vocabulary_size=VOCAB,
@@ -55,6 +71,10 @@ FAMILIES = {
     "mistral_window": ("MistralBackbone", dict(sliding_window=4), {"sliding_window": 4}),
     "qwen2": ("QwenBackbone", {}, {"attention_bias": True}),
     "qwen3_head_dim": ("Qwen3Backbone", dict(head_dim=10), {"query_key_norm": True, "head": 10}),
+    # Gemma 1: heads of 16 at width 48 (Gemma 7B's heads are wider than width / heads too),
+    # and multi-query attention (Gemma 2B's one key/value head).
+    "gemma": ("GemmaBackbone", dict(head_dim=16, num_key_value_heads=6), {"head": 16}),
+    "gemma_mqa": ("GemmaBackbone", dict(head_dim=16, num_key_value_heads=1), {"head": 16}),
 }
 # Logits agree to float32 rounding: max |diff| <= TOLERANCE * max(1, max |logit|) (measured:
 # 5.3e-6 at a largest logit of 5.2, i.e. 0.1 of the bound, on TensorFlow and JAX).
@@ -65,6 +85,15 @@ TOLERANCE = 1e-5
 # epsilon (1e-6 here) as Hugging Face's Qwen3 does; with 1e-5 in both the difference is 3.9e-6.
 # The bound is the measured relative difference times 3.
 QWEN3_TOLERANCE = 2.5e-5
+
+
+def _size(backbone_class: str) -> dict:
+    """SIZE, less what a family sets itself (Gemma: its RoPE base is fixed at 10000)."""
+    if backbone_class == "GemmaBackbone":
+        return {
+            k: v for k, v in SIZE.items() if k not in ("rope_max_wavelength", "num_key_value_heads")
+        }
+    return SIZE
 
 
 def _np(x) -> np.ndarray:
@@ -79,7 +108,7 @@ def hub_logits(backbone, ids: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("case", list(FAMILIES))
 def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
     backbone_class, options, expected = FAMILIES[case]
-    backbone = getattr(keras_hub.models, backbone_class)(**SIZE, **options)
+    backbone = getattr(keras_hub.models, backbone_class)(**_size(backbone_class), **options)
     rng = np.random.default_rng(0)
     for v in backbone.weights:
         noise = rng.normal(0, 0.2, v.shape).astype("float32")
@@ -94,9 +123,12 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
         backbone.save_to_preset(str(tmp_path / "hub"))
         lm = load_hub_decoder(tmp_path / "hub")
     assert isinstance(lm, DecoderLM)
+    gemma = backbone_class == "GemmaBackbone"
     assert lm.tie_word_embeddings == options.get(
-        "tie_word_embeddings", backbone_class.startswith("Qwen")
+        "tie_word_embeddings", backbone_class.startswith("Qwen") or gemma
     )
+    # Gemma scales its token embeddings by sqrt(width) on the way in.
+    assert lm.embedding_scale == (np.sqrt(48.0) if gemma else None)
     if "sliding_window" in expected:
         assert lm.sliding_window == expected["sliding_window"]
     else:  # None, or a window no narrower than every sequence the model serves.
@@ -123,7 +155,11 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
 
 @pytest.mark.parametrize(
     "name, missing",
-    [("GemmaBackbone", "post"), ("Gemma3Backbone", "soft-capping"), ("Phi3Backbone", "LongRoPE")],
+    [
+        ("Gemma3Backbone", "soft-capping"),
+        ("Gemma4Backbone", "per-layer embeddings"),
+        ("Phi3Backbone", "LongRoPE"),
+    ],
 )
 def test_unsupported_families_are_refused_with_what_they_need(name, missing):
     assert name in REFUSED_FAMILIES
@@ -133,6 +169,59 @@ def test_unsupported_families_are_refused_with_what_they_need(name, missing):
     assert name in message and "Llama3Backbone" in message and "\n" not in message
     with pytest.raises(CheckpointError, match="not a supported decoder"):
         family_of_class("BertBackbone")
+
+
+def test_gemma2_options_are_refused_by_name_and_gemma_writes_only_as_gemma(tmp_path):
+    """A GemmaBackbone with Gemma 2's options names each; a Gemma DecoderLM is no Llama."""
+    gemma2 = keras_hub.models.GemmaBackbone(
+        **_size("GemmaBackbone"),
+        num_key_value_heads=2,
+        head_dim=8,
+        use_post_ffw_norm=True,
+        use_post_attention_norm=True,
+        final_logit_soft_cap=30.0,
+    )
+    with pytest.raises(CheckpointError) as error:
+        import_hub_decoder(gemma2)
+    message = str(error.value)
+    for need in ("post-attention norms", "post-feed-forward norms", "final logit soft-capping"):
+        assert need in message
+    assert "attention logit" not in message and "\n" not in message
+    gemma = keras_hub.models.GemmaBackbone(
+        **_size("GemmaBackbone"), num_key_value_heads=2, head_dim=8
+    )
+    lm = import_hub_decoder(gemma)
+    with pytest.raises(CheckpointError, match="a Gemma model is written as model_type 'gemma'"):
+        checkpoint_from_decoder(lm, "llama")
+    with pytest.raises(CheckpointError, match="scales the token embeddings by"):
+        save_hub_decoder(lm, tmp_path / "llama", "Llama3Backbone")
+
+
+def test_gemma_round_trips_through_a_hugging_face_directory(tmp_path, tokenizer_json):
+    """Written as model_type "gemma" (norms as offsets, GeGLU named), read back with equal logits."""
+    vocab = len(vocab_and_merges(tokenizer_json)[0])
+    size = {**_size("GemmaBackbone"), "vocabulary_size": vocab}
+    backbone = keras_hub.models.GemmaBackbone(**size, num_key_value_heads=1, head_dim=16)
+    rng = np.random.default_rng(3)
+    for v in backbone.weights:
+        v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
+    checkpoint = checkpoint_from_hub(backbone)
+    checkpoint.tokenizer_json = tokenizer_json  # A Hugging Face directory holds a tokenizer.
+    lm = decoder_from_checkpoint(checkpoint, tokenizer=tokenizer_of(checkpoint))
+    ids = rng.integers(0, vocab, (2, 7)).astype("int32")
+    save_decoder(lm, tmp_path / "hf", "hf")  # model_type inferred from the embedding scale
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["model_type"] == "gemma" and config["architectures"] == ["GemmaForCausalLM"]
+    assert config["hidden_activation"] == "gelu_pytorch_tanh" and config["tie_word_embeddings"]
+    checkpoint = read_hf_llama_dir(tmp_path / "hf")
+    # Hugging Face's Gemma norms hold the offset w of the scale 1 + w, as keras-hub's do.
+    np.testing.assert_array_equal(
+        checkpoint.weights["model.layers.1.input_layernorm.weight"],
+        _np(backbone.transformer_layers[1].pre_attention_norm.scale).astype("float32"),
+    )
+    again = load_decoder(tmp_path / "hf")
+    assert again.embedding_scale == lm.embedding_scale and again.activation == "gelu_approximate"
+    np.testing.assert_allclose(_np(again(ids)), hub_logits(backbone, ids), atol=1e-5, rtol=0)
 
 
 def _decoder(attention, **options) -> DecoderLM:
@@ -203,3 +292,32 @@ def test_qwen3_sliding_window_size_is_read():
     # keras-hub's Qwen3 on TensorFlow attends within the window (11 random tokens: logits 6.9
     # away from the windowless model's): the imported DecoderLM keeps it.
     assert import_hub_decoder(backbone).sliding_window == 4
+
+
+def test_a_gemma_model_reloads_decodes_cached_and_converts_to_a_latent_exactly(tmp_path):
+    """Gemma's embedding scale and offset norms survive `.keras`, cached decoding and conversion."""
+    backbone = keras_hub.models.GemmaBackbone(
+        **_size("GemmaBackbone"), num_key_value_heads=1, head_dim=16
+    )
+    rng = np.random.default_rng(4)
+    for v in backbone.weights:
+        v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
+    lm = import_hub_decoder(backbone)
+    ids = rng.integers(0, VOCAB, (2, 6)).astype("int32")
+    logits = _np(lm(ids))
+    save_decoder(lm, tmp_path / "gemma.keras")
+    again = load_decoder(tmp_path / "gemma.keras")
+    assert (again.embedding_scale, again.norm_scale_offset) == (np.sqrt(48.0), 1.0)
+    np.testing.assert_array_equal(_np(again(ids)), logits)
+    # Cached greedy equals greedy on the full forward pass.
+    generated = np.asarray(lm.generate(ids[:, :3], max_new_tokens=3))
+    tokens = ids[:, :3]
+    for _ in range(3):
+        step = np.argmax(_np(lm(tokens))[:, -1], axis=-1).astype("int32")
+        tokens = np.concatenate([tokens, step[:, None]], axis=1)
+    np.testing.assert_array_equal(generated, tokens)
+    # Multi-query K/V (1 head of 16, rotary) as a latent with every rotary pair kept.
+    plan = KVPlan(1.0, rope_strategy="high", rope_pairs=8, calibrated=False)
+    latent, _ = compress_kv(lm, plan)
+    assert latent.attention_spec.kind == "latent"
+    np.testing.assert_allclose(_np(latent(ids)), logits, atol=1e-5 * max(1.0, np.abs(logits).max()))
