@@ -29,8 +29,10 @@ def softmax(
     return probs
 
 
-def multihead(x, y, w, mask=None, gates=None, key=None, fully_masked="uniform"):
+def multihead(x, y, w, mask=None, gates=None, key=None, fully_masked="uniform", soft_cap=None):
     """Standard / fixed-head attention: per-head projections of size p.
+
+    `soft_cap`: the scaled scores become `soft_cap * tanh(scores / soft_cap)` (Gemma 2).
 
     w: dict with wq, wk [d, h, p], wv [d, h, p_v], bq, bk [h, p], bv [h, p_v],
     wo [h, p_v, d_out], bo. `y` is the value and, unless `key` is given, the key.
@@ -42,6 +44,8 @@ def multihead(x, y, w, mask=None, gates=None, key=None, fully_masked="uniform"):
     k = np.einsum("bsd,dhp->bshp", key, w["wk"]) + w["bk"]
     v = np.einsum("bsd,dhp->bshp", y, w["wv"]) + w["bv"]
     scores = np.einsum("bthp,bshp->bhts", q, k) / np.sqrt(p)
+    if soft_cap is not None:
+        scores = soft_cap * np.tanh(scores / soft_cap)
     probs = softmax(scores, mask, fully_masked)
     context = np.einsum("bhts,bshp->bthp", probs, v)
     if gates is not None:

@@ -119,6 +119,7 @@ class GroupedAttention(SharedKVAttentionBase):
         dropout_active = self._dropout > 0 and training is not None and training is not False
         if (
             self._force_einsum
+            or self._logit_soft_cap is not None
             # TensorFlow's op repeats the shared heads (and fails for one): einsums are leaner.
             or keras.backend.backend() == "tensorflow"
             or return_attention_scores

@@ -144,6 +144,10 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         RoPE, with this epsilon (Qwen3).
       use_output_bias: Whether the output projection has a bias (None:
         `use_bias`).
+      logit_soft_cap: None, or a cap `c` on the scaled logits before the
+        mask and softmax, `c * tanh(logits / c)` (Gemma 2). Capped layers
+        take the einsum path: `keras.ops.dot_product_attention`'s own cap is
+        another function on some backends and ignored on others.
       **kwargs: Base layer arguments (`name`, `dtype` policies, ...).
 
     All arguments after `num_heads` (and a subclass's head-size arguments) are
@@ -182,6 +186,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         rope_frequencies: Any = None,
         query_key_norm_epsilon: float | None = None,
         use_output_bias: bool | None = None,
+        logit_soft_cap: float | None = None,
         **kwargs: Any,
     ):
         num_heads, value_dim, dropout, seed = check_attention_args(
@@ -242,6 +247,11 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         if use_output_bias is not None and not isinstance(use_output_bias, bool):
             raise SpecError(f"`use_output_bias` must be None or a bool; got {use_output_bias!r}.")
         self._use_output_bias_arg = use_output_bias
+        if logit_soft_cap is not None and (
+            isinstance(logit_soft_cap, bool) or not float(logit_soft_cap) > 0
+        ):
+            raise SpecError(f"`logit_soft_cap` must be None or > 0; got {logit_soft_cap!r}.")
+        self._logit_soft_cap = None if logit_soft_cap is None else float(logit_soft_cap)
         self._use_output_bias = use_bias if use_output_bias is None else use_output_bias
         self._rope_inverse = None  # [rows, pairs] float32, set in build.
         self._rope_factor = 1.0
@@ -464,6 +474,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         return (
             self._dot_product_scores
             and not self._force_einsum
+            and self._logit_soft_cap is None
             and not return_attention_scores
             and not dropout_active
             and len(query.shape) == 3
@@ -538,6 +549,17 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         dropped = self._dropout_layer(scores, training=training) if self._dropout > 0 else scores
         context = ops.einsum(self._combine_equation, dropped, projected["value"])
         return context, scores
+
+    def _masked_softmax(self, attention_scores: Any, attention_mask: Any = None) -> Any:
+        if self._logit_soft_cap is not None:  # Gemma 2: c * tanh(logits / c), before the mask.
+            cap = ops.cast(self._logit_soft_cap, attention_scores.dtype)
+            attention_scores = ops.multiply(ops.tanh(ops.divide(attention_scores, cap)), cap)
+        return super()._masked_softmax(attention_scores, attention_mask)
+
+    @property
+    def logit_soft_cap(self) -> float | None:
+        """The cap of the attention logits (Gemma 2), or None."""
+        return self._logit_soft_cap
 
     def _fold_gates_into_kernel(self) -> bool:
         dense = self._output_dense
@@ -714,6 +736,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                 "rope_frequencies": _plain(self._rope_frequencies),
                 "query_key_norm_epsilon": self._query_key_norm_epsilon,
                 "use_output_bias": self._use_output_bias_arg,
+                "logit_soft_cap": self._logit_soft_cap,
             }
         )
         return config

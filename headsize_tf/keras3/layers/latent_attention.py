@@ -387,7 +387,7 @@ class LatentAttention(SharedKVAttentionBase):
         value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [h, r, v]
         absorbed = self._multi_query(self._absorbed_query(query, dtype))  # [B, T, h, r + R 2k]
         dropout_active = self._dropout > 0 and training is not None and training is not False
-        if keras.backend.backend() == "jax" and not dropout_active:
+        if keras.backend.backend() == "jax" and not dropout_active and self._logit_soft_cap is None:
             # Multi-query attention over the cache as one key head, also the values (their
             # first r dimensions are the latent's).
             keys = stacked[:, :, None]

@@ -32,6 +32,10 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
       activation: The gate's activation ("silu" by default).
       layer_norm_epsilon: Epsilon of both RMSNorms.
       norm_scale_offset: 0, or 1 for norms scaling by `1 + w` (Gemma).
+      post_norms: Whether the attention and feed-forward outputs are also
+        normalised before their residual adds (Gemma 2's sandwich norms).
+      attention_logit_soft_cap: None, or the attention layer's logit cap
+        (`logit_soft_cap`; Gemma 2).
       attention_bias: Whether the query/key/value projections have biases
         (Qwen2); the output projection has none.
       query_key_norm: Whether queries and keys get a per-head RMSNorm before
@@ -69,6 +73,8 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         activation: Any = "silu",
         layer_norm_epsilon: float = 1e-6,
         norm_scale_offset: float = 0.0,
+        post_norms: bool = False,
+        attention_logit_soft_cap: float | None = None,
         attention_bias: bool = False,
         query_key_norm: bool = False,
         dropout: float = 0.0,
@@ -89,6 +95,10 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         self.activation = get_activation(activation)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.norm_scale_offset = float(norm_scale_offset)
+        self.post_norms = bool(post_norms)
+        self.attention_logit_soft_cap = (
+            None if attention_logit_soft_cap is None else float(attention_logit_soft_cap)
+        )
         self.attention_bias = bool(attention_bias)
         self.query_key_norm = bool(query_key_norm)
         self.dropout = float(dropout)
@@ -99,6 +109,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
             use_bias=self.attention_bias,
             use_output_bias=False,
             query_key_norm_epsilon=self.layer_norm_epsilon if self.query_key_norm else None,
+            logit_soft_cap=self.attention_logit_soft_cap,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="self_attention",
@@ -135,6 +146,19 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
             name="feedforward_layer_norm",
         )
         self._feedforward_layer_norm.build(inputs_shape)
+        self._post_norms = []
+        if self.post_norms:
+            self._post_norms = [
+                RMSNorm(
+                    self.layer_norm_epsilon,
+                    self.norm_scale_offset,
+                    dtype=self.dtype_policy,
+                    name=name,
+                )
+                for name in ("post_attention_layer_norm", "post_feedforward_layer_norm")
+            ]
+            for norm in self._post_norms:
+                norm.build(inputs_shape)
         self._feedforward_gate_dense = self._dense(self.intermediate_dim, "feedforward_gate_dense")
         self._feedforward_gate_dense.build(inputs_shape)
         self._feedforward_intermediate_dense = self._dense(
@@ -160,6 +184,8 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
 
     def _block(self, inputs, attend, training):
         x = attend(self._self_attention_layer_norm(inputs))
+        if self._post_norms:
+            x = self._post_norms[0](x)
         x = ops.add(self._dropout_layer(x, training=training), inputs)
         residual = x
         x = self._feedforward_layer_norm(x)
@@ -167,6 +193,8 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         gate = ops.cast(self.activation(gate), self.compute_dtype)
         x = ops.multiply(self._feedforward_intermediate_dense(x), gate)
         x = self._feedforward_output_dense(x)
+        if self._post_norms:
+            x = self._post_norms[1](x)
         return ops.add(self._dropout_layer(x, training=training), residual)
 
     def compute_output_shape(self, inputs_shape):
@@ -181,6 +209,8 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "norm_scale_offset": self.norm_scale_offset,
+                "post_norms": self.post_norms,
+                "attention_logit_soft_cap": self.attention_logit_soft_cap,
                 "attention_bias": self.attention_bias,
                 "query_key_norm": self.query_key_norm,
                 "dropout": self.dropout,

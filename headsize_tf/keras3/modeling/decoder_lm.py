@@ -55,6 +55,15 @@ class DecoderLM(GenerationMixin, keras.Model):
       embedding_scale: None, or a factor the token embeddings are
         multiplied by on the way in, not on the tied way out (Gemma:
         sqrt(hidden_dim)).
+      sliding_window_layers: None (every layer attends within
+        `sliding_window`), or one bool per layer: which layers are local
+        (Gemma 2: every other one, from the first); the others are global.
+      post_norms: Whether each block also normalises the attention and
+        feed-forward outputs before their residual adds (Gemma 2).
+      attention_logit_soft_cap: None, or the cap `c` of every attention
+        layer's logits, `c * tanh(logits / c)` (Gemma 2: 50).
+      final_logit_soft_cap: None, or the cap of the output logits (Gemma 2:
+        30).
       dropout: Dropout of attention probabilities and residual branches.
       initializer_range: Stddev of the truncated-normal initializers.
       tokenizer: Optional tokenizer (`tokenize`, `detokenize`,
@@ -100,6 +109,10 @@ class DecoderLM(GenerationMixin, keras.Model):
         query_key_norm: bool = False,
         sliding_window: int | None = None,
         embedding_scale: float | None = None,
+        sliding_window_layers: Any = None,
+        post_norms: bool = False,
+        attention_logit_soft_cap: float | None = None,
+        final_logit_soft_cap: float | None = None,
         dropout: float = 0.0,
         initializer_range: float = 0.02,
         tokenizer: Any = None,
@@ -127,6 +140,20 @@ class DecoderLM(GenerationMixin, keras.Model):
                     f"embedding_scale must be a positive number or None; got {embedding_scale!r}."
                 )
             embedding_scale = float(embedding_scale)
+        if sliding_window_layers is not None:
+            sliding_window_layers = [bool(flag) for flag in sliding_window_layers]
+            if len(sliding_window_layers) != num_layers or sliding_window is None:
+                raise ValueError(
+                    f"sliding_window_layers must hold one bool per layer ({num_layers}) beside a "
+                    f"sliding_window; got {sliding_window_layers} with sliding_window="
+                    f"{sliding_window!r}."
+                )
+        for name, cap in (
+            ("attention_logit_soft_cap", attention_logit_soft_cap),
+            ("final_logit_soft_cap", final_logit_soft_cap),
+        ):
+            if cap is not None and (isinstance(cap, bool) or not float(cap) > 0):
+                raise ValueError(f"{name} must be None or > 0; got {cap!r}.")
         spec = AttentionSpec.coerce(
             attention
             if attention is not None
@@ -156,6 +183,8 @@ class DecoderLM(GenerationMixin, keras.Model):
                 activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
                 norm_scale_offset=norm_scale_offset,
+                post_norms=post_norms,
+                attention_logit_soft_cap=attention_logit_soft_cap,
                 attention_bias=attention_bias,
                 query_key_norm=query_key_norm,
                 dropout=dropout,
@@ -192,6 +221,14 @@ class DecoderLM(GenerationMixin, keras.Model):
         self.query_key_norm = bool(query_key_norm)
         self.sliding_window = sliding_window
         self.embedding_scale = embedding_scale
+        self.sliding_window_layers = sliding_window_layers
+        self.post_norms = bool(post_norms)
+        self.attention_logit_soft_cap = (
+            None if attention_logit_soft_cap is None else float(attention_logit_soft_cap)
+        )
+        self.final_logit_soft_cap = (
+            None if final_logit_soft_cap is None else float(final_logit_soft_cap)
+        )
         self.dropout = float(dropout)
         self.initializer_range = float(initializer_range)
         self.tokenizer = tokenizer
@@ -218,11 +255,19 @@ class DecoderLM(GenerationMixin, keras.Model):
         recent = key_positions[None, :] > query_positions[:, None] - self.sliding_window
         return ops.logical_and(ops.cast(mask, "bool"), recent[None])
 
+    def _local_and_global(self, causal: Any, local: Any) -> Any:
+        """One mask for every block, or one per block where only some layers are local."""
+        if self.sliding_window_layers is None:
+            return local
+        return [local if flag else causal for flag in self.sliding_window_layers]
+
     def _prefill_mask(self, batch: Any, prompt: Any) -> Any:
-        return self._window(super()._prefill_mask(batch, prompt), prompt, prompt, 0)
+        causal = super()._prefill_mask(batch, prompt)
+        return self._local_and_global(causal, self._window(causal, prompt, prompt, 0))
 
     def _step_mask(self, batch: Any, length: int, index: Any) -> Any:
-        return self._window(super()._step_mask(batch, length, index), 1, length, index)
+        causal = super()._step_mask(batch, length, index)
+        return self._local_and_global(causal, self._window(causal, 1, length, index))
 
     # -------------------------------------------------------------- forward
     def _embed(self, token_ids: Any, start: Any) -> Any:
@@ -238,20 +283,24 @@ class DecoderLM(GenerationMixin, keras.Model):
             token_ids = token_ids["token_ids"]
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         x = self._embed(token_ids, 0)
-        mask = None
+        masks = [None] * len(self._blocks)
         if padding_mask is not None or self.sliding_window is not None:
             batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
-            mask = self._prefill_mask(batch, length)
+            masks = self._per_block(self._prefill_mask(batch, length))
             if padding_mask is not None:  # Padded keys are masked.
                 keys = ops.cast(ops.convert_to_tensor(padding_mask), "bool")[:, None, :]
-                mask = ops.logical_and(ops.cast(mask, "bool"), keys)
-        for block in self._blocks:
+                masks = [ops.logical_and(ops.cast(mask, "bool"), keys) for mask in masks]
+        for block, mask in zip(self._blocks, masks, strict=True):
             x = block(x, attention_mask=mask, use_causal_mask=mask is None, training=training)
         return self._logits(x)
 
     def _logits(self, x: Any) -> Any:
         x = self.final_norm(x)
-        return self._tied_logits(x) if self.lm_head is None else self.lm_head(x)
+        logits = self._tied_logits(x) if self.lm_head is None else self.lm_head(x)
+        if self.final_logit_soft_cap is None:
+            return logits
+        cap = ops.cast(self.final_logit_soft_cap, logits.dtype)  # Gemma 2: c tanh(logits / c).
+        return ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -273,6 +322,10 @@ class DecoderLM(GenerationMixin, keras.Model):
                 "query_key_norm": self.query_key_norm,
                 "sliding_window": self.sliding_window,
                 "embedding_scale": self.embedding_scale,
+                "sliding_window_layers": self.sliding_window_layers,
+                "post_norms": self.post_norms,
+                "attention_logit_soft_cap": self.attention_logit_soft_cap,
+                "final_logit_soft_cap": self.final_logit_soft_cap,
                 "dropout": self.dropout,
                 "initializer_range": self.initializer_range,
                 "tokenizer": None

@@ -18,7 +18,8 @@ model) and is no model by itself. The class it is mixed into provides:
   and rotate inside attention) and `_logits(x)`: the final norm and the
   output projection;
 * optionally `_prefill_mask` / `_step_mask` (here causal; a sliding window
-  narrows them);
+  narrows them), each one mask for every block or a list of one per block
+  (local and global layers: Gemma 2);
 * `hidden_dim`, `vocabulary_size`, `max_sequence_length` and `tokenizer`
   (None, or a Keras tokenizer layer);
 * `variables` and `dtype_policy` (a Keras model's).
@@ -80,21 +81,26 @@ class GenerationMixin:
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         batch, length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
-        mask = self._prefill_mask(batch, length)
+        masks = self._per_block(self._prefill_mask(batch, length))
         x = self._embed(token_ids, 0)
-        for index, block in enumerate(self._blocks):
+        for index, (block, mask) in enumerate(zip(self._blocks, masks, strict=True)):
             pre_norm = getattr(block, "normalize_first", True)
             yield index, block, block._self_attention_layer_norm(x) if pre_norm else x
             x = block(x, attention_mask=mask)
 
-    def attention_mask(self, length: int) -> Any:
-        """The self-attention mask `[1, length, length]` every block gets on unpadded windows.
+    def attention_masks(self, length: int) -> list[Any]:
+        """Each block's self-attention mask `[1, length, length]` on unpadded windows.
 
-        Causal, and with a sliding window (`DecoderLM(sliding_window=...)`) only
-        the last `sliding_window` positions: what layer-wise healing trains each
+        Causal, and in a block with a sliding window (`DecoderLM(sliding_window=...)`,
+        in the layers `sliding_window_layers` names) only the last
+        `sliding_window` positions: what layer-wise healing trains each
         attention layer under.
         """
-        return self._prefill_mask(1, length)
+        return self._per_block(self._prefill_mask(1, length))
+
+    def _per_block(self, mask: Any) -> list[Any]:
+        """A mask for every block, or a list of one per block, as a list of one per block."""
+        return list(mask) if isinstance(mask, list | tuple) else [mask] * len(self._blocks)
 
     def _tied_logits(self, x: Any) -> Any:
         """Logits of normalised states `x` through the token embedding (tied output)."""
@@ -191,9 +197,9 @@ class GenerationMixin:
                 f"prefill needs 1 <= prompt length ({prompt}) <= length ({length}) <= "
                 f"max_sequence_length ({self.max_sequence_length})."
             )
-        mask = self._prefill_mask(batch, prompt)
+        masks = self._per_block(self._prefill_mask(batch, prompt))
         x, caches = self._embed(token_ids, 0), []
-        for block in self._blocks:
+        for block, mask in zip(self._blocks, masks, strict=True):
             x, cache = block.call_cached(x, None, attention_mask=mask)
             pad = [(0, 0), (0, length - prompt)] + [(0, 0)] * 2
             caches.append({name: ops.pad(t, pad[: len(t.shape)]) for name, t in cache.items()})
@@ -227,9 +233,9 @@ class GenerationMixin:
     def _decode(self, token_ids, caches, index):
         """`decode_step` without its checks: `index` may be a traced scalar."""
         length = next(iter(caches[0].values())).shape[1]  # Time is axis 1 of every entry.
-        mask = self._step_mask(ops.shape(token_ids)[0], length, index)
+        masks = self._per_block(self._step_mask(ops.shape(token_ids)[0], length, index))
         x, updated = self._embed(token_ids, index), []
-        for block, cache in zip(self._blocks, caches, strict=True):
+        for block, cache, mask in zip(self._blocks, caches, masks, strict=True):
             x, cache = block.call_cached(x, cache, attention_mask=mask, decode_loop_step=index)
             updated.append(cache)
         return self._logits(x), updated

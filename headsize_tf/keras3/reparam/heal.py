@@ -80,7 +80,7 @@ def layerwise_distill(
 
     Args:
       original: The source `DecoderLM` or `CausalLM` (any model with
-        `attention_inputs`, `attention_mask` and `attention_layers`). Each
+        `attention_inputs`, `attention_masks` and `attention_layers`). Each
         layer trains under the model's own mask: causal, and a sliding
         window's where windows are longer than it.
       converted: Its converted copy (same blocks, other attention).
@@ -103,7 +103,10 @@ def layerwise_distill(
     start_time = time.perf_counter()
     keras.utils.set_random_seed(seed)
     inputs = _attention_inputs(original, windows, batch_size)
-    mask = np.asarray(keras.ops.convert_to_numpy(original.attention_mask(inputs[0].shape[1])))
+    masks = [
+        np.asarray(keras.ops.convert_to_numpy(mask))
+        for mask in original.attention_masks(inputs[0].shape[1])
+    ]
     report: dict[str, Any] = {
         "steps": int(steps),
         "learning_rate": float(learning_rate),
@@ -122,9 +125,9 @@ def layerwise_distill(
             if progress is not None:
                 progress(f"layer {i}: restored from {saved}")
             continue
-        targets = _outputs(_one_layer_model(teacher, mask), inputs[i], batch_size)
+        targets = _outputs(_one_layer_model(teacher, masks[i]), inputs[i], batch_size)
         scale = float(np.mean(targets**2)) or 1.0
-        model = _one_layer_model(student, mask)
+        model = _one_layer_model(student, masks[i])
         start = student.get_weights()
         before = float(np.mean((_outputs(model, inputs[i], batch_size) - targets) ** 2)) / scale
         model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")

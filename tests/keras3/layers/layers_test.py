@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 
-from headsize_tf.core.spec import AttentionSpec
+from headsize_tf.core.spec import AttentionSpec, SpecError
 from headsize_tf.keras3.layers import (
     CollaborativeAttention,
     ConcatenateMixing,
@@ -81,6 +81,30 @@ def test_multihead_matches_numpy(kind, case, path, count_dot_product_attention):
     np.testing.assert_allclose(np_(out), ref_out, atol=1e-5)
     (_, probs), _ = _call(layer, x, y, mask_kind, return_attention_scores=True)
     np.testing.assert_allclose(np_(probs), ref_probs, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["standard", "fixed_head"])
+def test_soft_capped_logits_match_numpy_on_the_einsum_path(kind, count_dot_product_attention):
+    """Gemma 2's cap c * tanh(logits / c) before the causal mask; never the fused op."""
+    x, _ = util.data(6, 6)
+    h, p = (4, WIDTH // 4) if kind == "standard" else (4, 6)
+    w = weights_util.random_multihead_weights(np.random.default_rng(2), WIDTH, h, p)
+    for v in ("wq", "wk"):  # Logits of several units, so that the cap of 2 binds.
+        w[v] = w[v] * 4
+    cls = StandardAttention if kind == "standard" else FixedHeadAttention
+    options = {} if kind == "standard" else {"head_size": p}
+    layer = cls(h, logit_soft_cap=2.0, **options)
+    layer(x, x)
+    weights_util.set_multihead_weights(layer, w)
+    out, mask = _call(layer, x, x, "causal")
+    assert not count_dot_product_attention
+    ref_out, ref_probs = reference.multihead(x, x, w, mask, soft_cap=2.0)
+    np.testing.assert_allclose(np_(out), ref_out, atol=1e-5)
+    uncapped, _ = reference.multihead(x, x, w, mask)
+    assert np.abs(uncapped - ref_out).max() > 1e-2  # The cap binds.
+    assert layer.get_config()["logit_soft_cap"] == 2.0
+    with pytest.raises(SpecError, match="logit_soft_cap"):
+        cls(h, logit_soft_cap=0.0, **options)
 
 
 @pytest.mark.parametrize("case", list(CASES))

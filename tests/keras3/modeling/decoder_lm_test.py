@@ -115,7 +115,7 @@ def activation(x, name):
 def llama_block(x, w, c):
     """One pre-norm Llama block on `x` `[B, T, d]` (float64), weights `w`, settings `c`."""
     h, g, p, eps = c["heads"], c["kv_heads"], c["head_size"], c["eps"]
-    a = rms_norm(x, w["input_norm"], eps)
+    a = rms_norm(x, w["input_norm"] + c["offset"], eps)
     q = np.einsum("btd,dhp->bthp", a, w["q"]) + w.get("q_bias", 0)
     k = np.einsum("btd,dgp->btgp", a, w["k"]) + w.get("k_bias", 0)
     v = np.einsum("btd,dgp->btgp", a, w["v"]) + w.get("v_bias", 0)
@@ -132,14 +132,22 @@ def llama_block(x, w, c):
     for head in range(h):
         kv = head // (h // g)  # Contiguous groups of query heads share a K/V head.
         scores = np.einsum("btp,bsp->bts", q[:, :, head], k[:, :, kv]) / np.sqrt(p)
+        if c["attention_cap"] is not None:  # Gemma 2: c tanh(scores / c), before the mask.
+            scores = c["attention_cap"] * np.tanh(scores / c["attention_cap"])
         scores = np.where(visible, scores, -np.inf)
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         heads.append(np.einsum("bts,bsp->btp", probs, v[:, :, kv]))
-    x = x + np.concatenate(heads, axis=-1) @ w["o"].reshape(h * p, -1)
-    b = rms_norm(x, w["post_norm"], eps)
+    attended = np.concatenate(heads, axis=-1) @ w["o"].reshape(h * p, -1)
+    if "post_attention_norm" in w:  # Gemma 2's sandwich norms.
+        attended = rms_norm(attended, w["post_attention_norm"] + c["offset"], eps)
+    x = x + attended
+    b = rms_norm(x, w["post_norm"] + c["offset"], eps)
     gated = activation(b @ w["gate"], c["activation"]) * (b @ w["up"])
-    return x + gated @ w["down"]
+    out = gated @ w["down"]
+    if "post_feedforward_norm" in w:
+        out = rms_norm(out, w["post_feedforward_norm"] + c["offset"], eps)
+    return x + out
 
 
 def block_weights(lm: DecoderLM, i: int) -> dict[str, np.ndarray]:
@@ -163,6 +171,9 @@ def block_weights(lm: DecoderLM, i: int) -> dict[str, np.ndarray]:
         w["v_bias"] = _np(attention.value_bias)[:: HEADS // KV_HEADS]  # [G, p]
     if lm.query_key_norm:
         w["q_norm"], w["k_norm"] = _np(attention.query_norm), _np(attention.key_norm)
+    if lm.post_norms:
+        w["post_attention_norm"] = _np(block._post_norms[0].scale)
+        w["post_feedforward_norm"] = _np(block._post_norms[1].scale)
     return w
 
 
@@ -175,15 +186,21 @@ def oracle_logits(lm: DecoderLM, ids: np.ndarray) -> np.ndarray:
         "eps": lm.layer_norm_epsilon,
         "base": spec.rope_max_wavelength,
         "scaling": spec.rope_scaling,
-        "window": lm.sliding_window,
         "activation": lm.activation,
+        "offset": lm.norm_scale_offset,
+        "attention_cap": lm.attention_logit_soft_cap,
     }
     embedding = _np(lm.token_embedding.embeddings)
-    x = embedding[ids]
+    x = embedding[ids] * (lm.embedding_scale or 1.0)
+    local = lm.sliding_window_layers or [True] * lm.num_layers
     for i in range(lm.num_layers):
+        settings["window"] = lm.sliding_window if local[i] else None
         x = llama_block(x, block_weights(lm, i), settings)
-    x = rms_norm(x, _np(lm.final_norm.scale), lm.layer_norm_epsilon)
-    return x @ (embedding.T if lm.lm_head is None else _np(lm.lm_head.kernel))
+    x = rms_norm(x, _np(lm.final_norm.scale) + lm.norm_scale_offset, lm.layer_norm_epsilon)
+    logits = x @ (embedding.T if lm.lm_head is None else _np(lm.lm_head.kernel))
+    if lm.final_logit_soft_cap is not None:
+        logits = lm.final_logit_soft_cap * np.tanh(logits / lm.final_logit_soft_cap)
+    return logits
 
 
 ORACLE_CASES = {
@@ -194,6 +211,22 @@ ORACLE_CASES = {
     # Head size 10 != 24 / 6, and an epsilon large enough to matter in both norms.
     "qwen3_qk_norm": dict(query_key_norm=True, head_size=10, layer_norm_epsilon=1e-2),
     "mistral_window": dict(sliding_window=3, tie_word_embeddings=False),
+    # Gemma: GeGLU, embeddings times sqrt(width), norms scaling by 1 + w, heads of 10.
+    "gemma": dict(
+        activation="gelu_approximate", embedding_scale=24**0.5, norm_scale_offset=1.0, head_size=10
+    ),
+    # Gemma 2 besides: sandwich norms, soft caps that bind (the logits here are ~1), and a
+    # window in the first layer only.
+    "gemma2": dict(
+        activation="gelu_approximate",
+        embedding_scale=24**0.5,
+        norm_scale_offset=1.0,
+        post_norms=True,
+        attention_logit_soft_cap=0.5,
+        final_logit_soft_cap=1.0,
+        sliding_window=3,
+        sliding_window_layers=[True, False],
+    ),
 }
 
 
@@ -404,3 +437,28 @@ def test_generate_past_max_sequence_length_is_a_one_line_error():
         lm.generate(_ids(1, 6), max_new_tokens=3)
     assert "\n" not in str(error.value)
     assert lm.generate(_ids(1, 6), max_new_tokens=2, compile=False).shape == (1, 8)
+
+
+def test_each_gemma2_option_binds_and_cached_greedy_equals_uncached():
+    """Switching off any one of Gemma 2's options changes the logits (the oracle test covers
+    each); cached decoding keeps the local and global layers' masks and both caps."""
+    ids = _ids(2, 9)
+    gemma2 = ORACLE_CASES["gemma2"]
+    want = oracle_logits(tiny_lm(**gemma2), ids)
+    for option, off in (
+        ("attention_logit_soft_cap", None),
+        ("final_logit_soft_cap", None),
+        ("sliding_window_layers", None),  # Both layers local.
+        ("post_norms", False),
+    ):
+        other = oracle_logits(tiny_lm(**{**gemma2, option: off}), ids)
+        assert np.abs(other - want).max() > 0.1, option
+    lm = tiny_lm(**gemma2)
+    generated = np.asarray(lm.generate(ids[:, :3], max_new_tokens=6))
+    tokens = ids[:, :3]
+    for _ in range(6):
+        step = np.argmax(_np(lm(tokens))[:, -1], axis=-1).astype("int32")
+        tokens = np.concatenate([tokens, step[:, None]], axis=1)
+    np.testing.assert_array_equal(generated, tokens)
+    with pytest.raises(ValueError, match="one bool per layer"):
+        tiny_lm(**{**gemma2, "sliding_window_layers": [True]})

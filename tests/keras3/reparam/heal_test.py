@@ -75,7 +75,8 @@ def test_each_layer_trains_under_the_models_own_sliding_window():
     finally:
         for layer in lm.attention_layers:
             del layer.call
-    mask = util.np_(lm.attention_mask(9))
+    (mask, *others) = [util.np_(m) for m in lm.attention_masks(9)]
+    assert all(np.array_equal(mask, other) for other in others)  # Every block is local here.
     assert mask.shape == (1, 9, 9) and mask.sum() == 9 + 8 + 7  # Each query sees 3 keys at most.
     for i, _, h in lm.attention_inputs(ids):
         layer = lm.attention_layers[i]
