@@ -28,7 +28,11 @@ and layout with two differences its config implies (`LlamaConfig.embedding_scale
 and `norm_offset`): the token embeddings are multiplied by sqrt(hidden_dim)
 on the way in (not on the tied way out), and every RMSNorm weight `w` is
 stored as an offset, the norm scaling by `1 + w` (as Hugging Face and
-keras-hub both store it). Pure Python and numpy.
+keras-hub both store it). Gemma 2 (`"gemma2"`) adds per layer
+`post_attention_layernorm` (after attention, not before the feed-forward),
+`pre_feedforward_layernorm` and `post_feedforward_layernorm`, caps on the
+attention and output logits, and local (sliding-window) and global layers.
+Pure Python and numpy.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+GEMMA_TYPES = ("gemma", "gemma2")
 HIDDEN_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 
@@ -50,7 +55,7 @@ class LlamaConfig:
     """The architecture of a Llama-family decoder (Hugging Face `config.json` terms).
 
     Attributes:
-      model_type: "llama", "mistral", "qwen2", "qwen3" or "gemma".
+      model_type: "llama", "mistral", "qwen2", "qwen3", "gemma" or "gemma2".
       vocabulary_size: Tokens in the vocabulary (`vocab_size`).
       num_layers: Decoder blocks (`num_hidden_layers`).
       hidden_dim: Width d (`hidden_size`).
@@ -69,6 +74,13 @@ class LlamaConfig:
       qk_norm: Per-head RMSNorm of queries and keys before RoPE (Qwen3).
       hidden_activation: Feed-forward gate activation ("silu": SwiGLU;
         "gelu_pytorch_tanh": GeGLU, Gemma's).
+      sliding_window_layers: None (every layer attends within
+        `sliding_window`), or one bool per layer: the local layers (Gemma 2's
+        even layers).
+      attention_logit_soft_cap: None, or the attention logits' cap (Gemma 2's
+        `attn_logit_softcapping`).
+      final_logit_soft_cap: None, or the output logits' cap (Gemma 2's
+        `final_logit_softcapping`).
       bos_token_id, eos_token_id: Special token ids (None if unknown).
     """
 
@@ -89,6 +101,9 @@ class LlamaConfig:
     sliding_window: int | None = None
     qk_norm: bool = False
     hidden_activation: str = "silu"
+    sliding_window_layers: tuple[bool, ...] | None = None
+    attention_logit_soft_cap: float | None = None
+    final_logit_soft_cap: float | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
 
@@ -128,28 +143,50 @@ class LlamaConfig:
                 f"Unsupported hidden_activation {self.hidden_activation!r}; expected one of "
                 f"{list(HIDDEN_ACTIVATIONS)}."
             )
-        if self.model_type == "gemma":
-            if self.hidden_activation != "gelu_pytorch_tanh":
+        if self.model_type in GEMMA_TYPES and self.hidden_activation != "gelu_pytorch_tanh":
+            raise CheckpointError(
+                "Gemma's feed-forward is GeGLU (hidden_activation 'gelu_pytorch_tanh'); "
+                f"got {self.hidden_activation!r}."
+            )
+        gemma2_only = (
+            self.sliding_window_layers is not None
+            or self.attention_logit_soft_cap is not None
+            or self.final_logit_soft_cap is not None
+        )
+        if self.model_type == "gemma" and (self.sliding_window is not None or self.qk_norm):
+            raise CheckpointError(
+                "model_type 'gemma' (Gemma 1) has no sliding window and no query/key norm."
+            )
+        if gemma2_only and self.model_type != "gemma2":
+            raise CheckpointError(
+                "Local and global layers and logit soft caps are Gemma 2's (model_type "
+                f"'gemma2'), not {self.model_type!r}'s."
+            )
+        if self.sliding_window_layers is not None:
+            layers = tuple(bool(flag) for flag in self.sliding_window_layers)
+            if len(layers) != self.num_layers or self.sliding_window is None:
                 raise CheckpointError(
-                    "Gemma's feed-forward is GeGLU (hidden_activation 'gelu_pytorch_tanh'); "
-                    f"got {self.hidden_activation!r}."
+                    f"sliding_window_layers needs one bool per layer ({self.num_layers}) and a "
+                    f"sliding_window; got {list(layers)} and {self.sliding_window!r}."
                 )
-            if self.sliding_window is not None or self.qk_norm:
-                raise CheckpointError(
-                    "model_type 'gemma' (Gemma 1) has no sliding window and no query/key norm."
-                )
+            object.__setattr__(self, "sliding_window_layers", layers)
         if self.rope_scaling is not None:
             object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))
 
     @property
     def embedding_scale(self) -> float | None:
         """What the token embeddings are multiplied by on the way in (Gemma: sqrt(width))."""
-        return float(np.sqrt(self.hidden_dim)) if self.model_type == "gemma" else None
+        return float(np.sqrt(self.hidden_dim)) if self.model_type in GEMMA_TYPES else None
 
     @property
     def norm_offset(self) -> float:
         """1 where RMSNorm weights are stored as offsets (scale `1 + w`: Gemma), else 0."""
-        return 1.0 if self.model_type == "gemma" else 0.0
+        return 1.0 if self.model_type in GEMMA_TYPES else 0.0
+
+    @property
+    def post_norms(self) -> bool:
+        """Whether attention and feed-forward outputs are normalised too (Gemma 2)."""
+        return self.model_type == "gemma2"
 
     # ------------------------------------------------------------ Hugging Face
     @classmethod
@@ -168,7 +205,8 @@ class LlamaConfig:
                 window = None
             scaling = config.get("rope_scaling")
             activation = config.get("hidden_act", "silu")
-            if model_type == "gemma":
+            gemma2 = _gemma2_fields(config, heads, hidden) if model_type == "gemma2" else {}
+            if model_type in GEMMA_TYPES:
                 # Gemma was trained with the tanh GELU; early configs say "gelu" in hidden_act
                 # (Hugging Face then used the tanh one as well) and name it in
                 # hidden_activation.
@@ -187,12 +225,15 @@ class LlamaConfig:
                 rope_max_wavelength=float(config.get("rope_theta", 10000.0)),
                 rope_scaling=scaling,
                 rms_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
-                tie_word_embeddings=bool(config.get("tie_word_embeddings", model_type == "gemma")),
+                tie_word_embeddings=bool(
+                    config.get("tie_word_embeddings", model_type in GEMMA_TYPES)
+                ),
                 max_sequence_length=int(config.get("max_position_embeddings", 2048)),
                 attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
                 sliding_window=None if window is None else int(window),
                 qk_norm=model_type == "qwen3",
                 hidden_activation=str(activation),
+                **gemma2,
                 bos_token_id=_optional_int(config.get("bos_token_id")),
                 eos_token_id=_optional_int(config.get("eos_token_id")),
             )
@@ -207,6 +248,7 @@ class LlamaConfig:
             "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM",
             "gemma": "GemmaForCausalLM",
+            "gemma2": "Gemma2ForCausalLM",
         }
         config: dict[str, Any] = {
             "architectures": [architectures[self.model_type]],
@@ -227,8 +269,19 @@ class LlamaConfig:
             "hidden_act": self.hidden_activation,
             "torch_dtype": "float32",
         }
-        if self.model_type == "gemma":
+        if self.model_type in GEMMA_TYPES:
             config["hidden_activation"] = self.hidden_activation
+        if self.model_type == "gemma2":
+            config["query_pre_attn_scalar"] = int(self.head_dim)
+            config["attn_logit_softcapping"] = self.attention_logit_soft_cap
+            config["final_logit_softcapping"] = self.final_logit_soft_cap
+            layers = self.sliding_window_layers or (self.sliding_window is not None,) * (
+                self.num_layers
+            )
+            config["layer_types"] = [
+                "sliding_attention" if local else "full_attention" for local in layers
+            ]
+            config["sliding_window"] = self.sliding_window or self.max_sequence_length
         if self.model_type == "qwen2":
             config["use_sliding_window"] = self.sliding_window is not None
         if self.sliding_window is not None or self.model_type in ("mistral", "qwen2"):
@@ -238,6 +291,32 @@ class LlamaConfig:
         if self.eos_token_id is not None:
             config["eos_token_id"] = int(self.eos_token_id)
         return config
+
+
+def _gemma2_fields(config: Mapping[str, Any], heads: int, hidden: int) -> dict[str, Any]:
+    """A Hugging Face Gemma 2 config's caps and local layers (its query scale is checked)."""
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    scalar = config.get("query_pre_attn_scalar", head_dim)
+    if float(scalar) != head_dim:
+        raise CheckpointError(
+            f"config.json's query_pre_attn_scalar {scalar} differs from head_dim {head_dim} "
+            "(Gemma 2 27B's query scaling): not supported yet."
+        )
+    layers = int(config["num_hidden_layers"])
+    types = config.get("layer_types")
+    if types is None:  # Transformers' default: the even layers are local.
+        local = tuple(i % 2 == 0 for i in range(layers))
+    else:
+        local = tuple(kind == "sliding_attention" for kind in types)
+    return {
+        "sliding_window_layers": local if config.get("sliding_window") else None,
+        "attention_logit_soft_cap": _optional_float(config.get("attn_logit_softcapping")),
+        "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping")),
+    }
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _optional_int(value: Any) -> int | None:
@@ -298,6 +377,9 @@ def weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
             shapes[prefix + "self_attn.k_norm.weight"] = (p,)
         shapes[prefix + "self_attn.o_proj.weight"] = (d, h * p)
         shapes[prefix + "post_attention_layernorm.weight"] = (d,)
+        if config.post_norms:  # Gemma 2: post_attention_layernorm follows attention.
+            shapes[prefix + "pre_feedforward_layernorm.weight"] = (d,)
+            shapes[prefix + "post_feedforward_layernorm.weight"] = (d,)
         shapes[prefix + "mlp.gate_proj.weight"] = (f, d)
         shapes[prefix + "mlp.up_proj.weight"] = (f, d)
         shapes[prefix + "mlp.down_proj.weight"] = (d, f)

@@ -575,3 +575,39 @@ def test_gemma_configs_read_their_gelu_and_tying_and_refuse_what_gemma_1_lacks()
         LlamaConfig.from_hf_config({**hf, "hidden_activation": "silu"})
     with pytest.raises(CheckpointError, match="no sliding window"):
         dataclasses.replace(config, sliding_window=8)
+
+
+def test_gemma2_configs_read_their_caps_and_local_layers_and_refuse_the_27b_query_scale():
+    hf = {
+        "model_type": "gemma2",
+        "vocab_size": 64,
+        "num_hidden_layers": 4,
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 48,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": 8,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "query_pre_attn_scalar": 16,
+    }
+    config = LlamaConfig.from_hf_config(hf)
+    # Without layer_types, transformers' default: the even layers are local.
+    assert config.sliding_window_layers == (True, False, True, False)
+    assert (config.attention_logit_soft_cap, config.final_logit_soft_cap) == (50.0, 30.0)
+    assert config.post_norms and config.norm_offset == 1.0 and config.tie_word_embeddings
+    assert "model.layers.3.post_feedforward_layernorm.weight" in weight_shapes(config)
+    assert LlamaConfig.from_hf_config(config.to_hf_config()) == config
+    types = ["full_attention", "sliding_attention"] * 2
+    assert LlamaConfig.from_hf_config({**hf, "layer_types": types}).sliding_window_layers == (
+        False,
+        True,
+        False,
+        True,
+    )
+    with pytest.raises(CheckpointError, match="query_pre_attn_scalar 144"):
+        LlamaConfig.from_hf_config({**hf, "query_pre_attn_scalar": 144})
+    with pytest.raises(CheckpointError, match="Gemma 2's"):
+        dataclasses.replace(config, model_type="llama", hidden_activation="silu")

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
-from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
+from headsize_tf.core.llama_checkpoint import GEMMA_TYPES, LlamaCheckpoint, LlamaConfig
 from headsize_tf.keras3.layers import GroupedAttention
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 
@@ -56,6 +56,12 @@ def decoder_config(config: LlamaConfig) -> dict[str, Any]:
         "query_key_norm": config.qk_norm,
         "sliding_window": config.sliding_window,
         "embedding_scale": config.embedding_scale,
+        "sliding_window_layers": None
+        if config.sliding_window_layers is None
+        else list(config.sliding_window_layers),
+        "post_norms": config.post_norms,
+        "attention_logit_soft_cap": config.attention_logit_soft_cap,
+        "final_logit_soft_cap": config.final_logit_soft_cap,
     }
 
 
@@ -104,8 +110,8 @@ def decoder_from_checkpoint(
         if config.qk_norm:
             attention.query_norm.assign(w[prefix + "self_attn.q_norm.weight"])
             attention.key_norm.assign(w[prefix + "self_attn.k_norm.weight"])
-        block._self_attention_layer_norm.scale.assign(w[prefix + "input_layernorm.weight"])
-        block._feedforward_layer_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
+        for norm, name in _block_norms(block, config):
+            norm.scale.assign(w[prefix + name])
         block._feedforward_gate_dense.kernel.assign(w[prefix + "mlp.gate_proj.weight"].T)
         block._feedforward_intermediate_dense.kernel.assign(w[prefix + "mlp.up_proj.weight"].T)
         block._feedforward_output_dense.kernel.assign(w[prefix + "mlp.down_proj.weight"].T)
@@ -113,6 +119,21 @@ def decoder_from_checkpoint(
     if lm.lm_head is not None:
         lm.lm_head.kernel.assign(w["lm_head.weight"].T)
     return lm
+
+
+def _block_norms(block: Any, config: LlamaConfig) -> list[tuple[Any, str]]:
+    """A block's RMSNorms and their Hugging Face names (Gemma 2's four, or Llama's two)."""
+    if config.post_norms:
+        return [
+            (block._self_attention_layer_norm, "input_layernorm.weight"),
+            (block._post_norms[0], "post_attention_layernorm.weight"),
+            (block._feedforward_layer_norm, "pre_feedforward_layernorm.weight"),
+            (block._post_norms[1], "post_feedforward_layernorm.weight"),
+        ]
+    return [
+        (block._self_attention_layer_norm, "input_layernorm.weight"),
+        (block._feedforward_layer_norm, "post_attention_layernorm.weight"),
+    ]
 
 
 def _np(variable: Any) -> np.ndarray:
@@ -153,12 +174,12 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
     h, p = first.num_heads, first.head_size
     g = getattr(first, "num_kv_heads", h)
     tokenizer = lm.tokenizer
-    wanted_scale = float(np.sqrt(lm.hidden_dim)) if model_type == "gemma" else None
+    wanted_scale = float(np.sqrt(lm.hidden_dim)) if model_type in GEMMA_TYPES else None
     scale = lm.embedding_scale
     if (scale is None) != (wanted_scale is None) or (
         scale is not None and not np.isclose(scale, wanted_scale)
     ):
-        hint = "; a Gemma model is written as model_type 'gemma'" if model_type != "gemma" else ""
+        hint = "" if model_type in GEMMA_TYPES else "; a Gemma model is written as a Gemma one"
         raise CheckpointError(
             f"model_type {model_type!r} scales the token embeddings by {wanted_scale}; this "
             f"DecoderLM scales them by {scale}{hint}."
@@ -181,6 +202,9 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         sliding_window=lm.sliding_window,
         qk_norm=lm.query_key_norm,
         hidden_activation="silu" if lm.activation == "silu" else "gelu_pytorch_tanh",
+        sliding_window_layers=lm.sliding_window_layers,
+        attention_logit_soft_cap=lm.attention_logit_soft_cap,
+        final_logit_soft_cap=lm.final_logit_soft_cap,
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )
@@ -188,6 +212,11 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         raise CheckpointError(
             f"model_type {model_type!r} stores RMSNorm scales with offset {config.norm_offset:g}; "
             f"this DecoderLM's norms have offset {lm.norm_scale_offset:g}."
+        )
+    if lm.post_norms != config.post_norms:
+        raise CheckpointError(
+            f"model_type {model_type!r} {'has' if config.post_norms else 'has no'} post-norms; "
+            f"this DecoderLM {'has them' if lm.post_norms else 'has none'}."
         )
     w: dict[str, np.ndarray] = {"model.embed_tokens.weight": _np(lm.token_embedding.embeddings)}
     for i, (block, attention) in enumerate(zip(lm.transformer_layers, layers, strict=True)):
@@ -213,8 +242,8 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         if lm.query_key_norm:
             w[prefix + "self_attn.q_norm.weight"] = _np(attention.query_norm)
             w[prefix + "self_attn.k_norm.weight"] = _np(attention.key_norm)
-        w[prefix + "input_layernorm.weight"] = _np(block._self_attention_layer_norm.scale)
-        w[prefix + "post_attention_layernorm.weight"] = _np(block._feedforward_layer_norm.scale)
+        for norm, name in _block_norms(block, config):
+            w[prefix + name] = _np(norm.scale)
         w[prefix + "mlp.gate_proj.weight"] = _np(block._feedforward_gate_dense.kernel).T
         w[prefix + "mlp.up_proj.weight"] = _np(block._feedforward_intermediate_dense.kernel).T
         w[prefix + "mlp.down_proj.weight"] = _np(block._feedforward_output_dense.kernel).T

@@ -154,7 +154,8 @@ def save_decoder(
       path: The `.keras` file or the directory to write.
       format: "keras", "hf" or "keras_hub".
       model_type: The Hugging Face `model_type` ("hf"); None: "gemma" for a
-        model with an embedding scale (Gemma's), else "llama".
+        model with an embedding scale (Gemma's; "gemma2" with post-norms),
+        else "llama".
       backbone_class: keras-hub's backbone class ("keras_hub"); None:
         "GemmaBackbone" for a model with an embedding scale, else
         "Llama3Backbone".
@@ -167,7 +168,8 @@ def save_decoder(
         raise CheckpointError(f"Unknown save format {format!r}; expected one of {SAVE_FORMATS}.")
     path = pathlib.Path(path)
     gemma = getattr(lm, "embedding_scale", None) is not None
-    model_type = model_type or ("gemma" if gemma else "llama")
+    gemma_type = "gemma2" if getattr(lm, "post_norms", False) else "gemma"
+    model_type = model_type or (gemma_type if gemma else "llama")
     backbone_class = backbone_class or ("GemmaBackbone" if gemma else "Llama3Backbone")
     if format == "keras":
         if path.suffix != ".keras":

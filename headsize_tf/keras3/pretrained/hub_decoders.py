@@ -1,7 +1,7 @@
 """keras-hub's Llama-family decoders <-> the library's `DecoderLM`.
 
 keras-hub ships Llama, Llama3 (SmolLM 1/2 load as Llama3), Mistral, Qwen
-(2), Qwen3 and Gemma as backbones whose attention is `EinsumDense` kernels
+(2), Qwen3 and Gemma (1 and, through its options, 2) as backbones whose attention is `EinsumDense` kernels
 (query `[d, h, p]`, key / value `[d, G, p]`, output `[h, p, d]`; Gemma's query
 and key / value head-first, `[h, d, p]` and `[G, d, p]`), not stock
 `MultiHeadAttention`. Each family of `DECODER_FAMILIES` says how its config
@@ -9,8 +9,8 @@ and weights read into the framework-neutral
 `headsize_tf.core.llama_checkpoint.LlamaCheckpoint`, which
 `headsize_tf.keras3.modeling.llama_weights` turns into a `DecoderLM` (and back), so
 every format shares one mapping onto the model. Families whose computation
-the library does not build yet (Gemma 2's post-norms and soft-caps, Gemma 3,
-...) are refused by name with what is missing.
+the library does not build yet (Gemma 3, Phi-3, ...) are refused by name
+with what is missing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import keras
 import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
-from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig
+from headsize_tf.core.llama_checkpoint import GEMMA_TYPES, LlamaCheckpoint, LlamaConfig
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 from headsize_tf.keras3.modeling.llama_weights import (
     checkpoint_from_decoder,
@@ -69,23 +69,13 @@ DECODER_FAMILIES: dict[str, DecoderFamily] = {
 }
 # Families the library cannot compute yet, and what they need.
 REFUSED_FAMILIES = {
-    "Gemma3Backbone": "post-norms, attention logit soft-capping, query scaling, local and "
-    "global RoPE bases per layer, per-head query/key norms with (1 + scale)",
+    "Gemma3Backbone": "local and global RoPE bases per layer and per-head query/key norms "
+    "scaling by 1 + w",
     "Gemma4Backbone": "Gemma 3's features and per-layer embeddings",
     "Phi3Backbone": "fused query/key/value and gate/up projections with LongRoPE scaling",
     "FalconBackbone": "parallel attention and feed-forward, LayerNorm and ALiBi positions",
     "SmolLM3Backbone": "layers without RoPE (NoPE every fourth layer)",
 }
-# GemmaBackbone's Gemma 2 options (config key, its Gemma 1 value, what it needs): Gemma 1
-# loads, a Gemma 2 config is refused naming these.
-GEMMA2_OPTIONS = (
-    ("use_post_attention_norm", False, "post-attention norms"),
-    ("use_post_ffw_norm", False, "post-feed-forward norms"),
-    ("attention_logit_soft_cap", None, "attention logit soft-capping"),
-    ("final_logit_soft_cap", None, "final logit soft-capping"),
-    ("use_sliding_window_attention", False, "local (sliding-window) layers between global ones"),
-    ("query_head_dim_normalize", True, "queries scaled by width / heads, not the head size"),
-)
 
 
 def supported_decoders() -> str:
@@ -134,37 +124,57 @@ def _rope_scaling(family: DecoderFamily, config: Mapping[str, Any]) -> dict[str,
     return None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
 
 
-def _check_gemma(config: Mapping[str, Any]) -> None:
-    """Refuses a GemmaBackbone config with Gemma 2's options, naming what they need."""
-    needs = [
-        f"{need} ({key}={config.get(key)!r})"
-        for key, gemma1, need in GEMMA2_OPTIONS
-        if config.get(key, gemma1) != gemma1
-    ]
+def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int) -> LlamaConfig:
+    """A keras-hub GemmaBackbone config as Gemma 1 or, with Gemma 2's options, Gemma 2."""
+    heads, hidden, head_dim = (
+        int(config["num_query_heads"]),
+        int(config["hidden_dim"]),
+        int(config["head_dim"]),
+    )
+    post = (bool(config.get("use_post_attention_norm")), bool(config.get("use_post_ffw_norm")))
+    needs = []
+    if post[0] != post[1]:
+        needs.append(
+            f"only one kind of post-norm (use_post_attention_norm, use_post_ffw_norm: {post})"
+        )
+    if not config.get("query_head_dim_normalize", True) and hidden // heads != head_dim:
+        needs.append(
+            f"queries scaled by width / heads = {hidden // heads}, not the head size {head_dim} "
+            "(query_head_dim_normalize=False: Gemma 2 27B)"
+        )
     if needs:
         raise CheckpointError(
-            f"keras-hub's GemmaBackbone with Gemma 2's options is not supported yet: it needs "
-            f"{', '.join(needs)}; Gemma 1 (2B, 7B) loads."
+            f"keras-hub's GemmaBackbone with {'; '.join(needs)} is not supported yet."
         )
-
-
-def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int) -> LlamaConfig:
-    _check_gemma(config)
+    gemma2 = (
+        post[0]
+        or any(config.get(key) for key in ("attention_logit_soft_cap", "final_logit_soft_cap"))
+        or bool(config.get("use_sliding_window_attention"))
+    )
+    local = None
+    window = None
+    if config.get("use_sliding_window_attention"):
+        window = int(config["sliding_window_size"])
+        local = tuple(i % 2 == 0 for i in range(int(config["num_layers"])))  # keras-hub's
     return LlamaConfig(
-        model_type="gemma",
+        model_type="gemma2" if gemma2 else "gemma",
         vocabulary_size=int(config["vocabulary_size"]),
         num_layers=int(config["num_layers"]),
-        hidden_dim=int(config["hidden_dim"]),
-        num_query_heads=int(config["num_query_heads"]),
+        hidden_dim=hidden,
+        num_query_heads=heads,
         num_key_value_heads=int(config["num_key_value_heads"]),
         # keras-hub's Gemma counts both gated halves of the feed-forward.
         intermediate_dim=int(config["intermediate_dim"]) // 2,
-        head_dim=int(config["head_dim"]),
+        head_dim=head_dim,
         rope_max_wavelength=10000.0,  # GemmaAttention's fixed base.
         rms_norm_epsilon=float(config.get("layer_norm_epsilon", 1e-6)),
         tie_word_embeddings=tie,
         max_sequence_length=int(max_sequence_length),
+        sliding_window=window,
         hidden_activation="gelu_pytorch_tanh",
+        sliding_window_layers=local,
+        attention_logit_soft_cap=config.get("attention_logit_soft_cap"),
+        final_logit_soft_cap=config.get("final_logit_soft_cap"),
     )
 
 
@@ -176,7 +186,7 @@ def llama_config_of(
     config = backbone.get_config()
     # keras-hub's Llama configs omit `tie_word_embeddings`: read the embedding layer.
     tie = getattr(backbone.token_embedding, "tie_weights", False)
-    if family.model_type == "gemma":
+    if family.model_type == "gemma":  # Gemma 1 or, with its options, Gemma 2.
         return _gemma_config(config, bool(tie), max_sequence_length)
     heads = int(config["num_query_heads"])
     window = None
@@ -251,7 +261,12 @@ def _gemma_block_weights(block: Any, config: LlamaConfig) -> dict[str, np.ndarra
         w[f"self_attn.{role}_proj.weight"] = _np(dense.kernel).transpose(0, 2, 1).reshape(-1, d)
     w["self_attn.o_proj.weight"] = _np(attention.output_dense.kernel).reshape(-1, d).T
     w["input_layernorm.weight"] = _np(block.pre_attention_norm.scale)
-    w["post_attention_layernorm.weight"] = _np(block.pre_ffw_norm.scale)
+    if config.post_norms:  # Gemma 2's names: post_attention_layernorm follows attention.
+        w["post_attention_layernorm.weight"] = _np(block.post_attention_norm.scale)
+        w["pre_feedforward_layernorm.weight"] = _np(block.pre_ffw_norm.scale)
+        w["post_feedforward_layernorm.weight"] = _np(block.post_ffw_norm.scale)
+    else:
+        w["post_attention_layernorm.weight"] = _np(block.pre_ffw_norm.scale)
     w["mlp.gate_proj.weight"] = _np(block.gating_ffw.kernel).T
     w["mlp.up_proj.weight"] = _np(block.gating_ffw_2.kernel).T
     w["mlp.down_proj.weight"] = _np(block.ffw_linear.kernel).T
@@ -263,7 +278,7 @@ def checkpoint_from_hub(
 ) -> LlamaCheckpoint:
     """A keras-hub decoder backbone's weights as a `LlamaCheckpoint` (Hugging Face names)."""
     config = llama_config_of(backbone, max_sequence_length)
-    read = _gemma_block_weights if config.model_type == "gemma" else _llama_block_weights
+    read = _gemma_block_weights if config.model_type in GEMMA_TYPES else _llama_block_weights
     w: dict[str, np.ndarray] = {
         "model.embed_tokens.weight": _np(backbone.token_embedding.embeddings)
     }
@@ -379,8 +394,30 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
     return backbone
 
 
+def _gemma2_options(config: LlamaConfig) -> dict[str, Any]:
+    """GemmaBackbone's Gemma 2 arguments of a checkpoint's config (none for Gemma 1)."""
+    if config.model_type != "gemma2":
+        return {}
+    local = config.sliding_window_layers
+    if local is not None and local != tuple(i % 2 == 0 for i in range(config.num_layers)):
+        raise CheckpointError(
+            "keras-hub's GemmaBackbone makes every even layer local; the model's local layers "
+            f"are {[i for i, flag in enumerate(local) if flag]}."
+        )
+    if local is None and config.sliding_window is not None:
+        raise CheckpointError("keras-hub's GemmaBackbone cannot make every layer local.")
+    return {
+        "use_post_attention_norm": True,
+        "use_post_ffw_norm": True,
+        "attention_logit_soft_cap": config.attention_logit_soft_cap,
+        "final_logit_soft_cap": config.final_logit_soft_cap,
+        "use_sliding_window_attention": local is not None,
+        "sliding_window_size": config.sliding_window or 4096,
+    }
+
+
 def _gemma_backbone(checkpoint: LlamaCheckpoint) -> Any:
-    """A keras-hub `GemmaBackbone` (Gemma 1) holding a Gemma checkpoint's weights."""
+    """A keras-hub `GemmaBackbone` (Gemma 1 or 2) holding a Gemma checkpoint's weights."""
     keras_hub = require_keras_hub()
     config = checkpoint.config
     why = None
@@ -402,6 +439,7 @@ def _gemma_backbone(checkpoint: LlamaCheckpoint) -> Any:
         intermediate_dim=2 * config.intermediate_dim,
         head_dim=config.head_dim,
         layer_norm_epsilon=config.rms_norm_epsilon,
+        **_gemma2_options(config),
     )
     w = checkpoint.weights
     backbone.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
@@ -417,7 +455,12 @@ def _gemma_backbone(checkpoint: LlamaCheckpoint) -> Any:
         output = w[prefix + "self_attn.o_proj.weight"]  # [d, h p]
         attention.output_dense.kernel.assign(output.T.reshape(h, -1, config.hidden_dim))
         block.pre_attention_norm.scale.assign(w[prefix + "input_layernorm.weight"])
-        block.pre_ffw_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
+        if config.post_norms:
+            block.post_attention_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
+            block.pre_ffw_norm.scale.assign(w[prefix + "pre_feedforward_layernorm.weight"])
+            block.post_ffw_norm.scale.assign(w[prefix + "post_feedforward_layernorm.weight"])
+        else:
+            block.pre_ffw_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])
         block.gating_ffw.kernel.assign(w[prefix + "mlp.gate_proj.weight"].T)
         block.gating_ffw_2.kernel.assign(w[prefix + "mlp.up_proj.weight"].T)
         block.ffw_linear.kernel.assign(w[prefix + "mlp.down_proj.weight"].T)
@@ -480,7 +523,10 @@ def save_hub_decoder(
     RoPE, the same heads in every layer.
     """
     family = family_of_class(backbone_class)
-    checkpoint = checkpoint_from_decoder(lm, family.model_type)
+    model_type = family.model_type
+    if model_type == "gemma" and getattr(lm, "post_norms", False):
+        model_type = "gemma2"  # One keras-hub backbone holds both.
+    checkpoint = checkpoint_from_decoder(lm, model_type)
     backbone = hub_backbone_from_checkpoint(checkpoint, backbone_class)
     backbone.save_to_preset(str(directory))
     return backbone

@@ -75,6 +75,21 @@ FAMILIES = {
     # and multi-query attention (Gemma 2B's one key/value head).
     "gemma": ("GemmaBackbone", dict(head_dim=16, num_key_value_heads=6), {"head": 16}),
     "gemma_mqa": ("GemmaBackbone", dict(head_dim=16, num_key_value_heads=1), {"head": 16}),
+    # Gemma 2: sandwich norms, caps that bind at these logits (~5), every even layer local.
+    "gemma2": (
+        "GemmaBackbone",
+        dict(
+            head_dim=16,
+            num_key_value_heads=2,
+            use_post_attention_norm=True,
+            use_post_ffw_norm=True,
+            attention_logit_soft_cap=1.0,
+            final_logit_soft_cap=3.0,
+            use_sliding_window_attention=True,
+            sliding_window_size=4,
+        ),
+        {"head": 16, "sliding_window": 4, "gemma2": True},
+    ),
 }
 # Logits agree to float32 rounding: max |diff| <= TOLERANCE * max(1, max |logit|) (measured:
 # 5.3e-6 at a largest logit of 5.2, i.e. 0.1 of the bound, on TensorFlow and JAX).
@@ -129,6 +144,9 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
     )
     # Gemma scales its token embeddings by sqrt(width) on the way in.
     assert lm.embedding_scale == (np.sqrt(48.0) if gemma else None)
+    if expected.get("gemma2"):
+        assert lm.post_norms and lm.sliding_window_layers == [True, False]
+        assert (lm.attention_logit_soft_cap, lm.final_logit_soft_cap) == (1.0, 3.0)
     if "sliding_window" in expected:
         assert lm.sliding_window == expected["sliding_window"]
     else:  # None, or a window no narrower than every sequence the model serves.
@@ -156,7 +174,7 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
 @pytest.mark.parametrize(
     "name, missing",
     [
-        ("Gemma3Backbone", "soft-capping"),
+        ("Gemma3Backbone", "RoPE bases per layer"),
         ("Gemma4Backbone", "per-layer embeddings"),
         ("Phi3Backbone", "LongRoPE"),
     ],
@@ -171,37 +189,38 @@ def test_unsupported_families_are_refused_with_what_they_need(name, missing):
         family_of_class("BertBackbone")
 
 
-def test_gemma2_options_are_refused_by_name_and_gemma_writes_only_as_gemma(tmp_path):
-    """A GemmaBackbone with Gemma 2's options names each; a Gemma DecoderLM is no Llama."""
-    gemma2 = keras_hub.models.GemmaBackbone(
-        **_size("GemmaBackbone"),
-        num_key_value_heads=2,
-        head_dim=8,
-        use_post_ffw_norm=True,
-        use_post_attention_norm=True,
-        final_logit_soft_cap=30.0,
-    )
-    with pytest.raises(CheckpointError) as error:
-        import_hub_decoder(gemma2)
-    message = str(error.value)
-    for need in ("post-attention norms", "post-feed-forward norms", "final logit soft-capping"):
-        assert need in message
-    assert "attention logit" not in message and "\n" not in message
+def test_gemma_options_without_a_form_are_refused_and_gemma_writes_only_as_gemma(tmp_path):
+    """One kind of post-norm alone, or Gemma 2 27B's query scale, is refused by name; a Gemma
+    DecoderLM is no Llama, and Gemma 1 is no Gemma 2."""
+    for options, need in (
+        (dict(use_post_ffw_norm=True), "only one kind of post-norm"),
+        (dict(query_head_dim_normalize=False, head_dim=16), "Gemma 2 27B"),
+    ):
+        backbone = keras_hub.models.GemmaBackbone(
+            **{**_size("GemmaBackbone"), "num_key_value_heads": 2, "head_dim": 8, **options}
+        )
+        with pytest.raises(CheckpointError, match=need) as error:
+            import_hub_decoder(backbone)
+        assert "\n" not in str(error.value)
     gemma = keras_hub.models.GemmaBackbone(
         **_size("GemmaBackbone"), num_key_value_heads=2, head_dim=8
     )
     lm = import_hub_decoder(gemma)
-    with pytest.raises(CheckpointError, match="a Gemma model is written as model_type 'gemma'"):
+    with pytest.raises(CheckpointError, match="a Gemma model is written as a Gemma one"):
         checkpoint_from_decoder(lm, "llama")
     with pytest.raises(CheckpointError, match="scales the token embeddings by"):
         save_hub_decoder(lm, tmp_path / "llama", "Llama3Backbone")
+    with pytest.raises(CheckpointError, match="'gemma2' has post-norms; this DecoderLM has none"):
+        checkpoint_from_decoder(lm, "gemma2")
 
 
-def test_gemma_round_trips_through_a_hugging_face_directory(tmp_path, tokenizer_json):
-    """Written as model_type "gemma" (norms as offsets, GeGLU named), read back with equal logits."""
+@pytest.mark.parametrize("case", ["gemma_mqa", "gemma2"])
+def test_gemma_round_trips_through_a_hugging_face_directory(case, tmp_path, tokenizer_json):
+    """Written as model_type "gemma" or "gemma2" (norms as offsets, GeGLU named; Gemma 2's
+    caps, local layers and four norms), read back with keras-hub's logits."""
     vocab = len(vocab_and_merges(tokenizer_json)[0])
     size = {**_size("GemmaBackbone"), "vocabulary_size": vocab}
-    backbone = keras_hub.models.GemmaBackbone(**size, num_key_value_heads=1, head_dim=16)
+    backbone = keras_hub.models.GemmaBackbone(**size, **FAMILIES[case][1])
     rng = np.random.default_rng(3)
     for v in backbone.weights:
         v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
@@ -211,7 +230,13 @@ def test_gemma_round_trips_through_a_hugging_face_directory(tmp_path, tokenizer_
     ids = rng.integers(0, vocab, (2, 7)).astype("int32")
     save_decoder(lm, tmp_path / "hf", "hf")  # model_type inferred from the embedding scale
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["model_type"] == "gemma" and config["architectures"] == ["GemmaForCausalLM"]
+    if case == "gemma2":
+        assert config["model_type"] == "gemma2" and config["architectures"] == ["Gemma2ForCausalLM"]
+        assert config["layer_types"] == ["sliding_attention", "full_attention"]
+        assert (config["sliding_window"], config["query_pre_attn_scalar"]) == (4, 16)
+        assert (config["attn_logit_softcapping"], config["final_logit_softcapping"]) == (1, 3)
+    else:
+        assert config["model_type"] == "gemma" and config["architectures"] == ["GemmaForCausalLM"]
     assert config["hidden_activation"] == "gelu_pytorch_tanh" and config["tie_word_embeddings"]
     checkpoint = read_hf_llama_dir(tmp_path / "hf")
     # Hugging Face's Gemma norms hold the offset w of the scale 1 + w, as keras-hub's do.
@@ -220,7 +245,10 @@ def test_gemma_round_trips_through_a_hugging_face_directory(tmp_path, tokenizer_
         _np(backbone.transformer_layers[1].pre_attention_norm.scale).astype("float32"),
     )
     again = load_decoder(tmp_path / "hf")
-    assert again.embedding_scale == lm.embedding_scale and again.activation == "gelu_approximate"
+    same = ("name", "tokenizer")  # The same model but for its name and tokenizer object.
+    assert {k: v for k, v in again.get_config().items() if k not in same} == {
+        k: v for k, v in lm.get_config().items() if k not in same
+    }
     np.testing.assert_allclose(_np(again(ids)), hub_logits(backbone, ids), atol=1e-5, rtol=0)
 
 
