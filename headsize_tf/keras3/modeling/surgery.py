@@ -49,6 +49,7 @@ def non_attention_layers(model: AttentionModel) -> list[keras.layers.Layer]:
                 block._feedforward_gate_dense,
                 block._feedforward_intermediate_dense,
                 block._feedforward_output_dense,
+                *block._post_norms,  # Gemma 2's.
             ]
         return [layer for layer in layers + last if layer is not None]
     else:

@@ -322,16 +322,17 @@ def test_qwen3_sliding_window_size_is_read():
     assert import_hub_decoder(backbone).sliding_window == 4
 
 
-def test_a_gemma_model_reloads_decodes_cached_and_converts_to_a_latent_exactly(tmp_path):
-    """Gemma's embedding scale and offset norms survive `.keras`, cached decoding and conversion."""
-    backbone = keras_hub.models.GemmaBackbone(
-        **_size("GemmaBackbone"), num_key_value_heads=1, head_dim=16
-    )
+@pytest.mark.parametrize("case", ["gemma_mqa", "gemma2"])
+def test_a_gemma_model_reloads_decodes_cached_and_converts_to_a_latent_exactly(case, tmp_path):
+    """Gemma's embedding scale and offset norms (Gemma 2's caps, post-norms and local layers
+    too) survive `.keras`, cached decoding and conversion to a latent cache."""
+    options = FAMILIES[case][1]
+    backbone = keras_hub.models.GemmaBackbone(**_size("GemmaBackbone"), **options)
     rng = np.random.default_rng(4)
     for v in backbone.weights:
         v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
     lm = import_hub_decoder(backbone)
-    ids = rng.integers(0, VOCAB, (2, 6)).astype("int32")
+    ids = rng.integers(0, VOCAB, (2, 7)).astype("int32")  # Longer than Gemma 2's window.
     logits = _np(lm(ids))
     save_decoder(lm, tmp_path / "gemma.keras")
     again = load_decoder(tmp_path / "gemma.keras")
@@ -344,8 +345,9 @@ def test_a_gemma_model_reloads_decodes_cached_and_converts_to_a_latent_exactly(t
         step = np.argmax(_np(lm(tokens))[:, -1], axis=-1).astype("int32")
         tokens = np.concatenate([tokens, step[:, None]], axis=1)
     np.testing.assert_array_equal(generated, tokens)
-    # Multi-query K/V (1 head of 16, rotary) as a latent with every rotary pair kept.
+    # Its K/V heads (of 16, rotary) as a latent with every rotary pair kept: exact.
     plan = KVPlan(1.0, rope_strategy="high", rope_pairs=8, calibrated=False)
     latent, _ = compress_kv(lm, plan)
     assert latent.attention_spec.kind == "latent"
+    assert latent.attention_layers[0].logit_soft_cap == options.get("attention_logit_soft_cap")
     np.testing.assert_allclose(_np(latent(ids)), logits, atol=1e-5 * max(1.0, np.abs(logits).max()))
