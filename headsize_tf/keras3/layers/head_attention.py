@@ -144,6 +144,8 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         RoPE, with this epsilon (Qwen3).
       use_output_bias: Whether the output projection has a bias (None:
         `use_bias`).
+      query_key_norm_offset: 0, or 1 for query/key norms scaling by `1 + w`
+        with `w` stored (Gemma 3's).
       logit_soft_cap: None, or a cap `c` on the scaled logits before the
         mask and softmax, `c * tanh(logits / c)` (Gemma 2). Capped layers
         take the einsum path: `keras.ops.dot_product_attention`'s own cap is
@@ -186,6 +188,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         rope_frequencies: Any = None,
         query_key_norm_epsilon: float | None = None,
         use_output_bias: bool | None = None,
+        query_key_norm_offset: float = 0.0,
         logit_soft_cap: float | None = None,
         **kwargs: Any,
     ):
@@ -252,6 +255,11 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         ):
             raise SpecError(f"`logit_soft_cap` must be None or > 0; got {logit_soft_cap!r}.")
         self._logit_soft_cap = None if logit_soft_cap is None else float(logit_soft_cap)
+        if float(query_key_norm_offset) not in (0.0, 1.0):
+            raise SpecError(
+                f"`query_key_norm_offset` must be 0 or 1; got {query_key_norm_offset!r}."
+            )
+        self._query_key_norm_offset = float(query_key_norm_offset)
         self._use_output_bias = use_bias if use_output_bias is None else use_output_bias
         self._rope_inverse = None  # [rows, pairs] float32, set in build.
         self._rope_factor = 1.0
@@ -368,7 +376,10 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                 self,
                 name,
                 self.add_weight(
-                    name=name, shape=(self._key_dim,), initializer="ones", trainable=True
+                    name=name,
+                    shape=(self._key_dim,),
+                    initializer="zeros" if self._query_key_norm_offset else "ones",
+                    trainable=True,
                 ),
             )
 
@@ -393,14 +404,19 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         projected = self._query_dense(query)
         if self.query_norm is not None:
             projected = rotary.rms_normalize(
-                projected, self.query_norm, self._query_key_norm_epsilon
+                projected,
+                self.query_norm,
+                self._query_key_norm_epsilon,
+                self._query_key_norm_offset,
             )
         return self._rotate(projected)
 
     def _finish_key(self, key: Any) -> Any:
         """Projected keys `[B, S, K, H]` normalised (query-key norm) and rotated."""
         if self.key_norm is not None:
-            key = rotary.rms_normalize(key, self.key_norm, self._query_key_norm_epsilon)
+            key = rotary.rms_normalize(
+                key, self.key_norm, self._query_key_norm_epsilon, self._query_key_norm_offset
+            )
         return self._rotate(key)
 
     def _make_output_dense(self, query_shape: Any, common_kwargs: Any, name: Any = None) -> Any:
@@ -737,6 +753,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                 "query_key_norm_epsilon": self._query_key_norm_epsilon,
                 "use_output_bias": self._use_output_bias_arg,
                 "logit_soft_cap": self._logit_soft_cap,
+                "query_key_norm_offset": self._query_key_norm_offset,
             }
         )
         return config

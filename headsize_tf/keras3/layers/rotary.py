@@ -63,10 +63,14 @@ def rotate(x: Any, inverse: np.ndarray, start: Any, factor: float = 1.0) -> Any:
     return apply_rotary(x, cos, sin)
 
 
-def rms_normalize(x: Any, scale: Any, epsilon: float) -> Any:
-    """RMSNorm over the last axis in float32, times `scale`, back in `x`'s dtype (keras-hub's)."""
+def rms_normalize(x: Any, scale: Any, epsilon: float, offset: float = 0.0) -> Any:
+    """RMSNorm over the last axis in float32, times `offset + scale`, back in `x`'s dtype
+    (keras-hub's; Gemma 3's query/key norms have offset 1)."""
     dtype = x.dtype
     x = ops.cast(x, "float32")
     variance = ops.mean(ops.square(x), axis=-1, keepdims=True)
     x = ops.multiply(x, ops.rsqrt(ops.add(variance, epsilon)))
-    return ops.cast(ops.multiply(x, ops.cast(scale, "float32")), dtype)
+    scale = ops.cast(scale, "float32")
+    if offset:
+        scale = ops.add(scale, offset)
+    return ops.cast(ops.multiply(x, scale), dtype)

@@ -110,6 +110,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
             use_output_bias=False,
             query_key_norm_epsilon=self.layer_norm_epsilon if self.query_key_norm else None,
             logit_soft_cap=self.attention_logit_soft_cap,
+            query_key_norm_offset=self.norm_scale_offset if self.query_key_norm else 0.0,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="self_attention",

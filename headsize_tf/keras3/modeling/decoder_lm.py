@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,6 +65,11 @@ class DecoderLM(GenerationMixin, keras.Model):
         layer's logits, `c * tanh(logits / c)` (Gemma 2: 50).
       final_logit_soft_cap: None, or the cap of the output logits (Gemma 2:
         30).
+      local_rope_max_wavelength: None, or the RoPE base of the local layers
+        (`sliding_window_layers`), `attention`'s being the global layers'
+        (Gemma 3: 10,000 local, 1,000,000 global).
+      local_rope_scaling: The local layers' `rope_scaling` (with
+        `local_rope_max_wavelength`; None: none).
       dropout: Dropout of attention probabilities and residual branches.
       initializer_range: Stddev of the truncated-normal initializers.
       tokenizer: Optional tokenizer (`tokenize`, `detokenize`,
@@ -113,6 +119,8 @@ class DecoderLM(GenerationMixin, keras.Model):
         post_norms: bool = False,
         attention_logit_soft_cap: float | None = None,
         final_logit_soft_cap: float | None = None,
+        local_rope_max_wavelength: float | None = None,
+        local_rope_scaling: Mapping[str, Any] | None = None,
         dropout: float = 0.0,
         initializer_range: float = 0.02,
         tokenizer: Any = None,
@@ -165,6 +173,20 @@ class DecoderLM(GenerationMixin, keras.Model):
                 "(`rope_max_wavelength`, e.g. 10000)."
             )
         layer_specs = spec.with_sequence_length(max_sequence_length).layers(num_layers)
+        if local_rope_max_wavelength is not None or local_rope_scaling is not None:
+            if sliding_window_layers is None or local_rope_max_wavelength is None:
+                raise ValueError(
+                    "local_rope_max_wavelength (and local_rope_scaling) set the RoPE of the "
+                    "layers sliding_window_layers makes local: give both."
+                )
+            local_rope = {
+                "rope_max_wavelength": float(local_rope_max_wavelength),
+                "rope_scaling": None if local_rope_scaling is None else dict(local_rope_scaling),
+            }
+            layer_specs = [
+                dataclasses.replace(layer_spec, **local_rope) if local else layer_spec
+                for layer_spec, local in zip(layer_specs, sliding_window_layers, strict=True)
+            ]
 
         def initializer():
             return keras.initializers.TruncatedNormal(stddev=initializer_range)
@@ -229,6 +251,10 @@ class DecoderLM(GenerationMixin, keras.Model):
         self.final_logit_soft_cap = (
             None if final_logit_soft_cap is None else float(final_logit_soft_cap)
         )
+        self.local_rope_max_wavelength = (
+            None if local_rope_max_wavelength is None else float(local_rope_max_wavelength)
+        )
+        self.local_rope_scaling = None if local_rope_scaling is None else dict(local_rope_scaling)
         self.dropout = float(dropout)
         self.initializer_range = float(initializer_range)
         self.tokenizer = tokenizer
@@ -326,6 +352,8 @@ class DecoderLM(GenerationMixin, keras.Model):
                 "post_norms": self.post_norms,
                 "attention_logit_soft_cap": self.attention_logit_soft_cap,
                 "final_logit_soft_cap": self.final_logit_soft_cap,
+                "local_rope_max_wavelength": self.local_rope_max_wavelength,
+                "local_rope_scaling": self.local_rope_scaling,
                 "dropout": self.dropout,
                 "initializer_range": self.initializer_range,
                 "tokenizer": None

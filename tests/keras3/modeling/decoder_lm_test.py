@@ -120,7 +120,8 @@ def llama_block(x, w, c):
     k = np.einsum("btd,dgp->btgp", a, w["k"]) + w.get("k_bias", 0)
     v = np.einsum("btd,dgp->btgp", a, w["v"]) + w.get("v_bias", 0)
     if "q_norm" in w:  # Qwen3: RMSNorm of each head's query and key, before RoPE.
-        q, k = rms_norm(q, w["q_norm"], eps), rms_norm(k, w["k_norm"], eps)
+        offset = c["offset"]  # Gemma 3's norms scale by 1 + w.
+        q, k = rms_norm(q, w["q_norm"] + offset, eps), rms_norm(k, w["k_norm"] + offset, eps)
     theta = inverse_frequencies(p, c["base"], c["scaling"])
     q, k = rope(q, theta), rope(k, theta)
     t = x.shape[1]
@@ -195,6 +196,10 @@ def oracle_logits(lm: DecoderLM, ids: np.ndarray) -> np.ndarray:
     local = lm.sliding_window_layers or [True] * lm.num_layers
     for i in range(lm.num_layers):
         settings["window"] = lm.sliding_window if local[i] else None
+        if local[i] and lm.local_rope_max_wavelength is not None:  # Gemma 3's local RoPE.
+            settings["base"], settings["scaling"] = lm.local_rope_max_wavelength, None
+        else:
+            settings["base"], settings["scaling"] = spec.rope_max_wavelength, spec.rope_scaling
         x = llama_block(x, block_weights(lm, i), settings)
     x = rms_norm(x, _np(lm.final_norm.scale) + lm.norm_scale_offset, lm.layer_norm_epsilon)
     logits = x @ (embedding.T if lm.lm_head is None else _np(lm.lm_head.kernel))
@@ -226,6 +231,18 @@ ORACLE_CASES = {
         final_logit_soft_cap=1.0,
         sliding_window=3,
         sliding_window_layers=[True, False],
+    ),
+    # Gemma 3: query/key norms scaling by 1 + w, and the local layer's own RoPE base.
+    "gemma3": dict(
+        activation="gelu_approximate",
+        embedding_scale=24**0.5,
+        norm_scale_offset=1.0,
+        post_norms=True,
+        query_key_norm=True,
+        head_size=10,
+        sliding_window=3,
+        sliding_window_layers=[True, False],
+        local_rope_max_wavelength=3.0,
     ),
 }
 
@@ -439,7 +456,7 @@ def test_generate_past_max_sequence_length_is_a_one_line_error():
     assert lm.generate(_ids(1, 6), max_new_tokens=2, compile=False).shape == (1, 8)
 
 
-def test_each_gemma2_option_binds_and_cached_greedy_equals_uncached():
+def test_each_gemma_option_binds_and_cached_greedy_equals_uncached():
     """Switching off any one of Gemma 2's options changes the logits (the oracle test covers
     each); cached decoding keeps the local and global layers' masks and both caps."""
     ids = _ids(2, 9)
@@ -453,12 +470,16 @@ def test_each_gemma2_option_binds_and_cached_greedy_equals_uncached():
     ):
         other = oracle_logits(tiny_lm(**{**gemma2, option: off}), ids)
         assert np.abs(other - want).max() > 0.1, option
-    lm = tiny_lm(**gemma2)
-    generated = np.asarray(lm.generate(ids[:, :3], max_new_tokens=6))
-    tokens = ids[:, :3]
-    for _ in range(6):
-        step = np.argmax(_np(lm(tokens))[:, -1], axis=-1).astype("int32")
-        tokens = np.concatenate([tokens, step[:, None]], axis=1)
-    np.testing.assert_array_equal(generated, tokens)
+    gemma3 = ORACLE_CASES["gemma3"]  # Its local layer's RoPE base binds too.
+    without = oracle_logits(tiny_lm(**{**gemma3, "local_rope_max_wavelength": None}), ids)
+    assert np.abs(without - oracle_logits(tiny_lm(**gemma3), ids)).max() > 0.1
+    for options in (gemma2, gemma3):
+        lm = tiny_lm(**options)
+        generated = np.asarray(lm.generate(ids[:, :3], max_new_tokens=6))
+        tokens = ids[:, :3]
+        for _ in range(6):
+            step = np.argmax(_np(lm(tokens))[:, -1], axis=-1).astype("int32")
+            tokens = np.concatenate([tokens, step[:, None]], axis=1)
+        np.testing.assert_array_equal(generated, tokens)
     with pytest.raises(ValueError, match="one bool per layer"):
         tiny_lm(**{**gemma2, "sliding_window_layers": [True]})
