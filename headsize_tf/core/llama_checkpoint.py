@@ -32,6 +32,9 @@ keras-hub both store it). Gemma 2 (`"gemma2"`) adds per layer
 `post_attention_layernorm` (after attention, not before the feed-forward),
 `pre_feedforward_layernorm` and `post_feedforward_layernorm`, caps on the
 attention and output logits, and local (sliding-window) and global layers.
+Gemma 3's text decoder (`"gemma3_text"`) has Gemma 2's names plus per-head
+query/key norms (offsets too), and the local layers' own RoPE base
+(`local_rope_max_wavelength`, Hugging Face's `rope_local_base_freq`).
 Pure Python and numpy.
 """
 
@@ -45,8 +48,10 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
-GEMMA_TYPES = ("gemma", "gemma2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+GEMMA_TYPES = ("gemma", "gemma2", "gemma3_text")
+# Gemma 2 and 3: four norms a block, local and global layers, optional logit caps.
+SANDWICH_TYPES = ("gemma2", "gemma3_text")
 HIDDEN_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 
@@ -55,7 +60,8 @@ class LlamaConfig:
     """The architecture of a Llama-family decoder (Hugging Face `config.json` terms).
 
     Attributes:
-      model_type: "llama", "mistral", "qwen2", "qwen3", "gemma" or "gemma2".
+      model_type: "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2" or
+        "gemma3_text".
       vocabulary_size: Tokens in the vocabulary (`vocab_size`).
       num_layers: Decoder blocks (`num_hidden_layers`).
       hidden_dim: Width d (`hidden_size`).
@@ -81,6 +87,9 @@ class LlamaConfig:
         `attn_logit_softcapping`).
       final_logit_soft_cap: None, or the output logits' cap (Gemma 2's
         `final_logit_softcapping`).
+      local_rope_max_wavelength: None, or the local layers' RoPE base (Gemma
+        3's `rope_local_base_freq`; `rope_max_wavelength` and `rope_scaling`
+        are then the global layers').
       bos_token_id, eos_token_id: Special token ids (None if unknown).
     """
 
@@ -104,6 +113,7 @@ class LlamaConfig:
     sliding_window_layers: tuple[bool, ...] | None = None
     attention_logit_soft_cap: float | None = None
     final_logit_soft_cap: float | None = None
+    local_rope_max_wavelength: float | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
 
@@ -157,10 +167,16 @@ class LlamaConfig:
             raise CheckpointError(
                 "model_type 'gemma' (Gemma 1) has no sliding window and no query/key norm."
             )
-        if gemma2_only and self.model_type != "gemma2":
+        if gemma2_only and self.model_type not in SANDWICH_TYPES:
             raise CheckpointError(
-                "Local and global layers and logit soft caps are Gemma 2's (model_type "
-                f"'gemma2'), not {self.model_type!r}'s."
+                "Local and global layers and logit soft caps are Gemma 2's and 3's (model_type "
+                f"'gemma2', 'gemma3_text'), not {self.model_type!r}'s."
+            )
+        if self.local_rope_max_wavelength is not None and (
+            self.model_type != "gemma3_text" or self.sliding_window_layers is None
+        ):
+            raise CheckpointError(
+                "A local RoPE base is Gemma 3's (model_type 'gemma3_text'), for its local layers."
             )
         if self.sliding_window_layers is not None:
             layers = tuple(bool(flag) for flag in self.sliding_window_layers)
@@ -185,8 +201,8 @@ class LlamaConfig:
 
     @property
     def post_norms(self) -> bool:
-        """Whether attention and feed-forward outputs are normalised too (Gemma 2)."""
-        return self.model_type == "gemma2"
+        """Whether attention and feed-forward outputs are normalised too (Gemma 2, 3)."""
+        return self.model_type in SANDWICH_TYPES
 
     # ------------------------------------------------------------ Hugging Face
     @classmethod
@@ -205,7 +221,9 @@ class LlamaConfig:
                 window = None
             scaling = config.get("rope_scaling")
             activation = config.get("hidden_act", "silu")
-            gemma2 = _gemma2_fields(config, heads, hidden) if model_type == "gemma2" else {}
+            gemma2 = {}
+            if model_type in SANDWICH_TYPES:
+                gemma2 = _gemma2_fields(config, heads, hidden, model_type)
             if model_type in GEMMA_TYPES:
                 # Gemma was trained with the tanh GELU; early configs say "gelu" in hidden_act
                 # (Hugging Face then used the tanh one as well) and name it in
@@ -231,7 +249,7 @@ class LlamaConfig:
                 max_sequence_length=int(config.get("max_position_embeddings", 2048)),
                 attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
                 sliding_window=None if window is None else int(window),
-                qk_norm=model_type == "qwen3",
+                qk_norm=model_type in ("qwen3", "gemma3_text"),
                 hidden_activation=str(activation),
                 **gemma2,
                 bos_token_id=_optional_int(config.get("bos_token_id")),
@@ -249,6 +267,7 @@ class LlamaConfig:
             "qwen3": "Qwen3ForCausalLM",
             "gemma": "GemmaForCausalLM",
             "gemma2": "Gemma2ForCausalLM",
+            "gemma3_text": "Gemma3ForCausalLM",
         }
         config: dict[str, Any] = {
             "architectures": [architectures[self.model_type]],
@@ -271,7 +290,9 @@ class LlamaConfig:
         }
         if self.model_type in GEMMA_TYPES:
             config["hidden_activation"] = self.hidden_activation
-        if self.model_type == "gemma2":
+        if self.model_type == "gemma3_text" and self.local_rope_max_wavelength is not None:
+            config["rope_local_base_freq"] = float(self.local_rope_max_wavelength)
+        if self.model_type in SANDWICH_TYPES:
             config["query_pre_attn_scalar"] = int(self.head_dim)
             config["attn_logit_softcapping"] = self.attention_logit_soft_cap
             config["final_logit_softcapping"] = self.final_logit_soft_cap
@@ -293,8 +314,11 @@ class LlamaConfig:
         return config
 
 
-def _gemma2_fields(config: Mapping[str, Any], heads: int, hidden: int) -> dict[str, Any]:
-    """A Hugging Face Gemma 2 config's caps and local layers (its query scale is checked)."""
+def _gemma2_fields(
+    config: Mapping[str, Any], heads: int, hidden: int, model_type: str
+) -> dict[str, Any]:
+    """A Hugging Face Gemma 2 or 3 config's caps, local layers and local RoPE base (its query
+    scale is checked)."""
     head_dim = int(config.get("head_dim") or hidden // heads)
     scalar = config.get("query_pre_attn_scalar", head_dim)
     if float(scalar) != head_dim:
@@ -304,11 +328,18 @@ def _gemma2_fields(config: Mapping[str, Any], heads: int, hidden: int) -> dict[s
         )
     layers = int(config["num_hidden_layers"])
     types = config.get("layer_types")
-    if types is None:  # Transformers' default: the even layers are local.
-        local = tuple(i % 2 == 0 for i in range(layers))
-    else:
+    if types is not None:
         local = tuple(kind == "sliding_attention" for kind in types)
+    elif model_type == "gemma2":  # Transformers' default: the even layers are local.
+        local = tuple(i % 2 == 0 for i in range(layers))
+    else:  # Gemma 3: every sliding_window_pattern-th layer is global, the others local.
+        pattern = int(config.get("sliding_window_pattern", 6))
+        local = tuple((i + 1) % pattern != 0 for i in range(layers))
+    fields: dict[str, Any] = {}
+    if model_type == "gemma3_text" and config.get("sliding_window"):
+        fields["local_rope_max_wavelength"] = float(config.get("rope_local_base_freq", 10000.0))
     return {
+        **fields,
         "sliding_window_layers": local if config.get("sliding_window") else None,
         "attention_logit_soft_cap": _optional_float(config.get("attn_logit_softcapping")),
         "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping")),

@@ -611,3 +611,31 @@ def test_gemma2_configs_read_their_caps_and_local_layers_and_refuse_the_27b_quer
         LlamaConfig.from_hf_config({**hf, "query_pre_attn_scalar": 144})
     with pytest.raises(CheckpointError, match="Gemma 2's"):
         dataclasses.replace(config, model_type="llama", hidden_activation="silu")
+
+
+def test_gemma3_text_configs_read_the_local_layers_rope_and_query_key_norms():
+    hf = {
+        "model_type": "gemma3_text",
+        "vocab_size": 64,
+        "num_hidden_layers": 7,
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "intermediate_size": 48,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": 8,
+        "sliding_window_pattern": 6,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 1e4,
+        "query_pre_attn_scalar": 16,
+    }
+    config = LlamaConfig.from_hf_config(hf)
+    # Every sixth layer is global; the others local, with their own RoPE base.
+    assert config.sliding_window_layers == (True,) * 5 + (False, True)
+    assert (config.local_rope_max_wavelength, config.rope_max_wavelength) == (1e4, 1e6)
+    assert config.qk_norm and config.post_norms and config.norm_offset == 1.0
+    assert "model.layers.6.self_attn.k_norm.weight" in weight_shapes(config)
+    assert LlamaConfig.from_hf_config(config.to_hf_config()) == config
+    with pytest.raises(CheckpointError, match="local RoPE base is Gemma 3's"):
+        dataclasses.replace(config, model_type="gemma2", qk_norm=False)

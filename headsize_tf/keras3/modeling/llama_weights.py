@@ -62,6 +62,7 @@ def decoder_config(config: LlamaConfig) -> dict[str, Any]:
         "post_norms": config.post_norms,
         "attention_logit_soft_cap": config.attention_logit_soft_cap,
         "final_logit_soft_cap": config.final_logit_soft_cap,
+        "local_rope_max_wavelength": config.local_rope_max_wavelength,
     }
 
 
@@ -205,6 +206,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         sliding_window_layers=lm.sliding_window_layers,
         attention_logit_soft_cap=lm.attention_logit_soft_cap,
         final_logit_soft_cap=lm.final_logit_soft_cap,
+        local_rope_max_wavelength=lm.local_rope_max_wavelength,
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )
@@ -213,6 +215,8 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
             f"model_type {model_type!r} stores RMSNorm scales with offset {config.norm_offset:g}; "
             f"this DecoderLM's norms have offset {lm.norm_scale_offset:g}."
         )
+    if lm.local_rope_scaling is not None:
+        raise _not_expressible("its local layers' RoPE is scaled")
     if lm.post_norms != config.post_norms:
         raise CheckpointError(
             f"model_type {model_type!r} {'has' if config.post_norms else 'has no'} post-norms; "

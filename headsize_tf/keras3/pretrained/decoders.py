@@ -154,11 +154,11 @@ def save_decoder(
       path: The `.keras` file or the directory to write.
       format: "keras", "hf" or "keras_hub".
       model_type: The Hugging Face `model_type` ("hf"); None: "gemma" for a
-        model with an embedding scale (Gemma's; "gemma2" with post-norms),
-        else "llama".
+        model with an embedding scale (Gemma's; "gemma2" with post-norms,
+        "gemma3_text" with query/key norms too), else "llama".
       backbone_class: keras-hub's backbone class ("keras_hub"); None:
-        "GemmaBackbone" for a model with an embedding scale, else
-        "Llama3Backbone".
+        "GemmaBackbone" for a model with an embedding scale ("Gemma3Backbone"
+        for Gemma 3), else "Llama3Backbone".
 
     Raises:
       CheckpointError: the format cannot hold the model (latent or
@@ -169,8 +169,11 @@ def save_decoder(
     path = pathlib.Path(path)
     gemma = getattr(lm, "embedding_scale", None) is not None
     gemma_type = "gemma2" if getattr(lm, "post_norms", False) else "gemma"
+    if getattr(lm, "post_norms", False) and getattr(lm, "query_key_norm", False):
+        gemma_type = "gemma3_text"
     model_type = model_type or (gemma_type if gemma else "llama")
-    backbone_class = backbone_class or ("GemmaBackbone" if gemma else "Llama3Backbone")
+    gemma_class = "Gemma3Backbone" if gemma_type == "gemma3_text" else "GemmaBackbone"
+    backbone_class = backbone_class or (gemma_class if gemma else "Llama3Backbone")
     if format == "keras":
         if path.suffix != ".keras":
             raise CheckpointError(f"A Keras model file ends in .keras; got {path}.")

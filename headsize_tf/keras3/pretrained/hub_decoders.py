@@ -65,13 +65,12 @@ DECODER_FAMILIES: dict[str, DecoderFamily] = {
         DecoderFamily("qwen2", "QwenBackbone", "QwenCausalLM", attention_bias=True),
         DecoderFamily("qwen3", "Qwen3Backbone", "Qwen3CausalLM", qk_norm=True),
         DecoderFamily("gemma", "GemmaBackbone", "GemmaCausalLM"),
+        DecoderFamily("gemma3_text", "Gemma3Backbone", "Gemma3CausalLM", qk_norm=True),
     )
 }
 # Families the library cannot compute yet, and what they need.
 REFUSED_FAMILIES = {
-    "Gemma3Backbone": "local and global RoPE bases per layer and per-head query/key norms "
-    "scaling by 1 + w",
-    "Gemma4Backbone": "Gemma 3's features and per-layer embeddings",
+    "Gemma4Backbone": "per-layer embeddings beside Gemma 3's computation",
     "Phi3Backbone": "fused query/key/value and gate/up projections with LongRoPE scaling",
     "FalconBackbone": "parallel attention and feed-forward, LayerNorm and ALiBi positions",
     "SmolLM3Backbone": "layers without RoPE (NoPE every fourth layer)",
@@ -178,6 +177,66 @@ def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int
     )
 
 
+# Gemma3Backbone's fixed RoPE bases (its local and global layers) and layer pattern.
+GEMMA3_LOCAL_BASE, GEMMA3_GLOBAL_BASE, GEMMA3_PATTERN = 10_000.0, 1_000_000.0, 6
+
+
+def _gemma3_config(config: Mapping[str, Any], max_sequence_length: int) -> LlamaConfig:
+    """A keras-hub Gemma3Backbone config (its text decoder; a vision encoder is left out)."""
+    heads, hidden, head_dim = (
+        int(config["num_query_heads"]),
+        int(config["hidden_dim"]),
+        int(config["head_dim"]),
+    )
+    needs = [
+        what
+        for key, wanted, what in (
+            ("use_query_key_norm", True, "no query/key norms"),
+            ("use_post_attention_norm", True, "no post-attention norms"),
+            ("use_post_ffw_norm", True, "no post-feed-forward norms"),
+            ("use_bidirectional_attention", False, "bidirectional attention"),
+            ("is_embedding_model", False, "an embedding model's pooling"),
+            ("local_rope_scaling_factor", 1.0, "scaled RoPE in the local layers"),
+        )
+        if config.get(key, wanted) != wanted
+    ]
+    if not config.get("query_head_dim_normalize", True) and hidden // heads != head_dim:
+        needs.append(f"queries scaled by width / heads = {hidden // heads} (Gemma 3 27B)")
+    if needs:
+        raise CheckpointError(
+            f"keras-hub's Gemma3Backbone with {', '.join(needs)} is not supported yet."
+        )
+    layers = int(config["num_layers"])
+    local = window = local_base = None
+    if config.get("use_sliding_window_attention"):
+        window = int(config["sliding_window_size"])
+        local = tuple(i % GEMMA3_PATTERN < GEMMA3_PATTERN - 1 for i in range(layers))
+        local_base = GEMMA3_LOCAL_BASE
+    factor = float(config.get("global_rope_scaling_factor", 1.0))
+    return LlamaConfig(
+        model_type="gemma3_text",
+        vocabulary_size=int(config["vocabulary_size"]),
+        num_layers=layers,
+        hidden_dim=hidden,
+        num_query_heads=heads,
+        num_key_value_heads=int(config["num_key_value_heads"]),
+        intermediate_dim=int(config["intermediate_dim"]),
+        head_dim=head_dim,
+        rope_max_wavelength=GEMMA3_GLOBAL_BASE,
+        rope_scaling=None if factor == 1.0 else {"rope_type": "linear", "factor": factor},
+        rms_norm_epsilon=float(config.get("layer_norm_epsilon", 1e-6)),
+        tie_word_embeddings=True,
+        max_sequence_length=int(max_sequence_length),
+        sliding_window=window,
+        qk_norm=True,
+        hidden_activation="gelu_pytorch_tanh",
+        sliding_window_layers=local,
+        attention_logit_soft_cap=config.get("attention_logit_soft_cap"),
+        final_logit_soft_cap=config.get("final_logit_soft_cap"),
+        local_rope_max_wavelength=local_base,
+    )
+
+
 def llama_config_of(
     backbone: Any, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
 ) -> LlamaConfig:
@@ -188,6 +247,8 @@ def llama_config_of(
     tie = getattr(backbone.token_embedding, "tie_weights", False)
     if family.model_type == "gemma":  # Gemma 1 or, with its options, Gemma 2.
         return _gemma_config(config, bool(tie), max_sequence_length)
+    if family.model_type == "gemma3_text":
+        return _gemma3_config(config, max_sequence_length)
     heads = int(config["num_query_heads"])
     window = None
     if family.backbone_class == "MistralBackbone":
@@ -260,6 +321,9 @@ def _gemma_block_weights(block: Any, config: LlamaConfig) -> dict[str, np.ndarra
         # Head-first [heads, d, p] -> [heads * p, d].
         w[f"self_attn.{role}_proj.weight"] = _np(dense.kernel).transpose(0, 2, 1).reshape(-1, d)
     w["self_attn.o_proj.weight"] = _np(attention.output_dense.kernel).reshape(-1, d).T
+    if config.qk_norm:  # Gemma 3's (offsets, as every Gemma norm).
+        w["self_attn.q_norm.weight"] = _np(attention.query_norm.scale)
+        w["self_attn.k_norm.weight"] = _np(attention.key_norm.scale)
     w["input_layernorm.weight"] = _np(block.pre_attention_norm.scale)
     if config.post_norms:  # Gemma 2's names: post_attention_layernorm follows attention.
         w["post_attention_layernorm.weight"] = _np(block.post_attention_norm.scale)
@@ -306,8 +370,8 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
             f"keras-hub's {backbone_class} has attention_bias={family.attention_bias} and "
             f"qk_norm={family.qk_norm}; the model has {config.attention_bias} and {config.qk_norm}."
         )
-    if family.model_type == "gemma":
-        return _gemma_backbone(checkpoint)
+    if family.model_type in GEMMA_TYPES:
+        return _gemma_backbone(checkpoint, backbone_class)
     d, h = config.hidden_dim, config.num_query_heads
     kwargs: dict[str, Any] = {
         "vocabulary_size": config.vocabulary_size,
@@ -416,30 +480,71 @@ def _gemma2_options(config: LlamaConfig) -> dict[str, Any]:
     }
 
 
-def _gemma_backbone(checkpoint: LlamaCheckpoint) -> Any:
-    """A keras-hub `GemmaBackbone` (Gemma 1 or 2) holding a Gemma checkpoint's weights."""
+def _gemma3_options(config: LlamaConfig) -> dict[str, Any]:
+    """Gemma3Backbone's arguments of a Gemma 3 checkpoint's config (text only)."""
+    local = config.sliding_window_layers
+    pattern = tuple(i % GEMMA3_PATTERN < GEMMA3_PATTERN - 1 for i in range(config.num_layers))
+    scaling = config.rope_scaling
+    why = None
+    if config.rope_max_wavelength != GEMMA3_GLOBAL_BASE:
+        why = f"a global RoPE base of {config.rope_max_wavelength:g} (it has 1,000,000)"
+    elif scaling is not None and scaling.get("rope_type") != "linear":
+        why = f"RoPE scaling {scaling} (it has linear scaling only)"
+    elif local is not None and (
+        local != pattern or config.local_rope_max_wavelength != GEMMA3_LOCAL_BASE
+    ):
+        why = "local layers other than five of every six with RoPE base 10,000"
+    if why:
+        raise CheckpointError(f"keras-hub's Gemma3Backbone cannot hold {why}.")
+    return {
+        "image_size": 896,  # Gemma 3's; no vision encoder is built.
+        "intermediate_dim": config.intermediate_dim,
+        "use_query_key_norm": True,
+        "use_post_attention_norm": True,
+        "use_post_ffw_norm": True,
+        "attention_logit_soft_cap": config.attention_logit_soft_cap,
+        "final_logit_soft_cap": config.final_logit_soft_cap,
+        "use_sliding_window_attention": local is not None,
+        "sliding_window_size": config.sliding_window or 1024,
+        "global_rope_scaling_factor": 1.0 if scaling is None else float(scaling["factor"]),
+    }
+
+
+def _gemma_backbone(checkpoint: LlamaCheckpoint, backbone_class: str) -> Any:
+    """A keras-hub `GemmaBackbone` (Gemma 1 or 2) or `Gemma3Backbone` (text only) holding a
+    Gemma checkpoint's weights."""
     keras_hub = require_keras_hub()
     config = checkpoint.config
+    gemma3 = config.model_type == "gemma3_text"
+    if gemma3 != (backbone_class == "Gemma3Backbone"):
+        raise CheckpointError(
+            f"keras-hub's {backbone_class} does not hold model_type {config.model_type!r} "
+            f"({'Gemma3Backbone' if gemma3 else 'GemmaBackbone'} does)."
+        )
     why = None
     if not config.tie_word_embeddings:
         why = "untied output embeddings"
-    elif config.rope_max_wavelength != 10000.0 or config.rope_scaling is not None:
+    elif not gemma3 and (config.rope_max_wavelength != 10000.0 or config.rope_scaling is not None):
         why = f"RoPE base {config.rope_max_wavelength:g} with scaling {config.rope_scaling}"
     if why:
         raise CheckpointError(
             f"keras-hub's GemmaBackbone (RoPE base 10000, tied) cannot hold {why}."
         )
     h, g = config.num_query_heads, config.num_key_value_heads
-    backbone = keras_hub.models.GemmaBackbone(
+    options = (
+        _gemma3_options(config)
+        if gemma3
+        else {"intermediate_dim": 2 * config.intermediate_dim, **_gemma2_options(config)}
+    )
+    backbone = getattr(keras_hub.models, backbone_class)(
         vocabulary_size=config.vocabulary_size,
         num_layers=config.num_layers,
         num_query_heads=h,
         num_key_value_heads=g,
         hidden_dim=config.hidden_dim,
-        intermediate_dim=2 * config.intermediate_dim,
         head_dim=config.head_dim,
         layer_norm_epsilon=config.rms_norm_epsilon,
-        **_gemma2_options(config),
+        **options,
     )
     w = checkpoint.weights
     backbone.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
@@ -454,6 +559,9 @@ def _gemma_backbone(checkpoint: LlamaCheckpoint) -> Any:
             dense.kernel.assign(matrix.reshape(heads, -1, config.hidden_dim).transpose(0, 2, 1))
         output = w[prefix + "self_attn.o_proj.weight"]  # [d, h p]
         attention.output_dense.kernel.assign(output.T.reshape(h, -1, config.hidden_dim))
+        if config.qk_norm:
+            attention.query_norm.scale.assign(w[prefix + "self_attn.q_norm.weight"])
+            attention.key_norm.scale.assign(w[prefix + "self_attn.k_norm.weight"])
         block.pre_attention_norm.scale.assign(w[prefix + "input_layernorm.weight"])
         if config.post_norms:
             block.post_attention_norm.scale.assign(w[prefix + "post_attention_layernorm.weight"])

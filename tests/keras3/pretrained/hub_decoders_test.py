@@ -90,6 +90,29 @@ FAMILIES = {
         ),
         {"head": 16, "sliding_window": 4, "gemma2": True},
     ),
+    # Gemma 3's text decoder: six layers, so that the sixth is global (RoPE base 1e6, scaled
+    # by 2) and the first five local (base 1e4); query/key norms scaling by 1 + w.
+    "gemma3": (
+        "Gemma3Backbone",
+        dict(
+            image_size=896,
+            num_layers=6,
+            head_dim=16,
+            num_key_value_heads=2,
+            use_post_attention_norm=True,
+            use_post_ffw_norm=True,
+            use_sliding_window_attention=True,
+            sliding_window_size=4,
+            global_rope_scaling_factor=2.0,
+        ),
+        {
+            "head": 16,
+            "sliding_window": 4,
+            "query_key_norm": True,
+            "gemma3": True,
+            "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+        },
+    ),
 }
 # Logits agree to float32 rounding: max |diff| <= TOLERANCE * max(1, max |logit|) (measured:
 # 5.3e-6 at a largest logit of 5.2, i.e. 0.1 of the bound, on TensorFlow and JAX).
@@ -103,8 +126,8 @@ QWEN3_TOLERANCE = 2.5e-5
 
 
 def _size(backbone_class: str) -> dict:
-    """SIZE, less what a family sets itself (Gemma: its RoPE base is fixed at 10000)."""
-    if backbone_class == "GemmaBackbone":
+    """SIZE, less what a family sets itself (Gemma: its RoPE bases are fixed)."""
+    if backbone_class.startswith("Gemma"):
         return {
             k: v for k, v in SIZE.items() if k not in ("rope_max_wavelength", "num_key_value_heads")
         }
@@ -123,7 +146,7 @@ def hub_logits(backbone, ids: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("case", list(FAMILIES))
 def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
     backbone_class, options, expected = FAMILIES[case]
-    backbone = getattr(keras_hub.models, backbone_class)(**_size(backbone_class), **options)
+    backbone = getattr(keras_hub.models, backbone_class)(**{**_size(backbone_class), **options})
     rng = np.random.default_rng(0)
     for v in backbone.weights:
         noise = rng.normal(0, 0.2, v.shape).astype("float32")
@@ -138,7 +161,7 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
         backbone.save_to_preset(str(tmp_path / "hub"))
         lm = load_hub_decoder(tmp_path / "hub")
     assert isinstance(lm, DecoderLM)
-    gemma = backbone_class == "GemmaBackbone"
+    gemma = backbone_class.startswith("Gemma")
     assert lm.tie_word_embeddings == options.get(
         "tie_word_embeddings", backbone_class.startswith("Qwen") or gemma
     )
@@ -147,6 +170,9 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
     if expected.get("gemma2"):
         assert lm.post_norms and lm.sliding_window_layers == [True, False]
         assert (lm.attention_logit_soft_cap, lm.final_logit_soft_cap) == (1.0, 3.0)
+    if expected.get("gemma3"):
+        assert lm.sliding_window_layers == [True] * 5 + [False]
+        assert (lm.local_rope_max_wavelength, lm.attention_spec.rope_max_wavelength) == (1e4, 1e6)
     if "sliding_window" in expected:
         assert lm.sliding_window == expected["sliding_window"]
     else:  # None, or a window no narrower than every sequence the model serves.
@@ -174,7 +200,7 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
 @pytest.mark.parametrize(
     "name, missing",
     [
-        ("Gemma3Backbone", "RoPE bases per layer"),
+        ("FalconBackbone", "ALiBi"),
         ("Gemma4Backbone", "per-layer embeddings"),
         ("Phi3Backbone", "LongRoPE"),
     ],
@@ -214,13 +240,14 @@ def test_gemma_options_without_a_form_are_refused_and_gemma_writes_only_as_gemma
         checkpoint_from_decoder(lm, "gemma2")
 
 
-@pytest.mark.parametrize("case", ["gemma_mqa", "gemma2"])
+@pytest.mark.parametrize("case", ["gemma_mqa", "gemma2", "gemma3"])
 def test_gemma_round_trips_through_a_hugging_face_directory(case, tmp_path, tokenizer_json):
     """Written as model_type "gemma" or "gemma2" (norms as offsets, GeGLU named; Gemma 2's
     caps, local layers and four norms), read back with keras-hub's logits."""
     vocab = len(vocab_and_merges(tokenizer_json)[0])
     size = {**_size("GemmaBackbone"), "vocabulary_size": vocab}
-    backbone = keras_hub.models.GemmaBackbone(**size, **FAMILIES[case][1])
+    backbone_class, options, _ = FAMILIES[case]
+    backbone = getattr(keras_hub.models, backbone_class)(**{**size, **options})
     rng = np.random.default_rng(3)
     for v in backbone.weights:
         v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
@@ -235,6 +262,12 @@ def test_gemma_round_trips_through_a_hugging_face_directory(case, tmp_path, toke
         assert config["layer_types"] == ["sliding_attention", "full_attention"]
         assert (config["sliding_window"], config["query_pre_attn_scalar"]) == (4, 16)
         assert (config["attn_logit_softcapping"], config["final_logit_softcapping"]) == (1, 3)
+    elif case == "gemma3":
+        assert config["model_type"] == "gemma3_text"
+        assert config["architectures"] == ["Gemma3ForCausalLM"]
+        assert config["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
+        assert (config["rope_local_base_freq"], config["rope_theta"]) == (1e4, 1e6)
+        assert config["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
     else:
         assert config["model_type"] == "gemma" and config["architectures"] == ["GemmaForCausalLM"]
     assert config["hidden_activation"] == "gelu_pytorch_tanh" and config["tie_word_embeddings"]
