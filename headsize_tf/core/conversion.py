@@ -267,8 +267,18 @@ class ConversionTarget:
             )
         return sets
 
-    def spec(self, layers: Sequence[ResolvedAttention], width: int | None = None) -> AttentionSpec:
-        """The converted model's spec (per-layer lists where the layers differ)."""
+    def spec(
+        self,
+        layers: Sequence[ResolvedAttention],
+        width: int | None = None,
+        rope: tuple[float, Any] | None = None,
+    ) -> AttentionSpec:
+        """The converted model's spec (per-layer lists where the layers differ).
+
+        `rope`: the model's own (RoPE base, scaling), for a model whose layers
+        differ in them (Gemma 3's local and global layers, which the model sets
+        per layer itself); without it, such layers are an error.
+        """
         self.check_layers(layers, width)
 
         def field(values: list[int]) -> int | tuple[int, ...]:
@@ -291,9 +301,21 @@ class ConversionTarget:
         if len(rotary) > 1:
             raise SpecError("Some layers rotate their keys (RoPE) and some do not.")
         if rotary.pop():
-            first = layers[0]
-            common["rope_max_wavelength"] = first.rope_max_wavelength
-            common["rope_scaling"] = first.rope_scaling
+            settings = {
+                (layer.rope_max_wavelength, repr(layer.rope_scaling)): layer for layer in layers
+            }
+            if rope is None and len(settings) > 1:
+                raise SpecError(
+                    "The layers' RoPE bases or scalings differ "
+                    f"({sorted(base for base, _ in settings)}): give the model's own (`rope`)."
+                )
+            base, scaling = (
+                rope
+                if rope is not None
+                else (layers[0].rope_max_wavelength, layers[0].rope_scaling)
+            )
+            common["rope_max_wavelength"] = base
+            common["rope_scaling"] = scaling
         if self.kind == "grouped":
             if "rope_max_wavelength" in common:
                 sets = [layer.rope_sets[0] for layer in layers]

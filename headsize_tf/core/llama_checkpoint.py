@@ -172,12 +172,19 @@ class LlamaConfig:
                 "Local and global layers and logit soft caps are Gemma 2's and 3's (model_type "
                 f"'gemma2', 'gemma3_text'), not {self.model_type!r}'s."
             )
-        if self.local_rope_max_wavelength is not None and (
-            self.model_type != "gemma3_text" or self.sliding_window_layers is None
-        ):
-            raise CheckpointError(
-                "A local RoPE base is Gemma 3's (model_type 'gemma3_text'), for its local layers."
-            )
+        if self.model_type in GEMMA_TYPES:
+            if self.qk_norm != (self.model_type == "gemma3_text") or self.attention_bias:
+                raise CheckpointError(
+                    f"model_type {self.model_type!r} has "
+                    + (
+                        "query/key norms"
+                        if self.model_type == "gemma3_text"
+                        else "no query/key norm"
+                    )
+                    + " and no attention biases (Hugging Face's Gemma also biases its output "
+                    "projection); got "
+                    f"qk_norm={self.qk_norm}, attention_bias={self.attention_bias}."
+                )
         if self.sliding_window_layers is not None:
             layers = tuple(bool(flag) for flag in self.sliding_window_layers)
             if len(layers) != self.num_layers or self.sliding_window is None:
@@ -186,6 +193,29 @@ class LlamaConfig:
                     f"sliding_window; got {list(layers)} and {self.sliding_window!r}."
                 )
             object.__setattr__(self, "sliding_window_layers", layers)
+        if self.model_type in SANDWICH_TYPES:
+            layers = self.sliding_window_layers
+            if self.sliding_window is not None and layers is None:  # Every layer local.
+                object.__setattr__(self, "sliding_window_layers", (True,) * self.num_layers)
+            elif layers is not None and not any(layers):  # No local layer: no window.
+                object.__setattr__(self, "sliding_window", None)
+                object.__setattr__(self, "sliding_window_layers", None)
+                object.__setattr__(self, "local_rope_max_wavelength", None)
+        if self.local_rope_max_wavelength is not None and (
+            self.model_type != "gemma3_text" or self.sliding_window_layers is None
+        ):
+            raise CheckpointError(
+                "A local RoPE base is Gemma 3's (model_type 'gemma3_text'), for its local layers."
+            )
+        if (
+            self.model_type == "gemma3_text"
+            and self.sliding_window_layers is not None
+            and self.local_rope_max_wavelength is None
+        ):
+            raise CheckpointError(
+                "Gemma 3's local layers need their RoPE base (local_rope_max_wavelength; "
+                "Hugging Face's rope_local_base_freq)."
+            )
         if self.rope_scaling is not None:
             object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))
 
@@ -231,7 +261,7 @@ class LlamaConfig:
                 activation = config.get("hidden_activation") or "gelu_pytorch_tanh"
             if scaling is not None and scaling.get("rope_type", scaling.get("type")) == "default":
                 scaling = None
-            return cls(
+            fields = dict(
                 model_type=model_type,
                 vocabulary_size=int(config["vocab_size"]),
                 num_layers=int(config["num_hidden_layers"]),
@@ -251,10 +281,10 @@ class LlamaConfig:
                 sliding_window=None if window is None else int(window),
                 qk_norm=model_type in ("qwen3", "gemma3_text"),
                 hidden_activation=str(activation),
-                **gemma2,
                 bos_token_id=_optional_int(config.get("bos_token_id")),
                 eos_token_id=_optional_int(config.get("eos_token_id")),
             )
+            return cls(**{**fields, **gemma2})
         except KeyError as error:
             raise CheckpointError(f"config.json lacks {error.args[0]!r}.") from None
 
@@ -319,13 +349,21 @@ def _gemma2_fields(
 ) -> dict[str, Any]:
     """A Hugging Face Gemma 2 or 3 config's caps, local layers and local RoPE base (its query
     scale is checked)."""
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    scalar = config.get("query_pre_attn_scalar", head_dim)
+    # Keys a config leaves out take transformers' defaults (Gemma2Config, Gemma3TextConfig).
+    gemma3 = model_type == "gemma3_text"
+    head_dim = int(config.get("head_dim") or 256)
+    scalar = config.get("query_pre_attn_scalar", 256)
     if float(scalar) != head_dim:
         raise CheckpointError(
             f"config.json's query_pre_attn_scalar {scalar} differs from head_dim {head_dim} "
-            "(Gemma 2 27B's query scaling): not supported yet."
+            "(the query scaling of Gemma 2 and 3 27B): not supported yet."
         )
+    if "rope_parameters" in config:
+        raise CheckpointError(
+            "config.json gives its RoPE as rope_parameters (transformers 5): not read yet; "
+            "rope_theta, rope_local_base_freq and rope_scaling are."
+        )
+    window = config.get("sliding_window", 4096)
     layers = int(config["num_hidden_layers"])
     types = config.get("layer_types")
     if types is not None:
@@ -335,15 +373,21 @@ def _gemma2_fields(
     else:  # Gemma 3: every sliding_window_pattern-th layer is global, the others local.
         pattern = int(config.get("sliding_window_pattern", 6))
         local = tuple((i + 1) % pattern != 0 for i in range(layers))
-    fields: dict[str, Any] = {}
-    if model_type == "gemma3_text" and config.get("sliding_window"):
-        fields["local_rope_max_wavelength"] = float(config.get("rope_local_base_freq", 10000.0))
-    return {
-        **fields,
-        "sliding_window_layers": local if config.get("sliding_window") else None,
-        "attention_logit_soft_cap": _optional_float(config.get("attn_logit_softcapping")),
-        "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping")),
+    if window is None or not any(local):  # No local layer: no window.
+        window, local = None, None
+    caps = (None, None) if gemma3 else (50.0, 30.0)
+    fields: dict[str, Any] = {
+        "head_dim": head_dim,
+        "sliding_window": None if window is None else int(window),
+        "sliding_window_layers": local,
+        "attention_logit_soft_cap": _optional_float(config.get("attn_logit_softcapping", caps[0])),
+        "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping", caps[1])),
     }
+    if gemma3:
+        fields["rope_max_wavelength"] = float(config.get("rope_theta", 1_000_000.0))
+        if local is not None:
+            fields["local_rope_max_wavelength"] = float(config.get("rope_local_base_freq", 1e4))
+    return fields
 
 
 def _optional_float(value: Any) -> float | None:

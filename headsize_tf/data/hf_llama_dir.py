@@ -1,7 +1,7 @@
 """Reading and writing Llama-family decoders as local Hugging Face directories.
 
 `read_hf_llama_dir` reads a directory with `config.json` (model_type
-"llama", "mistral", "qwen2", "qwen3" or "gemma"), the weights (`model.safetensors`, or
+"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2" or "gemma3_text"), the weights (`model.safetensors`, or
 shards listed in `model.safetensors.index.json`) and `tokenizer.json`, plus
 the chat template of an optional `tokenizer_config.json`, into a
 `LlamaCheckpoint` of float32 arrays (float16 and bfloat16 tensors are

@@ -78,3 +78,23 @@ def test_to_dict_names_the_size():
         "kv_latent_dim": [4, 2],
         "method": "joint_svd",
     }
+
+
+def test_layers_with_different_rope_take_the_models_own_or_are_refused():
+    """Gemma 3's local and global layers differ in RoPE base: the converted spec takes the
+    model's own (the model sets its local layers' itself); without it, an error."""
+    from headsize_tf.core.spec import ResolvedAttention
+
+    def layer(base):
+        sets = ((0, 1, 2, 3),) * 2
+        return ResolvedAttention(
+            "grouped", 4, 8, 8, num_kv_heads=2, rope_max_wavelength=base, rope_sets=sets
+        )
+
+    layers = [layer(1e4), layer(1e6)]
+    target = ConversionTarget("grouped", 1, "mean")
+    with pytest.raises(SpecError, match="RoPE bases or scalings differ"):
+        target.spec(layers)
+    spec = target.spec(layers, rope=(1e6, {"rope_type": "linear", "factor": 8.0}))
+    assert spec.rope_max_wavelength == 1e6 and spec.rope_scaling["factor"] == 8.0
+    assert target.spec([layer(1e4)] * 2).rope_max_wavelength == 1e4

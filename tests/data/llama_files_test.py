@@ -639,3 +639,46 @@ def test_gemma3_text_configs_read_the_local_layers_rope_and_query_key_norms():
     assert LlamaConfig.from_hf_config(config.to_hf_config()) == config
     with pytest.raises(CheckpointError, match="local RoPE base is Gemma 3's"):
         dataclasses.replace(config, model_type="gemma2", qk_norm=False)
+
+
+def test_gemma2_and_3_configs_round_trip_their_windows_and_refuse_what_hf_computes_otherwise():
+    base = dict(
+        vocabulary_size=64,
+        num_layers=4,
+        hidden_dim=32,
+        num_query_heads=4,
+        num_key_value_heads=2,
+        intermediate_dim=48,
+        head_dim=16,
+        hidden_activation="gelu_pytorch_tanh",
+    )
+    for gemma2 in (
+        LlamaConfig(model_type="gemma2", **base),  # No window.
+        LlamaConfig(model_type="gemma2", sliding_window=8, **base),  # Every layer local.
+        LlamaConfig(
+            model_type="gemma2", sliding_window=8, sliding_window_layers=[1, 0, 1, 0], **base
+        ),
+    ):
+        assert LlamaConfig.from_hf_config(gemma2.to_hf_config()) == gemma2
+    every = LlamaConfig(model_type="gemma2", sliding_window=8, **base)
+    assert every.sliding_window_layers == (True,) * 4
+    # No local layer is no window.
+    none = LlamaConfig(model_type="gemma2", sliding_window=8, sliding_window_layers=[0] * 4, **base)
+    assert (none.sliding_window, none.sliding_window_layers) == (None, None)
+    # Keys a config leaves out take transformers' defaults: Gemma 2's caps, Gemma 3's base.
+    hf = {**LlamaConfig(model_type="gemma2", **base).to_hf_config()}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        del hf[key]
+    assert LlamaConfig.from_hf_config(hf).attention_logit_soft_cap == 50.0
+    hf3 = LlamaConfig(model_type="gemma3_text", qk_norm=True, **base).to_hf_config()
+    del hf3["rope_theta"]
+    assert LlamaConfig.from_hf_config(hf3).rope_max_wavelength == 1e6
+    with pytest.raises(CheckpointError, match="need their RoPE base"):
+        LlamaConfig(model_type="gemma3_text", qk_norm=True, sliding_window=8, **base)
+    for wrong in (
+        dict(model_type="gemma2", qk_norm=True),
+        dict(model_type="gemma3_text", qk_norm=False),
+        dict(model_type="gemma2", attention_bias=True),
+    ):
+        with pytest.raises(CheckpointError, match="no attention biases"):
+            LlamaConfig(**wrong, **base)

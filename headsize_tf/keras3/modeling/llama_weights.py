@@ -156,9 +156,10 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         head count per model (pruned models with per-layer heads, latent and
         collaborative attention have no Llama-family form).
       model_type: The Hugging Face `model_type` to write ("llama",
-        "mistral", "qwen2", "qwen3" or "gemma"; it must agree with the
-        model's options: biases for qwen2, query-key norm for qwen3, an
-        embedding scale of sqrt(width) and GeGLU for gemma).
+        "mistral", "qwen2", "qwen3", "gemma", "gemma2" or "gemma3_text"; it
+        must agree with the model's options: biases for qwen2, query-key norm
+        for qwen3, an embedding scale of sqrt(width), norms of 1 + w and GeGLU
+        for the Gemmas, post-norms for gemma2 and gemma3_text).
 
     Raises:
       CheckpointError: naming what the checkpoint format cannot hold.

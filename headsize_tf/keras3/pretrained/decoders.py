@@ -7,8 +7,10 @@
   sha256, cached);
 * a `.gguf` file (llama.cpp's format, architecture "llama");
 * a local Hugging Face directory (`config.json`, `model.safetensors`,
-  `tokenizer.json`; model types llama, mistral, qwen2, qwen3, gemma);
-* a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3, Gemma);
+  `tokenizer.json`; model types llama, mistral, qwen2, qwen3, gemma, gemma2,
+  gemma3_text);
+* a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3, Gemma 1-2,
+  Gemma 3's text decoder);
 * a `.keras` file of a `DecoderLM` (pruned, converted, fine-tuned).
 
 `save_decoder(lm, path, format)` writes `.keras` (any model), a Hugging

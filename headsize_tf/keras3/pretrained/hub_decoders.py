@@ -1,7 +1,7 @@
 """keras-hub's Llama-family decoders <-> the library's `DecoderLM`.
 
 keras-hub ships Llama, Llama3 (SmolLM 1/2 load as Llama3), Mistral, Qwen
-(2), Qwen3 and Gemma (1 and, through its options, 2) as backbones whose attention is `EinsumDense` kernels
+(2), Qwen3, Gemma (1 and, through its options, 2) and Gemma 3 as backbones whose attention is `EinsumDense` kernels
 (query `[d, h, p]`, key / value `[d, G, p]`, output `[h, p, d]`; Gemma's query
 and key / value head-first, `[h, d, p]` and `[G, d, p]`), not stock
 `MultiHeadAttention`. Each family of `DECODER_FAMILIES` says how its config
@@ -9,7 +9,7 @@ and weights read into the framework-neutral
 `headsize_tf.core.llama_checkpoint.LlamaCheckpoint`, which
 `headsize_tf.keras3.modeling.llama_weights` turns into a `DecoderLM` (and back), so
 every format shares one mapping onto the model. Families whose computation
-the library does not build yet (Gemma 3, Phi-3, ...) are refused by name
+the library does not build yet (Gemma 4, Phi-3, ...) are refused by name
 with what is missing.
 """
 
@@ -141,6 +141,17 @@ def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int
             f"queries scaled by width / heads = {hidden // heads}, not the head size {head_dim} "
             "(query_head_dim_normalize=False: Gemma 2 27B)"
         )
+    gemma2_options = [
+        key
+        for key in (
+            "attention_logit_soft_cap",
+            "final_logit_soft_cap",
+            "use_sliding_window_attention",
+        )
+        if config.get(key)
+    ]
+    if gemma2_options and not post[0]:
+        needs.append(f"Gemma 2's {', '.join(gemma2_options)} without its post-norms")
     if needs:
         raise CheckpointError(
             f"keras-hub's GemmaBackbone with {'; '.join(needs)} is not supported yet."
@@ -468,8 +479,6 @@ def _gemma2_options(config: LlamaConfig) -> dict[str, Any]:
             "keras-hub's GemmaBackbone makes every even layer local; the model's local layers "
             f"are {[i for i, flag in enumerate(local) if flag]}."
         )
-    if local is None and config.sliding_window is not None:
-        raise CheckpointError("keras-hub's GemmaBackbone cannot make every layer local.")
     return {
         "use_post_attention_norm": True,
         "use_post_ffw_norm": True,
@@ -521,14 +530,12 @@ def _gemma_backbone(checkpoint: LlamaCheckpoint, backbone_class: str) -> Any:
             f"keras-hub's {backbone_class} does not hold model_type {config.model_type!r} "
             f"({'Gemma3Backbone' if gemma3 else 'GemmaBackbone'} does)."
         )
-    why = None
     if not config.tie_word_embeddings:
-        why = "untied output embeddings"
-    elif not gemma3 and (config.rope_max_wavelength != 10000.0 or config.rope_scaling is not None):
-        why = f"RoPE base {config.rope_max_wavelength:g} with scaling {config.rope_scaling}"
-    if why:
+        raise CheckpointError(f"keras-hub's {backbone_class} cannot hold untied output embeddings.")
+    if not gemma3 and (config.rope_max_wavelength != 10000.0 or config.rope_scaling is not None):
         raise CheckpointError(
-            f"keras-hub's GemmaBackbone (RoPE base 10000, tied) cannot hold {why}."
+            f"keras-hub's GemmaBackbone (RoPE base 10000) cannot hold RoPE base "
+            f"{config.rope_max_wavelength:g} with scaling {config.rope_scaling}."
         )
     h, g = config.num_query_heads, config.num_key_value_heads
     options = (

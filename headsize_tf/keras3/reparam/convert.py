@@ -151,7 +151,9 @@ def convert_model(
     layers = model.attention_layers
     resolved = [_resolved(layer) for layer in layers]
     width = min(int(layer._value_dense.kernel.shape[0]) for layer in layers)
-    new = with_attention(model, target.spec(resolved, width=width))
+    spec = model.attention_spec  # The model's own RoPE (Gemma 3's global layers').
+    rope = (spec.rope_max_wavelength, spec.rope_scaling) if spec.rope_max_wavelength else None
+    new = with_attention(model, target.spec(resolved, width=width, rope=rope))
     reports = []
     for index, (source, dest) in enumerate(zip(layers, new.attention_layers, strict=True)):
         converted, report = target.convert_layer(

@@ -221,6 +221,7 @@ def test_gemma_options_without_a_form_are_refused_and_gemma_writes_only_as_gemma
     for options, need in (
         (dict(use_post_ffw_norm=True), "only one kind of post-norm"),
         (dict(query_head_dim_normalize=False, head_dim=16), "Gemma 2 27B"),
+        (dict(final_logit_soft_cap=30.0), "final_logit_soft_cap without its post-norms"),
     ):
         backbone = keras_hub.models.GemmaBackbone(
             **{**_size("GemmaBackbone"), "num_key_value_heads": 2, "head_dim": 8, **options}
