@@ -389,3 +389,37 @@ def test_training_text_checks_name_a_corpus_held_out_whole():
         _check_train_text(args, short, "--heal-windows 4", 4)
     with pytest.raises(ValueError, match="--uptrain-steps works on training text: pass"):
         _check_train_text(args, None, "--uptrain-steps 2", 1)
+
+
+def test_convert_a_gemma2_directory_exactly_at_full_rank(files, tokenizer_json, tmp_path):
+    """A Hugging Face Gemma 2 directory (caps, sandwich norms, a local and a global layer)
+    through `convert --decoder`: its latent at full rank has the original's perplexity."""
+    import dataclasses
+
+    import numpy as np
+
+    from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, weight_shapes
+
+    config = dataclasses.replace(
+        random_checkpoint(tokenizer_json).config,
+        model_type="gemma2",
+        hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True,
+        head_dim=16,
+        sliding_window=8,
+        sliding_window_layers=(True, False),
+        attention_logit_soft_cap=2.0,
+        final_logit_soft_cap=5.0,
+    )
+    rng = np.random.default_rng(5)
+    weights = {
+        name: ((0.1 if len(shape) == 1 else 0.15) * rng.standard_normal(shape)).astype("float32")
+        for name, shape in weight_shapes(config).items()  # Norms are offsets: 1 + w.
+    }
+    hf = write_hf_llama_dir(LlamaCheckpoint(config, weights, tokenizer_json), tmp_path / "gemma2")
+    out = tmp_path / "latent"
+    argv = ["convert", "--decoder", str(hf), "--to", "latent", "--kv-rank", "32"]
+    argv += ["--data-file", files["text"], "--sequence-length", "32", "--eval-windows", "4"]
+    assert cli.main([*argv, "--decode-tokens", "4", "--output", str(out)]) == 0
+    ppl = json.loads((out / "report.json").read_text())["perplexity"]
+    assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
