@@ -386,7 +386,7 @@ class ConversionTarget:
         for role in ("query_norm", "key_norm"):
             if weights.get(role) is not None:
                 raise SpecError(
-                    f"Layer {name!r} normalises its queries and keys per head (Qwen3); shared "
+                    f"Layer {name!r} normalises its queries and keys per head (Qwen3, Gemma 3); shared "
                     "K/V conversion of such layers is not supported."
                 )
             weights = {k: v for k, v in weights.items() if k != role}
