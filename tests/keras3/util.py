@@ -43,3 +43,26 @@ def causal_mask(batch, t, s):
 
 def np_(x) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x), dtype=np.float64)
+
+
+def recorded_attention_calls(lm, ids) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The query input and the output of every attention layer during `lm(ids)` (their `call`
+    wrapped for the one forward pass), first layer to last."""
+    queries, outputs = {}, {}
+    for i, layer in enumerate(lm.attention_layers):
+
+        def call(*args, _i=i, _original=layer.call, **kwargs):
+            query = kwargs["query"] if "query" in kwargs else args[0]
+            queries[_i] = np_(query)
+            result = _original(*args, **kwargs)
+            outputs[_i] = np_(result)
+            return result
+
+        layer.call = call
+    try:
+        lm(ids)
+    finally:
+        for layer in lm.attention_layers:
+            del layer.call
+    order = range(len(lm.attention_layers))
+    return [queries[i] for i in order], [outputs[i] for i in order]

@@ -141,6 +141,16 @@ def _np(variable: Any) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
 
 
+def default_model_type(lm: DecoderLM) -> str:
+    """The Hugging Face `model_type` `lm`'s computation implies: a Gemma's by its options
+    (an embedding scale; post-norms: Gemma 2; query/key norms too: Gemma 3), else "llama"."""
+    if lm.embedding_scale is None:
+        return "llama"
+    if lm.post_norms:
+        return "gemma3_text" if lm.query_key_norm else "gemma2"
+    return "gemma"
+
+
 def _not_expressible(why: str) -> CheckpointError:
     return CheckpointError(
         f"This DecoderLM is not a Llama-family checkpoint any more ({why}); save it as .keras "

@@ -36,6 +36,7 @@ from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 from headsize_tf.keras3.modeling.llama_weights import (
     checkpoint_from_decoder,
     decoder_from_checkpoint,
+    default_model_type,
 )
 from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
 
@@ -169,13 +170,13 @@ def save_decoder(
     if format not in SAVE_FORMATS:
         raise CheckpointError(f"Unknown save format {format!r}; expected one of {SAVE_FORMATS}.")
     path = pathlib.Path(path)
-    gemma = getattr(lm, "embedding_scale", None) is not None
-    gemma_type = "gemma2" if getattr(lm, "post_norms", False) else "gemma"
-    if getattr(lm, "post_norms", False) and getattr(lm, "query_key_norm", False):
-        gemma_type = "gemma3_text"
-    model_type = model_type or (gemma_type if gemma else "llama")
-    gemma_class = "Gemma3Backbone" if gemma_type == "gemma3_text" else "GemmaBackbone"
-    backbone_class = backbone_class or (gemma_class if gemma else "Llama3Backbone")
+    implied = default_model_type(lm)
+    model_type = model_type or implied
+    backbone_class = backbone_class or {
+        "gemma": "GemmaBackbone",
+        "gemma2": "GemmaBackbone",
+        "gemma3_text": "Gemma3Backbone",
+    }.get(implied, "Llama3Backbone")
     if format == "keras":
         if path.suffix != ".keras":
             raise CheckpointError(f"A Keras model file ends in .keras; got {path}.")

@@ -30,6 +30,7 @@ from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 from headsize_tf.keras3.modeling.llama_weights import (
     checkpoint_from_decoder,
     decoder_from_checkpoint,
+    default_model_type,
 )
 from headsize_tf.keras3.pretrained._keras_hub import require_keras_hub
 
@@ -639,7 +640,7 @@ def save_hub_decoder(
     """
     family = family_of_class(backbone_class)
     model_type = family.model_type
-    if model_type == "gemma" and getattr(lm, "post_norms", False):
+    if model_type == "gemma" and default_model_type(lm) == "gemma2":
         model_type = "gemma2"  # One keras-hub backbone holds both.
     checkpoint = checkpoint_from_decoder(lm, model_type)
     backbone = hub_backbone_from_checkpoint(checkpoint, backbone_class)

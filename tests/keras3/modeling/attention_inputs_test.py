@@ -7,27 +7,8 @@ import numpy as np
 import pytest
 
 from headsize_tf.keras3.modeling import CausalLM
+from tests.keras3 import util
 from tests.keras3.modeling.decoder_lm_test import tiny_lm
-
-
-def _recorded(lm, ids):
-    """The query input of every attention layer during `lm(ids)` (their `call` wrapped)."""
-    seen = {}
-    for i, layer in enumerate(lm.attention_layers):
-        original = layer.call
-
-        def call(*args, _i=i, _original=original, **kwargs):
-            query = kwargs["query"] if "query" in kwargs else args[0]
-            seen[_i] = np.asarray(keras.ops.convert_to_numpy(query), np.float64)
-            return _original(*args, **kwargs)
-
-        layer.call = call
-    try:
-        lm(ids)
-    finally:
-        for layer in lm.attention_layers:
-            del layer.call
-    return [seen[i] for i in range(len(lm.attention_layers))]
 
 
 def _causal_lm():
@@ -43,7 +24,7 @@ def _causal_lm():
 def test_attention_inputs_are_what_each_attention_layer_sees(make):
     lm = make()
     ids = np.random.default_rng(0).integers(1, 50, (2, 9)).astype("int32")
-    expected = _recorded(lm, ids)
+    expected, _ = util.recorded_attention_calls(lm, ids)
     got = list(lm.attention_inputs(ids))
     assert [i for i, _, _ in got] == list(range(len(expected)))
     assert [block for _, block, _ in got] == lm.transformer_layers

@@ -62,19 +62,7 @@ def test_each_layer_trains_under_the_models_own_sliding_window():
     forward pass, a sliding window shorter than the windows included."""
     lm = tiny_lm(sliding_window=3)
     ids = np.random.default_rng(0).integers(1, VOCAB, (2, 9)).astype("int32")
-    outputs = {}
-    for i, layer in enumerate(lm.attention_layers):
-
-        def call(*args, _i=i, _original=layer.call, **kwargs):
-            outputs[_i] = util.np_(_original(*args, **kwargs))
-            return outputs[_i]
-
-        layer.call = call
-    try:
-        lm(ids)
-    finally:
-        for layer in lm.attention_layers:
-            del layer.call
+    _, outputs = util.recorded_attention_calls(lm, ids)
     (mask, *others) = [util.np_(m) for m in lm.attention_masks(9)]
     assert all(np.array_equal(mask, other) for other in others)  # Every block is local here.
     assert mask.shape == (1, 9, 9) and mask.sum() == 9 + 8 + 7  # Each query sees 3 keys at most.
