@@ -423,3 +423,42 @@ def test_convert_a_gemma2_directory_exactly_at_full_rank(files, tokenizer_json, 
     assert cli.main([*argv, "--decode-tokens", "4", "--output", str(out)]) == 0
     ppl = json.loads((out / "report.json").read_text())["perplexity"]
     assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+
+
+def test_a_qwen3_directory_converts_to_grouped_k_v_and_refuses_a_latent(
+    files, tokenizer_json, tmp_path, capsys
+):
+    """Qwen3's per-head query/key norms: `convert --to grouped` keeps them (at its own two
+    key/value heads, the original's perplexity); a latent, which would split a key head's
+    norm from its projection, exits 2 with one line."""
+    import dataclasses
+
+    import numpy as np
+
+    from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, weight_shapes
+
+    config = dataclasses.replace(
+        random_checkpoint(tokenizer_json).config, model_type="qwen3", qk_norm=True, head_dim=16
+    )
+    rng = np.random.default_rng(6)
+    weights = {
+        name: (
+            1.0 + 0.1 * rng.standard_normal(shape)
+            if len(shape) == 1
+            else 0.15 * rng.standard_normal(shape)
+        ).astype("float32")
+        for name, shape in weight_shapes(config).items()
+    }
+    hf = write_hf_llama_dir(LlamaCheckpoint(config, weights, tokenizer_json), tmp_path / "qwen3")
+    data = ["--data-file", files["text"], "--sequence-length", "32", "--eval-windows", "4"]
+    out = tmp_path / "grouped"
+    argv = ["convert", "--decoder", str(hf), "--to", "grouped", "--kv-heads", "2", *data]
+    assert cli.main([*argv, "--output", str(out)]) == 0
+    ppl = json.loads((out / "report.json").read_text())["perplexity"]
+    assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+    capsys.readouterr()
+    argv = ["convert", "--decoder", str(hf), "--to", "latent", "--kv-rank", "32", *data]
+    assert cli.main([*argv, "--output", str(tmp_path / "latent")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "convert it to grouped K/V (--to grouped)" in error
+    assert not (tmp_path / "latent").exists()

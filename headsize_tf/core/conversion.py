@@ -365,6 +365,20 @@ class ConversionTarget:
             )
         return AttentionSpec("collaborative", shared_key_dim=sizes[0], **common)
 
+    def check_query_key_norms(self, name: str) -> None:
+        """Refuses what cannot hold a layer whose queries and keys get a per-head RMSNorm."""
+        if self.kind != "grouped":
+            raise SpecError(
+                f"Layer {name!r} normalises its queries and keys per head (Qwen3, Gemma 3): "
+                f"its keys are normalised after their projection, which a {self.kind} "
+                "conversion would split; convert it to grouped K/V (--to grouped)."
+            )
+        if self.method == "svd":
+            raise SpecError(
+                f"Layer {name!r} normalises each key head with one scale per dimension, which "
+                "method='svd' would re-base; use method='mean' or 'svd_values'."
+            )
+
     def convert_layer(
         self,
         weights: dict[str, np.ndarray | None],
@@ -383,18 +397,18 @@ class ConversionTarget:
         """
         size = self.layer_size(index)
         rotary = source is not None and source.uses_rope
-        for role in ("query_norm", "key_norm"):
-            if weights.get(role) is not None:
-                raise SpecError(
-                    f"Layer {name!r} normalises its queries and keys per head (Qwen3, Gemma 3); shared "
-                    "K/V conversion of such layers is not supported."
-                )
-            weights = {k: v for k, v in weights.items() if k != role}
+        norms = {role: weights.get(role) for role in ("query_norm", "key_norm")}
+        norms = {role: norm for role, norm in norms.items() if norm is not None}
+        weights = {k: v for k, v in weights.items() if k not in ("query_norm", "key_norm")}
+        if norms:
+            self.check_query_key_norms(name)
         if self.kind == "grouped":
             out, report = kv_sharing.grouped_weights(
                 weights, size, method=self.method, rope=rotary, covariance=covariance, name=name
             )
-            return out, {"layer": name, **report.to_dict()}
+            # A group's key is the normalised mean of its heads' projections: the per-head
+            # norms (one scale vector for every head) stay as they are.
+            return {**out, **norms}, {"layer": name, **report.to_dict()}
         if self.kind == "latent":
             balance = self.method != "joint_svd_unbalanced"
             split = self.method == "split_svd"

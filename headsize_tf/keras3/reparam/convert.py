@@ -150,6 +150,9 @@ def convert_model(
     """
     layers = model.attention_layers
     resolved = [_resolved(layer) for layer in layers]
+    for layer in layers:
+        if getattr(layer, "key_norm", None) is not None:
+            target.check_query_key_norms(layer.name)  # Before the new model is built.
     width = min(int(layer._value_dense.kernel.shape[0]) for layer in layers)
     spec = model.attention_spec  # The model's own RoPE (Gemma 3's global layers').
     rope = (spec.rope_max_wavelength, spec.rope_scaling) if spec.rope_max_wavelength else None

@@ -237,6 +237,70 @@ def test_rotary_grouped_by_mean_keeps_a_rotated_key_bias_and_is_exact_at_the_sam
     assert keras.ops.shape(one(IDS)) == (3, 12, 40)
 
 
+# Qwen3's per-head query/key norms, and Gemma 3's (scaling by 1 + w) in local and global
+# layers with their own RoPE bases.
+NORMED = {
+    "qwen3": dict(query_key_norm=True),
+    "gemma3": dict(
+        query_key_norm=True,
+        norm_scale_offset=1.0,
+        post_norms=True,
+        sliding_window=5,
+        sliding_window_layers=[True, False],
+        local_rope_max_wavelength=50.0,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NORMED))
+def test_query_key_normed_layers_group_by_mean_pooling_and_refuse_the_rest(case):
+    """A group's key is the per-head norm of its heads' mean projection (Ainslie et al.'s
+    mean pooling, then the layer's own norm): the oracle is the same model built with one
+    key/value head whose kernels are the means."""
+    options = NORMED[case]
+    attention = {"kind": "grouped", "num_heads": 6, "num_kv_heads": 3, "head_size": 8}
+    attention["rope_max_wavelength"] = BASE
+    args = dict(vocabulary_size=40, num_layers=2, hidden_dim=24, intermediate_dim=32)
+    lm = DecoderLM(**args, attention=attention, max_sequence_length=32, **options)
+    rng = np.random.default_rng(3)
+    lm.set_weights(
+        [
+            (
+                rng.normal(0, 0.3, w.shape)
+                + (w.ndim == 1) * (1.0 - options.get("norm_scale_offset", 0))
+            ).astype("float32")
+            for w in lm.get_weights()
+        ]
+    )
+    same, _ = convert_model(lm, ConversionTarget("grouped", 3, "mean"))
+    np.testing.assert_allclose(util.np_(same(IDS)), util.np_(lm(IDS)), atol=1e-5)
+    one, reports = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
+    oracle = DecoderLM(
+        **args, attention={**attention, "num_kv_heads": 1}, max_sequence_length=32, **options
+    )
+    oracle.set_weights(
+        [
+            w.mean(axis=1, keepdims=True) if w.shape != tuple(o.shape) else w
+            for w, o in zip(lm.get_weights(), oracle.weights, strict=True)
+        ]
+    )
+    logits = util.np_(one(IDS))
+    np.testing.assert_allclose(logits, util.np_(oracle(IDS)), atol=1e-5)
+    assert np.abs(logits - util.np_(lm(IDS))).max() > 1e-2  # The pooling changes the model.
+    assert [(r["kind"], r["size"]) for r in reports] == [("grouped", 1)] * 2
+    # Cached greedy decoding equals greedy on the full forward pass.
+    generated = np.asarray(one.generate(IDS[:, :4], max_new_tokens=3))
+    tokens = IDS[:, :4]
+    for _ in range(3):
+        step = np.argmax(util.np_(one(tokens))[:, -1], axis=-1).astype("int32")
+        tokens = np.concatenate([tokens, step[:, None]], axis=1)
+    np.testing.assert_array_equal(generated, tokens)
+    with pytest.raises(SpecError, match=r"convert it to grouped K/V \(--to grouped\)"):
+        convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=[0, 1]))
+    with pytest.raises(SpecError, match="re-base"):
+        convert_model(lm, ConversionTarget("grouped", 1, "svd"))
+
+
 def _rotated_oracle(weights, components, x, positions, fold=1):
     """Scores `[h, T, T]` of TransMLA's rotated RoPE with FreqFold, from its equations (numpy).
 
