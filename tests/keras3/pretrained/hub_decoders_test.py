@@ -385,3 +385,28 @@ def test_a_gemma_model_reloads_decodes_cached_and_converts_to_a_latent_exactly(c
     assert latent.attention_spec.kind == "latent"
     assert latent.attention_layers[0].logit_soft_cap == options.get("attention_logit_soft_cap")
     np.testing.assert_allclose(_np(latent(ids)), logits, atol=1e-5 * max(1.0, np.abs(logits).max()))
+
+
+@pytest.mark.parametrize("case", ["qwen3_head_dim", "gemma3"])
+def test_a_query_key_normed_model_pools_its_key_value_heads_and_saves_back(case, tmp_path):
+    """keras-hub's Qwen3 and Gemma 3 -> one key/value head by mean pooling (their query/key
+    norms kept) -> a preset of the same family that keras-hub runs with the pooled model's
+    logits."""
+    from headsize_tf.core.conversion import ConversionTarget
+    from headsize_tf.keras3.reparam import convert_model
+
+    backbone_class, options, _ = FAMILIES[case]
+    backbone = getattr(keras_hub.models, backbone_class)(**{**_size(backbone_class), **options})
+    rng = np.random.default_rng(2)
+    for v in backbone.weights:
+        v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
+    lm = import_hub_decoder(backbone)
+    pooled, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))
+    ids = rng.integers(0, VOCAB, (2, 9)).astype("int32")
+    ours = _np(pooled(ids))
+    assert np.abs(ours - _np(lm(ids))).max() > 1e-2  # Pooling changed the model.
+    save_hub_decoder(pooled, tmp_path / "pooled", backbone_class)
+    back = keras_hub.models.Backbone.from_preset(str(tmp_path / "pooled"))
+    assert back.num_key_value_heads == 1
+    bound = QWEN3_TOLERANCE if backbone_class == "Qwen3Backbone" else TOLERANCE
+    assert np.abs(hub_logits(back, ids) - ours).max() <= bound * max(1.0, np.abs(ours).max())
