@@ -425,12 +425,13 @@ def test_convert_a_gemma2_directory_exactly_at_full_rank(files, tokenizer_json, 
     assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
 
 
-def test_a_qwen3_directory_converts_to_grouped_k_v_and_refuses_a_latent(
+def test_a_qwen3_directory_converts_to_grouped_or_latent_k_v_and_refuses_rotated_rope(
     files, tokenizer_json, tmp_path, capsys
 ):
-    """Qwen3's per-head query/key norms: `convert --to grouped` keeps them (at its own two
-    key/value heads, the original's perplexity); a latent, which would split a key head's
-    norm from its projection, exits 2 with one line."""
+    """Qwen3's per-head query/key norms: `convert --to grouped` keeps them, and so does a
+    latent with every rotary pair kept (at the model's own two key/value heads or at full
+    rank, the original's perplexity); rotated RoPE, which would mix the normalised key heads,
+    exits 2 with one line."""
     import dataclasses
 
     import numpy as np
@@ -451,14 +452,16 @@ def test_a_qwen3_directory_converts_to_grouped_k_v_and_refuses_a_latent(
     }
     hf = write_hf_llama_dir(LlamaCheckpoint(config, weights, tokenizer_json), tmp_path / "qwen3")
     data = ["--data-file", files["text"], "--sequence-length", "32", "--eval-windows", "4"]
-    out = tmp_path / "grouped"
-    argv = ["convert", "--decoder", str(hf), "--to", "grouped", "--kv-heads", "2", *data]
-    assert cli.main([*argv, "--output", str(out)]) == 0
-    ppl = json.loads((out / "report.json").read_text())["perplexity"]
-    assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+    for to, size in (("grouped", ["--kv-heads", "2"]), ("latent", ["--kv-rank", "64"])):
+        out = tmp_path / to
+        argv = ["convert", "--decoder", str(hf), "--to", to, *size, *data]
+        assert cli.main([*argv, "--output", str(out)]) == 0
+        ppl = json.loads((out / "report.json").read_text())["perplexity"]
+        assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4), to
     capsys.readouterr()
-    argv = ["convert", "--decoder", str(hf), "--to", "latent", "--kv-rank", "32", *data]
-    assert cli.main([*argv, "--output", str(tmp_path / "latent")]) == 2
+    argv = ["convert", "--decoder", str(hf), "--to", "latent", "--cache-fraction", "0.5"]
+    argv += ["--rope-strategy", "rotated", *data]
+    assert cli.main([*argv, "--output", str(tmp_path / "rotated")]) == 2
     error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "convert it to grouped K/V (--to grouped)" in error
-    assert not (tmp_path / "latent").exists()
+    assert "\n" not in error and "rotated RoPE would mix" in error
+    assert not (tmp_path / "rotated").exists()

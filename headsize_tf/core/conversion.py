@@ -367,13 +367,19 @@ class ConversionTarget:
 
     def check_query_key_norms(self, name: str) -> None:
         """Refuses what cannot hold a layer whose queries and keys get a per-head RMSNorm."""
-        if self.kind != "grouped":
+        if self.kind == "collaborative":
             raise SpecError(
-                f"Layer {name!r} normalises its queries and keys per head (Qwen3, Gemma 3): "
-                f"its keys are normalised after their projection, which a {self.kind} "
-                "conversion would split; convert it to grouped K/V (--to grouped)."
+                f"Layer {name!r} normalises its queries and keys per head (Qwen3, Gemma 3), "
+                "which shared collaborative keys cannot hold; convert its K/V (--to grouped "
+                "or --to latent)."
             )
-        if self.method == "svd":
+        if self.kind == "latent" and self.rope_components is not None:
+            raise SpecError(
+                f"Layer {name!r} normalises each key head (Qwen3, Gemma 3) before RoPE, which "
+                "rotated RoPE would mix across heads; keep rotary pairs per key/value head "
+                "(--rope-strategy 2norm, high, low or uniform)."
+            )
+        if self.kind == "grouped" and self.method == "svd":
             raise SpecError(
                 f"Layer {name!r} normalises each key head with one scale per dimension, which "
                 "method='svd' would re-base; use method='mean' or 'svd_values'."
@@ -402,6 +408,11 @@ class ConversionTarget:
         weights = {k: v for k, v in weights.items() if k not in ("query_norm", "key_norm")}
         if norms:
             self.check_query_key_norms(name)
+            if self.kind == "latent" and not rotary:
+                raise SpecError(
+                    f"Layer {name!r} normalises its keys per head without RoPE; a latent "
+                    "holds such keys only beside rotary keys."
+                )
         if self.kind == "grouped":
             out, report = kv_sharing.grouped_weights(
                 weights, size, method=self.method, rope=rotary, covariance=covariance, name=name
@@ -425,7 +436,7 @@ class ConversionTarget:
                 )
             elif rotary:
                 out, report = kv_sharing.rope_latent_weights(
-                    weights,
+                    {**weights, **norms},
                     size,
                     self.layer_rope_sets(index, source),
                     balance=balance,

@@ -61,13 +61,17 @@ def dtype_bytes(dtype: Any) -> int:
     return DTYPE_BYTES[name]
 
 
-def cache_entries(resolved: ResolvedAttention, use_bias: bool = True) -> dict[str, int]:
+def cache_entries(
+    resolved: ResolvedAttention, use_bias: bool = True, query_key_norm: bool = False
+) -> dict[str, int]:
     """Elements per token of each entry of one layer's decoding cache.
 
     Args:
       resolved: The layer's concrete sizes (`AttentionSpec.resolve`).
       use_bias: Whether the layer has biases (a collaborative layer caches
         its content term only then).
+      query_key_norm: Whether keys get a per-head RMSNorm (Qwen3, Gemma 3): a
+        latent then also caches each head's inverse key RMS (h values).
 
     Returns:
       Entry name -> elements per token and batch row; the names are the
@@ -85,7 +89,7 @@ def cache_entries(resolved: ResolvedAttention, use_bias: bool = True) -> dict[st
     if resolved.kind == "latent":
         # With RoPE one vector per token: the latent, then the decoupled rotary keys.
         rotary = resolved.num_rotary_heads * 2 * resolved.rope_pairs if resolved.uses_rope else 0
-        return {"latent": resolved.kv_latent_dim + rotary}
+        return {"latent": resolved.kv_latent_dim + rotary + (h if query_key_norm else 0)}
     if resolved.kind == "collaborative":
         entries = {"key": resolved.shared_key_dim}
         if use_bias:
@@ -102,6 +106,7 @@ def kv_cache_bytes_per_token(
     dtype: Any = "float32",
     sequence_length: int | None = None,
     use_bias: bool = True,
+    query_key_norm: bool = False,
 ) -> int:
     """KV-cache bytes one token adds to a decoder (all layers, one batch row).
 
@@ -113,6 +118,7 @@ def kv_cache_bytes_per_token(
       dtype: The cache's dtype or a mixed-precision policy (`dtype_bytes`).
       sequence_length: Resolves head_size="sequence_length".
       use_bias: Whether the layers have biases.
+      query_key_norm: Whether keys get a per-head RMSNorm (`cache_entries`).
 
     Example:
 
@@ -125,7 +131,7 @@ def kv_cache_bytes_per_token(
     itemsize = dtype_bytes(dtype)
     total = 0
     for layer in spec.layers(num_layers):
-        entries = cache_entries(layer.resolve(width, sequence_length), use_bias)
+        entries = cache_entries(layer.resolve(width, sequence_length), use_bias, query_key_norm)
         total += sum(entries.values())
     return total * itemsize
 

@@ -793,6 +793,11 @@ def rope_latent_weights(
       `[e, r]`, `key_up_kernel` `[r, h, p - 2k]` (absent when k = p / 2),
       `value_up_kernel`, `rope_key_kernel` `[e, G, 2k]`, `rope_key_bias`,
       `value_bias`, `output_kernel`, `output_bias`, `head_gates`; report).
+      A source with per-head query/key norms (`query_norm`, `key_norm`, `[p]`:
+      Qwen3, Gemma 3) gets them per key/value head, `[G, p]`, each in its
+      heads' new dimension order. Their keys are projected, normalised, then
+      rotated: the SVD approximates the projections; the latent layer
+      normalises each head's key as a whole (`LatentAttention`).
     """
     _check_rank3(weights, ("query_kernel", "key_kernel", "value_kernel", "output_kernel"), name)
     query = np.asarray(weights["query_kernel"], np.float64)
@@ -842,7 +847,7 @@ def rope_latent_weights(
         rope_key_bias = np.stack([key_bias[g, rotary[g]] for g in range(groups)])
     nope = p - 2 * k
     flat_key, flat_value = _latent_operands(key, value, rest, heads)
-    return _rope_latent_result(
+    out, report = _rope_latent_result(
         weights,
         kv_latent_dim,
         (flat_key, flat_value),
@@ -853,6 +858,12 @@ def rope_latent_weights(
         covariance=covariance,
         split=split,
     )
+    for role in ("query_norm", "key_norm"):  # Qwen3's and Gemma 3's per-head norms.
+        norm = weights.get(role)
+        if norm is not None:
+            norm = np.asarray(norm, np.float32)
+            out[role] = np.stack([norm[rest[g] + rotary[g]] for g in range(groups)])
+    return out, report
 
 
 def _rope_latent_result(

@@ -201,9 +201,12 @@ HEAD_AXES["latent"] = {
     "value_bias": 0,
     "output_kernel": 0,
     "output_bias": None,
-    # Decoupled rotary keys (one, or one per group of query heads; see `remove`).
+    # Decoupled rotary keys (one, or one per group of query heads; see `remove`), and the
+    # per-head query/key norms' scales of their groups (Qwen3, Gemma 3).
     "rope_key_kernel": None,
     "rope_key_bias": None,
+    "query_norm": None,
+    "key_norm": None,
 }
 HEAD_AXES["grouped"] = {
     "query_kernel": 1,

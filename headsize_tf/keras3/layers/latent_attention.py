@@ -11,6 +11,7 @@ from keras import ops
 from headsize_tf.core import rope
 from headsize_tf.core.errors import SpecError
 from headsize_tf.core.spec import check_positive_int
+from headsize_tf.keras3.layers import rotary
 from headsize_tf.keras3.layers.head_attention import Shape
 from headsize_tf.keras3.layers.shared_kv import SharedKVAttentionBase
 
@@ -60,6 +61,17 @@ class LatentAttention(SharedKVAttentionBase):
     head MHA2MLA's. Weights added: `rope_key` `[e, num_rope_heads, 2k]` (a
     bias `[num_rope_heads, 2k]` with `use_bias`: rotated, a key bias no
     longer cancels).
+
+    Per-head query/key RMSNorms before RoPE (Qwen3, Gemma 3:
+    `query_key_norm_epsilon`; rotary latents only) normalise each head's
+    query, and each head's key `[c W_UK^(i), k_R]` as a whole. The scales
+    `query_norm` and `key_norm` are `[num_rope_heads, p]`, one per rotary
+    key's group of heads, in the head's dimension order (latent part, then
+    rotary part). A key's norm is not linear in the latent, so each token
+    also caches its inverse key RMS per query head (`h` more values); the
+    key scale's rotary part applies before the rotary key is cached, its
+    latent part is folded into the absorbed query, and the inverse RMS
+    multiplies each head's scores.
 
     Absorbed decoding attends as multi-query attention over the cached
     `[c, k_R]`: the absorbed query `[q_nope W_UK^T, q_rope]` (each head's
@@ -276,11 +288,42 @@ class LatentAttention(SharedKVAttentionBase):
 
     # ----------------------------------------------------------------- RoPE
     def _build_query_key_norms(self) -> None:
-        if self._query_key_norm_epsilon is not None:
+        if self._query_key_norm_epsilon is None:
+            return
+        if not self.uses_rope:
             raise ValueError(
-                f"LatentAttention {self.name!r} has no per-head keys to normalise; "
-                "query_key_norm_epsilon is for standard, fixed-head and grouped attention."
+                f"LatentAttention {self.name!r}: query/key norms (query_key_norm_epsilon) are "
+                "for rotary latents, whose rotary keys group the heads; set "
+                "`rope_max_wavelength`."
             )
+        for name in ("query_norm", "key_norm"):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name,
+                    shape=(self.num_rope_heads, self._key_dim),
+                    initializer="zeros" if self._query_key_norm_offset else "ones",
+                    trainable=True,
+                ),
+            )
+
+    def _norm_scale(self, norm: Any, dtype: Any) -> Any:
+        """A `[R, p]` norm's scales `offset + w` for every query head, `[h, p]`."""
+        scale = ops.cast(norm, "float32")
+        if self._query_key_norm_offset:
+            scale = ops.add(scale, self._query_key_norm_offset)
+        return ops.cast(ops.repeat(scale, self._num_heads // self.num_rope_heads, axis=0), dtype)
+
+    def _inverse_key_rms(self, latent: Any, rope_key: Any) -> Any:
+        """`[B, S, h]`: 1 / RMS of each head's key before its norm scale, `[c W_UK^(i), k_R]`."""
+        squares = ops.sum(ops.square(ops.cast(rope_key, "float32")), axis=-1)  # [B, S, R]
+        squares = ops.repeat(squares, self._num_heads // self.num_rope_heads, axis=2)
+        if self._key_up_dense is not None:
+            nope = ops.cast(self._key_up_dense(latent), "float32")  # [B, S, h, p - 2k]
+            squares = ops.add(squares, ops.sum(ops.square(nope), axis=-1))
+        mean = ops.divide(squares, float(self._key_dim))
+        return ops.cast(ops.rsqrt(ops.add(mean, self._query_key_norm_epsilon)), latent.dtype)
 
     def _num_rotary_heads(self) -> int:
         return self.num_rope_heads or 1
@@ -301,6 +344,12 @@ class LatentAttention(SharedKVAttentionBase):
     def _project_query(self, query: Any) -> Any:
         """Projected queries `[B, T, h, p]`; with RoPE the last 2k dimensions are rotated."""
         projected = self._query_dense(query)
+        if self.query_norm is not None:
+            projected = rotary.rms_normalize(
+                projected,
+                self._norm_scale(self.query_norm, "float32"),
+                self._query_key_norm_epsilon,
+            )
         if not self.uses_rope:
             return projected
         nope = self.nope_dim
@@ -313,15 +362,28 @@ class LatentAttention(SharedKVAttentionBase):
         return self._project_key_value(key, key)
 
     def _project_key_value(self, key: Any, value: Any) -> dict[str, Any]:
-        """`{"latent": [B, S, r + R 2k]}`: the latent, then the R rotated rotary keys (the cache
-        entry: decoding reads it in place as one multi-query key)."""
+        """`{"latent": [B, S, r + R 2k (+ h)]}`: the latent, then the R rotated rotary keys (the
+        cache entry: decoding reads it in place as one multi-query key), then with query/key
+        norms each head's inverse key RMS."""
         latent = self._latent_dense(value)
         if not self.uses_rope:
             return {"latent": latent}
-        rope_key = self._rotate(self._rope_key_dense(value))  # [B, S, R, 2k]
+        rope_key = self._rope_key_dense(value)  # [B, S, R, 2k]
+        parts = [latent]
+        if self.key_norm is not None:
+            inverse_rms = self._inverse_key_rms(latent, rope_key)
+            scale = ops.cast(self.key_norm[:, self.nope_dim :], "float32")
+            if self._query_key_norm_offset:
+                scale = ops.add(scale, self._query_key_norm_offset)
+            rope_key = ops.multiply(ops.cast(rope_key, "float32"), scale)
+        rope_key = self._rotate(rope_key)
         shape = ops.shape(rope_key)
-        flat = ops.reshape(rope_key, (shape[0], shape[1], shape[2] * shape[3]))
-        return {"latent": ops.concatenate([latent, ops.cast(flat, latent.dtype)], axis=-1)}
+        parts.append(
+            ops.cast(ops.reshape(rope_key, (shape[0], shape[1], shape[2] * shape[3])), latent.dtype)
+        )
+        if self.key_norm is not None:
+            parts.append(inverse_rms)
+        return {"latent": ops.concatenate(parts, axis=-1)}
 
     def _split(self, stacked: Any) -> tuple[Any, Any]:
         """`[B, S, r + R 2k]` -> (the latent `[B, S, r]`, the rotary keys `[B, S, R, 2k]` or None)."""
@@ -329,10 +391,18 @@ class LatentAttention(SharedKVAttentionBase):
         if not self.uses_rope:
             return stacked, None
         shape = ops.shape(stacked)
+        width = self.num_rope_heads * 2 * self._rope_pairs
         rope_key = ops.reshape(
-            stacked[..., rank:], (shape[0], shape[1], self.num_rope_heads, 2 * self._rope_pairs)
+            stacked[..., rank : rank + width],
+            (shape[0], shape[1], self.num_rope_heads, 2 * self._rope_pairs),
         )
         return stacked[..., :rank], rope_key
+
+    def _cached_inverse_rms(self, stacked: Any) -> Any:
+        """The cached inverse key RMS per head `[B, S, h]` (None without query/key norms)."""
+        if self.key_norm is None:
+            return None
+        return stacked[..., self._kv_latent_dim + self.num_rope_heads * 2 * self._rope_pairs :]
 
     def _rope_keys_per_head(self, rope_key: Any) -> Any:
         """Rotary keys `[B, S, R, 2k]` repeated to every query head of their group."""
@@ -342,9 +412,15 @@ class LatentAttention(SharedKVAttentionBase):
         """Keys and values up-projected from the latents (the non-absorbed path)."""
         latent, rope_key = self._split(projected["latent"])
         parts = [] if self._key_up_dense is None else [self._key_up_dense(latent)]
+        if parts and self.key_norm is not None:
+            scale = self._norm_scale(self.key_norm, parts[0].dtype)[:, : self.nope_dim]
+            parts[0] = ops.multiply(parts[0], scale)
         if self.uses_rope:
             parts.append(ops.cast(self._rope_keys_per_head(rope_key), latent.dtype))
         keys = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+        inverse_rms = self._cached_inverse_rms(projected["latent"])
+        if inverse_rms is not None:
+            keys = ops.multiply(keys, ops.expand_dims(ops.cast(inverse_rms, keys.dtype), -1))
         return {"key": keys, "value": self._value_up_dense(latent)}
 
     def _logits_from_projected(self, query: Any, projected: dict[str, Any]) -> Any:
@@ -368,7 +444,12 @@ class LatentAttention(SharedKVAttentionBase):
         parts = []
         if self._key_up_dense is not None:
             key_up = ops.cast(self._key_up_dense.kernel, dtype)  # [h, r, p - 2k]
-            parts.append(ops.einsum("bthp,hrp->bthr", scaled[..., : self.nope_dim], key_up))
+            nope = ops.cast(scaled[..., : self.nope_dim], dtype)
+            if self.key_norm is not None:  # The key scale's latent part, on the query side.
+                nope = ops.multiply(
+                    nope, self._norm_scale(self.key_norm, dtype)[:, : self.nope_dim]
+                )
+            parts.append(ops.einsum("bthp,hrp->bthr", nope, key_up))
         else:
             shape = ops.shape(scaled)
             parts.append(ops.zeros((shape[0], shape[1], shape[2], self._kv_latent_dim), dtype))
@@ -387,7 +468,13 @@ class LatentAttention(SharedKVAttentionBase):
         value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [h, r, v]
         absorbed = self._multi_query(self._absorbed_query(query, dtype))  # [B, T, h, r + R 2k]
         dropout_active = self._dropout > 0 and training is not None and training is not False
-        if keras.backend.backend() == "jax" and not dropout_active and self._logit_soft_cap is None:
+        inverse_rms = self._cached_inverse_rms(stacked)
+        if (
+            keras.backend.backend() == "jax"
+            and not dropout_active
+            and self._logit_soft_cap is None
+            and inverse_rms is None
+        ):
             # Multi-query attention over the cache as one key head, also the values (their
             # first r dimensions are the latent's).
             keys = stacked[:, :, None]
@@ -398,7 +485,13 @@ class LatentAttention(SharedKVAttentionBase):
             if attends is None:
                 attends = ops.ones(ops.shape(context)[:2] + (1,), context.dtype)
             return self._add_value_bias_rows(context, attends)
-        logits = ops.einsum("bthd,bsd->bhts", absorbed, stacked)
+        if inverse_rms is None:
+            logits = ops.einsum("bthd,bsd->bhts", absorbed, stacked)
+        else:  # Each head's scores times its keys' inverse RMS.
+            keys = stacked[..., : ops.shape(absorbed)[-1]]
+            logits = ops.einsum("bthd,bsd->bhts", absorbed, keys)
+            scale = ops.expand_dims(ops.transpose(inverse_rms, (0, 2, 1)), 2)  # [B, h, 1, S]
+            logits = ops.multiply(logits, ops.cast(scale, logits.dtype))
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
         # The whole cached vector times the weights, then its latent part: no copy of the cache.
         latent_context = ops.einsum("bhts,bsd->bthd", dropped, stacked)[..., :rank]
@@ -422,7 +515,8 @@ class LatentAttention(SharedKVAttentionBase):
 
     def _cache_dims(self) -> dict[str, list[int]]:
         rotary = self.num_rope_heads * 2 * self._rope_pairs if self.uses_rope else 0
-        return {"latent": [self._kv_latent_dim + rotary]}
+        scales = self._num_heads if self._query_key_norm_epsilon is not None else 0
+        return {"latent": [self._kv_latent_dim + rotary + scales]}
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

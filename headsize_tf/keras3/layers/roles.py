@@ -79,6 +79,7 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
         elif layer.uses_rope:
             roles["rope_key_kernel"] = layer._rope_key_dense.kernel
             roles["rope_key_bias"] = layer._rope_key_dense.bias
+            _add_norms(layer, roles)  # [R, p]: one per rotary key's heads.
         return roles
     for role in ("query", "key", "value", "output"):
         dense = getattr(layer, f"_{role}_dense")
@@ -94,7 +95,7 @@ def weights_by_role(layer: keras.layers.Layer) -> dict[str, Any]:
 
 
 def _add_norms(layer: keras.layers.Layer, roles: dict[str, Any]) -> None:
-    """The per-head query/key RMSNorm scales (Qwen3), where the layer has them."""
+    """The per-head query/key RMSNorm scales (Qwen3, Gemma 3), where the layer has them."""
     if getattr(layer, "query_norm", None) is not None:
         roles["query_norm"] = layer.query_norm
         roles["key_norm"] = layer.key_norm

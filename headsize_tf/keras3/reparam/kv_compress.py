@@ -152,6 +152,12 @@ def _kv_heads(layer: Any) -> int:
     return int(getattr(layer, "num_kv_heads", None) or layer.num_heads)
 
 
+def _key_scales(layer: Any) -> int:
+    """Cache values per token a latent adds for keys normalised per head (Qwen3, Gemma 3):
+    each query head's inverse key RMS."""
+    return int(layer.num_heads) if getattr(layer, "key_norm", None) is not None else 0
+
+
 def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     """(key/value heads, head size, latent size under a uniform budget) of a source layer."""
     rotary_layer = bool(getattr(layer, "uses_rope", False))
@@ -191,14 +197,16 @@ def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
         )
     original = groups * (head_size + int(layer.value_dim))
     rotary = groups * 2 * plan.rope_pairs
+    scales = _key_scales(layer)
     budget = int(round(plan.cache_fraction * original))
-    if budget <= rotary:
+    if budget <= rotary + scales:
+        also = f" and the {scales} key scales of its normalised key heads" if scales else ""
         raise SpecError(
             f"A cache of {plan.cache_fraction:.4g} x {original} = {budget} values per token and "
             f"layer is no more than the rotary keys' own {rotary} ({groups} key/value heads x 2 x "
-            f"{plan.rope_pairs} pairs): keep fewer rotary pairs or more of the cache."
+            f"{plan.rope_pairs} pairs){also}: keep fewer rotary pairs or more of the cache."
         )
-    return groups, head_size, budget - rotary
+    return groups, head_size, budget - rotary - scales
 
 
 def check_plan(lm: Any, plan: KVPlan) -> None:
@@ -211,8 +219,8 @@ def check_plan(lm: Any, plan: KVPlan) -> None:
 @dataclasses.dataclass(frozen=True)
 class _Layers:
     """What `compress_kv` fixes per layer before the latent sizes: the rotary sets (rotated:
-    components), the uniform budget's latent sizes, the rotary keys' cache values, the latent's
-    spectrum and full rank."""
+    components), the uniform budget's latent sizes, the cache values beside the latent (rotary
+    keys; normalised keys' scales), the latent's spectrum and full rank."""
 
     rotated: bool
     sets: list[list[list[int]]]
@@ -270,7 +278,7 @@ def _plan_layers(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> _Laye
             )
         sets.append([list(s) for s in chosen])
         ranks.append(rank)
-        rotary_values.append(groups * 2 * plan.rope_pairs)
+        rotary_values.append(groups * 2 * plan.rope_pairs + _key_scales(layer))
     spectrum_of = (
         functools.partial(kv_sharing.rotated_rope_spectrum, fold=plan.rope_fold)
         if rotated

@@ -89,7 +89,11 @@ def kv_bytes_per_token(lm: CausalLM) -> int:
       lm: A Keras 3 `CausalLM`.
     """
     return kv_cache_bytes_per_token(
-        lm.attention_spec, lm.hidden_dim, lm.num_layers, dtype=lm.dtype_policy.compute_dtype
+        lm.attention_spec,
+        lm.hidden_dim,
+        lm.num_layers,
+        dtype=lm.dtype_policy.compute_dtype,
+        query_key_norm=getattr(lm, "query_key_norm", False),
     )
 
 

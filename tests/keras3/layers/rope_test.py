@@ -200,6 +200,71 @@ def test_latent_rotary_keys_with_every_frequency_equal_grouped_attention():
     np.testing.assert_allclose(util.np_(out), expected, atol=2e-5)
 
 
+def normed_latent_oracle(layer: LatentAttention, x, mask):
+    """A rotary latent with per-head query/key norms (numpy, no biases): each head's query,
+    and its key `[c W_UK^(i), k_R of its group]` as a whole, RMS-normalised with its group's
+    scales, then the last 2k dimensions rotated."""
+    h, groups, p = layer.num_heads, layer.num_rope_heads, layer.head_size
+    n, nope = h // groups, layer.nope_dim
+    eps, offset = layer._query_key_norm_epsilon, layer._query_key_norm_offset
+    query_scale = np.repeat(util.np_(layer.query_norm) + offset, n, axis=0)  # [h, p]
+    key_scale = np.repeat(util.np_(layer.key_norm) + offset, n, axis=0)
+    q = np.einsum("btd,dhp->bthp", x, _w(layer, "_query_dense"))
+    c = x @ _w(layer, "_latent_dense")
+    nope_key = np.einsum("bsr,hrn->bshn", c, util.np_(layer._key_up_dense.kernel))
+    rope_key = np.einsum("bsd,dgc->bsgc", x, _w(layer, "_rope_key_dense"))
+    k = np.concatenate([nope_key, np.repeat(rope_key, n, axis=2)], axis=-1)
+    q, k = _rms(q, query_scale, eps), _rms(k, key_scale, eps)
+    positions = np.arange(x.shape[1])
+    inverse = np.repeat(rope.compact_table(layer.rope_sets, p, BASE), n, axis=0)  # [h, k]
+    q[..., nope:] = rope.rotate_numpy(q[..., nope:], positions, inverse)
+    k[..., nope:] = rope.rotate_numpy(k[..., nope:], positions, inverse)
+    logits = np.einsum("bthp,bshp->bhts", q, k) / np.sqrt(p)
+    logits = np.where(mask[:, None], logits, -1e9)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    values = np.einsum("bsr,hrv->bshv", c, util.np_(layer._value_up_dense.kernel))
+    context = np.einsum("bhts,bshv->bthv", weights, values)
+    return np.einsum("bthv,hvd->btd", context, _w(layer, "_output_dense"))
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0], ids=["qwen3", "gemma3"])
+def test_a_latent_with_query_key_norms_matches_its_oracle_and_decodes_it(offset):
+    """Qwen3's norms (Gemma 3's scale by 1 + w) on a latent whose two rotary keys turn
+    different pairs; decoding, absorbed or up-projected, scales each head's scores by the
+    inverse key RMS it cached (h values per token beside the latent and rotary keys)."""
+    x, _ = util.data(t=6, s=6, seed=7)
+    spec = AttentionSpec(
+        "latent",
+        num_heads=4,
+        kv_latent_dim=5,
+        head_size=8,
+        num_rope_heads=2,
+        rope_max_wavelength=BASE,
+        rope_frequencies=[[0, 2], [1, 3]],
+    )
+    layer = make_attention(
+        spec, use_bias=False, query_key_norm_epsilon=1e-3, query_key_norm_offset=offset
+    )
+    layer(x, x)
+    _randomize(layer, 3)
+    assert tuple(layer.key_norm.shape) == (2, 8)
+    mask = util.causal_mask(2, 6, 6)
+    expected = normed_latent_oracle(layer, x.astype(np.float64), mask)
+    np.testing.assert_allclose(util.np_(layer(x, x, use_causal_mask=True)), expected, atol=2e-5)
+    for absorb in (True, False):
+        layer.absorb = absorb
+        cache = layer.init_cache(2, 0)
+        for t in range(6):
+            out, cache = layer.call_cached(x[:, t : t + 1], cache)
+            np.testing.assert_allclose(util.np_(out)[:, 0], expected[:, t], atol=3e-5)
+    entries = kv_cache.cache_entries(spec.resolve(WIDTH), query_key_norm=True)
+    assert entries == {"latent": 5 + 2 * 4 + 4}
+    assert {k: int(np.prod(v.shape[2:])) for k, v in cache.items()} == entries
+    with pytest.raises(ValueError, match="for rotary latents"):
+        LatentAttention(num_heads=4, kv_latent_dim=5, query_key_norm_epsilon=1e-3)(x, x)
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     heads=st.sampled_from([(1, 1), (2, 2), (4, 2), (6, 3)]),

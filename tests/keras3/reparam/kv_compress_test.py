@@ -253,10 +253,11 @@ NORMED = {
 
 
 @pytest.mark.parametrize("case", list(NORMED))
-def test_query_key_normed_layers_group_by_mean_pooling_and_refuse_the_rest(case):
-    """A group's key is the per-head norm of its heads' mean projection (Ainslie et al.'s
-    mean pooling, then the layer's own norm): the oracle is the same model built with one
-    key/value head whose kernels are the means."""
+def test_query_key_normed_layers_pool_by_mean_and_convert_to_a_partial_rope_latent(case):
+    """Grouped: a group's key is the per-head norm of its heads' mean projection (Ainslie et
+    al.'s mean pooling, then the layer's own norm); the oracle is the same model built with
+    one key/value head whose kernels are the means. Latent: exact in its limit, decoding
+    cached as it computes."""
     options = NORMED[case]
     attention = {"kind": "grouped", "num_heads": 6, "num_kv_heads": 3, "head_size": 8}
     attention["rope_max_wavelength"] = BASE
@@ -295,10 +296,25 @@ def test_query_key_normed_layers_group_by_mean_pooling_and_refuse_the_rest(case)
         step = np.argmax(util.np_(one(tokens))[:, -1], axis=-1).astype("int32")
         tokens = np.concatenate([tokens, step[:, None]], axis=1)
     np.testing.assert_array_equal(generated, tokens)
-    with pytest.raises(SpecError, match=r"convert it to grouped K/V \(--to grouped\)"):
-        convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=[0, 1]))
     with pytest.raises(SpecError, match="re-base"):
         convert_model(lm, ConversionTarget("grouped", 1, "svd"))
+    # A latent (MHA2MLA's partial RoPE): every pair kept at full rank is the source; at a
+    # budget the cache holds each head's inverse key RMS too, and decodes as the model.
+    full, _ = convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=[0, 1, 2, 3]))
+    np.testing.assert_allclose(util.np_(full(IDS)), util.np_(lm(IDS)), atol=1e-4)
+    stats = calibration_stats(lm, IDS)
+    cut, report = compress_kv(lm, KVPlan(0.5, rope_strategy="2norm", rope_pairs=1), stats)
+    # Per layer: 3 x (8 + 8) = 48 values; half is 24 = 6 rotary + 6 key scales + a latent of 12.
+    assert report["latent_per_layer"] == [12, 12] and report["cache_fraction"] == 0.5
+    assert cut.attention_layers[0].cache_shapes(1, 1) == {"latent": [1, 1, 24]}
+    generated = np.asarray(cut.generate(IDS[:, :4], max_new_tokens=3))
+    tokens = IDS[:, :4]
+    for _ in range(3):
+        step = np.argmax(util.np_(cut(tokens))[:, -1], axis=-1).astype("int32")
+        tokens = np.concatenate([tokens, step[:, None]], axis=1)
+    np.testing.assert_array_equal(generated, tokens)
+    with pytest.raises(SpecError, match="rotated RoPE would mix"):
+        compress_kv(lm, KVPlan(0.5, rope_strategy="rotated", rope_pairs=1), stats)
 
 
 def _rotated_oracle(weights, components, x, positions, fold=1):
