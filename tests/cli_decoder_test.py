@@ -425,13 +425,12 @@ def test_convert_a_gemma2_directory_exactly_at_full_rank(files, tokenizer_json, 
     assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
 
 
-def test_a_qwen3_directory_converts_to_grouped_or_latent_k_v_and_refuses_rotated_rope(
+def test_a_qwen3_directory_converts_to_a_latent_and_refuses_rotated_rope(
     files, tokenizer_json, tmp_path, capsys
 ):
-    """Qwen3's per-head query/key norms: `convert --to grouped` keeps them, and so does a
-    latent with every rotary pair kept (at the model's own two key/value heads or at full
-    rank, the original's perplexity); rotated RoPE, which would mix the normalised key heads,
-    exits 2 with one line."""
+    """Qwen3's per-head query/key norms through `convert --to latent`: with every rotary pair
+    kept at full rank, the original's perplexity, its cache counting each head's key scale;
+    rotated RoPE, which would mix the normalised key heads, exits 2 with one line."""
     import dataclasses
 
     import numpy as np
@@ -452,12 +451,16 @@ def test_a_qwen3_directory_converts_to_grouped_or_latent_k_v_and_refuses_rotated
     }
     hf = write_hf_llama_dir(LlamaCheckpoint(config, weights, tokenizer_json), tmp_path / "qwen3")
     data = ["--data-file", files["text"], "--sequence-length", "32", "--eval-windows", "4"]
-    for to, size in (("grouped", ["--kv-heads", "2"]), ("latent", ["--kv-rank", "64"])):
-        out = tmp_path / to
-        argv = ["convert", "--decoder", str(hf), "--to", to, *size, *data]
-        assert cli.main([*argv, "--output", str(out)]) == 0
-        ppl = json.loads((out / "report.json").read_text())["perplexity"]
-        assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4), to
+    out = tmp_path / "latent"
+    argv = ["convert", "--decoder", str(hf), "--to", "latent", "--kv-rank", "64", *data]
+    assert cli.main([*argv, "--output", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    ppl = report["perplexity"]
+    assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+    # Per layer: a latent of 64, 2 rotary keys of 16 and the 4 query heads' key scales, as
+    # float32 (the original: 2 x (16 + 16) values).
+    kv = report["kv_cache_bytes_per_token"]
+    assert (kv["original"], kv["converted"]) == (2 * 64 * 4, 2 * (64 + 32 + 4) * 4)
     capsys.readouterr()
     argv = ["convert", "--decoder", str(hf), "--to", "latent", "--cache-fraction", "0.5"]
     argv += ["--rope-strategy", "rotated", *data]
