@@ -87,6 +87,9 @@ class LlamaConfig:
         `attn_logit_softcapping`).
       final_logit_soft_cap: None, or the output logits' cap (Gemma 2's
         `final_logit_softcapping`).
+      query_pre_attn_scalar: None (the head size), or the number whose
+        inverse square root scales the queries (Gemma 2 and 3 27B: width /
+        query heads).
       local_rope_max_wavelength: None, or the local layers' RoPE base (Gemma
         3's `rope_local_base_freq`; `rope_max_wavelength` and `rope_scaling`
         are then the global layers').
@@ -114,6 +117,7 @@ class LlamaConfig:
     attention_logit_soft_cap: float | None = None
     final_logit_soft_cap: float | None = None
     local_rope_max_wavelength: float | None = None
+    query_pre_attn_scalar: float | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
 
@@ -218,6 +222,24 @@ class LlamaConfig:
             )
         if self.rope_scaling is not None:
             object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))
+        scalar = self.query_pre_attn_scalar
+        if scalar is not None:
+            if isinstance(scalar, bool) or not float(scalar) > 0:
+                raise CheckpointError(f"query_pre_attn_scalar must be > 0; got {scalar!r}.")
+            if self.model_type not in SANDWICH_TYPES and float(scalar) != self.head_dim:
+                raise CheckpointError(
+                    f"A query scale of its own (query_pre_attn_scalar={scalar}) is Gemma 2's and "
+                    f"3's (model_type 'gemma2', 'gemma3_text'), not {self.model_type!r}'s."
+                )
+            # The head size is the default: one config, one form.
+            value = None if float(scalar) == self.head_dim else float(scalar)
+            object.__setattr__(self, "query_pre_attn_scalar", value)
+
+    @property
+    def query_scale(self) -> float | None:
+        """The softmax scale where it is not 1 / sqrt(head_dim) (Gemma 2 and 3 27B), else None."""
+        scalar = self.query_pre_attn_scalar
+        return None if scalar is None else float(scalar) ** -0.5
 
     @property
     def embedding_scale(self) -> float | None:
@@ -323,7 +345,8 @@ class LlamaConfig:
         if self.model_type == "gemma3_text" and self.local_rope_max_wavelength is not None:
             config["rope_local_base_freq"] = float(self.local_rope_max_wavelength)
         if self.model_type in SANDWICH_TYPES:
-            config["query_pre_attn_scalar"] = int(self.head_dim)
+            scalar = self.query_pre_attn_scalar or self.head_dim
+            config["query_pre_attn_scalar"] = int(scalar) if float(scalar).is_integer() else scalar
             config["attn_logit_softcapping"] = self.attention_logit_soft_cap
             config["final_logit_softcapping"] = self.final_logit_soft_cap
             layers = self.sliding_window_layers or (self.sliding_window is not None,) * (
@@ -347,17 +370,11 @@ class LlamaConfig:
 def _gemma2_fields(
     config: Mapping[str, Any], heads: int, hidden: int, model_type: str
 ) -> dict[str, Any]:
-    """A Hugging Face Gemma 2 or 3 config's caps, local layers and local RoPE base (its query
-    scale is checked)."""
+    """A Hugging Face Gemma 2 or 3 config's caps, local layers, local RoPE base and query scale."""
     # Keys a config leaves out take transformers' defaults (Gemma2Config, Gemma3TextConfig).
     gemma3 = model_type == "gemma3_text"
     head_dim = int(config.get("head_dim") or 256)
-    scalar = config.get("query_pre_attn_scalar", 256)
-    if float(scalar) != head_dim:
-        raise CheckpointError(
-            f"config.json's query_pre_attn_scalar {scalar} differs from head_dim {head_dim} "
-            "(the query scaling of Gemma 2 and 3 27B): not supported yet."
-        )
+    scalar = float(config.get("query_pre_attn_scalar", 256))
     if "rope_parameters" in config:
         raise CheckpointError(
             "config.json gives its RoPE as rope_parameters (transformers 5): not read yet; "
@@ -382,6 +399,7 @@ def _gemma2_fields(
         "sliding_window_layers": local,
         "attention_logit_soft_cap": _optional_float(config.get("attn_logit_softcapping", caps[0])),
         "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping", caps[1])),
+        "query_pre_attn_scalar": None if scalar == head_dim else scalar,
     }
     if gemma3:
         fields["rope_max_wavelength"] = float(config.get("rope_theta", 1_000_000.0))

@@ -621,7 +621,7 @@ def test_gemma_configs_read_their_gelu_and_tying_and_refuse_what_gemma_1_lacks()
         dataclasses.replace(config, sliding_window=8)
 
 
-def test_gemma2_configs_read_their_caps_and_local_layers_and_refuse_the_27b_query_scale():
+def test_gemma2_configs_read_their_caps_local_layers_and_the_27b_query_scale():
     hf = {
         "model_type": "gemma2",
         "vocab_size": 64,
@@ -651,8 +651,21 @@ def test_gemma2_configs_read_their_caps_and_local_layers_and_refuse_the_27b_quer
         False,
         True,
     )
-    with pytest.raises(CheckpointError, match="query_pre_attn_scalar 144"):
-        LlamaConfig.from_hf_config({**hf, "query_pre_attn_scalar": 144})
+    # Gemma 2 27B: queries scaled by 144 ** -0.5 (width / heads), not by the head size.
+    big = LlamaConfig.from_hf_config({**hf, "query_pre_attn_scalar": 144})
+    assert big.query_pre_attn_scalar == 144.0 and big.query_scale == 144**-0.5
+    assert config.query_pre_attn_scalar is None and config.query_scale is None
+    assert big.to_hf_config()["query_pre_attn_scalar"] == 144
+    assert LlamaConfig.from_hf_config(big.to_hf_config()) == big
+    with pytest.raises(CheckpointError, match="is Gemma 2's and 3's"):
+        dataclasses.replace(
+            big,
+            model_type="gemma",
+            sliding_window=None,
+            sliding_window_layers=None,
+            attention_logit_soft_cap=None,
+            final_logit_soft_cap=None,
+        )
     with pytest.raises(CheckpointError, match="Gemma 2's"):
         dataclasses.replace(config, model_type="llama", hidden_activation="silu")
 

@@ -150,6 +150,9 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         mask and softmax, `c * tanh(logits / c)` (Gemma 2). Capped layers
         take the einsum path: `keras.ops.dot_product_attention`'s own cap is
         another function on some backends and ignored on others.
+      query_scale: None (the default: 1 / sqrt(head size)), or the softmax
+        scale the queries are multiplied by (Gemma 2 and 3 27B:
+        `query_pre_attn_scalar ** -0.5`).
       **kwargs: Base layer arguments (`name`, `dtype` policies, ...).
 
     All arguments after `num_heads` (and a subclass's head-size arguments) are
@@ -190,6 +193,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         use_output_bias: bool | None = None,
         query_key_norm_offset: float = 0.0,
         logit_soft_cap: float | None = None,
+        query_scale: float | None = None,
         **kwargs: Any,
     ):
         num_heads, value_dim, dropout, seed = check_attention_args(
@@ -255,6 +259,11 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         ):
             raise SpecError(f"`logit_soft_cap` must be None or > 0; got {logit_soft_cap!r}.")
         self._logit_soft_cap = None if logit_soft_cap is None else float(logit_soft_cap)
+        if query_scale is not None and (
+            isinstance(query_scale, bool) or not float(query_scale) > 0
+        ):
+            raise SpecError(f"`query_scale` must be None or > 0; got {query_scale!r}.")
+        self._query_scale = None if query_scale is None else float(query_scale)
         if float(query_key_norm_offset) not in (0.0, 1.0):
             raise SpecError(
                 f"`query_key_norm_offset` must be 0 or 1; got {query_key_norm_offset!r}."
@@ -338,7 +347,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         head_size = self._resolve_head_size(query_shape, key_shape)
         self._key_dim = head_size
         self._value_dim = self._value_dim_arg or head_size
-        self._inverse_sqrt_key_dim = 1.0 / math.sqrt(float(head_size))
+        self._inverse_sqrt_key_dim = self._query_scale or 1.0 / math.sqrt(float(head_size))
         self._build_projections(query_shape, value_shape, key_shape)
         self._build_query_key_norms()
         self._build_rope()
@@ -754,6 +763,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                 "use_output_bias": self._use_output_bias_arg,
                 "logit_soft_cap": self._logit_soft_cap,
                 "query_key_norm_offset": self._query_key_norm_offset,
+                "query_scale": self._query_scale,
             }
         )
         return config

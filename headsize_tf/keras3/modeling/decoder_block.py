@@ -36,6 +36,8 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         normalised before their residual adds (Gemma 2's sandwich norms).
       attention_logit_soft_cap: None, or the attention layer's logit cap
         (`logit_soft_cap`; Gemma 2).
+      query_scale: None (1 / sqrt(head size)), or the attention layer's
+        softmax scale (`query_scale`; Gemma 2 and 3 27B).
       attention_bias: Whether the query/key/value projections have biases
         (Qwen2); the output projection has none.
       query_key_norm: Whether queries and keys get a per-head RMSNorm before
@@ -75,6 +77,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         norm_scale_offset: float = 0.0,
         post_norms: bool = False,
         attention_logit_soft_cap: float | None = None,
+        query_scale: float | None = None,
         attention_bias: bool = False,
         query_key_norm: bool = False,
         dropout: float = 0.0,
@@ -99,6 +102,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
         self.attention_logit_soft_cap = (
             None if attention_logit_soft_cap is None else float(attention_logit_soft_cap)
         )
+        self.query_scale = None if query_scale is None else float(query_scale)
         self.attention_bias = bool(attention_bias)
         self.query_key_norm = bool(query_key_norm)
         self.dropout = float(dropout)
@@ -110,6 +114,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
             use_output_bias=False,
             query_key_norm_epsilon=self.layer_norm_epsilon if self.query_key_norm else None,
             logit_soft_cap=self.attention_logit_soft_cap,
+            query_scale=self.query_scale,
             query_key_norm_offset=self.norm_scale_offset if self.query_key_norm else 0.0,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
@@ -212,6 +217,7 @@ class DecoderBlock(CachedBlockMixin, keras.layers.Layer):
                 "norm_scale_offset": self.norm_scale_offset,
                 "post_norms": self.post_norms,
                 "attention_logit_soft_cap": self.attention_logit_soft_cap,
+                "query_scale": self.query_scale,
                 "attention_bias": self.attention_bias,
                 "query_key_norm": self.query_key_norm,
                 "dropout": self.dropout,

@@ -65,6 +65,9 @@ class DecoderLM(GenerationMixin, keras.Model):
         layer's logits, `c * tanh(logits / c)` (Gemma 2: 50).
       final_logit_soft_cap: None, or the cap of the output logits (Gemma 2:
         30).
+      query_scale: None (1 / sqrt(head size)), or every attention layer's
+        softmax scale (Gemma 2 and 3 27B: `query_pre_attn_scalar ** -0.5`,
+        from width / query heads rather than the head size).
       local_rope_max_wavelength: None, or the RoPE base of the local layers
         (`sliding_window_layers`), `attention`'s being the global layers'
         (Gemma 3: 10,000 local, 1,000,000 global).
@@ -119,6 +122,7 @@ class DecoderLM(GenerationMixin, keras.Model):
         post_norms: bool = False,
         attention_logit_soft_cap: float | None = None,
         final_logit_soft_cap: float | None = None,
+        query_scale: float | None = None,
         local_rope_max_wavelength: float | None = None,
         local_rope_scaling: Mapping[str, Any] | None = None,
         dropout: float = 0.0,
@@ -159,6 +163,7 @@ class DecoderLM(GenerationMixin, keras.Model):
         for name, cap in (
             ("attention_logit_soft_cap", attention_logit_soft_cap),
             ("final_logit_soft_cap", final_logit_soft_cap),
+            ("query_scale", query_scale),
         ):
             if cap is not None and (isinstance(cap, bool) or not float(cap) > 0):
                 raise ValueError(f"{name} must be None or > 0; got {cap!r}.")
@@ -207,6 +212,7 @@ class DecoderLM(GenerationMixin, keras.Model):
                 norm_scale_offset=norm_scale_offset,
                 post_norms=post_norms,
                 attention_logit_soft_cap=attention_logit_soft_cap,
+                query_scale=query_scale,
                 attention_bias=attention_bias,
                 query_key_norm=query_key_norm,
                 dropout=dropout,
@@ -251,6 +257,7 @@ class DecoderLM(GenerationMixin, keras.Model):
         self.final_logit_soft_cap = (
             None if final_logit_soft_cap is None else float(final_logit_soft_cap)
         )
+        self.query_scale = None if query_scale is None else float(query_scale)
         self.local_rope_max_wavelength = (
             None if local_rope_max_wavelength is None else float(local_rope_max_wavelength)
         )
@@ -352,6 +359,7 @@ class DecoderLM(GenerationMixin, keras.Model):
                 "post_norms": self.post_norms,
                 "attention_logit_soft_cap": self.attention_logit_soft_cap,
                 "final_logit_soft_cap": self.final_logit_soft_cap,
+                "query_scale": self.query_scale,
                 "local_rope_max_wavelength": self.local_rope_max_wavelength,
                 "local_rope_scaling": self.local_rope_scaling,
                 "dropout": self.dropout,

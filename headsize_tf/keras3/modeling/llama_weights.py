@@ -63,6 +63,7 @@ def decoder_config(config: LlamaConfig) -> dict[str, Any]:
         "attention_logit_soft_cap": config.attention_logit_soft_cap,
         "final_logit_soft_cap": config.final_logit_soft_cap,
         "local_rope_max_wavelength": config.local_rope_max_wavelength,
+        "query_scale": config.query_scale,
     }
 
 
@@ -151,6 +152,14 @@ def default_model_type(lm: DecoderLM) -> str:
     return "gemma"
 
 
+def _query_pre_attn_scalar(query_scale: float | None, head_size: int) -> float | None:
+    """Hugging Face's `query_pre_attn_scalar` of a softmax scale (an int where it rounds to one)."""
+    if query_scale is None:
+        return None
+    scalar = 1.0 / float(query_scale) ** 2
+    return float(round(scalar)) if np.isclose(scalar, round(scalar), rtol=1e-6) else scalar
+
+
 def _not_expressible(why: str) -> CheckpointError:
     return CheckpointError(
         f"This DecoderLM is not a Llama-family checkpoint any more ({why}); save it as .keras "
@@ -218,6 +227,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         attention_logit_soft_cap=lm.attention_logit_soft_cap,
         final_logit_soft_cap=lm.final_logit_soft_cap,
         local_rope_max_wavelength=lm.local_rope_max_wavelength,
+        query_pre_attn_scalar=_query_pre_attn_scalar(lm.query_scale, p),
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )

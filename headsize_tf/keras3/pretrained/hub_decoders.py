@@ -137,11 +137,7 @@ def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int
         needs.append(
             f"only one kind of post-norm (use_post_attention_norm, use_post_ffw_norm: {post})"
         )
-    if not config.get("query_head_dim_normalize", True) and hidden // heads != head_dim:
-        needs.append(
-            f"queries scaled by width / heads = {hidden // heads}, not the head size {head_dim} "
-            "(query_head_dim_normalize=False: Gemma 2 27B)"
-        )
+    scalar = _query_scalar(config, heads, hidden, head_dim)
     gemma2_options = [
         key
         for key in (
@@ -153,6 +149,11 @@ def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int
     ]
     if gemma2_options and not post[0]:
         needs.append(f"Gemma 2's {', '.join(gemma2_options)} without its post-norms")
+    if scalar is not None and not post[0]:
+        needs.append(
+            f"queries scaled by width / heads = {scalar:g}, not the head size {head_dim}, "
+            "without Gemma 2's post-norms (query_head_dim_normalize=False)"
+        )
     if needs:
         raise CheckpointError(
             f"keras-hub's GemmaBackbone with {'; '.join(needs)} is not supported yet."
@@ -186,7 +187,18 @@ def _gemma_config(config: Mapping[str, Any], tie: bool, max_sequence_length: int
         sliding_window_layers=local,
         attention_logit_soft_cap=config.get("attention_logit_soft_cap"),
         final_logit_soft_cap=config.get("final_logit_soft_cap"),
+        query_pre_attn_scalar=scalar,
     )
+
+
+def _query_scalar(
+    config: Mapping[str, Any], heads: int, hidden: int, head_dim: int
+) -> float | None:
+    """keras-hub's `query_head_dim_normalize=False` (Gemma 2 and 3 27B) as Hugging Face's
+    `query_pre_attn_scalar`: queries scaled by (width / heads) ** -0.5; None: by the head size."""
+    if config.get("query_head_dim_normalize", True) or hidden // heads == head_dim:
+        return None
+    return float(hidden // heads)
 
 
 # Gemma3Backbone's fixed RoPE bases (its local and global layers) and layer pattern.
@@ -212,8 +224,6 @@ def _gemma3_config(config: Mapping[str, Any], max_sequence_length: int) -> Llama
         )
         if config.get(key, wanted) != wanted
     ]
-    if not config.get("query_head_dim_normalize", True) and hidden // heads != head_dim:
-        needs.append(f"queries scaled by width / heads = {hidden // heads} (Gemma 3 27B)")
     if needs:
         raise CheckpointError(
             f"keras-hub's Gemma3Backbone with {', '.join(needs)} is not supported yet."
@@ -246,6 +256,7 @@ def _gemma3_config(config: Mapping[str, Any], max_sequence_length: int) -> Llama
         attention_logit_soft_cap=config.get("attention_logit_soft_cap"),
         final_logit_soft_cap=config.get("final_logit_soft_cap"),
         local_rope_max_wavelength=local_base,
+        query_pre_attn_scalar=_query_scalar(config, heads, hidden, head_dim),
     )
 
 
@@ -544,6 +555,15 @@ def _gemma_backbone(checkpoint: LlamaCheckpoint, backbone_class: str) -> Any:
         if gemma3
         else {"intermediate_dim": 2 * config.intermediate_dim, **_gemma2_options(config)}
     )
+    scalar = config.query_pre_attn_scalar
+    if scalar is not None:  # keras-hub's one alternative to the head size: width / heads.
+        if scalar != config.hidden_dim // h:
+            raise CheckpointError(
+                f"keras-hub's {backbone_class} scales queries by the head size or by width / "
+                f"heads = {config.hidden_dim // h}; the model's query_pre_attn_scalar is "
+                f"{scalar:g}."
+            )
+        options["query_head_dim_normalize"] = False
     backbone = getattr(keras_hub.models, backbone_class)(
         vocabulary_size=config.vocabulary_size,
         num_layers=config.num_layers,

@@ -153,6 +153,14 @@ def convert_model(
     for layer in layers:
         if getattr(layer, "key_norm", None) is not None:
             target.check_query_key_norms(layer.name)  # Before the new model is built.
+    if getattr(model, "query_scale", None) is not None and (
+        target.kind == "collaborative" or target.rope_components is not None
+    ):
+        raise SpecError(
+            f"The model's softmax scale is its own (query_scale={model.query_scale:.6g}: Gemma 2 "
+            f"and 3 27B), while {'rotated RoPE' if target.kind == 'latent' else 'collaborative heads'} "
+            "re-scale queries to a new head size; convert to grouped K/V or to a partial-RoPE latent."
+        )
     width = min(int(layer._value_dense.kernel.shape[0]) for layer in layers)
     spec = model.attention_spec  # The model's own RoPE (Gemma 3's global layers').
     rope = (spec.rope_max_wavelength, spec.rope_scaling) if spec.rope_max_wavelength else None

@@ -132,7 +132,8 @@ def llama_block(x, w, c):
     heads = []
     for head in range(h):
         kv = head // (h // g)  # Contiguous groups of query heads share a K/V head.
-        scores = np.einsum("btp,bsp->bts", q[:, :, head], k[:, :, kv]) / np.sqrt(p)
+        scale = c["query_scale"] or 1 / np.sqrt(p)  # Gemma 2 and 3 27B: a scalar of their own.
+        scores = np.einsum("btp,bsp->bts", q[:, :, head], k[:, :, kv]) * scale
         if c["attention_cap"] is not None:  # Gemma 2: c tanh(scores / c), before the mask.
             scores = c["attention_cap"] * np.tanh(scores / c["attention_cap"])
         scores = np.where(visible, scores, -np.inf)
@@ -190,6 +191,7 @@ def oracle_logits(lm: DecoderLM, ids: np.ndarray) -> np.ndarray:
         "activation": lm.activation,
         "offset": lm.norm_scale_offset,
         "attention_cap": lm.attention_logit_soft_cap,
+        "query_scale": lm.query_scale,
     }
     embedding = _np(lm.token_embedding.embeddings)
     x = embedding[ids] * (lm.embedding_scale or 1.0)
@@ -243,6 +245,11 @@ ORACLE_CASES = {
         sliding_window=3,
         sliding_window_layers=[True, False],
         local_rope_max_wavelength=3.0,
+    ),
+    # Gemma 2 and 3 27B: the softmax scale from query_pre_attn_scalar (width / heads = 4,
+    # not the head size 10).
+    "gemma_27b_query_scale": dict(
+        embedding_scale=24**0.5, norm_scale_offset=1.0, head_size=10, query_scale=4**-0.5
     ),
 }
 

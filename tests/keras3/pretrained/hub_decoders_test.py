@@ -34,6 +34,7 @@ from headsize_tf.keras3.pretrained.hub_decoders import (  # noqa: E402
     checkpoint_from_hub,
     family_of_class,
     import_hub_decoder,
+    llama_config_of,
     load_hub_decoder,
     save_hub_decoder,
 )
@@ -90,6 +91,20 @@ FAMILIES = {
         ),
         {"head": 16, "sliding_window": 4, "gemma2": True},
     ),
+    # Gemma 2 27B: queries scaled by (width / heads) ** -0.5 = 8 ** -0.5, not by the head size.
+    "gemma2_27b": (
+        "GemmaBackbone",
+        dict(
+            head_dim=16,
+            num_key_value_heads=2,
+            use_post_attention_norm=True,
+            use_post_ffw_norm=True,
+            query_head_dim_normalize=False,
+            attention_logit_soft_cap=1.0,
+            final_logit_soft_cap=3.0,
+        ),
+        {"head": 16, "query_scale": 8**-0.5},
+    ),
     # Gemma 3's text decoder: six layers, so that the sixth is global (RoPE base 1e6, scaled
     # by 2) and the first five local (base 1e4); query/key norms scaling by 1 + w.
     "gemma3": (
@@ -138,6 +153,19 @@ def _np(x) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x), np.float64)
 
 
+def honour_query_scale(backbone) -> None:
+    """keras-hub 0.32's Gemma decoder blocks build their attention with
+    `query_head_dim_normalize=True` whatever the backbone says, so its Gemma 2 and 3 27B
+    scale queries by the head size, not by width / heads as the models were trained (Hugging
+    Face's `query_pre_attn_scalar`): the oracle is keras-hub's attention with the backbone's
+    own setting."""
+    flag = backbone.get_config().get("query_head_dim_normalize", True)
+    for block in getattr(backbone, "transformer_layers", []):
+        attention = getattr(block, "attention", None)
+        if hasattr(attention, "query_head_dim_normalize"):
+            attention.query_head_dim_normalize = flag
+
+
 def hub_logits(backbone, ids: np.ndarray) -> np.ndarray:
     hidden = backbone({"token_ids": ids, "padding_mask": np.ones_like(ids)})
     return _np(backbone.token_embedding(hidden, reverse=True))
@@ -147,6 +175,7 @@ def hub_logits(backbone, ids: np.ndarray) -> np.ndarray:
 def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
     backbone_class, options, expected = FAMILIES[case]
     backbone = getattr(keras_hub.models, backbone_class)(**{**_size(backbone_class), **options})
+    honour_query_scale(backbone)
     rng = np.random.default_rng(0)
     for v in backbone.weights:
         noise = rng.normal(0, 0.2, v.shape).astype("float32")
@@ -179,6 +208,7 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
         assert lm.sliding_window is None or lm.sliding_window >= lm.max_sequence_length
     assert lm.attention_bias == expected.get("attention_bias", False)
     assert lm.query_key_norm == expected.get("query_key_norm", False)
+    assert lm.query_scale == expected.get("query_scale")
     assert lm.attention_layers[0].head_size == expected.get("head", 8)
     scaling = lm.attention_spec.rope_scaling
     want_scaling = expected.get("rope_scaling")
@@ -194,6 +224,7 @@ def test_hub_decoder_loads_with_equal_logits_and_saves_back(case, tmp_path):
     save_hub_decoder(lm, tmp_path / "back", backbone_class)
     back = keras_hub.models.Backbone.from_preset(str(tmp_path / "back"))
     assert type(back).__name__ == backbone_class
+    honour_query_scale(back)
     np.testing.assert_allclose(hub_logits(back, ids), theirs, atol=1e-6, rtol=0)
 
 
@@ -216,11 +247,11 @@ def test_unsupported_families_are_refused_with_what_they_need(name, missing):
 
 
 def test_gemma_options_without_a_form_are_refused_and_gemma_writes_only_as_gemma(tmp_path):
-    """One kind of post-norm alone, or Gemma 2 27B's query scale, is refused by name; a Gemma
-    DecoderLM is no Llama, and Gemma 1 is no Gemma 2."""
+    """One kind of post-norm alone, or Gemma 2 27B's query scale without Gemma 2, is refused by
+    name; a Gemma DecoderLM is no Llama, and Gemma 1 is no Gemma 2."""
     for options, need in (
         (dict(use_post_ffw_norm=True), "only one kind of post-norm"),
-        (dict(query_head_dim_normalize=False, head_dim=16), "Gemma 2 27B"),
+        (dict(query_head_dim_normalize=False, head_dim=16), "without Gemma 2's post-norms"),
         (dict(final_logit_soft_cap=30.0), "final_logit_soft_cap without its post-norms"),
     ):
         backbone = keras_hub.models.GemmaBackbone(
@@ -241,14 +272,15 @@ def test_gemma_options_without_a_form_are_refused_and_gemma_writes_only_as_gemma
         checkpoint_from_decoder(lm, "gemma2")
 
 
-@pytest.mark.parametrize("case", ["gemma_mqa", "gemma2", "gemma3"])
+@pytest.mark.parametrize("case", ["gemma_mqa", "gemma2", "gemma2_27b", "gemma3"])
 def test_gemma_round_trips_through_a_hugging_face_directory(case, tmp_path, tokenizer_json):
     """Written as model_type "gemma" or "gemma2" (norms as offsets, GeGLU named; Gemma 2's
-    caps, local layers and four norms), read back with keras-hub's logits."""
+    caps, local layers, four norms and 27B query scale), read back with keras-hub's logits."""
     vocab = len(vocab_and_merges(tokenizer_json)[0])
     size = {**_size("GemmaBackbone"), "vocabulary_size": vocab}
     backbone_class, options, _ = FAMILIES[case]
     backbone = getattr(keras_hub.models, backbone_class)(**{**size, **options})
+    honour_query_scale(backbone)
     rng = np.random.default_rng(3)
     for v in backbone.weights:
         v.assign(rng.normal(0, 0.2, v.shape).astype("float32"))
@@ -263,6 +295,8 @@ def test_gemma_round_trips_through_a_hugging_face_directory(case, tmp_path, toke
         assert config["layer_types"] == ["sliding_attention", "full_attention"]
         assert (config["sliding_window"], config["query_pre_attn_scalar"]) == (4, 16)
         assert (config["attn_logit_softcapping"], config["final_logit_softcapping"]) == (1, 3)
+    elif case == "gemma2_27b":  # Queries scaled by (width / heads) ** -0.5, as Gemma 2 27B.
+        assert (config["query_pre_attn_scalar"], config["head_dim"]) == (8, 16)
     elif case == "gemma3":
         assert config["model_type"] == "gemma3_text"
         assert config["architectures"] == ["Gemma3ForCausalLM"]
@@ -347,6 +381,19 @@ def test_a_sliding_window_is_written_or_refused(backbone_class, tmp_path):
     # Written: keras-hub must hold the window (on TensorFlow a reload without it changes the
     # logits of 11 tokens by about 5).
     assert backbone.get_config().get("sliding_window_size") == 4
+
+
+def test_gemma3_27b_query_scale_is_read_and_written():
+    """Gemma3Backbone's query_head_dim_normalize=False (Gemma 3 27B: width / heads = 8, not
+    the head size 16) is Hugging Face's query_pre_attn_scalar and the DecoderLM's query_scale,
+    and is written back to the preset."""
+    size = {**_size("Gemma3Backbone"), "num_layers": 1}
+    options = {**FAMILIES["gemma3"][1], "num_layers": 1, "query_head_dim_normalize": False}
+    backbone = keras_hub.models.Gemma3Backbone(**{**size, **options})
+    lm = import_hub_decoder(backbone)
+    assert lm.query_scale == 8**-0.5
+    assert checkpoint_from_decoder(lm, "gemma3_text").config.query_pre_attn_scalar == 8.0
+    assert llama_config_of(backbone).to_hf_config()["query_pre_attn_scalar"] == 8
 
 
 def test_qwen3_sliding_window_size_is_read():

@@ -317,6 +317,30 @@ def test_query_key_normed_layers_pool_by_mean_and_convert_to_a_partial_rope_late
         compress_kv(lm, KVPlan(0.5, rope_strategy="rotated", rope_pairs=1), stats)
 
 
+def test_a_model_with_its_own_query_scale_keeps_it_in_grouped_and_latent_conversions():
+    """Gemma 2 27B's softmax scale (query_pre_attn_scalar ** -0.5, not the head size's): grouped
+    and partial-RoPE latent layers keep it, exact in their limits; rotated RoPE, which re-scales
+    queries to wider heads, is refused."""
+    args = dict(vocabulary_size=40, num_layers=2, hidden_dim=24, intermediate_dim=32)
+    attention = {"kind": "grouped", "num_heads": 6, "num_kv_heads": 3, "head_size": 8}
+    lm = DecoderLM(**args, attention={**attention, "rope_max_wavelength": BASE}, query_scale=0.2)
+    rng = np.random.default_rng(5)
+    lm.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in lm.get_weights()])
+    logits = util.np_(lm(IDS))
+    plain = DecoderLM.from_config({**lm.get_config(), "query_scale": None})
+    plain.set_weights(lm.get_weights())
+    assert np.abs(util.np_(plain(IDS)) - logits).max() > 1e-2  # The scale binds.
+    for target in (
+        ConversionTarget("grouped", 3, "mean"),
+        ConversionTarget("latent", 24, rope_frequencies=[0, 1, 2, 3]),
+    ):
+        converted, _ = convert_model(lm, target)
+        assert converted.query_scale == 0.2
+        np.testing.assert_allclose(util.np_(converted(IDS)), logits, atol=1e-4)
+    with pytest.raises(SpecError, match="softmax scale is its own"):
+        convert_model(lm, ConversionTarget("latent", 24, rope_components=[(0, 0), (1, 0)]))
+
+
 def _rotated_oracle(weights, components, x, positions, fold=1):
     """Scores `[h, T, T]` of TransMLA's rotated RoPE with FreqFold, from its equations (numpy).
 
