@@ -13,7 +13,8 @@ cache test checks the arrays' bytes against this module):
   (with biases) and values h v;
 * grouped (G key/value heads): G p + G v;
 * latent (latent size r): r, plus with RoPE the decoupled rotary keys,
-  `num_rope_heads` x 2 x (rotating pairs).
+  `num_rope_heads` x 2 x (rotating pairs), plus with per-head key norms
+  (Qwen3, Gemma 3) each query head's inverse key RMS, h.
 
 Rotary positions change nothing else: keys are cached after rotation.
 

@@ -845,6 +845,13 @@ def rope_latent_weights(
     if key_bias is not None:
         key_bias = np.asarray(key_bias, np.float64)
         rope_key_bias = np.stack([key_bias[g, rotary[g]] for g in range(groups)])
+        normed = weights.get("key_norm") is not None
+        if normed and any(np.any(key_bias[g, rest[g]]) for g in range(groups)):
+            raise SpecError(
+                f"Layer {name!r} normalises each key head after a key bias: on the dimensions "
+                "that leave RoPE for the latent, the bias no longer cancels in the softmax, and "
+                "the latent has no key bias; keep every rotary pair, or convert to grouped K/V."
+            )
     nope = p - 2 * k
     flat_key, flat_value = _latent_operands(key, value, rest, heads)
     out, report = _rope_latent_result(

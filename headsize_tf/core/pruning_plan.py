@@ -268,6 +268,16 @@ def slice_heads(
         raise ValueError(f"Unknown weight roles {unknown} for {kind!r}; expected {list(axes)}.")
     index = list(keep) or [0]
     groups: list[int] = []
+    rotary_keys = weights.get("rope_key_kernel")
+    if kind == "latent" and rotary_keys is not None and np.shape(rotary_keys)[1] > 1:
+        heads = np.shape(weights["query_kernel"])[1]
+        if index != list(range(heads)):
+            raise ValueError(
+                f"Head positions {index}: a latent layer with {np.shape(rotary_keys)[1]} rotary "
+                f"keys serves each from a contiguous group of its {heads} query heads, which "
+                "removing heads would regroup; prune it only whole (mask without removal) or "
+                "before its conversion."
+            )
     if kind == "grouped":
         heads = np.shape(weights["query_kernel"])[1]
         kv_heads = np.shape(weights["key_kernel"])[1]

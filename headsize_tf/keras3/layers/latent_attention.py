@@ -386,7 +386,8 @@ class LatentAttention(SharedKVAttentionBase):
         return {"latent": ops.concatenate(parts, axis=-1)}
 
     def _split(self, stacked: Any) -> tuple[Any, Any]:
-        """`[B, S, r + R 2k]` -> (the latent `[B, S, r]`, the rotary keys `[B, S, R, 2k]` or None)."""
+        """`[B, S, r + R 2k (+ h)]` -> (the latent `[B, S, r]`, the rotary keys `[B, S, R, 2k]` or
+        None); the inverse key RMS, where cached, is `_cached_inverse_rms`'s."""
         rank = self._kv_latent_dim
         if not self.uses_rope:
             return stacked, None
@@ -462,13 +463,18 @@ class LatentAttention(SharedKVAttentionBase):
     ) -> Any:
         if not self._absorbable():
             return super()._attend_cached(query, cache, attention_mask, training)
-        stacked = cache["latent"]  # [B, S, r + R 2k]: the latent, then the rotary keys
+        # [B, S, r + R 2k (+ h)]: the latent, the rotary keys (and each head's inverse key RMS).
+        stacked = cache["latent"]
         dtype = stacked.dtype
         rank = self._kv_latent_dim
         value_up = ops.cast(self._value_up_dense.kernel, dtype)  # [h, r, v]
-        absorbed = self._multi_query(self._absorbed_query(query, dtype))  # [B, T, h, r + R 2k]
-        dropout_active = self._dropout > 0 and training is not None and training is not False
         inverse_rms = self._cached_inverse_rms(stacked)
+        # Normalised keys: the scores before their inverse RMS are in float32 (in bfloat16
+        # they would be rounded at the keys' raw scale, then rescaled).
+        absorbed = self._multi_query(  # [B, T, h, r + R 2k]
+            self._absorbed_query(query, dtype if inverse_rms is None else "float32")
+        )
+        dropout_active = self._dropout > 0 and training is not None and training is not False
         if (
             keras.backend.backend() == "jax"
             and not dropout_active
@@ -488,10 +494,10 @@ class LatentAttention(SharedKVAttentionBase):
         if inverse_rms is None:
             logits = ops.einsum("bthd,bsd->bhts", absorbed, stacked)
         else:  # Each head's scores times its keys' inverse RMS.
-            keys = stacked[..., : ops.shape(absorbed)[-1]]
+            keys = ops.cast(stacked[..., : ops.shape(absorbed)[-1]], "float32")
             logits = ops.einsum("bthd,bsd->bhts", absorbed, keys)
             scale = ops.expand_dims(ops.transpose(inverse_rms, (0, 2, 1)), 2)  # [B, h, 1, S]
-            logits = ops.multiply(logits, ops.cast(scale, logits.dtype))
+            logits = ops.cast(ops.multiply(logits, ops.cast(scale, "float32")), dtype)
         _, dropped = self._softmax_and_dropout(logits, attention_mask, training)
         # The whole cached vector times the weights, then its latent part: no copy of the cache.
         latent_context = ops.einsum("bhts,bsd->bthd", dropped, stacked)[..., :rank]

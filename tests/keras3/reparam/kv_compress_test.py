@@ -317,6 +317,36 @@ def test_query_key_normed_layers_pool_by_mean_and_convert_to_a_partial_rope_late
         compress_kv(lm, KVPlan(0.5, rope_strategy="rotated", rope_pairs=1), stats)
 
 
+def test_a_normed_partial_rope_source_converts_exactly_through_its_latent_part():
+    """Qwen3-style norms on a source that already rotates only some pairs, a different set per
+    key/value head: at full rank the latent part (key up-projection, permuted norm scales,
+    each head's inverse key RMS) is exact. A key bias on the dimensions that join the latent
+    is refused (under the norm it no longer cancels); a latent with several rotary keys is
+    pruned by masking only (removing heads would regroup them)."""
+    from headsize_tf.keras3.pruning import remove_heads, set_head_mask
+
+    sets = [[0, 2], [1, 3], [2, 3]]
+    args = dict(vocabulary_size=40, num_layers=2, hidden_dim=24, intermediate_dim=32)
+    attention = {"kind": "grouped", "num_heads": 6, "num_kv_heads": 3, "head_size": 8}
+    attention.update(rope_max_wavelength=BASE, rope_frequencies=sets)
+    lm = DecoderLM(**args, attention=attention, query_key_norm=True, attention_bias=True)
+    rng = np.random.default_rng(8)
+    lm.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in lm.get_weights()])
+    for layer in lm.attention_layers:  # Scales far from one, a different one per dimension.
+        layer.query_norm.assign(rng.normal(1, 1, layer.query_norm.shape).astype("float32"))
+        layer.key_norm.assign(rng.normal(1, 1, layer.key_norm.shape).astype("float32"))
+    with pytest.raises(SpecError, match="the bias no longer cancels"):
+        convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=sets))
+    for layer in lm.attention_layers:
+        layer._key_dense.bias.assign(np.zeros(layer._key_dense.bias.shape, "float32"))
+    latent, _ = convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=sets))
+    assert latent.attention_layers[0].nope_dim == 4
+    np.testing.assert_allclose(util.np_(latent(IDS)), util.np_(lm(IDS)), atol=1e-4)
+    set_head_mask(latent, np.array([[1, 1, 0, 0, 1, 1], [1] * 6], "float32"))
+    with pytest.raises(ValueError, match="would regroup"):
+        remove_heads(latent, np.array([[1, 1, 0, 0, 1, 1], [1] * 6], "float32"))
+
+
 def test_a_model_with_its_own_query_scale_keeps_it_in_grouped_and_latent_conversions():
     """Gemma 2 27B's softmax scale (query_pre_attn_scalar ** -0.5, not the head size's): grouped
     and partial-RoPE latent layers keep it, exact in their limits; rotated RoPE, which re-scales
