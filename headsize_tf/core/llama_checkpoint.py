@@ -224,8 +224,14 @@ class LlamaConfig:
             object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))
         scalar = self.query_pre_attn_scalar
         if scalar is not None:
-            if isinstance(scalar, bool) or not float(scalar) > 0:
-                raise CheckpointError(f"query_pre_attn_scalar must be > 0; got {scalar!r}.")
+            try:
+                valid = not isinstance(scalar, bool) and 0 < float(scalar) < float("inf")
+            except (TypeError, ValueError):
+                valid = False
+            if not valid:
+                raise CheckpointError(
+                    f"query_pre_attn_scalar must be a finite number > 0; got {scalar!r}."
+                )
             if self.model_type not in SANDWICH_TYPES and float(scalar) != self.head_dim:
                 raise CheckpointError(
                     f"A query scale of its own (query_pre_attn_scalar={scalar}) is Gemma 2's and "
@@ -374,7 +380,7 @@ def _gemma2_fields(
     # Keys a config leaves out take transformers' defaults (Gemma2Config, Gemma3TextConfig).
     gemma3 = model_type == "gemma3_text"
     head_dim = int(config.get("head_dim") or 256)
-    scalar = float(config.get("query_pre_attn_scalar", 256))
+    scalar = config.get("query_pre_attn_scalar", 256)  # null: the head size.
     if "rope_parameters" in config:
         raise CheckpointError(
             "config.json gives its RoPE as rope_parameters (transformers 5): not read yet; "
@@ -399,7 +405,7 @@ def _gemma2_fields(
         "sliding_window_layers": local,
         "attention_logit_soft_cap": _optional_float(config.get("attn_logit_softcapping", caps[0])),
         "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping", caps[1])),
-        "query_pre_attn_scalar": None if scalar == head_dim else scalar,
+        "query_pre_attn_scalar": scalar,
     }
     if gemma3:
         fields["rope_max_wavelength"] = float(config.get("rope_theta", 1_000_000.0))

@@ -308,8 +308,8 @@ def _config(
         rope_scaling=_rope_scaling(fields, tensors, theta, head_dim, path, architecture),
         rms_norm_epsilon=_float32(fields.get(key("attention.layer_norm_rms_epsilon"), 1e-5)),
         tie_word_embeddings="output.weight" not in tensors,
-        attention_bias="blk.0.attn_q.bias" in tensors,
-        qk_norm="blk.0.attn_q_norm.weight" in tensors,
+        attention_bias=architecture == "qwen2",  # Hugging Face's Qwen2 always has them.
+        qk_norm=architecture == "qwen3",
         max_sequence_length=int(fields.get(key("context_length"), 2048)),
         bos_token_id=_optional_int(fields.get("tokenizer.ggml.bos_token_id")),
         eos_token_id=_optional_int(fields.get("tokenizer.ggml.eos_token_id")),
@@ -417,9 +417,9 @@ def _weights(
             )
         if config.model_type != "llama":  # Qwen: written as they are (NEOX RoPE).
             pass
-        elif hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+        elif hf_name.endswith("q_proj.weight"):
             array = unpermute_llama_cpp(array, config.num_query_heads)
-        elif hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+        elif hf_name.endswith("k_proj.weight"):
             array = unpermute_llama_cpp(array, config.num_key_value_heads)
         weights[hf_name] = np.ascontiguousarray(array)
     return weights
@@ -428,7 +428,9 @@ def _weights(
 def _hf_names(
     tensors: Mapping[str, Any], config: LlamaConfig, path: pathlib.Path
 ) -> dict[str, str]:
-    """GGUF name -> Hugging Face name of every weight tensor; unknown tensors are refused."""
+    """GGUF name -> Hugging Face name of every weight tensor; unknown tensors, and tensors the
+    architecture has no place for (a Llama's biases, a Qwen2's query/key norms), are refused."""
+    expected = weight_shapes(config)
     names = {}
     for name in tensors:
         if name == "rope_freqs.weight":
@@ -444,7 +446,14 @@ def _hf_names(
             and int(parts[1]) < config.num_layers
             and parts[2] in LAYER_TENSORS
         ):
-            names[name] = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
+            hf_name = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
+            if hf_name not in expected:
+                raise CheckpointError(
+                    f"{path}: tensor {name!r} has no place in a {config.model_type!r} model "
+                    "(biases are Qwen2's, query/key norms Qwen3's); expected a file of the "
+                    "architecture its tensors belong to."
+                )
+            names[name] = hf_name
             continue
         raise CheckpointError(
             f"{path}: tensor {name!r} is not part of a dense Llama; expected token_embd, blk.N "

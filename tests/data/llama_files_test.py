@@ -371,24 +371,21 @@ def test_gguf_pre_tokenizers_of_llama_cpp(tmp_path, tokenizer_json, pre, text, p
     assert tokenizer.decode(tokenizer.encode("naïve café 東京").ids) == "naïve café 東京"
 
 
-@pytest.mark.parametrize("architecture", ["qwen2", "qwen3", "llama"])
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
 def test_gguf_qwen_files_read_their_biases_and_norms_unpermuted(
     tmp_path, tokenizer_json, architecture
 ):
     """Qwen2's q/k/v biases and Qwen3's per-head q/k norms, written as llama.cpp's converter
-    writes them (Qwen unpermuted: llama.cpp runs its RoPE half-split; a Llama's biases
-    permuted with its rows), read back to the same checkpoint."""
+    writes them (unpermuted: llama.cpp runs Qwen's RoPE half-split), read back to the same
+    checkpoint; a file whose tensors another architecture holds is refused in one line."""
     vocab = len(vocab_and_merges(tokenizer_json)[0])
-    model_type = "qwen2" if architecture == "llama" else architecture
     config = tiny_config(
         vocab,
-        model_type=model_type,
-        attention_bias=architecture != "qwen3",
+        model_type=architecture,
+        attention_bias=architecture == "qwen2",
         qk_norm=architecture == "qwen3",
         head_dim=16,
     )
-    if architecture == "llama":  # A Llama with biases, as some converted models have.
-        config = dataclasses.replace(config, model_type="llama")
     rng = np.random.default_rng(7)
     weights = {
         name: (
@@ -408,6 +405,10 @@ def test_gguf_qwen_files_read_their_biases_and_norms_unpermuted(
     # Qwen's NFC normalizer: a decomposed accent is the composed one.
     tokenizer = tokenizers.Tokenizer.from_str(checkpoint.tokenizer_json)
     assert tokenizer.encode("cafe\u0301").ids == tokenizer.encode("café").ids
+    other = write_gguf(tmp_path / "llama.gguf", original, architecture="llama", pre="qwen2")
+    with pytest.raises(CheckpointError, match="has no place in a 'llama' model") as error:
+        read_gguf_llama(other)
+    assert "\n" not in str(error.value)
 
 
 def test_gguf_rope_scaling(tmp_path, tokenizer_json):
@@ -657,6 +658,11 @@ def test_gemma2_configs_read_their_caps_local_layers_and_the_27b_query_scale():
     assert config.query_pre_attn_scalar is None and config.query_scale is None
     assert big.to_hf_config()["query_pre_attn_scalar"] == 144
     assert LlamaConfig.from_hf_config(big.to_hf_config()) == big
+    for bad in (0, float("inf"), "x"):
+        with pytest.raises(CheckpointError, match="a finite number > 0"):
+            dataclasses.replace(big, query_pre_attn_scalar=bad)
+    # null, as absent but for its default: the head size.
+    assert LlamaConfig.from_hf_config({**hf, "query_pre_attn_scalar": None}) == config
     with pytest.raises(CheckpointError, match="is Gemma 2's and 3's"):
         dataclasses.replace(
             big,

@@ -53,7 +53,12 @@ def _sequence(backbone: BertBackbone, inputs: dict) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "layer_cls,kwargs", [(StandardAttention, {}), (FixedHeadAttention, {"head_size": 6})]
+    "layer_cls,kwargs",
+    [
+        (StandardAttention, {}),
+        (FixedHeadAttention, {"head_size": 6}),
+        (StandardAttention, {"query_scale": 0.3}),  # Its own softmax scale (Gemma 27B's).
+    ],
 )
 def test_layer_converts_exactly_at_full_rank(layer_cls, kwargs):
     keras.utils.set_random_seed(0)

@@ -152,7 +152,7 @@ def default_model_type(lm: DecoderLM) -> str:
     return "gemma"
 
 
-def _query_pre_attn_scalar(query_scale: float | None, head_size: int) -> float | None:
+def _query_pre_attn_scalar(query_scale: float | None) -> float | None:
     """Hugging Face's `query_pre_attn_scalar` of a softmax scale (an int where it rounds to one)."""
     if query_scale is None:
         return None
@@ -227,7 +227,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         attention_logit_soft_cap=lm.attention_logit_soft_cap,
         final_logit_soft_cap=lm.final_logit_soft_cap,
         local_rope_max_wavelength=lm.local_rope_max_wavelength,
-        query_pre_attn_scalar=_query_pre_attn_scalar(lm.query_scale, p),
+        query_pre_attn_scalar=_query_pre_attn_scalar(lm.query_scale),
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )

@@ -64,6 +64,7 @@ def to_collaborative(
         shared_key_dim=int(shared_key_dim),
         head_size=head_size,
         mixing_initializer="concatenate" if shared_key_dim % heads == 0 else "uniform",
+        query_scale=getattr(layer, "_query_scale", None),  # Gemma 2 and 3 27B's, if any.
         dropout=layer.dropout,
         use_bias=layer.use_bias,
         output_shape=layer._output_shape,
@@ -153,13 +154,11 @@ def convert_model(
     for layer in layers:
         if getattr(layer, "key_norm", None) is not None:
             target.check_query_key_norms(layer.name)  # Before the new model is built.
-    if getattr(model, "query_scale", None) is not None and (
-        target.kind == "collaborative" or target.rope_components is not None
-    ):
+    if getattr(model, "query_scale", None) is not None and target.rope_components is not None:
         raise SpecError(
             f"The model's softmax scale is its own (query_scale={model.query_scale:.6g}: Gemma 2 "
-            f"and 3 27B), while {'rotated RoPE' if target.kind == 'latent' else 'collaborative heads'} "
-            "re-scale queries to a new head size; convert to grouped K/V or to a partial-RoPE latent."
+            "and 3 27B), while rotated RoPE re-scales queries to wider heads; convert to grouped "
+            "K/V or to a partial-RoPE latent."
         )
     width = min(int(layer._value_dense.kernel.shape[0]) for layer in layers)
     spec = model.attention_spec  # The model's own RoPE (Gemma 3's global layers').
