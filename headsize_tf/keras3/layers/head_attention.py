@@ -377,7 +377,8 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         )
         self._rope_factor = rope.attention_factor(self._rope_scaling)
 
-    def _build_query_key_norms(self) -> None:
+    def _build_query_key_norms(self, shape: tuple[int, ...] | None = None) -> None:
+        """`query_norm` and `key_norm` of `shape` (`[head size]` by default), if the layer has them."""
         if self._query_key_norm_epsilon is None:
             return
         for name in ("query_norm", "key_norm"):
@@ -386,7 +387,7 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
                 name,
                 self.add_weight(
                     name=name,
-                    shape=(self._key_dim,),
+                    shape=shape or (self._key_dim,),
                     initializer="zeros" if self._query_key_norm_offset else "ones",
                     trainable=True,
                 ),

@@ -296,23 +296,18 @@ class LatentAttention(SharedKVAttentionBase):
                 "for rotary latents, whose rotary keys group the heads; set "
                 "`rope_max_wavelength`."
             )
-        for name in ("query_norm", "key_norm"):
-            setattr(
-                self,
-                name,
-                self.add_weight(
-                    name=name,
-                    shape=(self.num_rope_heads, self._key_dim),
-                    initializer="zeros" if self._query_key_norm_offset else "ones",
-                    trainable=True,
-                ),
-            )
+        super()._build_query_key_norms((self.num_rope_heads, self._key_dim))
 
-    def _norm_scale(self, norm: Any, dtype: Any) -> Any:
-        """A `[R, p]` norm's scales `offset + w` for every query head, `[h, p]`."""
+    def _group_scale(self, norm: Any) -> Any:
+        """A `[R, p]` norm's scales `offset + w`, float32."""
         scale = ops.cast(norm, "float32")
         if self._query_key_norm_offset:
             scale = ops.add(scale, self._query_key_norm_offset)
+        return scale
+
+    def _norm_scale(self, norm: Any, dtype: Any) -> Any:
+        """A `[R, p]` norm's scales `offset + w` for every query head, `[h, p]`."""
+        scale = self._group_scale(norm)
         return ops.cast(ops.repeat(scale, self._num_heads // self.num_rope_heads, axis=0), dtype)
 
     def _inverse_key_rms(self, latent: Any, rope_key: Any) -> Any:
@@ -372,9 +367,7 @@ class LatentAttention(SharedKVAttentionBase):
         parts = [latent]
         if self.key_norm is not None:
             inverse_rms = self._inverse_key_rms(latent, rope_key)
-            scale = ops.cast(self.key_norm[:, self.nope_dim :], "float32")
-            if self._query_key_norm_offset:
-                scale = ops.add(scale, self._query_key_norm_offset)
+            scale = self._group_scale(self.key_norm)[:, self.nope_dim :]
             rope_key = ops.multiply(ops.cast(rope_key, "float32"), scale)
         rope_key = self._rotate(rope_key)
         shape = ops.shape(rope_key)

@@ -125,21 +125,25 @@ def test_rotary_layers_match_the_numpy_oracle_and_decode_cached(layer):
         np.testing.assert_allclose(util.np_(out)[:, 0], expected[:, t], atol=2e-5)
 
 
+# A latent whose two rotary keys turn different pairs.
+TWO_ROTARY_KEYS = AttentionSpec(
+    "latent",
+    num_heads=4,
+    kv_latent_dim=5,
+    head_size=8,
+    num_rope_heads=2,
+    rope_max_wavelength=BASE,
+    rope_frequencies=[[0, 2], [1, 3]],
+)
+
+
 @pytest.mark.parametrize(
     "spec",
     [
         AttentionSpec("fixed_head", num_heads=2, head_size=6, rope_max_wavelength=BASE),
         AttentionSpec("collaborative", num_heads=4, shared_key_dim=8, rope_max_wavelength=BASE),
         AttentionSpec("latent", num_heads=4, kv_latent_dim=6, rope_max_wavelength=BASE),
-        AttentionSpec(
-            "latent",
-            num_heads=4,
-            kv_latent_dim=5,
-            head_size=8,
-            num_rope_heads=2,
-            rope_max_wavelength=BASE,
-            rope_frequencies=[[0, 2], [1, 3]],
-        ),
+        TWO_ROTARY_KEYS,
     ],
     ids=["fixed_head", "collaborative", "latent", "latent_two_rotary_keys"],
 )
@@ -234,15 +238,7 @@ def test_a_latent_with_query_key_norms_matches_its_oracle_and_decodes_it(offset)
     different pairs; decoding, absorbed or up-projected, scales each head's scores by the
     inverse key RMS it cached (h values per token beside the latent and rotary keys)."""
     x, _ = util.data(t=6, s=6, seed=7)
-    spec = AttentionSpec(
-        "latent",
-        num_heads=4,
-        kv_latent_dim=5,
-        head_size=8,
-        num_rope_heads=2,
-        rope_max_wavelength=BASE,
-        rope_frequencies=[[0, 2], [1, 3]],
-    )
+    spec = TWO_ROTARY_KEYS
     layer = make_attention(
         spec, use_bias=False, query_key_norm_epsilon=1e-3, query_key_norm_offset=offset
     )

@@ -59,6 +59,15 @@ LLAMA3_SCALING = dict(
     rope_high_freq_factor=4.0,
     rope_pretraining_sequence_length=8,
 )
+# Gemma 2's sandwich norms and caps that bind at these logits (~5).
+GEMMA2 = dict(
+    head_dim=16,
+    num_key_value_heads=2,
+    use_post_attention_norm=True,
+    use_post_ffw_norm=True,
+    attention_logit_soft_cap=1.0,
+    final_logit_soft_cap=3.0,
+)
 # case -> (backbone class, its extra arguments, what the loaded DecoderLM must have)
 FAMILIES = {
     "llama3_untied": ("Llama3Backbone", dict(tie_word_embeddings=False), {}),
@@ -79,30 +88,13 @@ FAMILIES = {
     # Gemma 2: sandwich norms, caps that bind at these logits (~5), every even layer local.
     "gemma2": (
         "GemmaBackbone",
-        dict(
-            head_dim=16,
-            num_key_value_heads=2,
-            use_post_attention_norm=True,
-            use_post_ffw_norm=True,
-            attention_logit_soft_cap=1.0,
-            final_logit_soft_cap=3.0,
-            use_sliding_window_attention=True,
-            sliding_window_size=4,
-        ),
+        dict(**GEMMA2, use_sliding_window_attention=True, sliding_window_size=4),
         {"head": 16, "sliding_window": 4, "gemma2": True},
     ),
     # Gemma 2 27B: queries scaled by (width / heads) ** -0.5 = 8 ** -0.5, not by the head size.
     "gemma2_27b": (
         "GemmaBackbone",
-        dict(
-            head_dim=16,
-            num_key_value_heads=2,
-            use_post_attention_norm=True,
-            use_post_ffw_norm=True,
-            query_head_dim_normalize=False,
-            attention_logit_soft_cap=1.0,
-            final_logit_soft_cap=3.0,
-        ),
+        dict(**GEMMA2, query_head_dim_normalize=False),
         {"head": 16, "query_scale": 8**-0.5},
     ),
     # Gemma 3's text decoder: six layers, so that the sixth is global (RoPE base 1e6, scaled
