@@ -277,7 +277,6 @@ class LlamaConfig:
             window = config.get("sliding_window")
             if model_type == "qwen2" and not config.get("use_sliding_window", False):
                 window = None
-            scaling = config.get("rope_scaling")
             activation = config.get("hidden_act", "silu")
             gemma2 = {}
             if model_type in SANDWICH_TYPES:
@@ -287,8 +286,6 @@ class LlamaConfig:
                 # (Hugging Face then used the tanh one as well) and name it in
                 # hidden_activation.
                 activation = config.get("hidden_activation") or "gelu_pytorch_tanh"
-            if scaling is not None and scaling.get("rope_type", scaling.get("type")) == "default":
-                scaling = None
             fields = dict(
                 model_type=model_type,
                 vocabulary_size=int(config["vocab_size"]),
@@ -298,8 +295,6 @@ class LlamaConfig:
                 num_key_value_heads=int(config.get("num_key_value_heads") or heads),
                 intermediate_dim=int(config["intermediate_size"]),
                 head_dim=config.get("head_dim") or hidden // heads,
-                rope_max_wavelength=float(config.get("rope_theta", 10000.0)),
-                rope_scaling=scaling,
                 rms_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
                 tie_word_embeddings=bool(
                     config.get("tie_word_embeddings", model_type in GEMMA_TYPES)
@@ -312,7 +307,8 @@ class LlamaConfig:
                 bos_token_id=_optional_int(config.get("bos_token_id")),
                 eos_token_id=_optional_int(config.get("eos_token_id")),
             )
-            return cls(**{**fields, **gemma2})
+            rope = _rope_fields(config, model_type, gemma2.get("sliding_window_layers"))
+            return cls(**{**fields, **gemma2, **rope})
         except KeyError as error:
             raise CheckpointError(f"config.json lacks {error.args[0]!r}.") from None
 
@@ -381,11 +377,6 @@ def _gemma2_fields(
     gemma3 = model_type == "gemma3_text"
     head_dim = int(config.get("head_dim") or 256)
     scalar = config.get("query_pre_attn_scalar", 256)  # null: the head size.
-    if "rope_parameters" in config:
-        raise CheckpointError(
-            "config.json gives its RoPE as rope_parameters (transformers 5): not read yet; "
-            "rope_theta, rope_local_base_freq and rope_scaling are."
-        )
     window = config.get("sliding_window", 4096)
     layers = int(config["num_hidden_layers"])
     types = config.get("layer_types")
@@ -407,10 +398,52 @@ def _gemma2_fields(
         "final_logit_soft_cap": _optional_float(config.get("final_logit_softcapping", caps[1])),
         "query_pre_attn_scalar": scalar,
     }
-    if gemma3:
-        fields["rope_max_wavelength"] = float(config.get("rope_theta", 1_000_000.0))
-        if local is not None:
-            fields["local_rope_max_wavelength"] = float(config.get("rope_local_base_freq", 1e4))
+    return fields
+
+
+def _rope_fields(
+    config: Mapping[str, Any], model_type: str, local_layers: tuple[bool, ...] | None
+) -> dict[str, Any]:
+    """RoPE base and scaling of a Hugging Face config, in transformers 4's or 5's terms.
+
+    Transformers 4 writes `rope_theta`, `rope_scaling` (and Gemma 3's
+    `rope_local_base_freq`); transformers 5 writes one `rope_parameters` dict, or
+    one per layer type (`full_attention`, `sliding_attention`: Gemma 3). Values
+    inside `rope_parameters` come first, as in transformers 5.
+    """
+    gemma3 = model_type == "gemma3_text"
+    parameters = config.get("rope_parameters")
+    if parameters is not None and not isinstance(parameters, Mapping):
+        raise CheckpointError(f"config.json's rope_parameters must be a dict; got {parameters!r}.")
+    parameters = dict(parameters or {})
+    local: dict[str, Any] = {}
+    if parameters.keys() & {"full_attention", "sliding_attention"}:  # One dict per layer type.
+        local = dict(parameters.get("sliding_attention") or {})
+        parameters = dict(parameters.get("full_attention") or {})
+    elif not parameters:
+        parameters = dict(config.get("rope_scaling") or {})
+    theta = parameters.pop("rope_theta", config.get("rope_theta", 1e6 if gemma3 else 1e4))
+    partial = parameters.pop("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+    if partial is not None and float(partial) != 1.0:
+        raise CheckpointError(
+            f"partial_rotary_factor {partial} rotates part of each head; these decoders rotate "
+            "all of it (1.0)."
+        )
+    kind = parameters.get("rope_type", parameters.get("type", "default"))
+    fields: dict[str, Any] = {
+        "rope_max_wavelength": float(theta),
+        "rope_scaling": None if kind == "default" else parameters,
+    }
+    if local.get("rope_type", local.get("type", "default")) != "default":
+        raise CheckpointError(
+            "config.json scales the local layers' RoPE (rope_parameters.sliding_attention "
+            f"rope_type {local.get('rope_type', local.get('type'))!r}): only the global "
+            "layers' scaling is read."
+        )
+    if gemma3 and local_layers is not None:
+        fields["local_rope_max_wavelength"] = float(
+            local.get("rope_theta", config.get("rope_local_base_freq", 1e4))
+        )
     return fields
 
 

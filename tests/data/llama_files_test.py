@@ -704,6 +704,77 @@ def test_gemma3_text_configs_read_the_local_layers_rope_and_query_key_norms():
         dataclasses.replace(config, model_type="gemma2", qk_norm=False)
 
 
+def _transformers_5(hf: dict) -> dict:
+    """`hf` as transformers 5 writes it: RoPE base and scaling in `rope_parameters`."""
+    hf = dict(hf)
+    parameters = {"rope_type": "default", **(hf.pop("rope_scaling", None) or {})}
+    parameters["rope_theta"] = hf.pop("rope_theta")
+    if "rope_local_base_freq" in hf:  # Gemma 3: one dict per layer type.
+        local = {"rope_type": "default", "rope_theta": hf.pop("rope_local_base_freq")}
+        parameters = {"full_attention": parameters, "sliding_attention": local}
+    return {**hf, "rope_parameters": parameters}
+
+
+def test_transformers_5_rope_parameters_read_as_transformers_4_keys():
+    base = dict(
+        vocabulary_size=64,
+        num_layers=7,
+        hidden_dim=32,
+        num_query_heads=4,
+        num_key_value_heads=2,
+        intermediate_dim=48,
+        head_dim=16,
+    )
+    llama3 = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    gemma = dict(base, hidden_activation="gelu_pytorch_tanh", qk_norm=True)
+    configs = [
+        LlamaConfig(model_type="llama", rope_max_wavelength=5e5, rope_scaling=llama3, **base),
+        LlamaConfig(model_type="qwen3", rope_max_wavelength=1e6, qk_norm=True, **base),
+        LlamaConfig(
+            model_type="gemma3_text",
+            sliding_window=8,
+            sliding_window_layers=[1, 1, 1, 1, 1, 0, 1],
+            rope_max_wavelength=1e6,
+            rope_scaling={"rope_type": "linear", "factor": 8.0},
+            local_rope_max_wavelength=1e4,
+            **gemma,
+        ),
+    ]
+    for config in configs:
+        hf = _transformers_5(config.to_hf_config())
+        assert "rope_theta" not in hf and "rope_scaling" not in hf
+        assert LlamaConfig.from_hf_config(hf) == config, config.model_type
+    # Values inside rope_parameters come first; a flat dict serves Gemma 3 too.
+    hf = {**_transformers_5(configs[0].to_hf_config()), "rope_theta": 1.0}
+    assert LlamaConfig.from_hf_config(hf).rope_max_wavelength == 5e5
+    flat = {**configs[2].to_hf_config(), "rope_parameters": {"rope_theta": 2e6}}
+    del flat["rope_theta"], flat["rope_scaling"]
+    read = LlamaConfig.from_hf_config(flat)
+    assert (read.rope_max_wavelength, read.rope_scaling, read.local_rope_max_wavelength) == (
+        2e6,
+        None,
+        1e4,
+    )
+    hf = _transformers_5(configs[2].to_hf_config())
+    full = {**hf["rope_parameters"]["full_attention"], "partial_rotary_factor": 0.5}
+    local = {"rope_type": "linear", "factor": 2.0}
+    for layer_type, parameters, message in [
+        ("full_attention", full, "partial_rotary_factor 0.5 rotates part"),
+        ("sliding_attention", local, "scales the local layers' RoPE"),
+    ]:
+        bad = {**hf["rope_parameters"], layer_type: parameters}
+        with pytest.raises(CheckpointError, match=message):
+            LlamaConfig.from_hf_config({**hf, "rope_parameters": bad})
+    with pytest.raises(CheckpointError, match="rope_parameters must be a dict; got 10000"):
+        LlamaConfig.from_hf_config({**hf, "rope_parameters": 10000})
+
+
 def test_gemma2_and_3_configs_round_trip_their_windows_and_refuse_what_hf_computes_otherwise():
     base = dict(
         vocabulary_size=64,
