@@ -317,6 +317,32 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     # Every rotary pair kept, the latent at the values' full rank (2 K/V heads x 16): exact.
     ppl = report["perplexity"]
     assert ppl["converted"] == pytest.approx(ppl["original"], rel=1e-4)
+    pruned = tmp_path / "pruned"
+    argv = [
+        "prune",
+        "--decoder",
+        str(exact / "model.keras"),
+        "--data-file",
+        files["text"],
+        "--target-fraction",
+        "0.5",
+        "--step",
+        "0.5",
+        "--importance-examples",
+        "8",
+        "--output",
+        str(pruned),
+    ]
+    argv[2] = str(out / "model.keras")  # The grouped model: whole groups go.
+    assert cli.main(argv) == 0
+    report = json.loads((pruned / "report.json").read_text())
+    assert report["kv_heads_per_layer"] is not None
+    assert (pruned / "model.keras").is_file()
+
+
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
+def test_a_gguf_decoder_converts_to_cache_budgets_through_the_cli(files, tmp_path):
+    # Latent at half the cache, allocated by sensitivity; rotated RoPE; grouped per layer.
     budget = tmp_path / "budget"
     argv = _fill(LATENT, files, str(budget)) + ["--cache-fraction", "0.5", "--rope-pairs", "2"]
     argv += ["--allocation", "sensitivity", "--calibration-windows", "4", "--eval-windows", "2"]
@@ -349,27 +375,6 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     report = json.loads((mixed / "report.json").read_text())
     assert sorted(report["kv_heads_per_layer"]) == [1, 2]
     assert report["kv_cache_fraction"] == pytest.approx(0.75)
-    pruned = tmp_path / "pruned"
-    argv = [
-        "prune",
-        "--decoder",
-        str(exact / "model.keras"),
-        "--data-file",
-        files["text"],
-        "--target-fraction",
-        "0.5",
-        "--step",
-        "0.5",
-        "--importance-examples",
-        "8",
-        "--output",
-        str(pruned),
-    ]
-    argv[2] = str(out / "model.keras")  # The grouped model: whole groups go.
-    assert cli.main(argv) == 0
-    report = json.loads((pruned / "report.json").read_text())
-    assert report["kv_heads_per_layer"] is not None
-    assert (pruned / "model.keras").is_file()
 
 
 def test_training_text_checks_name_a_corpus_held_out_whole():

@@ -111,9 +111,9 @@ def kernels():
     shared.close()
 
 
-# The default run takes the short tf_keras notebooks (quickstart, compression, tuning, export);
-# the full run (docs/testing.md) all ten, the JAX world's included.
-DEFAULT_RUN = ("01_", "03_", "05_", "06_")
+# The default run takes the tf_keras quickstart notebook; the full run (docs/testing.md) all
+# ten, the JAX world's included.
+DEFAULT_RUN = ("01_",)
 
 
 def _param(path: pathlib.Path):

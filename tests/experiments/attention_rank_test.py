@@ -80,6 +80,7 @@ def test_recorded_logits_are_each_heads_bounded_by_its_size():
     assert 0 <= result["attention_rank"] <= p and result["energy_rank_99"] <= p
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, capsys):
     out, work = tmp_path / "rv2", tmp_path / "work"
     argv = [

@@ -1,6 +1,9 @@
-"""`headsize-tf demo` end to end (tiny settings): the three ideas, one table, export, reuse."""
+"""`headsize-tf demo`: its bookkeeping, and end to end (tiny settings): the three ideas, one
+table, export, reuse."""
 
+import dataclasses
 import json
+import re
 import time
 from unittest import mock
 
@@ -21,6 +24,95 @@ TINY = demo.DemoSettings(
 )
 
 
+def test_models_have_equal_parameter_counts():
+    baseline, candidate = demo.demo_models()
+    a = params.encoder_params(baseline.spec()).trainable
+    b = params.encoder_params(candidate.spec()).trainable
+    assert candidate.head_size == 32
+    assert abs(a - b) / a < 0.01
+
+
+def test_cli_flags_make_the_settings():
+    with mock.patch.object(demo, "run_demo") as run:
+        assert cli.main(["demo", "--quick", "--output", "o"]) == 0
+        assert run.call_args.args[2] == demo.DemoSettings(steps=300, finetune_steps=60)
+        cli.main(["demo", "--quick", "--steps", "5", "--prune-fraction", "0.2"])
+        assert run.call_args.args[2] == demo.DemoSettings(
+            steps=5, finetune_steps=60, prune_fraction=0.2
+        )
+        cli.main(["demo"])
+        assert run.call_args.args[2] == demo.DemoSettings()
+
+
+def _fake_steps(monkeypatch, calls: list[str]) -> None:
+    """The demo's steps as records made at once (their work is tested on its own and end to
+    end below): what is left is the demo's own bookkeeping."""
+
+    def record(slug, idea, **extra):
+        calls.append(slug)
+        return {"idea": idea, "name": slug, "dev_accuracy": 0.5, "encoder_params": 10, **extra}
+
+    def train_small(model, slug, output, data_dir, settings):
+        return record(slug, "fixed head size", kind="experiment", model_dir=str(output / slug))
+
+    def finetune_minilm(directory, shared_key_dim, data_dir, settings, in_memory=None):
+        return record(directory.name, "collaborative heads", kind="classifier")
+
+    def measure_speed(rows, data_dir, repeats, dev_examples, in_memory=None):
+        calls.append("speed")
+        models = {r["slug"]: {"examples_per_second": 100.0, "attention_params": 7} for r in rows}
+        return {"models": models}
+
+    def export_pruned(pruned_dir, export_dir):
+        calls.append("export")
+        return {"export": str(export_dir / "1")}
+
+    monkeypatch.setattr("headsize_tf.data.corpora.prepare", lambda name, data_dir: None)
+    steps = demo.steps
+    monkeypatch.setattr(steps, "train_small", train_small)
+    monkeypatch.setattr(steps, "finetune_minilm", finetune_minilm)
+    monkeypatch.setattr(
+        steps, "prune_minilm", lambda output, data_dir, settings: record("pruned", "head pruning")
+    )
+    monkeypatch.setattr(steps, "measure_speed", measure_speed)
+    monkeypatch.setattr(steps, "export_pruned", export_pruned)
+
+
+def test_a_rerun_reuses_each_step_and_redoes_what_a_setting_changes(tmp_path, capsys, monkeypatch):
+    calls: list[str] = []
+    _fake_steps(monkeypatch, calls)
+    out = tmp_path / "demo"
+    order = ["standard", "fixed_head", "minilm", "collaborative", "pruned", "speed", "export"]
+    summary = demo.run_demo(out, None, TINY, quiet=False)
+    assert calls == order and summary["redone"] == order
+    assert [r["slug"] for r in summary["models"]] == order[:5]
+    assert all(r["examples_per_second"] == 100.0 for r in summary["models"])
+    assert json.loads((out / "summary.json").read_text())["models"] == summary["models"]
+    table = (out / "summary.md").read_text().splitlines()
+    assert len(table) == 2 + 5 and table[2].startswith("| fixed head size | standard | 10 | 7 |")
+    assert (out / "summary.png").stat().st_size > 10_000
+    printed = capsys.readouterr().out
+    for line in printed.splitlines():
+        assert re.match(r"^(\[\d/\d\] |      done in |\||$|plot: |exported |total )", line), line
+    assert printed.count(" ...\n") == demo.STAGES - 1
+    # The same settings: every record is reused, nothing is made again.
+    calls.clear()
+    again = demo.run_demo(out, None, TINY, quiet=False)
+    assert (calls, again["redone"]) == ([], [])
+    assert again["models"] == summary["models"]
+    assert capsys.readouterr().out.count("reusing") == demo.STAGES - 1
+    # Another pruning fraction: the pruned model, then the side-by-side speeds and the export.
+    changed = dataclasses.replace(TINY, prune_fraction=0.2)
+    assert demo.run_demo(out, None, changed, quiet=False)["redone"] == ["pruned", "speed", "export"]
+    # More training steps: the two small models and the speeds; the export is the pruned one's.
+    more = dataclasses.replace(changed, steps=3)
+    assert demo.run_demo(out, None, more, quiet=False)["redone"] == [
+        "standard",
+        "fixed_head",
+        "speed",
+    ]
+
+
 class DemoTest(tf.test.TestCase):
     @pytest.fixture(autouse=True)
     def _env(self, sentiment_data_dir, minilm_dir, tmp_path, capfd, monkeypatch):
@@ -30,25 +122,9 @@ class DemoTest(tf.test.TestCase):
         self.tmp = tmp_path
         self.capsys = capfd  # File descriptors: native (C++) log lines are seen too.
 
-    def test_models_have_equal_parameter_counts(self):
-        baseline, candidate = demo.demo_models()
-        a = params.encoder_params(baseline.spec()).trainable
-        b = params.encoder_params(candidate.spec()).trainable
-        self.assertEqual(candidate.head_size, 32)
-        self.assertLess(abs(a - b) / a, 0.01)
-
-    def test_cli_flags_make_the_settings(self):
-        with mock.patch.object(demo, "run_demo") as run:
-            self.assertEqual(cli.main(["demo", "--quick", "--output", "o"]), 0)
-            self.assertEqual(run.call_args.args[2], demo.DemoSettings(steps=300, finetune_steps=60))
-            cli.main(["demo", "--quick", "--steps", "5", "--prune-fraction", "0.2"])
-            self.assertEqual(
-                run.call_args.args[2],
-                demo.DemoSettings(steps=5, finetune_steps=60, prune_fraction=0.2),
-            )
-            cli.main(["demo"])
-            self.assertEqual(run.call_args.args[2], demo.DemoSettings())
-
+    # The demo on real text and the pretrained MiniLM (about 3 minutes on 2 cores): in the
+    # full run (docs/testing.md); its steps run in the default run on their own.
+    @pytest.mark.slow
     def test_three_ideas_one_table_export_and_reuse(self):
         out = self.tmp / "demo"
         summary = demo.run_demo(out, self.data_dir, TINY)

@@ -22,9 +22,10 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # attention kind or checkpoint family); those run on TensorFlow only, as do the MiniLM
 # comparison, the tuner search and the CLI. Notebook 07 trains on JAX as well.
 # Three groups, one subprocess each (tests/conftest.py makes each its own work unit): the
-# layers' numerics, cached decoding and conversions to shared K/V run in the default run;
-# the models and the layer contract, training and cross-framework checks in the full run
-# (docs/testing.md), which runs every group.
+# layers' numerics, rotary positions and cached decoding run in the default run; the
+# models, the conversions to shared K/V, the layer contract, training and cross-framework
+# checks in the full run (docs/testing.md), which runs every group. (The default run also
+# converts and prunes on JAX in tests/keras3/no_tensorflow_test.py.)
 JAX_GROUPS = {
     "models": [
         "modeling/causal_lm",
@@ -39,14 +40,13 @@ JAX_GROUPS = {
         "layers/layers",
         "layers/per_head_mask",
         "layers/shared_kv",
-        "reparam/kv_convert",
         "layers/rope",
-        # Rotary conversions at their exact limits (the rest of the file: the full run).
-        "reparam/kv_compress::test_rotated_rope_in_a_decoder_is_exact_at_full_budget_and_"
-        "decodes_alike",
-        "reparam/kv_compress::test_a_full_budget_with_every_pair_is_exact_calibrated_or_not",
     ],
     "tools": [
+        "reparam/kv_convert",
+        # Every kind's rotary decoding; in the default run's group the rotary layers' oracles
+        # decode (multi-head, grouped, partial, query/key-normed, a normed latent).
+        "layers/rope::test_every_kind_decodes_cached_equal_to_its_causal_call",
         "layers/layer_contract",
         "layers/training",
         "layers/cross_framework",
@@ -60,8 +60,9 @@ JAX_GROUP_FILTERS = {
     "models": "not fixed_head and not collaborative and not bad_arguments and not refused "
     "and not parameter_count and not oracle_sees and not resolves_to and not check_their",
     # Configs, initializers and the spec -> class table are backend-neutral.
-    "layers": "not mixing_initializers and not sequence_length_head_size and not make_attention",
-    "tools": "not config_round_trip and not exact_at_full_budget and not full_budget_with",
+    "layers": "not mixing_initializers and not sequence_length_head_size and not make_attention "
+    "and not every_kind_decodes",
+    "tools": "not config_round_trip",
 }
 JAX_DESELECT = [
     # The same Keras quantization the quantize_lora file runs on JAX.
@@ -75,7 +76,7 @@ JAX_DESELECT = [
     "tests/keras3/layers/rope_test.py::test_llama3_frequencies_equal_keras_hubs",
     "tests/keras3/layers/rope_test.py::test_rotary_specs_refuse_bad_settings_in_one_line",
     # numpy and spec checks of the conversion core; its JAX models: the rotated and
-    # full-budget exactness tests (in the default run) and the cut conversions.
+    # full-budget exactness tests and the cut conversions.
     "tests/keras3/reparam/kv_compress_test.py::"
     "test_a_calibrated_latent_keeps_the_activations_better_than_a_weight_svd",
     "tests/keras3/reparam/kv_compress_test.py::test_pair_strategies_and_energy_allocation",

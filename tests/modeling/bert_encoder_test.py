@@ -5,6 +5,7 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf_keras
 import yaml
@@ -134,8 +135,17 @@ class HeadsizeBertEncoderTest(tf.test.TestCase, parameterized.TestCase):
             )
             self.assertAllClose(list(served.values())[0], expected, atol=1e-6)
 
-    @parameterized.named_parameters(*TYPES)
-    def test_model_garden_heads_train(self, attention_type, extra, cls):
+    # Collaborative heads, the kind furthest from stock attention, in the default run; every
+    # kind in the full run (docs/testing.md): 25 epochs each.
+    def test_model_garden_heads_train_collaborative(self):
+        self._model_garden_heads_train("collaborative", {"shared_key_dim": 16})
+
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
+    def test_model_garden_heads_train_standard_and_fixed_head(self):
+        for _, attention_type, extra, _ in TYPES[:2]:
+            self._model_garden_heads_train(attention_type, extra)
+
+    def _model_garden_heads_train(self, attention_type, extra):
         encoder = _build(attention_type, extra)
         classifier = models.BertClassifier(encoder, num_classes=2)
         inputs = _inputs(batch=16, seed=1)

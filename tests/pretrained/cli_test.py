@@ -70,6 +70,7 @@ class PretrainedCliTest(tf.test.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("config.json", self.capsys.readouterr().err)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_compress_then_embed_from_the_checkpoint(self):
         (self.tmp / "eval.txt").write_text("a fine film\nthe plot is thin\nI loved it\n")
         out = self.tmp / "c192"

@@ -261,6 +261,9 @@ BAD = [
 ]
 
 
+# The documented command on MiniLM (about 45 s): in the full run; the tiny BERT above runs
+# the same command on files and TFDS in the default run.
+@pytest.mark.slow
 def test_prune_command_on_a_csv_with_minilm(minilm_cache, tmp_path, capsys):
     """`headsize-tf prune --model minilm-l6 --data-file F.csv --text-column text
     --label-column label --target-fraction 0.3 --output DIR`, as docs/pruning.md shows it."""

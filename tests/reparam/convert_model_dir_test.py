@@ -294,6 +294,7 @@ def test_cli_per_layer_kv_heads_and_sizes_the_model_rejects(lm_dir, tmp_path, ca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gqa"]
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_a_converted_lm_exports_and_serves_its_own_log_likelihoods(lm_dir, tmp_path):
     # `headsize-tf export --task lm` on a converted model_dir: the SavedModel (served in
     # a fresh process with TensorFlow alone) gives the grouped-K/V model's numbers.

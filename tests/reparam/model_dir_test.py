@@ -67,6 +67,7 @@ def test_half_rank_lm_counts_decodes_and_goes_through_the_cli(lm_dir, tmp_path, 
     assert not (tmp_path / "again").exists()
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_translation_model_at_full_rank_is_the_source(tmp_path):
     """Self- and encoder-decoder attention both convert (tfds mock wmt14 data)."""
     data_dir = tmp_path / "data"
@@ -102,6 +103,7 @@ def test_translation_model_at_full_rank_is_the_source(tmp_path):
     np.testing.assert_allclose(compressed(features).numpy(), source(features).numpy(), atol=2e-4)
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_masked_lm_encoder_converts_and_keeps_its_head(austen_data_dir, tmp_path):
     model_dir = str(tmp_path / "mlm")
     train.run(

@@ -69,6 +69,7 @@ class TranslationExportTest(tf.test.TestCase):
         texts = [t.decode() for t in out["translation"].numpy()]
         self.assertEqual(texts, [words_of(ids) for ids in out["output_ids"].numpy()])
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_saved_model_serves_without_our_code(self):
         module = TranslationServingModule(
             self.model, str(self.vocab), max_source_length=8, max_decode_length=5, beam_size=3
@@ -95,6 +96,7 @@ class TranslationExportTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"max_source_length must be >= 2; got 1"):
             TranslationServingModule(self.model, str(self.vocab), max_source_length=1)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_cli_exports_a_trained_model_dir(self):
         (self.tmp / "wmt14").mkdir()
         (self.tmp / "wmt14" / "vocab.txt").write_text("\n".join(VOCAB))

@@ -45,6 +45,9 @@ class ResumeTest(tf.test.TestCase):
         self.data_dir = str(austen_data_dir)
         self.tmp = tmp_path
 
+    # Two trainer processes and a reference run (about 70 s): in the full run; resuming in
+    # one process is tested in the default run (lm_keras3_test, heal_test, cli_decoder_test).
+    @pytest.mark.slow
     def test_sigkill_and_resume_equals_uninterrupted(self):
         killed_dir = str(self.tmp / "killed")
         process = subprocess.Popen(

@@ -173,6 +173,7 @@ class TfdsTrainingTest(tf.test.TestCase, parameterized.TestCase):
         self.assertGreater(initial, 3.0)  # ~ ln(25) untrained
         self.assertLess(result.metrics["validation_loss"], initial - 0.5)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_sst2_trains_from_raw_text(self):
         # Mock TFDS ignores `repeat_filenames`; `cache` makes the reader repeat. A mock
         # sentence, [CLS] and [SEP] fit 24 tokens (the config's 64 for real SST-2).

@@ -113,6 +113,7 @@ class TrainTest(tf.test.TestCase, parameterized.TestCase):
         count = hs_params.causal_lm_params(language_modeling.to_spec(params.task.model))
         self.assertEqual(model.count_params(), count.total)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_language_model_loss_falls_on_austen_with_collaborative_heads(self):
         model_dir = self._scratch_dir()
         run = functools.partial(

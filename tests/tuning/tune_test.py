@@ -66,6 +66,7 @@ class TuneTest(tf.test.TestCase):
         ]
         return cli.main(argv)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_trials_budget_skip_and_best_yaml_trains(self):
         # Four configurations: 2x16 (353,856 params) and 4x16 (370,432) fit 380k;
         # 2x64 (403,584) and 4x64 (469,888) are over budget and must not train.
@@ -127,6 +128,7 @@ class TuneTest(tf.test.TestCase):
         best = yaml.safe_load((self.tmp / "tune" / "best.yaml").read_text())
         self.assertIsInstance(best["task"]["model"]["attention"]["num_heads"], list)
 
+    @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_bayesian_with_matched_params(self):
         code = self._tune(
             "--tuner",

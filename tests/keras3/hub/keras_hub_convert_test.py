@@ -41,6 +41,7 @@ def logits(hub, texts=TEXTS) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(hub.backbone(inputs)), np.float64)
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_grouped_gpt2_is_measured_uptrained_and_reloads_with_its_tokenizer(
     presets, lines, tmp_path, capsys
 ):

@@ -20,6 +20,7 @@ def _converted():
     return lm, converted
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_healing_resumes_from_the_layers_it_finished(tmp_path):
     lm, converted = _converted()
     lines = []

@@ -85,6 +85,7 @@ def test_full_rank_latent_is_exact_and_the_directory_reloads(files, tmp_path):
     np.testing.assert_array_equal(converted.generate(ids[:, :4], 6), source.generate(ids[:, :4], 6))
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_uptraining_lowers_the_held_out_perplexity(files, tmp_path):
     text = load_lm_text(17, data_file=files["text"], vocab_file=files["vocab"])
     report = convert_lm_file(
