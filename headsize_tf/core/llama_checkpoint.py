@@ -407,44 +407,78 @@ def _rope_fields(
     """RoPE base and scaling of a Hugging Face config, in transformers 4's or 5's terms.
 
     Transformers 4 writes `rope_theta`, `rope_scaling` (and Gemma 3's
-    `rope_local_base_freq`); transformers 5 writes one `rope_parameters` dict, or
-    one per layer type (`full_attention`, `sliding_attention`: Gemma 3). Values
-    inside `rope_parameters` come first, as in transformers 5.
+    `rope_local_base_freq`); transformers 5 writes one `rope_parameters` dict (Gemma
+    3: one per layer type, `full_attention` and `sliding_attention`). Values inside
+    `rope_parameters` come first, as in transformers 5; a config giving both
+    `rope_parameters` and `rope_scaling` is refused (each version reads it
+    differently).
     """
     gemma3 = model_type == "gemma3_text"
-    parameters = config.get("rope_parameters")
-    if parameters is not None and not isinstance(parameters, Mapping):
-        raise CheckpointError(f"config.json's rope_parameters must be a dict; got {parameters!r}.")
-    parameters = dict(parameters or {})
-    local: dict[str, Any] = {}
-    if parameters.keys() & {"full_attention", "sliding_attention"}:  # One dict per layer type.
-        local = dict(parameters.get("sliding_attention") or {})
-        parameters = dict(parameters.get("full_attention") or {})
-    elif not parameters:
-        parameters = dict(config.get("rope_scaling") or {})
-    theta = parameters.pop("rope_theta", config.get("rope_theta", 1e6 if gemma3 else 1e4))
-    partial = parameters.pop("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
-    if partial is not None and float(partial) != 1.0:
+    parameters = _rope_dict(config, "rope_parameters")
+    scaling = _rope_dict(config, "rope_scaling")
+    if parameters and scaling:
         raise CheckpointError(
-            f"partial_rotary_factor {partial} rotates part of each head; these decoders rotate "
-            "all of it (1.0)."
+            "config.json gives its RoPE twice, as rope_parameters (transformers 5) and "
+            "rope_scaling (transformers 4): keep one."
         )
+    nested = sorted(parameters.keys() & {"full_attention", "sliding_attention"})
+    local: dict[str, Any] = {}
+    if nested and not gemma3:
+        raise CheckpointError(
+            f"config.json gives rope_parameters per layer type ({', '.join(nested)}); "
+            f"model_type {model_type!r} takes one dict (per layer type: Gemma 3)."
+        )
+    if nested:
+        local = _rope_dict(parameters, "sliding_attention", "rope_parameters.")
+        parameters = _rope_dict(parameters, "full_attention", "rope_parameters.")
+    elif parameters and gemma3:
+        raise CheckpointError(
+            "Gemma 3's rope_parameters are one dict per layer type (full_attention, "
+            "sliding_attention); got one flat dict, which transformers 5 ignores."
+        )
+    elif not parameters:
+        parameters = scaling
+    theta = parameters.pop("rope_theta", config.get("rope_theta", 1e6 if gemma3 else 1e4))
+    _check_full_rotation(parameters.pop("partial_rotary_factor", None), config)
     kind = parameters.get("rope_type", parameters.get("type", "default"))
     fields: dict[str, Any] = {
-        "rope_max_wavelength": float(theta),
+        "rope_max_wavelength": _rope_base(theta, "rope_theta"),
         "rope_scaling": None if kind == "default" else parameters,
     }
-    if local.get("rope_type", local.get("type", "default")) != "default":
-        raise CheckpointError(
-            "config.json scales the local layers' RoPE (rope_parameters.sliding_attention "
-            f"rope_type {local.get('rope_type', local.get('type'))!r}): only the global "
-            "layers' scaling is read."
-        )
     if gemma3 and local_layers is not None:
-        fields["local_rope_max_wavelength"] = float(
-            local.get("rope_theta", config.get("rope_local_base_freq", 1e4))
-        )
+        _check_full_rotation(local.get("partial_rotary_factor"), config)
+        local_kind = local.get("rope_type", local.get("type", "default"))
+        if local_kind != "default":
+            raise CheckpointError(
+                "config.json scales the local layers' RoPE (rope_parameters.sliding_attention "
+                f"rope_type {local_kind!r}): only the global layers' scaling is read."
+            )
+        base = local.get("rope_theta", config.get("rope_local_base_freq", 1e4))
+        fields["local_rope_max_wavelength"] = _rope_base(base, "the local layers' rope_theta")
     return fields
+
+
+def _rope_dict(config: Mapping[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
+    """A copy of `config[key]`, a dict of RoPE settings; {} where it is missing or null."""
+    value = config.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        raise CheckpointError(f"config.json's {prefix}{key} must be a dict; got {value!r}.")
+    return dict(value or {})
+
+
+def _rope_base(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise CheckpointError(f"config.json's {name} must be a number > 0; got {value!r}.")
+    return float(value)
+
+
+def _check_full_rotation(factor: Any, config: Mapping[str, Any]) -> None:
+    factor = config.get("partial_rotary_factor", 1.0) if factor is None else factor
+    if factor is not None and factor != 1:
+        raise CheckpointError(
+            f"partial_rotary_factor {factor} rotates part of each head; these decoders rotate "
+            "all of it (1.0)."
+        )
 
 
 def _optional_float(value: Any) -> float | None:

@@ -750,29 +750,39 @@ def test_transformers_5_rope_parameters_read_as_transformers_4_keys():
         hf = _transformers_5(config.to_hf_config())
         assert "rope_theta" not in hf and "rope_scaling" not in hf
         assert LlamaConfig.from_hf_config(hf) == config, config.model_type
-    # Values inside rope_parameters come first; a flat dict serves Gemma 3 too.
+    # Values inside rope_parameters come first (transformers 5's precedence).
     hf = {**_transformers_5(configs[0].to_hf_config()), "rope_theta": 1.0}
     assert LlamaConfig.from_hf_config(hf).rope_max_wavelength == 5e5
-    flat = {**configs[2].to_hf_config(), "rope_parameters": {"rope_theta": 2e6}}
-    del flat["rope_theta"], flat["rope_scaling"]
-    read = LlamaConfig.from_hf_config(flat)
-    assert (read.rope_max_wavelength, read.rope_scaling, read.local_rope_max_wavelength) == (
-        2e6,
-        None,
-        1e4,
-    )
-    hf = _transformers_5(configs[2].to_hf_config())
-    full = {**hf["rope_parameters"]["full_attention"], "partial_rotary_factor": 0.5}
+    # transformers 4's keys with a null rope_parameters read as before.
+    hf = {**configs[0].to_hf_config(), "rope_parameters": None}
+    assert LlamaConfig.from_hf_config(hf) == configs[0]
+    gemma3 = _transformers_5(configs[2].to_hf_config())
+    full = gemma3["rope_parameters"]["full_attention"]
     local = {"rope_type": "linear", "factor": 2.0}
-    for layer_type, parameters, message in [
-        ("full_attention", full, "partial_rotary_factor 0.5 rotates part"),
-        ("sliding_attention", local, "scales the local layers' RoPE"),
-    ]:
-        bad = {**hf["rope_parameters"], layer_type: parameters}
+    qwen = _transformers_5(configs[1].to_hf_config())
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    refused = [
+        (gemma3, {"full_attention": {**full, "partial_rotary_factor": 0.5}}, "0.5 rotates part"),
+        (gemma3, {"sliding_attention": {"partial_rotary_factor": 0.5}}, "0.5 rotates part"),
+        (gemma3, {"sliding_attention": local}, "scales the local layers' RoPE"),
+        (gemma3, {"full_attention": {**full, "rope_theta": None}}, "rope_theta must be a number"),
+        (gemma3, {"sliding_attention": 1e4}, "rope_parameters.sliding_attention must be a dict"),
+        (qwen, {"sliding_attention": {"rope_theta": 1e4}}, "'qwen3' takes one dict"),
+    ]
+    for hf, change, message in refused:
+        bad = {**hf, "rope_parameters": {**hf["rope_parameters"], **change}}
         with pytest.raises(CheckpointError, match=message):
-            LlamaConfig.from_hf_config({**hf, "rope_parameters": bad})
+            LlamaConfig.from_hf_config(bad)
+    # Transformers 5 ignores a flat dict for Gemma 3, and a config with both forms is read
+    # differently by each version: both refused.
+    flat = {**configs[2].to_hf_config(), "rope_parameters": {"rope_theta": 2e6}}
+    del flat["rope_scaling"]
+    with pytest.raises(CheckpointError, match="got one flat dict"):
+        LlamaConfig.from_hf_config(flat)
+    with pytest.raises(CheckpointError, match="its RoPE twice"):
+        LlamaConfig.from_hf_config({**qwen, "rope_scaling": yarn})
     with pytest.raises(CheckpointError, match="rope_parameters must be a dict; got 10000"):
-        LlamaConfig.from_hf_config({**hf, "rope_parameters": 10000})
+        LlamaConfig.from_hf_config({**qwen, "rope_parameters": 10000})
 
 
 def test_gemma2_and_3_configs_round_trip_their_windows_and_refuse_what_hf_computes_otherwise():
