@@ -396,6 +396,7 @@ def test_training_text_checks_name_a_corpus_held_out_whole():
         _check_train_text(args, None, "--uptrain-steps 2", 1)
 
 
+@pytest.mark.slow  # end to end, in the full run (docs/testing.md)
 def test_convert_a_gemma2_directory_exactly_at_full_rank(files, tokenizer_json, tmp_path):
     """A Hugging Face Gemma 2 directory (caps, sandwich norms, a local and a global layer)
     through `convert --decoder`: its latent at full rank has the original's perplexity."""

@@ -207,6 +207,9 @@ def assert_same_ids(vocab_path, lines, lower_case=True, batch=4096) -> int:
 
 
 @needs_tf_text
+# A second corpus-wide comparison (the generated and varied texts, and every character of
+# the plane, run in the default run): in the full run.
+@pytest.mark.slow
 def test_same_ids_on_the_austen_novels(austen_data_dir, minilm_dir):
     corpus = austen_data_dir / "austen"
     lines = [
@@ -233,7 +236,17 @@ def test_same_ids_on_varied_text(minilm_dir, lower_case):
 
 
 @needs_tf_text
-@pytest.mark.parametrize("lower_case", [True, False, "fold"])
+# BERT's uncased mode in the default run; the cased and accent-folding modes (their
+# normalisers differ in a few code paths; the varied texts run in every mode there) in the
+# full run.
+@pytest.mark.parametrize(
+    "lower_case",
+    [
+        True,
+        pytest.param(False, marks=pytest.mark.slow),
+        pytest.param("fold", marks=pytest.mark.slow),
+    ],
+)
 def test_same_ids_on_every_character_of_the_basic_multilingual_plane(tmp_path, lower_case):
     """Each character alone, inside a word and at its ends, with a vocabulary of every
     character (alone and as a "##" piece); whether a character is a word, punctuation,

@@ -22,10 +22,10 @@ GUARD = "HEADSIZE_KERAS3_SUBPROCESS"
 # attention kind or checkpoint family); those run on TensorFlow only, as do the MiniLM
 # comparison, the tuner search and the CLI. Notebook 07 trains on JAX as well.
 # Three groups, one subprocess each (tests/conftest.py makes each its own work unit): the
-# layers' numerics, rotary positions and cached decoding run in the default run; the
-# models, the conversions to shared K/V, the layer contract, training and cross-framework
-# checks in the full run (docs/testing.md), which runs every group. (The default run also
-# converts and prunes on JAX in tests/keras3/no_tensorflow_test.py.)
+# layers' numerics, the rotary layers' oracle and cached decoding run in the default run;
+# the models, the other rotary checks, the conversions to shared K/V, the layer contract,
+# training and cross-framework checks in the full run (docs/testing.md), which runs every
+# group. (The default run also converts and prunes on JAX in no_tensorflow_test.py.)
 JAX_GROUPS = {
     "models": [
         "modeling/causal_lm",
@@ -40,13 +40,13 @@ JAX_GROUPS = {
         "layers/layers",
         "layers/per_head_mask",
         "layers/shared_kv",
-        "layers/rope",
+        # The rotary layers against their numpy oracle, decoding cached (the rest of the
+        # file: the full run).
+        "layers/rope::test_rotary_layers_match_the_numpy_oracle_and_decode_cached",
     ],
     "tools": [
         "reparam/kv_convert",
-        # Every kind's rotary decoding; in the default run's group the rotary layers' oracles
-        # decode (multi-head, grouped, partial, query/key-normed, a normed latent).
-        "layers/rope::test_every_kind_decodes_cached_equal_to_its_causal_call",
+        "layers/rope",
         "layers/layer_contract",
         "layers/training",
         "layers/cross_framework",
@@ -60,9 +60,8 @@ JAX_GROUP_FILTERS = {
     "models": "not fixed_head and not collaborative and not bad_arguments and not refused "
     "and not parameter_count and not oracle_sees and not resolves_to and not check_their",
     # Configs, initializers and the spec -> class table are backend-neutral.
-    "layers": "not mixing_initializers and not sequence_length_head_size and not make_attention "
-    "and not every_kind_decodes",
-    "tools": "not config_round_trip",
+    "layers": "not mixing_initializers and not sequence_length_head_size and not make_attention",
+    "tools": "not config_round_trip and not rotary_layers_match_the_numpy_oracle",
 }
 JAX_DESELECT = [
     # The same Keras quantization the quantize_lora file runs on JAX.
