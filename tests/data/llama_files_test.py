@@ -704,6 +704,18 @@ def test_gemma3_text_configs_read_the_local_layers_rope_and_query_key_norms():
         dataclasses.replace(config, model_type="gemma2", qk_norm=False)
 
 
+# A small decoder's sizes, for the config tests.
+SMALL_DECODER = dict(
+    vocabulary_size=64,
+    num_layers=4,
+    hidden_dim=32,
+    num_query_heads=4,
+    num_key_value_heads=2,
+    intermediate_dim=48,
+    head_dim=16,
+)
+
+
 def _transformers_5(hf: dict) -> dict:
     """`hf` as transformers 5 writes it: RoPE base and scaling in `rope_parameters`."""
     hf = dict(hf)
@@ -716,15 +728,7 @@ def _transformers_5(hf: dict) -> dict:
 
 
 def test_transformers_5_rope_parameters_read_as_transformers_4_keys():
-    base = dict(
-        vocabulary_size=64,
-        num_layers=7,
-        hidden_dim=32,
-        num_query_heads=4,
-        num_key_value_heads=2,
-        intermediate_dim=48,
-        head_dim=16,
-    )
+    base = dict(SMALL_DECODER, num_layers=7)
     llama3 = {
         "rope_type": "llama3",
         "factor": 8.0,
@@ -786,16 +790,7 @@ def test_transformers_5_rope_parameters_read_as_transformers_4_keys():
 
 
 def test_gemma2_and_3_configs_round_trip_their_windows_and_refuse_what_hf_computes_otherwise():
-    base = dict(
-        vocabulary_size=64,
-        num_layers=4,
-        hidden_dim=32,
-        num_query_heads=4,
-        num_key_value_heads=2,
-        intermediate_dim=48,
-        head_dim=16,
-        hidden_activation="gelu_pytorch_tanh",
-    )
+    base = dict(SMALL_DECODER, hidden_activation="gelu_pytorch_tanh")
     for gemma2 in (
         LlamaConfig(model_type="gemma2", **base),  # No window.
         LlamaConfig(model_type="gemma2", sliding_window=8, **base),  # Every layer local.
