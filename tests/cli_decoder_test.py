@@ -64,7 +64,7 @@ CASES = [
     (
         "gguf_of_another_architecture",
         ["generate", "--decoder", "{gpt2}", "--prompt", "a"],
-        "architecture 'gpt2' is not supported; expected one of ['llama', 'qwen2', 'qwen3']",
+        "architecture 'gpt2' is not supported; expected one of ['gemma', 'gemma2', 'gemma3', 'llama', 'qwen2', 'qwen3']",
     ),
     (
         "truncated_gguf",

@@ -112,7 +112,7 @@ KERAS_HUB_HELP = (
 
 DECODER_HELP = (
     "a pretrained decoder on the Keras 3 front: a registered name (smollm2-135m-instruct-q4), a "
-    ".gguf file (llama, qwen2, qwen3), a Hugging Face directory (config.json, model.safetensors, "
+    ".gguf file (llama, qwen2, qwen3, gemma, gemma2, gemma3), a Hugging Face directory (config.json, model.safetensors, "
     "tokenizer.json), a keras-hub preset directory (Llama, Llama3, Mistral, Qwen, Qwen3, Gemma, Gemma 3) or a "
     "DecoderLM .keras file"
 )

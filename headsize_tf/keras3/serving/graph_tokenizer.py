@@ -26,6 +26,16 @@ def _digits_split(tokenizer_json: str) -> bool:
     return any(p.get("type") == "Digits" and p.get("individual_digits") for p in parts)
 
 
+def _byte_level(data: dict[str, Any]) -> bool:
+    """Whether a `tokenizers` JSON is byte-level BPE (what keras-hub's BytePairTokenizer is)."""
+    decoder = data.get("decoder") or {}
+    return (
+        data.get("model", {}).get("type") == "BPE"
+        and not data["model"].get("byte_fallback")
+        and decoder.get("type") == "ByteLevel"
+    )
+
+
 class GraphBytePairTokenizer(tf.Module):
     """Text <-> ids of a decoder's tokenizer in TensorFlow ops (exported with the model).
 
@@ -49,7 +59,15 @@ class GraphBytePairTokenizer(tf.Module):
                 "Exporting a decoder with its text tokenizer needs keras-hub: pip install "
                 '"headsize-tf[hub]"'
             ) from None
-        model = json.loads(tokenizer.tokenizer_json)["model"]
+        data = json.loads(tokenizer.tokenizer_json)
+        model = data["model"]
+        if not _byte_level(data):
+            raise ValueError(
+                "A SavedModel that takes raw text tokenizes byte-level BPE in-graph (SmolLM, "
+                "Llama 3, Qwen); this decoder's tokenizer is "
+                f"{'SentencePiece BPE (Llama 2, Mistral, Gemma)' if model.get('byte_fallback') else 'not byte-level BPE'}"
+                ": save it as a .keras file or a Hugging Face directory instead."
+            )
         merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
         self.bpe = keras_hub.tokenizers.BytePairTokenizer(
             vocabulary=dict(model["vocab"]), merges=merges

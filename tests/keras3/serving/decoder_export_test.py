@@ -53,6 +53,17 @@ def test_the_graph_tokenizer_gives_the_models_ids(decoder):
         assert tokens["input_word_ids"][row, :n].numpy().tolist() == expected
 
 
+def test_a_sentencepiece_tokenizer_is_refused_not_mistokenized():
+    from tokenizers import Tokenizer, decoders, models
+
+    from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
+
+    spm = Tokenizer(models.BPE({"<unk>": 0, "a": 1, "<0x62>": 2}, [], byte_fallback=True))
+    spm.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    with pytest.raises(ValueError, match=r"SentencePiece BPE \(Llama 2, Mistral, Gemma\)"):
+        GraphBytePairTokenizer(BytePairTokenizer(spm.to_str(), 0))
+
+
 def test_the_export_scores_and_continues_raw_text_as_the_model(decoder, tmp_path):
     source, lm = decoder
     path = export_source(tmp_path / "export", "lm", decoder=source, max_length=32)
