@@ -1,12 +1,13 @@
 """SmolLM2-135M-Instruct (4-bit GGUF from PyPI) in the Keras 3 DecoderLM: the real-model check.
 
-Writes `OUTPUT/smollm2.json` and `OUTPUT/README.md`:
+Writes `OUTPUT/smollm2.json` (results/smollm2/README.md tabulates it):
 
 * load time and peak resident memory of `load_decoder("smollm2-135m-instruct-q4")`
   (fetch cached; the GGUF read, dequantised and mapped onto the model);
 * greedy continuations of three fixed prompts;
 * held-out perplexity on two plain texts (Austen's Northanger Abbey, Melville's
-  Moby Dick): the first windows of 256 tokens after the start token;
+  Moby Dick): the first windows of 257 ids, 256 of them predicted (the file's
+  `add_bos_token` is false: the windows are text alone, as llama.cpp's);
 * agreement with keras-hub's `Llama3CausalLM` loaded from the Hugging Face
   directory `save_decoder(..., "hf")` writes (argmax at every position, max
   |diff| / max |logit| per row): as keras-hub loads it (its Llama 3 converter

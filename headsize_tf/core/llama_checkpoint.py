@@ -189,6 +189,13 @@ class LlamaConfig:
                     "projection); got "
                     f"qk_norm={self.qk_norm}, attention_bias={self.attention_bias}."
                 )
+        if self.sliding_window is not None and (
+            isinstance(self.sliding_window, bool) or int(self.sliding_window) <= 0
+        ):
+            raise CheckpointError(
+                f"sliding_window must be a number of tokens > 0 (None: no window); got "
+                f"{self.sliding_window!r}."
+            )
         if self.sliding_window_layers is not None:
             layers = tuple(bool(flag) for flag in self.sliding_window_layers)
             if len(layers) != self.num_layers or self.sliding_window is None:
@@ -501,6 +508,9 @@ class LlamaCheckpoint:
       tokenizer_json: A `tokenizers.Tokenizer` JSON string, or None.
       chat_template: The chat template (Jinja), or None.
       source: Where it came from, for reports ("gguf:/path", "hf:/dir", ...).
+      add_bos_token: Whether text starts with `config.bos_token_id` (llama.cpp's
+        `tokenizer.ggml.add_bos_token`; Hugging Face's `add_bos_token` or
+        post-processor). SmolLM2 and Qwen files say no; Llama, Mistral and Gemma yes.
     """
 
     config: LlamaConfig
@@ -508,6 +518,7 @@ class LlamaCheckpoint:
     tokenizer_json: str | None = None
     chat_template: str | None = None
     source: str = ""
+    add_bos_token: bool = True
 
     def check(self) -> None:
         """Raises a `CheckpointError` naming the first missing or misshapen weight."""

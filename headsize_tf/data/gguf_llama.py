@@ -55,7 +55,8 @@ The tokenizer becomes a `tokenizers.Tokenizer`:
 
 Control tokens (token type 3) become special added tokens, user-defined ones
 (type 4) plain added tokens. No post-processor adds BOS: the model code adds
-it. Needs the `gguf` package (the `gguf` extra; `tokenizers` is in the base
+it where `tokenizer.ggml.add_bos_token` says so (`LlamaCheckpoint.add_bos_token`;
+llama.cpp's default where the key is absent). Needs the `gguf` package (the `gguf` extra; `tokenizers` is in the base
 install); no TensorFlow or Keras.
 
 Example:
@@ -153,6 +154,8 @@ PRE_TOKENIZERS = {
 # `tokenizer.ggml.token_type` values (llama.cpp's llama_token_type).
 TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_UNKNOWN = 2
+# Byte-level pre-tokenizers after which llama.cpp adds BOS by default (Llama 3's).
+LLAMA3_PRE_TOKENIZERS = ("llama-bpe", "llama3", "llama-v3")
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 # `tokenizer.ggml.model` values read: byte-level BPE and SentencePiece BPE.
@@ -280,6 +283,7 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
         tokenizer_json=_tokenizer_json(fields, path),
         chat_template=fields.get("tokenizer.chat_template"),
         source=f"gguf:{path}",
+        add_bos_token=_add_bos_token(fields),
     )
     checkpoint.check()
     return checkpoint
@@ -394,13 +398,16 @@ def _gemma_fields(
 
     gemma3 = architecture == "gemma3"
     window = fields.get(key("attention.sliding_window"), None if gemma3 else GEMMA_WINDOW)
-    pattern = fields.get(key("attention.sliding_window_pattern"), GEMMA_PATTERNS[architecture])
-    if isinstance(pattern, list) or int(pattern) < 1:
-        raise CheckpointError(
-            f"{path}: {key('attention.sliding_window_pattern')}={pattern!r}; expected one "
-            "period >= 1 (every period-th layer global)."
-        )
-    local = tuple(i % int(pattern) < int(pattern) - 1 for i in range(layers))
+    if window is not None and int(window) <= 0:
+        if not gemma3:
+            raise CheckpointError(
+                f"{path}: {key('attention.sliding_window')}={window}; expected Gemma 2's "
+                "window of tokens > 0."
+            )
+        window = None  # llama.cpp: Gemma 3 without sliding-window layers.
+    local = _local_layers(
+        fields, key("attention.sliding_window_pattern"), architecture, layers, path
+    )
     caps = (None, None) if gemma3 else GEMMA2_CAPS
     base = _float32(fields.get(key("rope.freq_base"), 10000.0))
     local_base = fields.get(key("rope.freq_base_swa"))
@@ -433,6 +440,23 @@ def _gemma_fields(
 def _float32(value: Any) -> float:
     """A float32 metadata value as its shortest decimal (1e-05, not 9.999999747378752e-06)."""
     return float(str(np.float32(value)))
+
+
+def _local_layers(
+    fields: _Fields, name: str, architecture: str, layers: int, path: pathlib.Path
+) -> tuple[bool, ...]:
+    """The sliding-window layers: `name` as a period (every period-th layer global) or one
+    bool per layer (true: local), else the architecture's period (`GEMMA_PATTERNS`)."""
+    pattern = fields.get(name, GEMMA_PATTERNS[architecture])
+    if isinstance(pattern, list) and len(pattern) == layers:
+        if all(isinstance(flag, bool) for flag in pattern):
+            return tuple(pattern)
+    elif isinstance(pattern, int | np.integer) and not isinstance(pattern, bool) and pattern >= 1:
+        return tuple(i % int(pattern) < int(pattern) - 1 for i in range(layers))
+    raise CheckpointError(
+        f"{path}: {name}={pattern!r}; expected a period >= 1 (every period-th layer global) "
+        f"or one bool per layer ({layers})."
+    )
 
 
 def _optional_int(value: Any) -> int | None:
@@ -584,6 +608,17 @@ def _hf_names(
     return names
 
 
+def _add_bos_token(fields: _Fields) -> bool:
+    """`tokenizer.ggml.add_bos_token`, else llama.cpp's default (src/llama-vocab.cpp): yes for
+    SentencePiece vocabularies and Llama 3's pre-tokenizer, no for other byte-level BPEs."""
+    value = fields.get("tokenizer.ggml.add_bos_token")
+    if value is not None:
+        return bool(value)
+    if fields.get("tokenizer.ggml.model") == "llama":
+        return True
+    return fields.get("tokenizer.ggml.pre", "default") in LLAMA3_PRE_TOKENIZERS
+
+
 def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:
     from tokenizers import AddedToken
 
@@ -713,14 +748,24 @@ def _sentencepiece_bpe(
     unknown = fields.get("tokenizer.ggml.unknown_token_id")
     if unknown is None and TOKEN_TYPE_UNKNOWN in types:
         unknown = types.index(TOKEN_TYPE_UNKNOWN)
+    if unknown is not None and not 0 <= int(unknown) < len(tokens):
+        raise CheckpointError(
+            f"{path}: tokenizer.ggml.unknown_token_id={unknown} is not a token id; expected "
+            f"0 to {len(tokens) - 1}."
+        )
     vocab = {token: index for index, token in enumerate(tokens)}
-    bpe = models.BPE(
-        vocab=vocab,
-        merges=sentencepiece_merges(tokens, scores, types),
-        unk_token=None if unknown is None else tokens[int(unknown)],
-        byte_fallback=True,
-        fuse_unk=True,
-    )
+    try:
+        bpe = models.BPE(
+            vocab=vocab,
+            merges=sentencepiece_merges(tokens, scores, types),
+            unk_token=None if unknown is None else tokens[int(unknown)],
+            byte_fallback=True,
+            fuse_unk=True,
+        )
+    except Exception as error:
+        raise CheckpointError(
+            f"{path}: the GGUF SentencePiece vocabulary does not form a BPE model ({error})."
+        ) from None
     tokenizer = Tokenizer(bpe)
     # llama.cpp's SPM default (Llama 2, Mistral); Gemma's files say False.
     prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))

@@ -3,7 +3,10 @@
 `read_hf_llama_dir` reads a directory with `config.json` (model_type
 "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2" or "gemma3_text"), the weights (`model.safetensors`, or
 shards listed in `model.safetensors.index.json`) and `tokenizer.json`, plus
-the chat template of an optional `tokenizer_config.json`, into a
+the chat template and `add_bos_token` of an optional `tokenizer_config.json`
+(without that key: whether tokenizer.json's post-processor puts a special
+token first, as Llama 3's does and SmolLM2's does not; yes without a
+post-processor), into a
 `LlamaCheckpoint` of float32 arrays (float16 and bfloat16 tensors are
 widened; safetensors' numpy API has no bfloat16, so those are read from the
 file's bytes).
@@ -11,7 +14,10 @@ file's bytes).
 `write_hf_llama_dir` writes a checkpoint back as such a directory, atomically:
 `config.json`, `model.safetensors` (float32), `tokenizer.json`,
 `tokenizer_config.json` (`PreTrainedTokenizerFast`, the BOS/EOS token strings,
-the chat template) and `generation_config.json`. Transformers and keras-hub
+`add_bos_token`, the chat template) and `generation_config.json`; the
+tokenizer's post-processor is made to put BOS first exactly when the model
+adds it (other steps, such as a ByteLevel one, kept), so Hugging Face's own
+tokenizer of the directory agrees. Transformers and keras-hub
 (`keras_hub.models.CausalLM.from_preset(directory)`) load it offline. Needs
 the `safetensors` package; no TensorFlow or Keras.
 
@@ -80,16 +86,18 @@ def read_hf_llama_dir(directory: str | os.PathLike) -> LlamaCheckpoint:
         raise CheckpointError(
             f"{directory / 'tokenizer.json'} is not valid JSON ({error})."
         ) from None
-    chat_template = None
+    tokenizer_config = {}
     if (directory / "tokenizer_config.json").is_file():
-        template = read_json_object(directory / "tokenizer_config.json").get("chat_template")
-        chat_template = template if isinstance(template, str) else None
+        tokenizer_config = read_json_object(directory / "tokenizer_config.json")
+    template = tokenizer_config.get("chat_template")
+    add_bos = tokenizer_config.get("add_bos_token")
     checkpoint = LlamaCheckpoint(
         config=config,
         weights=_read_weights(directory, config),
         tokenizer_json=tokenizer_json,
-        chat_template=chat_template,
+        chat_template=template if isinstance(template, str) else None,
         source=f"hf:{directory}",
+        add_bos_token=add_bos if isinstance(add_bos, bool) else _adds_bos(tokenizer_json),
     )
     checkpoint.check()
     return checkpoint
@@ -144,13 +152,20 @@ def write_hf_llama_dir(
         generation_config[f"{role}_token_id"] = int(token_id)
     if checkpoint.chat_template is not None:
         tokenizer_config["chat_template"] = checkpoint.chat_template
+    adds_bos = bool(checkpoint.add_bos_token) and config.bos_token_id is not None
+    tokenizer_config["add_bos_token"] = adds_bos
+    tokenizer_json = _with_bos_rule(
+        checkpoint.tokenizer_json,
+        tokens[config.bos_token_id] if adds_bos else None,
+        config.bos_token_id,
+    )
     names = weight_shapes(config)
     tensors = {name: np.ascontiguousarray(checkpoint.weights[name], np.float32) for name in names}
     final = pathlib.Path(directory)
     with atomic_directory(final, overwrite=overwrite) as tmp:
         _write_json(tmp / "config.json", config.to_hf_config())
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        (tmp / "tokenizer.json").write_text(checkpoint.tokenizer_json, encoding="utf-8")
+        (tmp / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
         _write_json(tmp / "tokenizer_config.json", tokenizer_config)
         _write_json(tmp / "generation_config.json", generation_config)
     return final
@@ -169,6 +184,68 @@ def _safetensors() -> Any:
             "Hugging Face Llama directories need the `safetensors` package: pip install safetensors"
         ) from None
     return safetensors
+
+
+def _post_processors(data: dict[str, Any]) -> list[Any]:
+    """The steps of a `tokenizers` JSON's post-processor (a `Sequence`'s, or itself)."""
+    processor = data.get("post_processor")
+    if processor is None:
+        return []
+    if isinstance(processor, dict) and processor.get("type") == "Sequence":
+        return list(processor.get("processors") or [])
+    return [processor]
+
+
+def _puts_special_first(step: Any) -> bool:
+    """Whether a post-processor step is a `TemplateProcessing` that puts a special token first."""
+    if not isinstance(step, dict) or step.get("type") != "TemplateProcessing":
+        return False
+    single = step.get("single") or [{}]
+    return isinstance(single[0], dict) and "SpecialToken" in single[0]
+
+
+def _adds_bos(tokenizer_json: str) -> bool:
+    """Whether tokenizer.json adds BOS: its post-processor puts a special token first (Llama
+    3's); one that does not (SmolLM2's, Qwen's ByteLevel) adds none; without a
+    post-processor, yes (the Llama convention)."""
+    data = json.loads(tokenizer_json)
+    if data.get("post_processor") is None:
+        return True
+    return any(_puts_special_first(step) for step in _post_processors(data))
+
+
+def _with_bos_rule(tokenizer_json: str, bos: str | None, bos_id: int | None) -> str:
+    """The tokenizer with a post-processor that adds BOS exactly where the model does (BOS
+    given) or never (None), so Hugging Face's tokenizer of the directory agrees."""
+    data = json.loads(tokenizer_json)
+    steps = [step for step in _post_processors(data) if not _puts_special_first(step)]
+    text = {"Sequence": {"id": "A", "type_id": 0}}
+    pair = {"Sequence": {"id": "B", "type_id": 1}}
+    if bos is not None:
+        first = {"SpecialToken": {"id": bos, "type_id": 0}}
+        second = {"SpecialToken": {"id": bos, "type_id": 1}}
+        steps.append(
+            {
+                "type": "TemplateProcessing",
+                "single": [first, text],
+                "pair": [first, text, second, pair],
+                "special_tokens": {bos: {"id": bos, "ids": [int(bos_id)], "tokens": [bos]}},
+            }
+        )
+    elif not steps:  # An explicit "no BOS" (without a post-processor, readers assume BOS).
+        steps.append(
+            {
+                "type": "TemplateProcessing",
+                "single": [text],
+                "pair": [text, pair],
+                "special_tokens": {},
+            }
+        )
+    processor = steps[0] if len(steps) == 1 else {"type": "Sequence", "processors": steps}
+    if processor == data.get("post_processor"):
+        return tokenizer_json  # Already the rule: written as it came.
+    data["post_processor"] = processor
+    return json.dumps(data, ensure_ascii=False)
 
 
 def _token_strings(tokenizer_json: str) -> dict[int, str]:

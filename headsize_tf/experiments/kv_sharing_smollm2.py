@@ -397,13 +397,22 @@ class Study:
 
         self.output = output
         self.lm = load_decoder(MODEL)
+        # The study's protocol: every window and prompt starts with SmolLM2's BOS
+        # (<|im_start|>, id 1), although the file adds none (the library's default).
         self.eval = {
             name: decoder_lm_text(
-                self.lm, WINDOW, corpus=name, max_held_out_windows=eval_windows, train=False
+                self.lm,
+                WINDOW,
+                corpus=name,
+                max_held_out_windows=eval_windows,
+                train=False,
+                start_token=True,
             ).held_out
             for name in EVAL_TEXTS
         }
-        train = decoder_lm_text(self.lm, WINDOW, corpus="austen", max_train_windows=None).train
+        train = decoder_lm_text(
+            self.lm, WINDOW, corpus="austen", max_train_windows=None, start_token=True
+        ).train
         self.calibration_pool = train
         self.calibration_windows = calibration_windows
         self.prompts = [

@@ -156,8 +156,10 @@ def write_like_llama_cpp(
         ("gemma2", {"num_hidden_layers": 46, "query_pre_attn_scalar": 8}, False),
         ("gemma3_text", {}, False),
         ("gemma3_text", {"rope_local_base_freq": 20_000.0}, True),
+        # Gemma 3 27B (62 layers): width / heads again.
+        ("gemma3_text", {"num_hidden_layers": 62, "query_pre_attn_scalar": 8}, False),
     ],
-    ids=["gemma", "gemma2", "gemma2_27b", "gemma3", "gemma3_newer_converter"],
+    ids=["gemma", "gemma2", "gemma2_27b", "gemma3", "gemma3_newer_converter", "gemma3_27b"],
 )
 def test_gguf_gemma_reads_as_its_hugging_face_checkpoint(
     tmp_path, vocabulary, model_type, overrides, newer
@@ -189,13 +191,36 @@ def test_gguf_gemma_defaults_and_refusals_follow_llama_cpp(tmp_path, vocabulary)
     # Without the window and caps, llama.cpp's defaults (Hugging Face's too).
     bare = read("bare.gguf", skip={"add_sliding_window", "add_attn_logit_softcapping"})
     assert (bare.sliding_window, bare.attention_logit_soft_cap) == (4096, 50.0)
-    # A window pattern in the file: every third layer global.
+    # A window pattern in the file: every third layer global, or one flag per layer.
     every_third = read("pattern.gguf", extra={"add_sliding_window_pattern": 3})
     assert every_third.sliding_window_layers == (True, True, False, True, True, False)
+    flags = (False, True, True, False, True, True)
+    per_layer = read("flags.gguf", extra={"add_sliding_window_pattern": list(flags)})
+    assert per_layer.sliding_window_layers == flags
     for name, extra, message in [
         ("zero.gguf", {"add_sliding_window_pattern": 0}, "sliding_window_pattern=0; expected"),
+        ("short.gguf", {"add_sliding_window_pattern": [True]}, "or one bool per layer (6)"),
         ("swa.gguf", {"add_rope_freq_base_swa": 5.0}, "rope.freq_base_swa=5.0 differs"),
     ]:
         with pytest.raises(CheckpointError) as error:
             read(name, extra=extra)
         assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_gguf_gemma_windows_of_zero_follow_llama_cpp(tmp_path, vocabulary):
+    """Gemma 3 with a zero window has no local layers (llama.cpp); Gemma 2's is refused."""
+    gemma3 = hf_config("gemma3_text", len(vocabulary[0]), sliding_window=0)
+    no_window = {**gemma3, "sliding_window": None}
+    weights = random_weights(LlamaConfig.from_hf_config(no_window))
+    path = write_like_llama_cpp(tmp_path / "g3.gguf", gemma3, weights, vocabulary)
+    config = read_gguf_llama(path).config
+    assert config == LlamaConfig.from_hf_config(no_window) and config.sliding_window is None
+    gemma2 = hf_config("gemma2", len(vocabulary[0]))
+    weights = random_weights(LlamaConfig.from_hf_config(gemma2))
+    path = write_like_llama_cpp(
+        tmp_path / "g2.gguf", {**gemma2, "sliding_window": 0}, weights, vocabulary
+    )
+    with pytest.raises(CheckpointError, match="sliding_window=0; expected Gemma 2's window"):
+        read_gguf_llama(path)
+    with pytest.raises(CheckpointError, match="sliding_window must be a number of tokens > 0"):
+        LlamaConfig.from_hf_config({**gemma2, "sliding_window": 0})

@@ -129,6 +129,7 @@ def test_gguf_sentencepiece_reads_pieces_bytes_and_specials(trained):
     assert tokenizer.decode(tokenizer.encode(text).ids) == text
     assert tokenizer.encode("</s>").ids == [processor.eos_id()]  # A control token.
     assert checkpoint.config.vocabulary_size == processor.get_piece_size()
+    assert checkpoint.add_bos_token  # llama.cpp's default for SentencePiece files.
 
 
 def test_gguf_sentencepiece_bad_vocabularies_are_one_line_errors(tmp_path):
@@ -139,11 +140,13 @@ def test_gguf_sentencepiece_bad_vocabularies_are_one_line_errors(tmp_path):
         path = tmp_path / "bad.gguf"
         path.unlink(missing_ok=True)
         parts = {"tokens": tokens, "scores": scores, "types": types, **vocabulary}
+        unknown = parts.pop("unknown", None)
         write_gguf(
             path,
             checkpoint,
             tokenizer_model="llama",
             vocabulary=(parts["tokens"], parts["scores"], parts["types"]),
+            extra={} if unknown is None else {"add_unk_token_id": unknown},
         )
         with pytest.raises(CheckpointError) as error:
             read_gguf_llama(path)
@@ -151,6 +154,7 @@ def test_gguf_sentencepiece_bad_vocabularies_are_one_line_errors(tmp_path):
         return str(error.value)
 
     assert "scores has 3 entries for" in read(scores=scores[:3])
+    assert "unknown_token_id=9999 is not a token id" in read(unknown=9999)
     assert "token_type has 5 entries for" in read(types=types[:5])
 
 

@@ -347,6 +347,22 @@ def test_gguf_round_trip_config_weights_and_tokenizer(tmp_path, tokenizer_json, 
     assert tokenizer.encode("hi").ids[0] != 1  # No BOS added by a post-processor.
 
 
+@pytest.mark.parametrize(
+    "extra, pre, adds",
+    [
+        ({"add_add_bos_token": False}, "llama-bpe", False),
+        ({"add_add_bos_token": True}, "smollm", True),
+        ({}, "smollm", False),  # llama.cpp's defaults: byte-level BPE adds none ...
+        ({}, "llama-bpe", True),  # ... but Llama 3's does.
+    ],
+)
+def test_gguf_add_bos_token_follows_the_file_then_llama_cpp(
+    tmp_path, tokenizer_json, extra, pre, adds
+):
+    path = write_gguf(tmp_path / "t.gguf", random_checkpoint(tokenizer_json), pre=pre, extra=extra)
+    assert read_gguf_llama(path).add_bos_token is adds
+
+
 def test_gguf_tokenizer_follows_the_digit_splitting_rule(tmp_path, tokenizer_json):
     from tokenizers import Tokenizer, models
 
@@ -515,10 +531,50 @@ def test_hf_dir_round_trip_and_bad_inputs(tmp_path, tokenizer_json):
         "eos_token_id": 2,
     }
     back = read_hf_llama_dir(out)
-    assert back.config == checkpoint.config
-    assert back.tokenizer_json == tokenizer_json and back.chat_template == "{{ messages }}"
+    assert back.config == checkpoint.config and back.chat_template == "{{ messages }}"
     for name, array in checkpoint.weights.items():
         np.testing.assert_array_equal(back.weights[name], array, err_msg=name)
+    # The model adds BOS: so does Hugging Face's tokenizer of the directory; the ids of the
+    # text are the original tokenizer's.
+    assert tokenizer_config["add_bos_token"] is True and back.add_bos_token is True
+    written = tokenizers.Tokenizer.from_str(back.tokenizer_json)
+    original = tokenizers.Tokenizer.from_str(tokenizer_json)
+    for text in TEXTS:
+        assert written.encode(text).ids == [1, *original.encode(text).ids], text
+        assert written.encode(text, add_special_tokens=False).ids == original.encode(text).ids
+    del tokenizer_config["add_bos_token"]  # Without the key, the post-processor decides.
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    assert read_hf_llama_dir(out).add_bos_token is True
+    # A model that adds none (SmolLM2, Qwen): neither does the directory's tokenizer, whose
+    # post-processor says so for readers without the key.
+    plain = dataclasses.replace(checkpoint, add_bos_token=False)
+    out = write_hf_llama_dir(plain, tmp_path / "plain")
+    assert read_hf_llama_dir(out).add_bos_token is False
+    written = tokenizers.Tokenizer.from_str(read_hf_llama_dir(out).tokenizer_json)
+    assert all(written.encode(t).ids == original.encode(t).ids for t in TEXTS)
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    del tokenizer_config["add_bos_token"]
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    assert read_hf_llama_dir(out).add_bos_token is False
+    # A ByteLevel post-processor (SmolLM2's tokenizer.json) is kept, BOS put after it.
+    data = json.loads(tokenizer_json)
+    data["post_processor"] = {
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "trim_offsets": False,
+        "use_regex": True,
+    }
+    byte_level = dataclasses.replace(checkpoint, tokenizer_json=json.dumps(data))
+    out = write_hf_llama_dir(byte_level, tmp_path / "bl")
+    processor = json.loads((out / "tokenizer.json").read_text())["post_processor"]
+    assert [step["type"] for step in processor["processors"]] == ["ByteLevel", "TemplateProcessing"]
+    written = tokenizers.Tokenizer.from_str((out / "tokenizer.json").read_text())
+    assert written.encode("hi").ids == [1, *original.encode("hi").ids]
+    (out / "tokenizer_config.json").write_text("{}")  # Llama 3's form: the Sequence decides.
+    assert read_hf_llama_dir(out).add_bos_token is True
+    plain_byte_level = dataclasses.replace(byte_level, add_bos_token=False)
+    out = write_hf_llama_dir(plain_byte_level, tmp_path / "plain_bl")
+    assert read_hf_llama_dir(out).tokenizer_json == byte_level.tokenizer_json  # As it came.
 
     (out / "tokenizer.json").unlink()
     with pytest.raises(CheckpointError) as error:

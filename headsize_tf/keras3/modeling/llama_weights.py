@@ -282,6 +282,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         tokenizer_json=getattr(tokenizer, "tokenizer_json", None),
         chat_template=getattr(tokenizer, "chat_template", None),
         source="DecoderLM",
+        add_bos_token=getattr(tokenizer, "add_start_token", True),
     )
     checkpoint.check()
     return checkpoint

@@ -409,9 +409,12 @@ class GenerationMixin:
                 "generate got text but the model has no tokenizer; build it with one "
                 "(CausalLM(..., tokenizer=...)) or pass token ids."
             )
-        start = getattr(tokenizer, "start_token_id", None)
+        start = leading_token_id(tokenizer)
         end = getattr(tokenizer, "end_token_id", None) if end_token_id is None else end_token_id
-        special = set(getattr(tokenizer, "special_token_ids", None) or ()) | {start, end}
+        special = set(getattr(tokenizer, "special_token_ids", None) or ()) | {
+            getattr(tokenizer, "start_token_id", None),
+            end,
+        }
         texts = [prompt] if isinstance(prompt, str) else list(prompt)
         outputs = []
         for text in texts:
@@ -425,6 +428,14 @@ class GenerationMixin:
             kept = np.array([t for t in tokens[0].tolist() if t not in special], "int32")
             outputs.append(_to_text(tokenizer.detokenize(kept)))
         return outputs[0] if isinstance(prompt, str) else outputs
+
+
+def leading_token_id(tokenizer: Any) -> int | None:
+    """The id a tokenizer's text starts with: its `start_token_id`, unless its
+    `add_start_token` is false (the model file's rule: SmolLM2 and Qwen add none)."""
+    if not getattr(tokenizer, "add_start_token", True):
+        return None
+    return getattr(tokenizer, "start_token_id", None)
 
 
 def _to_numpy(x: Any) -> np.ndarray:

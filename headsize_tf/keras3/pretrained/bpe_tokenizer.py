@@ -25,13 +25,16 @@ class BytePairTokenizer:
     pre-tokenizer; GGUF files and Hugging Face directories both give one),
     needs no TensorFlow (so it runs on a JAX-only install), and saves with
     the model in `.keras` files (the JSON is part of its config). It adds no
-    special tokens itself: `generate` puts `start_token_id` in front.
+    special tokens itself: `generate` and the text windows put
+    `start_token_id` in front where `add_start_token` says so.
 
     Args:
       tokenizer_json: The tokenizer as a `tokenizers` JSON string.
       start_token_id: The beginning-of-sequence id (None: none).
       end_token_id: The end-of-sequence id (None: none).
       chat_template: The model's chat template (Jinja), kept for users.
+      add_start_token: Whether text starts with `start_token_id` (the model
+        file's rule: `LlamaCheckpoint.add_bos_token`).
 
     Example:
 
@@ -46,6 +49,7 @@ class BytePairTokenizer:
         start_token_id: int | None = None,
         end_token_id: int | None = None,
         chat_template: str | None = None,
+        add_start_token: bool = True,
     ):
         tokenizers = _require_tokenizers()
         self.tokenizer_json = tokenizer_json
@@ -53,6 +57,7 @@ class BytePairTokenizer:
         self.start_token_id = None if start_token_id is None else int(start_token_id)
         self.end_token_id = None if end_token_id is None else int(end_token_id)
         self.chat_template = chat_template
+        self.add_start_token = bool(add_start_token)
 
     @property
     def vocabulary_size(self) -> int:
@@ -81,6 +86,11 @@ class BytePairTokenizer:
         ids = np.asarray(ids).reshape(-1).tolist()
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
 
+    @property
+    def leading_token_id(self) -> int | None:
+        """The id text starts with: `start_token_id` where `add_start_token`, else None."""
+        return self.start_token_id if self.add_start_token else None
+
     def id_to_token(self, token_id: int) -> str | None:
         return self._tokenizer.id_to_token(int(token_id))
 
@@ -90,6 +100,7 @@ class BytePairTokenizer:
             "start_token_id": self.start_token_id,
             "end_token_id": self.end_token_id,
             "chat_template": self.chat_template,
+            "add_start_token": self.add_start_token,
         }
 
     @classmethod

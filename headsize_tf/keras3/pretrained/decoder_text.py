@@ -17,6 +17,7 @@ import numpy as np
 
 from headsize_tf.data.lm_text import LMText, lm_text_lines
 from headsize_tf.data.plain_text import PLAIN_TEXTS, plain_text, token_windows
+from headsize_tf.keras3.modeling.lm_generation import leading_token_id
 
 # Registered texts: (training part, held-out part).
 TEXT_PARTS = {
@@ -26,7 +27,7 @@ TEXT_PARTS = {
 }
 
 
-def _tokenize(lm: Any):
+def _tokenize(lm: Any, start_token: bool | None):
     tokenizer = getattr(lm, "tokenizer", None)
     if tokenizer is None:
         raise ValueError("The decoder carries no tokenizer: it cannot read text.")
@@ -35,7 +36,12 @@ def _tokenize(lm: Any):
         ids = tokenizer.tokenize(text)
         return np.asarray(ids.numpy() if hasattr(ids, "numpy") else ids, np.int32).reshape(-1)
 
-    return tokenize, getattr(tokenizer, "start_token_id", None)
+    if start_token is None:
+        return tokenize, leading_token_id(tokenizer)
+    start = getattr(tokenizer, "start_token_id", None)
+    if start_token and start is None:
+        raise ValueError("start_token=True, but the decoder's tokenizer has no start token.")
+    return tokenize, start if start_token else None
 
 
 def decoder_lm_text(
@@ -48,12 +54,13 @@ def decoder_lm_text(
     max_train_windows: int | None = None,
     max_held_out_windows: int | None = None,
     train: bool = True,
+    start_token: bool | None = None,
 ) -> LMText:
     """Training and held-out windows of `window` ids of a text, in `lm`'s own tokens.
 
     Args:
       lm: A decoder with a `tokenizer` (`tokenize`, `start_token_id`).
-      window: Ids per window (the start token and `window - 1` text tokens).
+      window: Ids per window (with a start token: it and `window - 1` text tokens).
       corpus: A registered plain text (`TEXT_PARTS`: "austen" trains on four
         novels and holds out Northanger Abbey; "moby_dick" is held out
         whole; "python_docs" trains on the language reference and holds out
@@ -62,6 +69,9 @@ def decoder_lm_text(
       data_dir: The plain texts' cache.
       max_train_windows, max_held_out_windows: Keep the first n windows.
       train: Tokenize the training part too (False: held out only).
+      start_token: Put the tokenizer's start token before each window: None
+        follows the model file's rule (`add_start_token`), True or False
+        overrides it (a study that fixed its protocol).
 
     Raises:
       ValueError: no or two sources, an unknown corpus, or a part too short
@@ -69,7 +79,7 @@ def decoder_lm_text(
     """
     if (corpus is None) == (data_file is None):
         raise ValueError("Give one text source: corpus= (a registered text) or data_file=.")
-    tokenize, start = _tokenize(lm)
+    tokenize, start = _tokenize(lm, start_token)
     if corpus is not None:
         if corpus not in TEXT_PARTS:
             raise ValueError(

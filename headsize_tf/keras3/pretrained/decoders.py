@@ -59,6 +59,7 @@ def tokenizer_of(checkpoint: LlamaCheckpoint) -> BytePairTokenizer | None:
         config.bos_token_id,
         config.eos_token_id,
         checkpoint.chat_template,
+        add_start_token=checkpoint.add_bos_token,
     )
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from headsize_tf.keras3.modeling.lm_generation import leading_token_id
+
 
 def _digits_split(tokenizer_json: str) -> bool:
     """Whether the pre-tokenizer splits digits individually (SmolLM2's, StarCoder's)."""
@@ -73,7 +75,7 @@ class GraphBytePairTokenizer(tf.Module):
             vocabulary=dict(model["vocab"]), merges=merges
         )
         self._digits = _digits_split(tokenizer.tokenizer_json)
-        self._start = tokenizer.start_token_id
+        self._start = leading_token_id(tokenizer)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def _ids(self, text: tf.Tensor) -> tf.RaggedTensor:
@@ -91,9 +93,9 @@ class GraphBytePairTokenizer(tf.Module):
     def tokenize(
         self, text: tf.Tensor, length: int, add_special_tokens: bool = False
     ) -> dict[str, tf.Tensor]:
-        """`input_word_ids` and `input_mask`, int32 `[batch, length]`: the start token, then the
-        text's ids, truncated and right-padded (`add_special_tokens` is for the WordPiece
-        tokenizer's interface; the start token always leads)."""
+        """`input_word_ids` and `input_mask`, int32 `[batch, length]`: the start token (where the
+        model adds one), then the text's ids, truncated and right-padded (`add_special_tokens`
+        is for the WordPiece tokenizer's interface; the model's rule decides)."""
         ids = tf.cast(self._ids(text), tf.int32)
         if self._start is not None:
             start = tf.fill([tf.shape(text)[0], 1], tf.constant(self._start, tf.int32))

@@ -72,7 +72,8 @@ class LanguageModelServingModule(tf.Module):
     backend.
 
     A `DecoderLM`'s text is tokenised by its own tokenizer in-graph, its start
-    token first; its continuation is detokenised by the same.
+    token first where the model adds one; its continuation is detokenised by
+    the same.
 
     Args:
       lm: The `CausalLM` or `DecoderLM`.

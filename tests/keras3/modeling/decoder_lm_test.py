@@ -319,7 +319,7 @@ def bpe_tokenizer() -> BytePairTokenizer:
     return BytePairTokenizer(tokenizer.to_str(), start_token_id=0, end_token_id=1)
 
 
-def test_keras_file_round_trip_keeps_config_logits_and_tokenizer(tmp_path):
+def test_keras_file_round_trip_keeps_config_logits_and_tokenizer(tmp_path, monkeypatch):
     tokenizer = bpe_tokenizer()
     assert tokenizer.detokenize(tokenizer.tokenize("some text")) == "some text"
     vocab = tokenizer.vocabulary_size
@@ -372,6 +372,20 @@ def test_keras_file_round_trip_keeps_config_logits_and_tokenizer(tmp_path):
     prompt = np.array([[0, *tokenizer.tokenize("some text")]], "int32")
     tokens = again.generate(prompt, max_new_tokens=3, end_token_id=1)[0]
     assert text == tokenizer.detokenize([t for t in tokens if t not in (0, 1)])
+    # A model file that adds no start token (SmolLM2's, Qwen's): the text path puts none.
+    assert again.tokenizer.add_start_token
+    again.tokenizer = BytePairTokenizer.from_config(
+        {**tokenizer.get_config(), "add_start_token": False}
+    )
+    prompts, generate = [], DecoderLM.generate
+
+    def spy(self, prompt, *args, **kwargs):
+        prompts.append(prompt if isinstance(prompt, str) else np.asarray(prompt).tolist())
+        return generate(self, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(DecoderLM, "generate", spy)
+    again.generate("some text", max_new_tokens=3)
+    assert prompts == ["some text", [tokenizer.tokenize("some text").tolist()]]
 
 
 # ----------------------------------------------------------------- training

@@ -34,6 +34,7 @@ PERPLEXITY_CEILING = 35.0
 def test_smollm2_continues_a_prompt_and_scores_austen_under_the_ceiling(smollm2_gguf):
     lm = load_decoder(smollm2_gguf)
     assert lm.attention_spec.kind == "grouped" and lm.attention_spec.num_kv_heads == 3
+    assert not lm.tokenizer.add_start_token  # The file's add_bos_token: text starts bare.
     continuation = lm.generate(PROMPT, max_new_tokens=3)
     assert continuation.startswith(PROMPT)
     assert continuation[len(PROMPT) :].startswith(" Berlin")

@@ -43,12 +43,17 @@ def _byte_level_text(lm, ids) -> bytes:
     return bytes(to_byte[c] for c in text)
 
 
-def test_the_graph_tokenizer_gives_the_models_ids(decoder):
+@pytest.mark.parametrize("adds_start", [True, False])
+def test_the_graph_tokenizer_gives_the_models_ids(decoder, adds_start):
     _, lm = decoder
-    graph = GraphBytePairTokenizer(lm.tokenizer)
+    tokenizer = type(lm.tokenizer).from_config(
+        {**lm.tokenizer.get_config(), "add_start_token": adds_start}
+    )
+    graph = GraphBytePairTokenizer(tokenizer)
     tokens = graph.tokenize(tf.constant(TEXTS), 40)
     for row, text in enumerate(TEXTS):
-        expected = [lm.tokenizer.start_token_id, *lm.tokenizer.tokenize(text)]
+        start = [tokenizer.start_token_id] if adds_start else []
+        expected = [*start, *tokenizer.tokenize(text)]
         n = int(tokens["input_mask"][row].numpy().sum())
         assert tokens["input_word_ids"][row, :n].numpy().tolist() == expected
 
