@@ -86,11 +86,6 @@ class BytePairTokenizer:
         ids = np.asarray(ids).reshape(-1).tolist()
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
 
-    @property
-    def leading_token_id(self) -> int | None:
-        """The id text starts with: `start_token_id` where `add_start_token`, else None."""
-        return self.start_token_id if self.add_start_token else None
-
     def id_to_token(self, token_id: int) -> str | None:
         return self._tokenizer.id_to_token(int(token_id))
 
