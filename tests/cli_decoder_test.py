@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from headsize_tf import cli
@@ -64,7 +65,7 @@ CASES = [
     (
         "gguf_of_another_architecture",
         ["generate", "--decoder", "{gpt2}", "--prompt", "a"],
-        "architecture 'gpt2' is not supported; expected one of ['gemma', 'gemma2', 'gemma3', 'llama', 'qwen2', 'qwen3']",
+        "architecture 'gpt2' is not supported; expected one of ['deci', 'gemma', 'gemma2', 'gemma3', 'llama', 'qwen2', 'qwen3']",
     ),
     (
         "truncated_gguf",
@@ -206,6 +207,23 @@ CASES = [
         "--calibration-windows 100000 asks for more",
     ),
     (
+        "gguf_export_of_a_model_dir",
+        ["export", "--model-dir", "{root}", "--task", "lm", "--format", "gguf"]
+        + ["--output", "{out}"],
+        "--format gguf writes a pretrained or saved decoder: pass --decoder",
+    ),
+    (
+        "gguf_export_to_a_path_without_the_suffix",
+        ["export", "--decoder", "{gguf}", "--task", "lm", "--format", "gguf", "--output", "{out}"],
+        "--format gguf writes a .gguf file; got --output",
+    ),
+    (
+        "gguf_type_without_gguf",
+        ["export", "--decoder", "{gguf}", "--task", "lm", "--gguf-type", "q8_0"]
+        + ["--output", "{out}"],
+        "--gguf-type q8_0 is for --format gguf.",
+    ),
+    (
         "healing_text_too_short",
         [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--heal-steps", "1"]
         + ["--heal-windows", "100000"],
@@ -338,6 +356,25 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
     report = json.loads((pruned / "report.json").read_text())
     assert report["kv_heads_per_layer"] is not None
     assert (pruned / "model.keras").is_file()
+
+    # The pruned model for llama.cpp: its per-layer heads, its logits.
+    gguf_file = tmp_path / "pruned.gguf"
+    export = ["export", "--decoder", str(pruned / "model.keras"), "--task", "lm"]
+    assert cli.main([*export, "--format", "gguf", "--output", str(gguf_file)]) == 0
+    assert f"exported: {gguf_file} (GGUF (f32);" in capsys.readouterr().out
+    from headsize_tf.data.gguf_llama import read_gguf_llama
+    from headsize_tf.keras3.pretrained.decoders import load_decoder
+
+    config = read_gguf_llama(gguf_file).config
+    assert [config.heads(i) for i in range(config.num_layers)] == list(
+        zip(report["heads_per_layer"], report["kv_heads_per_layer"], strict=True)
+    )
+    ids = np.arange(3, 19, dtype=np.int32)[None]
+    np.testing.assert_allclose(
+        np.asarray(load_decoder(gguf_file)(ids)),
+        np.asarray(load_decoder(pruned / "model.keras")(ids)),
+        atol=1e-5,
+    )
 
 
 @pytest.mark.slow  # end to end, in the full run (docs/testing.md)

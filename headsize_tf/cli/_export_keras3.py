@@ -15,6 +15,8 @@ import pathlib
 def export(args: argparse.Namespace) -> tuple[pathlib.Path, str]:
     """A Keras 3 encoder, a `prune --framework keras3` checkpoint, a CausalLM `.keras` file
     (`--model-file`, or the older `--checkpoint FILE.keras`) or a pretrained `--decoder`."""
+    if getattr(args, "format", "savedmodel") != "savedmodel":
+        return _decoder_file(args)
     model_file = getattr(args, "model_file", None)
     if model_file is not None and args.task != "lm":
         raise ValueError(
@@ -49,3 +51,27 @@ def export(args: argparse.Namespace) -> tuple[pathlib.Path, str]:
     if args.task == "lm":
         signatures += ", generate [text, max_new_tokens]"
     return path, signatures
+
+
+def _decoder_file(args: argparse.Namespace) -> tuple[pathlib.Path, str]:
+    """`--format gguf|hf|keras_hub`: the decoder written for llama.cpp, Hugging Face or keras-hub."""
+    from headsize_tf.core.io import check_output_free
+    from headsize_tf.keras3.pretrained.decoders import load_decoder, save_decoder
+
+    if args.format == "gguf" and pathlib.Path(args.output).suffix != ".gguf":
+        raise ValueError(f"--format gguf writes a .gguf file; got --output {args.output}.")
+    check_output_free(args.output, args.overwrite)
+    lm = load_decoder(args.decoder, max_sequence_length=args.max_sequence_length)
+    path = save_decoder(lm, args.output, format=args.format, tensor_type=args.gguf_type)
+    what = {"gguf": f"GGUF ({args.gguf_type})", "hf": "Hugging Face", "keras_hub": "keras-hub"}
+    return path, f"{what[args.format]}; {_heads(lm)}"
+
+
+def _heads(lm) -> str:
+    """The written model's heads: one count, or the per-layer lists of a pruned model."""
+    layers = lm.attention_layers
+    queries = [layer.num_heads for layer in layers]
+    groups = [getattr(layer, "num_kv_heads", layer.num_heads) for layer in layers]
+    if len(set(queries)) == 1 and len(set(groups)) == 1:
+        return f"{queries[0]} query and {groups[0]} key/value heads a layer"
+    return f"query heads per layer {queries}, key/value heads {groups}"

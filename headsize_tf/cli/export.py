@@ -1,4 +1,5 @@
-"""`headsize-tf export`: a SavedModel in the TF Serving layout."""
+"""`headsize-tf export`: a SavedModel in the TF Serving layout, or a decoder's file for
+llama.cpp (GGUF), Hugging Face or keras-hub (`--format`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "(sentence_prediction), a Keras 3 CausalLM .keras file (--model-file) with --vocab-file "
         "or a pretrained --decoder (lm: also a `generate` signature, greedy continuations of "
         "text with a max_new_tokens input); a model of the JAX backend is rebuilt on TensorFlow "
-        "in a subprocess.",
+        "in a subprocess. --format gguf, hf or keras_hub writes a --decoder (a pruned or grouped "
+        "`.keras` one too) as a GGUF file for llama.cpp (layers pruned unevenly: its 'deci' "
+        "architecture), a Hugging Face directory or a keras-hub preset instead.",
     )
     add_model_source(
         p,
@@ -69,7 +72,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="a --decoder: positions the export serves, prompt and continuation (default: the "
         "model's; the decoding caches have this length)",
     )
-    p.add_argument("--output", required=True, help="EXPORT_DIR (versions go in EXPORT_DIR/N)")
+    p.add_argument(
+        "--format",
+        choices=["savedmodel", "gguf", "hf", "keras_hub"],
+        default="savedmodel",
+        help="savedmodel (default), or for a --decoder: gguf (llama.cpp), hf (a Hugging Face "
+        "directory) or keras_hub (a preset directory)",
+    )
+    p.add_argument(
+        "--gguf-type",
+        choices=["f32", "f16", "bf16", "q8_0"],
+        default="f32",
+        help="--format gguf: the matrices' type (norms stay f32; default f32)",
+    )
+    p.add_argument(
+        "--output",
+        required=True,
+        help="EXPORT_DIR (versions go in EXPORT_DIR/N); --format gguf: the .gguf file; hf, "
+        "keras_hub: the directory",
+    )
     p.add_argument("--version", type=_positive_int, default=1)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=run)
@@ -89,13 +110,20 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
 
 
 def run(args: argparse.Namespace) -> int:
-    path, signatures = dispatch(RUNNERS, args, _source(args))(args)
-    print(f"exported: {path} (signatures: {signatures})")
+    path, what = dispatch(RUNNERS, args, _source(args))(args)
+    print(f"exported: {path} ({'' if args.format != 'savedmodel' else 'signatures: '}{what})")
     return 0
 
 
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (the front's options checked)."""
+    if args.gguf_type != "f32" and args.format != "gguf":
+        raise ValueError(f"--gguf-type {args.gguf_type} is for --format gguf.")
+    if args.format != "savedmodel" and args.decoder is None:
+        raise ValueError(
+            f"--format {args.format} writes a pretrained or saved decoder: pass --decoder NAME, "
+            "FILE.gguf, FILE.keras or DIR."
+        )
     if args.decoder is not None:
         if args.task != "lm":
             raise ValueError(f"--decoder exports a language model: --task lm, not {args.task}.")

@@ -94,6 +94,12 @@ class LlamaConfig:
         3's `rope_local_base_freq`; `rope_max_wavelength` and `rope_scaling`
         are then the global layers').
       bos_token_id, eos_token_id: Special token ids (None if unknown).
+      layer_heads: None (every layer has `num_query_heads` and
+        `num_key_value_heads`), or one `(query heads, key/value heads)` pair
+        per layer: a decoder whose heads were pruned layer by layer (llama.cpp's
+        "deci" architecture, NVIDIA's Llama-Nemotron NAS models). The two
+        counts are then the largest of any layer, and `head_dim` is required.
+        Hugging Face's `config.json` has no form for it.
     """
 
     model_type: str
@@ -120,6 +126,7 @@ class LlamaConfig:
     query_pre_attn_scalar: float | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    layer_heads: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
@@ -138,6 +145,7 @@ class LlamaConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
                 raise CheckpointError(f"`{name}` must be a positive int; got {value!r}.")
+        self._check_layer_heads()
         if self.num_query_heads % self.num_key_value_heads:
             raise CheckpointError(
                 f"num_key_value_heads={self.num_key_value_heads} does not divide "
@@ -189,6 +197,11 @@ class LlamaConfig:
                     "projection); got "
                     f"qk_norm={self.qk_norm}, attention_bias={self.attention_bias}."
                 )
+        if self.qk_norm and self.model_type not in ("qwen3", "gemma3_text"):
+            raise CheckpointError(
+                f"Query/key norms are Qwen3's and Gemma 3's (model_type 'qwen3', "
+                f"'gemma3_text'), not {self.model_type!r}'s."
+            )
         if self.sliding_window is not None and (
             isinstance(self.sliding_window, bool) or int(self.sliding_window) <= 0
         ):
@@ -247,6 +260,37 @@ class LlamaConfig:
             # The head size is the default: one config, one form.
             value = None if float(scalar) == self.head_dim else float(scalar)
             object.__setattr__(self, "query_pre_attn_scalar", value)
+
+    def _check_layer_heads(self) -> None:
+        """Validates `layer_heads`; equal pairs collapse to the two counts (one form)."""
+        if self.layer_heads is None:
+            return
+        try:
+            pairs = tuple((int(q), int(kv)) for q, kv in self.layer_heads)
+        except (TypeError, ValueError):
+            pairs = ()
+        if len(pairs) != self.num_layers or any(q <= 0 or kv <= 0 or q % kv for q, kv in pairs):
+            raise CheckpointError(
+                f"layer_heads must give one (query heads, key/value heads) pair per layer "
+                f"({self.num_layers}), each count > 0 and the second dividing the first; got "
+                f"{self.layer_heads!r}."
+            )
+        if self.head_dim is None:
+            raise CheckpointError("A config with per-layer heads (layer_heads) needs head_dim.")
+        if len(set(pairs)) == 1:
+            object.__setattr__(self, "num_query_heads", pairs[0][0])
+            object.__setattr__(self, "num_key_value_heads", pairs[0][1])
+            object.__setattr__(self, "layer_heads", None)
+            return
+        object.__setattr__(self, "num_query_heads", max(q for q, _ in pairs))
+        object.__setattr__(self, "num_key_value_heads", max(kv for _, kv in pairs))
+        object.__setattr__(self, "layer_heads", pairs)
+
+    def heads(self, layer: int) -> tuple[int, int]:
+        """Layer `layer`'s (query heads, key/value heads)."""
+        if self.layer_heads is None:
+            return self.num_query_heads, self.num_key_value_heads
+        return self.layer_heads[layer]
 
     @property
     def query_scale(self) -> float | None:
@@ -321,6 +365,12 @@ class LlamaConfig:
 
     def to_hf_config(self) -> dict[str, Any]:
         """A Hugging Face `config.json` dict of this architecture."""
+        if self.layer_heads is not None:
+            raise CheckpointError(
+                "Hugging Face's config.json has one head count for every layer; this model's "
+                "layers differ in heads: write a GGUF file (llama.cpp's 'deci' architecture) or "
+                ".keras instead."
+            )
         architectures = {
             "llama": "LlamaForCausalLM",
             "mistral": "MistralForCausalLM",
@@ -535,11 +585,10 @@ class LlamaCheckpoint:
 
 def weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Hugging Face name -> shape of every weight of `config`, in a fixed order."""
-    d, h, g = config.hidden_dim, config.num_query_heads, config.num_key_value_heads
-    p = config.head_dim
-    f = config.intermediate_dim
+    d, p, f = config.hidden_dim, config.head_dim, config.intermediate_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocabulary_size, d)}
     for i in range(config.num_layers):
+        h, g = config.heads(i)
         prefix = f"model.layers.{i}."
         shapes[prefix + "input_layernorm.weight"] = (d,)
         shapes[prefix + "self_attn.q_proj.weight"] = (h * p, d)

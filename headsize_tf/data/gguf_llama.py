@@ -1,7 +1,8 @@
 """Reading Llama-family GGUF files (llama.cpp's format) into a `LlamaCheckpoint`.
 
 `read_gguf_llama` opens a GGUF file of architecture "llama" (Llama 2 and 3,
-Mistral, TinyLlama, SmolLM), "qwen2" (Qwen2 and 2.5: query/key/value biases),
+Mistral, TinyLlama, SmolLM), "deci" (a Llama whose layers differ in heads,
+as pruned ones do: `LlamaConfig.layer_heads`), "qwen2" (Qwen2 and 2.5: query/key/value biases),
 "qwen3" (per-head query/key RMSNorms), "gemma", "gemma2" or "gemma3" (Gemma
 3's text decoder) with `gguf`'s reader, turns its metadata (under the
 architecture's prefix) into a `LlamaConfig`, dequantizes every tensor to
@@ -87,6 +88,7 @@ from headsize_tf.core.llama_checkpoint import (
 # GGUF architecture -> Hugging Face model_type.
 ARCHITECTURES = {
     "llama": "llama",
+    "deci": "llama",  # Llama with per-layer head counts (NVIDIA's Nemotron NAS; pruned heads).
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "gemma": "gemma",
@@ -353,10 +355,18 @@ def _config(
             "expected a dense model."
         )
     hidden = int(fields.require(key("embedding_length"), path))
-    heads = int(_one_value(fields.require(key("attention.head_count"), path), "head_count", path))
-    kv_heads = int(
-        _one_value(fields.get(key("attention.head_count_kv"), heads), "head_count_kv", path)
-    )
+    layers = int(fields.require(key("block_count"), path))
+    layer_heads = None
+    if architecture == "deci":
+        layer_heads = _layer_heads(fields, key, layers, path)
+        heads, kv_heads = (max(column) for column in zip(*layer_heads, strict=True))
+    else:
+        heads = int(
+            _one_value(fields.require(key("attention.head_count"), path), "head_count", path)
+        )
+        kv_heads = int(
+            _one_value(fields.get(key("attention.head_count_kv"), heads), "head_count_kv", path)
+        )
     head_dim = int(fields.get(key("attention.key_length"), 0) or hidden // heads)
     rope_dim = int(fields.get(key("rope.dimension_count"), head_dim))
     if rope_dim != head_dim:
@@ -372,7 +382,6 @@ def _config(
         vocab = int(fields.get(key("vocab_size")))
     else:
         vocab = int(tensors["token_embd.weight"].shape[-1]) if "token_embd.weight" in tensors else 0
-    layers = int(fields.require(key("block_count"), path))
     gemma = {}
     if architecture in GEMMA_ARCHITECTURES:
         gemma = _gemma_fields(fields, architecture, layers, hidden // heads, head_dim, path)
@@ -398,8 +407,34 @@ def _config(
         max_sequence_length=int(fields.get(key("context_length"), 2048)),
         bos_token_id=_optional_int(fields.get("tokenizer.ggml.bos_token_id")),
         eos_token_id=_optional_int(fields.get("tokenizer.ggml.eos_token_id")),
+        layer_heads=layer_heads,
         **gemma,
     )
+
+
+def _layer_heads(
+    fields: _Fields, key: Any, layers: int, path: pathlib.Path
+) -> tuple[tuple[int, int], ...]:
+    """A "deci" file's (query heads, key/value heads) per layer (a count or one per layer)."""
+
+    def per_layer(name: str, default: Any) -> list[int]:
+        value = fields.get(key(name), default)
+        values = value if isinstance(value, list) else [value] * layers
+        if len(values) != layers:
+            raise CheckpointError(
+                f"{path}: {key(name)} lists {len(values)} layers; expected {layers}."
+            )
+        return [int(count) for count in values]
+
+    queries = per_layer("attention.head_count", fields.require(key("attention.head_count"), path))
+    groups = per_layer("attention.head_count_kv", queries)
+    for i, (q, kv) in enumerate(zip(queries, groups, strict=True)):
+        if q <= 0 or kv <= 0:
+            raise CheckpointError(
+                f"{path}: layer {i} has {q} query and {kv} key/value heads (an attention-free "
+                "or linear-attention layer of Nemotron NAS); expected heads in every layer."
+            )
+    return tuple(zip(queries, groups, strict=True))
 
 
 def _gemma_fields(
@@ -583,10 +618,9 @@ def _weights(
             array = array - np.float32(1)  # llama.cpp stores Gemma's norms as 1 + offset.
         elif config.model_type != "llama":  # Qwen, Gemma: written as they are (NEOX RoPE).
             pass
-        elif hf_name.endswith("q_proj.weight"):
-            array = unpermute_llama_cpp(array, config.num_query_heads)
-        elif hf_name.endswith("k_proj.weight"):
-            array = unpermute_llama_cpp(array, config.num_key_value_heads)
+        elif hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config.heads(int(hf_name.split(".")[2]))
+            array = unpermute_llama_cpp(array, heads[0 if "q_proj" in hf_name else 1])
         weights[hf_name] = np.ascontiguousarray(array)
     return weights
 
@@ -638,6 +672,33 @@ def _add_bos_token(fields: _Fields) -> bool:
     if fields.get("tokenizer.ggml.model") == "llama":
         return True
     return fields.get("tokenizer.ggml.pre", "default") in LLAMA3_PRE_TOKENIZERS
+
+
+class _ValueFields(_Fields):
+    """GGUF metadata given as a dict of Python values (what a writer is about to write)."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._fields = dict(values)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._fields.get(key, default)
+
+
+def tokenizer_json_of_metadata(metadata: Mapping[str, Any], source: str = "metadata") -> str:
+    """The `tokenizers` JSON `read_gguf_llama` builds from GGUF tokenizer metadata.
+
+    Args:
+      metadata: `tokenizer.ggml.*` keys and their Python values.
+      source: Named in errors.
+
+    Returns:
+      The tokenizer as a JSON string (no post-processor).
+
+    Raises:
+      CheckpointError: The metadata is incomplete or names a model or
+        pre-tokenizer the reader does not map.
+    """
+    return _tokenizer_json(_ValueFields(metadata), pathlib.Path(source))
 
 
 def _tokenizer_json(fields: _Fields, path: pathlib.Path) -> str:

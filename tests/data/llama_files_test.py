@@ -162,8 +162,9 @@ def write_gguf(
     writer.add_context_length(config.max_sequence_length)
     writer.add_embedding_length(config.hidden_dim)
     writer.add_feed_forward_length(config.intermediate_dim)
-    writer.add_head_count(config.num_query_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
+    if "add_head_count" not in (extra or {}):  # Else per-layer counts, from `extra`.
+        writer.add_head_count(config.num_query_heads)
+        writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_rope_freq_base(config.rope_max_wavelength)
     writer.add_rope_dimension_count(config.head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_epsilon)
@@ -237,16 +238,12 @@ def llama_logits(checkpoint: LlamaCheckpoint, ids) -> np.ndarray:
     """Logits `[T, vocab]` of a Llama on `ids`, in float64, from the equations."""
     config = checkpoint.config
     w = {name: np.asarray(a, np.float64) for name, a in checkpoint.weights.items()}
-    h, g, p, eps = (
-        config.num_query_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-        config.rms_norm_epsilon,
-    )
+    p, eps = config.head_dim, config.rms_norm_epsilon
     x = w["model.embed_tokens.weight"][np.asarray(ids)]
     t = len(ids)
     causal = np.tril(np.ones((t, t), bool))
     for i in range(config.num_layers):
+        h, g = config.heads(i)  # Per-layer heads of a pruned model (`layer_heads`).
         prefix = f"model.layers.{i}."
         a = rms_norm(x, w[prefix + "input_layernorm.weight"], eps)
         q = (a @ w[prefix + "self_attn.q_proj.weight"].T).reshape(t, h, p)
@@ -480,8 +477,15 @@ def test_gguf_bad_inputs_are_one_line_errors(tmp_path, tokenizer_json):
     good = write_gguf(tmp_path / "good.gguf", checkpoint)
     cases = {}
     cases[
-        "architecture 'gpt2' is not supported; expected one of ['gemma', 'gemma2', 'gemma3', 'llama'"
+        "architecture 'gpt2' is not supported; expected one of ['deci', 'gemma', 'gemma2', 'gemma3',"
     ] = write_gguf(tmp_path / "gpt2.gguf", checkpoint, architecture="gpt2")
+    # Nemotron NAS's attention-free layers (no heads) have no DecoderLM form.
+    cases["layer 1 has 0 query and 0 key/value heads (an attention-free"] = write_gguf(
+        tmp_path / "deci.gguf",
+        checkpoint,
+        architecture="deci",
+        extra={"add_head_count": [4, 0], "add_head_count_kv": [2, 0]},
+    )
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size * 2 // 3])
     cases["truncated.gguf is not a readable GGUF file"] = truncated

@@ -32,7 +32,13 @@ from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 def decoder_config(config: LlamaConfig) -> dict[str, Any]:
     """`DecoderLM` arguments computing the function of a Llama-family `config`."""
     h, g, p = config.num_query_heads, config.num_key_value_heads, config.head_dim
-    if g < h:
+    if config.layer_heads is not None:  # Pruned layer by layer: per-layer lists.
+        queries = [q for q, _ in config.layer_heads]
+        groups = [kv for _, kv in config.layer_heads]
+        attention = {"kind": "fixed_head", "num_heads": queries, "head_size": p}
+        if groups != queries:
+            attention.update(kind="grouped", num_kv_heads=groups)
+    elif g < h:
         attention = {"kind": "grouped", "num_heads": h, "num_kv_heads": g, "head_size": p}
     elif p * h == config.hidden_dim:
         attention = {"kind": "standard", "num_heads": h}
@@ -91,9 +97,9 @@ def decoder_from_checkpoint(
     config = checkpoint.config
     lm = DecoderLM(**decoder_config(config), tokenizer=tokenizer, dtype=dtype)
     w = checkpoint.weights
-    h, g = config.num_query_heads, config.num_key_value_heads
     lm.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
     for i, block in enumerate(lm.transformer_layers):
+        h, g = config.heads(i)
         prefix = f"model.layers.{i}."
         attention = block.attention_layer
         attention._query_dense.kernel.assign(_per_head(w[prefix + "self_attn.q_proj.weight"], h))
@@ -144,9 +150,12 @@ def _np(variable: Any) -> np.ndarray:
 
 def default_model_type(lm: DecoderLM) -> str:
     """The Hugging Face `model_type` `lm`'s computation implies: a Gemma's by its options
-    (an embedding scale; post-norms: Gemma 2; query/key norms too: Gemma 3), else "llama"."""
+    (an embedding scale; post-norms: Gemma 2; query/key norms too: Gemma 3), else "qwen3"
+    with query/key norms, "qwen2" with attention biases, else "llama"."""
     if lm.embedding_scale is None:
-        return "llama"
+        if lm.query_key_norm:
+            return "qwen3"
+        return "qwen2" if lm.attention_bias else "llama"
     if lm.post_norms:
         return "gemma3_text" if lm.query_key_norm else "gemma2"
     return "gemma"
@@ -171,9 +180,11 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
     """The Llama-family checkpoint of `lm` (Hugging Face names and layout).
 
     Args:
-      lm: A `DecoderLM` with multi-head or grouped attention, full RoPE, one
-        head count per model (pruned models with per-layer heads, latent and
-        collaborative attention have no Llama-family form).
+      lm: A `DecoderLM` with multi-head or grouped attention, full RoPE and
+        one head size (latent and collaborative attention have no
+        Llama-family form). A pruned model's per-layer heads become
+        `LlamaConfig.layer_heads` (GGUF files hold them; Hugging Face
+        directories and keras-hub presets do not).
       model_type: The Hugging Face `model_type` to write ("llama",
         "mistral", "qwen2", "qwen3", "gemma", "gemma2" or "gemma3_text"; it
         must agree with the model's options: biases for qwen2, query-key norm
@@ -186,14 +197,14 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
     spec = lm.attention_spec
     if spec.kind not in ("standard", "fixed_head", "grouped"):
         raise _not_expressible(f"{spec.kind} attention")
-    if spec.per_layer_length is not None:
-        raise _not_expressible("its layers differ in heads")
     if spec.rope_frequencies is not None:
         raise _not_expressible("partial RoPE")
     layers = lm.attention_layers
-    first = layers[0]
-    h, p = first.num_heads, first.head_size
-    g = getattr(first, "num_kv_heads", h)
+    pairs = [(layer.num_heads, getattr(layer, "num_kv_heads", layer.num_heads)) for layer in layers]
+    sizes = {layer.head_size for layer in layers}
+    if len(sizes) > 1:
+        raise _not_expressible(f"its layers differ in head size ({sorted(sizes)})")
+    p = sizes.pop()
     tokenizer = lm.tokenizer
     wanted_scale = float(np.sqrt(lm.hidden_dim)) if model_type in GEMMA_TYPES else None
     scale = lm.embedding_scale
@@ -210,8 +221,8 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         vocabulary_size=lm.vocabulary_size,
         num_layers=lm.num_layers,
         hidden_dim=lm.hidden_dim,
-        num_query_heads=h,
-        num_key_value_heads=g,
+        num_query_heads=max(q for q, _ in pairs),
+        num_key_value_heads=max(kv for _, kv in pairs),
         intermediate_dim=lm.intermediate_dim,
         head_dim=p,
         rope_max_wavelength=spec.rope_max_wavelength,
@@ -228,6 +239,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         final_logit_soft_cap=lm.final_logit_soft_cap,
         local_rope_max_wavelength=lm.local_rope_max_wavelength,
         query_pre_attn_scalar=_query_pre_attn_scalar(lm.query_scale),
+        layer_heads=tuple(pairs),
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )
@@ -258,6 +270,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
             w[prefix + "self_attn.q_proj.bias"] = _np(attention._query_dense.bias).reshape(-1)
             w[prefix + "self_attn.k_proj.bias"] = _np(attention._key_dense.bias).reshape(-1)
             if isinstance(attention, GroupedAttention):
+                h, g = pairs[i]
                 per_query = _np(attention.value_bias).reshape(g, h // g, -1)
                 if not np.allclose(per_query, per_query[:, :1]):
                     raise _not_expressible(f"layer {i}'s value biases differ within a group")

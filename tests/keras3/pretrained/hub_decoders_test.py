@@ -332,10 +332,6 @@ def _masked():
 
 
 NOT_LLAMA = {
-    "pruned": (
-        lambda: _decoder({"kind": "grouped", "num_heads": [6, 4], "num_kv_heads": [2, 2]}),
-        "differ in heads",
-    ),
     "latent": (
         lambda: _decoder({"kind": "latent", "num_heads": 6, "kv_latent_dim": 16}),
         "latent attention",
@@ -354,6 +350,15 @@ def test_models_a_llama_checkpoint_cannot_hold_are_refused(case, tmp_path):
     with pytest.raises(CheckpointError, match=r"\.keras"):
         save_hub_decoder(lm, tmp_path / "preset", "Llama3Backbone")
     assert not (tmp_path / "preset").exists()  # Refused before anything is written.
+
+
+def test_a_model_pruned_layer_by_layer_is_a_checkpoint_keras_hub_cannot_hold(tmp_path):
+    lm = _decoder({"kind": "grouped", "num_heads": [6, 4], "num_kv_heads": [2, 2], "head_size": 8})
+    checkpoint = checkpoint_from_decoder(lm)  # Per-layer heads: GGUF's "deci" holds them.
+    assert checkpoint.config.layer_heads == ((6, 2), (4, 2))
+    with pytest.raises(CheckpointError, match=r"differ in heads.*GGUF file or \.keras"):
+        save_hub_decoder(lm, tmp_path / "preset", "Llama3Backbone")
+    assert not (tmp_path / "preset").exists()
 
 
 @pytest.mark.parametrize("backbone_class", ["Llama3Backbone", "Qwen3Backbone"])
