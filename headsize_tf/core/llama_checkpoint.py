@@ -145,8 +145,8 @@ class LlamaConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
                 raise CheckpointError(f"`{name}` must be a positive int; got {value!r}.")
-        self._check_layer_heads()
-        if self.num_query_heads % self.num_key_value_heads:
+        self._check_layer_heads()  # Each layer's counts divide; the maxima need not.
+        if self.layer_heads is None and self.num_query_heads % self.num_key_value_heads:
             raise CheckpointError(
                 f"num_key_value_heads={self.num_key_value_heads} does not divide "
                 f"num_query_heads={self.num_query_heads}."

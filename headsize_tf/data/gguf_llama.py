@@ -176,7 +176,7 @@ GEMMA3_LOCAL_ROPE_BASE = 10000.0
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 # (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) tried
 # against a `rope_freqs.weight` tensor; the factor comes from the tensor.
-_LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
+LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
 
 
 def permute_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
@@ -567,7 +567,7 @@ def _llama3_rope_scaling(
         return None
     factor = float(factors.max())
     wavelengths = 2 * np.pi * theta ** (np.arange(0, head_dim, 2) / head_dim)
-    for low, high, original in _LLAMA3_ROPE_CANDIDATES:
+    for low, high, original in LLAMA3_ROPE_CANDIDATES:
         smooth = (original / wavelengths - low) / (high - low)
         expected = np.where(
             wavelengths < original / high,

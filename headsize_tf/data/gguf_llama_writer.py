@@ -20,6 +20,10 @@ converter (`convert_hf_to_gguf.py`) as the model for every convention:
   merges do). Before anything is written, the tokenizer that
   `read_gguf_llama` will build from the metadata must give the same ids as
   the checkpoint's on `PROBE_TEXTS`; a tokenizer this cannot express is refused.
+  One difference is let through: a SentencePiece tokenizer with a Metaspace
+  pre-tokenizer (Llama 2's newer tokenizer.json) puts no space before text
+  that starts with one, where SentencePiece itself and llama.cpp do; the
+  file follows SentencePiece.
 
 Tensor types: "f32", "f16", "bf16" or "q8_0" (llama.cpp's 8-bit blocks of 32:
 its near-lossless quantization) for the matrices; norms and other vectors stay
@@ -57,6 +61,7 @@ from headsize_tf.data.gguf_llama import (
     GEMMA_27B_LAYERS,
     GLOBAL_TENSORS,
     LAYER_TENSORS,
+    LLAMA3_ROPE_CANDIDATES,
     PRE_TOKENIZERS,
     SANDWICH_LAYER_TENSORS,
     SPACE_PIECE,
@@ -168,20 +173,23 @@ def _architecture(config: LlamaConfig) -> str:
             f"A GGUF {architecture!r} file here has no attention biases (Qwen2's do: "
             f"model_type 'qwen2'); this {config.model_type!r} model has them."
         )
+    if config.layer_heads is not None and architecture != "llama":
+        raise CheckpointError(
+            f"llama.cpp holds per-layer head counts for Llama-shaped models only (its 'deci' "
+            f"architecture); this {config.model_type!r} model's layers differ in heads."
+        )
     width = config.num_query_heads * config.head_dim
     if architecture == "qwen2" and width != config.hidden_dim:
         raise CheckpointError(
             f"llama.cpp's Qwen2 has query heads x head size = width; this model has "
             f"{config.num_query_heads} x {config.head_dim} = {width} against {config.hidden_dim}."
         )
-    if config.layer_heads is None:
-        return architecture
-    if architecture != "llama":
+    if config.model_type in GEMMA_TYPES and not config.tie_word_embeddings:
         raise CheckpointError(
-            f"llama.cpp holds per-layer head counts for Llama-shaped models only (its 'deci' "
-            f"architecture); this {config.model_type!r} model's layers differ in heads."
+            "llama.cpp's Gemma reads its output projection from the token embeddings; this "
+            "model's are untied."
         )
-    return "deci"
+    return architecture if config.layer_heads is None else "deci"
 
 
 def _model_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
@@ -195,10 +203,10 @@ def _model_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
                 "to write it)."
             )
     if architecture == "deci":
-        queries = [q for q, _ in config.layer_heads]
-        groups = [kv for _, kv in config.layer_heads]
+        queries = [int(q) for q, _ in config.layer_heads]
+        groups = [int(kv) for _, kv in config.layer_heads]
     else:
-        queries, groups = config.num_query_heads, config.num_key_value_heads
+        queries, groups = int(config.num_query_heads), int(config.num_key_value_heads)
     keys: dict[str, Any] = {
         "context_length": int(config.max_sequence_length),
         "embedding_length": int(config.hidden_dim),
@@ -218,6 +226,11 @@ def _model_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
     if kind == "linear":
         keys["rope.scaling.type"] = "linear"
         keys["rope.scaling.factor"] = float(scaling["factor"])
+    elif kind == "llama3" and architecture not in ("llama", "deci"):
+        raise CheckpointError(
+            f"llama.cpp reads Llama 3's RoPE frequency factors for 'llama' and 'deci' files; "
+            f"this is a {architecture!r} one."
+        )
     elif kind not in (None, "default", "llama3"):
         raise CheckpointError(
             f"RoPE scaling {kind!r} has no GGUF form here; expected none, 'linear' or 'llama3'."
@@ -229,7 +242,7 @@ def _model_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
 
 def _gemma_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
     """Gemma 2 and 3's window, local layers, caps and local RoPE base."""
-    width_per_head = config.hidden_dim / config.num_query_heads
+    width_per_head = config.hidden_dim // config.num_query_heads  # llama.cpp's integer rule.
     rule = width_per_head if config.num_layers == GEMMA_27B_LAYERS[architecture] else None
     scalar = config.query_pre_attn_scalar
     if (None if rule is None or rule == config.head_dim else rule) != scalar:
@@ -243,11 +256,23 @@ def _gemma_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
         "attention.sliding_window": int(config.sliding_window or config.max_sequence_length),
         "attention.sliding_window_pattern": list(local),
     }
+    caps = (config.attention_logit_soft_cap, config.final_logit_soft_cap)
     if architecture == "gemma2":
-        keys["attn_logit_softcapping"] = float(config.attention_logit_soft_cap or 0.0)
-        keys["final_logit_softcapping"] = float(config.final_logit_soft_cap or 0.0)
-    elif config.attention_logit_soft_cap or config.final_logit_soft_cap:
-        raise CheckpointError("llama.cpp's Gemma 3 has no logit caps; this model has them.")
+        if None in caps:  # llama.cpp's Gemma 2 divides by both caps, always.
+            raise CheckpointError(
+                f"llama.cpp's Gemma 2 caps both the attention and the output logits; this model "
+                f"has caps {caps[0]} and {caps[1]}."
+            )
+        keys["attn_logit_softcapping"] = float(caps[0])
+        keys["final_logit_softcapping"] = float(caps[1])
+    else:
+        if caps[0] is not None:
+            raise CheckpointError(
+                "llama.cpp's Gemma 3 has no attention logit cap; this model caps them at "
+                f"{caps[0]}."
+            )
+        if caps[1] is not None:
+            keys["final_logit_softcapping"] = float(caps[1])
     if config.local_rope_max_wavelength is not None:
         keys["rope.freq_base_swa"] = float(config.local_rope_max_wavelength)
     return keys
@@ -286,10 +311,16 @@ def _llama3_frequency_factors(config: LlamaConfig) -> np.ndarray | None:
     scaling = config.rope_scaling
     if scaling is None or scaling.get("rope_type", scaling.get("type")) != "llama3":
         return None
-    factor = float(scaling["factor"])
+    factor = float(scaling.get("factor", 8.0))  # convert_hf_to_gguf's defaults.
     low = float(scaling.get("low_freq_factor", 1.0))
     high = float(scaling.get("high_freq_factor", 4.0))
     original = float(scaling.get("original_max_position_embeddings", 8192))
+    if (low, high, original) not in LLAMA3_ROPE_CANDIDATES:
+        raise CheckpointError(
+            f"Llama 3 RoPE scaling with low/high frequency factors {low:g}/{high:g} over "
+            f"{original:g} positions is not read back from rope_freqs here; expected "
+            f"{LLAMA3_ROPE_CANDIDATES[0]}."
+        )
     p = config.head_dim
     wavelengths = 2 * np.pi * config.rope_max_wavelength ** (np.arange(0, p, 2) / p)
     smooth = (original / wavelengths - low) / (high - low)
@@ -370,11 +401,15 @@ def _tokenizer_metadata(checkpoint: LlamaCheckpoint) -> dict[str, Any]:
         token_id = getattr(config, f"{role}_token_id")
         if token_id is not None:
             keys[f"tokenizer.ggml.{role}_token_id"] = int(token_id)
-    keys["tokenizer.ggml.add_bos_token"] = bool(checkpoint.add_bos_token)
+    # Without a BOS id the model adds none (llama.cpp would add its default id).
+    adds_bos = bool(checkpoint.add_bos_token) and config.bos_token_id is not None
+    keys["tokenizer.ggml.add_bos_token"] = adds_bos
     if checkpoint.chat_template is not None:
         keys["tokenizer.chat_template"] = checkpoint.chat_template
     if sentencepiece:
-        _check_probe(original, keys, None)
+        # A Metaspace pre-tokenizer puts no space before text that starts with one;
+        # SentencePiece and llama.cpp always do, and so does the file's tokenizer.
+        _check_probe(original, keys, None, leading_space=not _metaspace(data))
         return keys
     for pre in PRE_TOKENIZERS:
         candidate = {**keys, "tokenizer.ggml.pre": pre}
@@ -392,12 +427,18 @@ def _token_list(original: Any, data: Mapping[str, Any], size: int) -> tuple[list
     vocab = original.get_vocab(with_added_tokens=True)
     if len(vocab) > size:
         raise CheckpointError(f"The tokenizer has {len(vocab)} tokens; the model embeds {size}.")
-    tokens = [f"[PAD{i}]" for i in range(size)]
-    taken = [False] * size
+    tokens: list[str | None] = [None] * size
     for token, index in vocab.items():
         if not 0 <= index < size:
             raise CheckpointError(f"Token {token!r} has id {index}; the model embeds {size}.")
-        tokens[index], taken[index] = token, True
+        tokens[index] = token
+    taken = [token is not None for token in tokens]
+    for index, token in enumerate(tokens):
+        if token is None:  # llama.cpp's padding names, kept unique (it asserts they are).
+            name = f"[PAD{index}]"
+            while name in vocab:
+                name += "_"
+            tokens[index] = name
     added = {int(item["id"]): bool(item.get("special")) for item in data.get("added_tokens", [])}
     for index, used in enumerate(taken):
         if not used:
@@ -452,7 +493,9 @@ def _sentencepiece_metadata(
     known = {}
     unknown = model.get("unk_token")
     for i, token in enumerate(tokens):
-        if i not in ranked and len(token) > 1 and i not in added:
+        # llama.cpp's SentencePiece merging may join into a piece of any type: special,
+        # added and padding pieces, and pieces no merge makes, score below every merge.
+        if i not in ranked and (len(token) > 1 or i in added):
             scores[i] = last - 1.0
         if token == unknown:
             known[i] = TOKEN_TYPE_UNKNOWN
@@ -481,21 +524,32 @@ def _space_prefix(data: Mapping[str, Any]) -> bool:
         if step.get("type") == "Prepend" and step.get("prepend") == SPACE_PIECE:
             return True
         if step.get("type") == "Metaspace":
-            scheme = step.get(
-                "prepend_scheme", "always" if step.get("add_prefix_space") else "never"
-            )
-            return scheme != "never"
+            # tokenizers' default is "always"; older files say add_prefix_space instead.
+            default = "never" if step.get("add_prefix_space") is False else "always"
+            return step.get("prepend_scheme", default) != "never"
     return False
 
 
+def _metaspace(data: Mapping[str, Any]) -> bool:
+    """Whether the tokenizer's pre-tokenizer is (or holds) a Metaspace step."""
+    return '"Metaspace"' in json.dumps(data.get("pre_tokenizer"))
+
+
 def _check_probe(
-    original: Any, keys: Mapping[str, Any], pre: str | None, raise_error: bool = True
+    original: Any,
+    keys: Mapping[str, Any],
+    pre: str | None,
+    raise_error: bool = True,
+    leading_space: bool = True,
 ) -> bool:
-    """Whether the reader's tokenizer of `keys` encodes `PROBE_TEXTS` as `original` does."""
+    """Whether the reader's tokenizer of `keys` encodes `PROBE_TEXTS` as `original` does
+    (`leading_space` False: texts starting with whitespace are not compared)."""
     from tokenizers import Tokenizer
 
     written = Tokenizer.from_str(tokenizer_json_of_metadata(keys, "the GGUF tokenizer"))
     for text in PROBE_TEXTS:
+        if not leading_space and text[:1].isspace():
+            continue
         expected = original.encode(text, add_special_tokens=False).ids
         got = written.encode(text, add_special_tokens=False).ids
         if expected != got:

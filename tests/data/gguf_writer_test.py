@@ -392,3 +392,196 @@ def test_layer_heads_are_validated_and_collapse_when_equal():
         tiny_config(300, layer_heads=((4, 2), (2, 1)))
     with pytest.raises(CheckpointError, match="config.json has one head count"):
         tiny_config(300, head_dim=16, layer_heads=((4, 2), (2, 1))).to_hf_config()
+
+
+def test_every_gemma_norm_is_stored_as_one_plus_its_offset(tmp_path):
+    _, vocabulary = _train(space_prefix=False)
+    hf = hf_config("gemma3_text", len(vocabulary[0]), final_logit_softcapping=30.0)
+    config = LlamaConfig.from_hf_config(hf)
+    checkpoint = read_gguf_llama(
+        write_like_llama_cpp(tmp_path / "cpp.gguf", hf, random_weights(config), vocabulary, True)
+    )
+    checkpoint = dataclasses.replace(checkpoint, config=config)  # The final cap, which
+    path = write_gguf_llama(checkpoint, tmp_path / "ours.gguf")  # llama.cpp's Gemma 3 reads.
+
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["gemma3.final_logit_softcapping"].contents() == 30.0
+    stored = {t.name: np.asarray(t.data) for t in reader.tensors}
+    layer = {"attn_q_norm", "attn_k_norm", "attn_norm", "post_attention_norm", "ffn_norm"}
+    names = {"output_norm.weight": "model.norm.weight"}
+    for i in range(config.num_layers):
+        for name in (*layer, "post_ffw_norm"):
+            names[f"blk.{i}.{name}.weight"] = (
+                f"model.layers.{i}."
+                + {
+                    "attn_q_norm": "self_attn.q_norm",
+                    "attn_k_norm": "self_attn.k_norm",
+                    "attn_norm": "input_layernorm",
+                    "post_attention_norm": "post_attention_layernorm",
+                    "ffn_norm": "pre_feedforward_layernorm",
+                    "post_ffw_norm": "post_feedforward_layernorm",
+                }[name]
+                + ".weight"
+            )
+    for gguf_name, hf_name in names.items():
+        np.testing.assert_allclose(stored[gguf_name], checkpoint.weights[hf_name] + 1, atol=1e-6)
+    assert read_gguf_llama(path).config == config
+
+
+def test_gemma_models_llama_cpp_would_compute_otherwise_are_refused(tmp_path):
+    _, vocabulary = _train(space_prefix=False)
+    hf = hf_config("gemma2", len(vocabulary[0]))
+    gemma2 = read_gguf_llama(
+        write_like_llama_cpp(
+            tmp_path / "cpp.gguf", hf, random_weights(LlamaConfig.from_hf_config(hf)), vocabulary
+        )
+    )
+    config = gemma2.config
+    no_cap = dataclasses.replace(config, final_logit_soft_cap=None)
+    capped3 = dataclasses.replace(
+        config, model_type="gemma3_text", qk_norm=True, local_rope_max_wavelength=1e4
+    )
+    for changed, match in (
+        (no_cap, "llama.cpp's Gemma 2 caps both the attention and the output logits"),
+        (dataclasses.replace(config, tie_word_embeddings=False), "untied"),
+        (capped3, "Gemma 3 has no attention logit cap"),
+    ):
+        weights = dict(gemma2.weights)
+        if not changed.tie_word_embeddings:
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+        for i in range(changed.num_layers if changed.qk_norm else 0):
+            for n in "qk":
+                weights[f"model.layers.{i}.self_attn.{n}_norm.weight"] = np.zeros(16, np.float32)
+        with pytest.raises(CheckpointError, match=match) as error:
+            write_gguf_llama(
+                dataclasses.replace(gemma2, config=changed, weights=weights), tmp_path / "bad.gguf"
+            )
+        assert "\n" not in str(error.value)
+
+
+def test_llama3_frequency_factors_follow_llama_cpps_converter_and_stay_llama_only(
+    tmp_path, tokenizer_json
+):
+    checkpoint = random_checkpoint(tokenizer_json)
+    scaling = {"rope_type": "llama3", "factor": 32.0}  # Llama 3.2's, the rest defaulted.
+    config = dataclasses.replace(
+        checkpoint.config, rope_max_wavelength=500000.0, rope_scaling=scaling
+    )
+    path = write_gguf_llama(dataclasses.replace(checkpoint, config=config), tmp_path / "l3.gguf")
+    stored = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}["rope_freqs.weight"].data
+
+    # convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors, loop for loop.
+    base, dim, factor, low, high, old = 500000.0, 16, 32.0, 1.0, 4.0, 8192
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    want = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / freq
+        if wavelen < old / high:
+            want.append(1)
+        elif wavelen > old / low:
+            want.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            want.append(1 / ((1 - smooth) / factor + smooth))
+    np.testing.assert_allclose(stored, want, rtol=1e-5)
+    assert read_gguf_llama(path).config.rope_scaling["factor"] == 32.0
+
+    other = dict(scaling, high_freq_factor=2.0)
+    for changed, match in (
+        (dataclasses.replace(config, rope_scaling=other), "not read back from rope_freqs"),
+        (dataclasses.replace(config, model_type="qwen3", qk_norm=True), "'llama' and 'deci' files"),
+    ):
+        weights = dict(checkpoint.weights)
+        for i in range(2 if changed.qk_norm else 0):
+            for n in "qk":
+                weights[f"model.layers.{i}.self_attn.{n}_norm.weight"] = np.ones(16, np.float32)
+        with pytest.raises(CheckpointError, match=match):
+            write_gguf_llama(
+                dataclasses.replace(checkpoint, config=changed, weights=weights),
+                tmp_path / "bad.gguf",
+            )
+
+
+def test_q8_0_rows_that_are_not_whole_blocks_fall_back_to_f16(tmp_path, tokenizer_json):
+    checkpoint = random_checkpoint(tokenizer_json)
+    config = dataclasses.replace(checkpoint.config, hidden_dim=48, head_dim=16)
+    from headsize_tf.core.llama_checkpoint import weight_shapes
+
+    rng = np.random.default_rng(0)
+    weights = {
+        name: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        for name, shape in weight_shapes(config).items()
+    }
+    path = write_gguf_llama(
+        dataclasses.replace(checkpoint, config=config, weights=weights), tmp_path / "q.gguf", "q8_0"
+    )
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    assert types["blk.0.attn_q.weight"] == "F16"  # Rows of 48.
+    assert types["blk.0.ffn_down.weight"] == "Q8_0"  # Rows of 96.
+
+
+def test_vocabulary_padding_added_tokens_and_bos_rules_are_written_for_llama_cpp(
+    tmp_path, tokenizer_json
+):
+    checkpoint = random_checkpoint(tokenizer_json)
+    size = checkpoint.config.vocabulary_size
+    with_added = tokenizers.Tokenizer.from_str(tokenizer_json)
+    with_added.add_tokens(["<tab>"])  # A user-defined token, id `size`.
+    config = dataclasses.replace(checkpoint.config, vocabulary_size=size + 3, bos_token_id=None)
+    from headsize_tf.core.llama_checkpoint import weight_shapes
+
+    rng = np.random.default_rng(0)
+    weights = {
+        name: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        for name, shape in weight_shapes(config).items()
+    }
+    padded = dataclasses.replace(
+        checkpoint, config=config, weights=weights, tokenizer_json=with_added.to_str()
+    )
+    path = write_gguf_llama(padded, tmp_path / "padded.gguf")
+
+    fields = gguf.GGUFReader(str(path)).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()
+    assert tokens[size:] == ["<tab>", f"[PAD{size + 1}]", f"[PAD{size + 2}]"]
+    assert types[size:] == [4, 5, 5]  # User-defined, then llama.cpp's unused padding.
+    assert types[:3] == [3, 3, 3]  # The special tokens are control tokens.
+    assert len(set(tokens)) == len(tokens)
+    assert fields["tokenizer.ggml.add_bos_token"].contents() is False  # No BOS id: none added.
+    assert "tokenizer.ggml.bos_token_id" not in fields
+    back = read_gguf_llama(path)
+    assert back.config.vocabulary_size == size + 3 and not back.add_bos_token
+    assert tokenizers.Tokenizer.from_str(back.tokenizer_json).encode("a<tab>b").ids[1] == size
+
+
+def test_per_layer_heads_need_only_divide_within_each_layer(tmp_path, tokenizer_json):
+    checkpoint = pruned_checkpoint(tokenizer_json, ((6, 3), (8, 2)))  # 8 % 3: fine per layer.
+    assert (checkpoint.config.num_query_heads, checkpoint.config.num_key_value_heads) == (8, 3)
+    path = write_gguf_llama(checkpoint, tmp_path / "deci.gguf")
+    np.testing.assert_allclose(
+        llama_cpp_logits(path, IDS), llama_logits(checkpoint, IDS), rtol=0, atol=1e-9
+    )
+    assert read_gguf_llama(path).config.layer_heads == ((6, 3), (8, 2))
+
+
+def test_a_metaspace_sentencepiece_tokenizer_keeps_its_space_prefix(tmp_path):
+    processor, vocabulary = _train(space_prefix=True)
+    first = write_gguf(
+        tmp_path / "cpp.gguf",
+        tiny_checkpoint(len(vocabulary[0])),
+        tokenizer_model="llama",
+        vocabulary=vocabulary,
+    )
+    original = read_gguf_llama(first)
+    data = json.loads(original.tokenizer_json)  # Llama 2's newer tokenizer.json form:
+    data["normalizer"] = None  # no Prepend normalizer, a Metaspace pre-tokenizer.
+    data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "split": False}
+    metaspace = dataclasses.replace(original, tokenizer_json=json.dumps(data))
+    path = write_gguf_llama(metaspace, tmp_path / "ours.gguf")
+    assert gguf.GGUFReader(str(path)).fields["tokenizer.ggml.add_space_prefix"].contents()
+    tokenizer = tokenizers.Tokenizer.from_str(read_gguf_llama(path).tokenizer_json)
+    source = tokenizers.Tokenizer.from_str(metaspace.tokenizer_json)
+    for text in ("It is a truth", "tabs\tand 123", "  two spaces"):
+        assert tokenizer.encode(text, add_special_tokens=False).ids == processor.encode(text)
+    # Metaspace adds no space before a leading one; SentencePiece (and the file) do.
+    assert source.encode("  two spaces").ids != processor.encode("  two spaces")
