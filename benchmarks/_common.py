@@ -33,4 +33,14 @@ def rows_per_backend(script: str, backends: str, child_args: list[str]) -> list[
     return rows
 
 
-__all__ = ["rows_per_backend", "save_figure", "write_atomic", "write_json"]
+def llama_cpp_version(python: str) -> str:
+    """The `llama-cpp-python` version of the interpreter `python` (its own environment)."""
+    return subprocess.run(
+        [python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+__all__ = ["llama_cpp_version", "rows_per_backend", "save_figure", "write_atomic", "write_json"]

@@ -144,12 +144,9 @@ def _compare(args, argv, lm, ids, texts, tmp: pathlib.Path) -> dict:
     )
     if done.returncode:
         raise SystemExit(f"llama.cpp failed: {done.stderr[-3000:]}")
-    version = subprocess.run(
-        [args.llama_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    from _common import llama_cpp_version
+
+    version = llama_cpp_version(args.llama_python)
 
     rows = []
     for (name, (model, path)), job in zip(models.items(), jobs, strict=False):

@@ -224,6 +224,11 @@ CASES = [
         "--gguf-type q8_0 is for --format gguf.",
     ),
     (
+        "kv_group_unit_on_a_model_dir",
+        ["prune", "--model-dir", "{root}", "--unit", "kv_group", "--output", "{out}"],
+        "--unit kv_group prunes a --decoder's key/value groups",
+    ),
+    (
         "healing_text_too_short",
         [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--heal-steps", "1"]
         + ["--heal-windows", "100000"],
@@ -375,6 +380,21 @@ def test_generate_convert_and_prune_a_gguf_decoder(files, tmp_path, capsys):
         np.asarray(load_decoder(pruned / "model.keras")(ids)),
         atol=1e-5,
     )
+
+
+def test_prune_whole_key_value_groups_shrinks_the_cache_by_the_target(files, tmp_path, capsys):
+    out = tmp_path / "groups"
+    argv = ["prune", "--decoder", files["gguf"], "--data-file", files["text"], "--unit"]
+    argv += ["kv_group", "--target-fraction", "0.5", "--step", "0.25"]
+    argv += ["--importance-examples", "8", "--output", str(out)]
+    assert cli.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    # 2 layers x 2 groups of 2 query heads: half the groups go, one a layer at least.
+    assert report["unit"] == "kv_group"
+    assert report["kv_heads_per_layer"] == [1, 1] and report["heads_per_layer"] == [2, 2]
+    assert [p["heads_pruned"] for p in report["curve"]] == [0, 2, 4]
+    assert "key/value heads: 4 -> 2 (KV cache 50.0% of the original's)" in capsys.readouterr().out
+    assert report["perplexity"]["pruned"] == pytest.approx(report["perplexity"]["masked"], 1e-4)
 
 
 @pytest.mark.slow  # end to end, in the full run (docs/testing.md)

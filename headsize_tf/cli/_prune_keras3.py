@@ -170,7 +170,7 @@ def prune_decoder(args: argparse.Namespace) -> dict:
             source_attention=spec.to_dict(),
         )
 
-    schedule = PruneSchedule(**schedule_arguments(args))
+    schedule = PruneSchedule(**schedule_arguments(args), unit=args.unit)
     return prune_loop(adapter, schedule, args.output, overwrite=args.overwrite, extras=extras)
 
 

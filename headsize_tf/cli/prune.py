@@ -90,7 +90,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--no-recompute", action="store_true", help="score heads once on the unpruned model"
     )
-    p.add_argument("--min-heads-per-layer", type=int, default=1)
+    p.add_argument(
+        "--min-heads-per-layer",
+        type=int,
+        default=1,
+        help="heads (with --unit kv_group: key/value groups) every layer keeps",
+    )
+    p.add_argument(
+        "--unit",
+        choices=["head", "kv_group"],
+        default="head",
+        help="a --decoder: prune single heads (Michel et al.; a grouped layer loses a group "
+        "only when all its heads go) or whole key/value groups by their heads' summed "
+        "importance, --target-fraction then being the fraction of the KV cache removed",
+    )
     p.add_argument(
         "--attention-kinds",
         nargs="+",
@@ -133,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (a model_dir's options checked)."""
     source = model_source(args)
+    if args.unit != "head" and source != "decoder":
+        raise ValueError(
+            f"--unit {args.unit} prunes a --decoder's key/value groups; other models prune heads."
+        )
     if source != "model_dir":
         return source
     experiment = _prune_tf_keras.model_dir_experiment(args.model_dir)
@@ -207,4 +224,12 @@ def _print_report(args: argparse.Namespace, report: dict) -> None:
             f"({report['decoding_speedup']:.2f}x)"
         )
     print(line)
+    kv_heads = report.get("kv_heads_per_layer")
+    source = (report.get("source_attention") or {}).get("num_kv_heads")
+    if kv_heads and source:
+        before = sum(source) if isinstance(source, list) else source * len(kv_heads)
+        print(
+            f"key/value heads: {before} -> {sum(kv_heads)} (KV cache {sum(kv_heads) / before:.1%} "
+            f"of the original's)"
+        )
     print(f"output{' (a model_dir)' if getattr(args, 'model_dir', None) else ''}: {args.output}")

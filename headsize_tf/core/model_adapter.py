@@ -7,6 +7,10 @@ classifier) in an adapter: its attention layers with their kinds, a head-mask
 setter, importance from its loss over its batches, a validation metric,
 removal of masked heads, and save / reload.
 
+Adapters of decoders with key/value groups also have `kv_groups()`: per
+attention layer, the group of each mask slot (-1: no head), which
+`PruneSchedule(unit="kv_group")` prunes whole.
+
 Masks are `[attention layers, slots]` float arrays. A slot is a column of
 the mask: `original_heads()[layer][slot]` is the head's number in the
 unpruned model (the record a second pruning continues from), -1 where the

@@ -26,6 +26,9 @@ from headsize_tf.core.model_adapter import ModelAdapter
 from headsize_tf.core.prune_report import SCHEMA, json_scores, kept_heads
 from headsize_tf.core.pruning_plan import PruningStep, iterative_pruning
 
+# What `PruneSchedule.unit` prunes: single heads, or whole key/value groups.
+UNITS = ("head", "kv_group")
+
 
 @dataclasses.dataclass(frozen=True)
 class PruneSchedule:
@@ -42,10 +45,16 @@ class PruneSchedule:
       random_seed: Prune uniformly random heads (this seed) instead of the
         least important ones.
       progress: A progress bar over the steps.
+      unit: "head" (Michel et al.'s unit), or "kv_group": whole key/value
+        groups of a decoder with grouped K/V (a group's importance is the sum
+        of its query heads'; the adapter's `kv_groups()` says which slots share
+        one). Fractions, steps and `min_heads_per_layer` then count groups,
+        so `target_fraction` is the fraction of the KV cache removed.
 
     Example:
 
     >>> PruneSchedule(target_fraction=0.5, step=0.1, kinds=("decoder_self",))
+    >>> PruneSchedule(target_fraction=1 / 3, step=1 / 9, unit="kv_group")
     """
 
     target_fraction: float = 0.5
@@ -55,6 +64,11 @@ class PruneSchedule:
     kinds: tuple[str, ...] | None = None
     random_seed: int | None = None
     progress: bool = True
+    unit: str = "head"
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"unit={self.unit!r}; expected one of {list(UNITS)}.")
 
     def with_progress(self, progress: bool) -> PruneSchedule:
         """The same schedule with or without its progress bar."""
@@ -67,6 +81,7 @@ class PruneSchedule:
             "step": self.step,
             "recompute": self.recompute,
             "min_heads_per_layer": self.min_heads_per_layer,
+            "unit": self.unit,
         }
 
 
@@ -180,19 +195,87 @@ def prune_curve(
         curve.evaluations.append(values)
         return values[adapter.metric_name]
 
-    curve.steps = masked_schedule(
-        original[rows],
-        lambda sub: adapter.set_head_mask(curve.full(sub)),
-        scores,
+    groups = _GroupMasks.of(adapter, rows, start) if schedule.unit == "kv_group" else None
+    if groups is None:
+        restore, first = original[rows], start
+
+        def apply(sub):
+            adapter.set_head_mask(curve.full(sub))
+
+        measure = scores
+    else:  # The schedule runs on group masks; the adapter gets their head masks.
+        restore = first = groups.start
+
+        def apply(sub):
+            adapter.set_head_mask(curve.full(groups.heads(sub)))
+
+        def measure():
+            return groups.scores(scores())
+
+    steps = masked_schedule(
+        restore,
+        apply,
+        measure,
         metric,
         target_fraction=schedule.target_fraction,
         step=schedule.step,
         recompute=schedule.recompute,
         min_heads_per_layer=schedule.min_heads_per_layer,
-        initial_mask=start,
+        initial_mask=first,
         progress=schedule.progress,
     )
+    if groups is not None:
+        adapter.set_head_mask(original)  # Gates masked within kept groups, as they were.
+        steps = [groups.head_step(step, start) for step in steps]
+    curve.steps = steps
     return curve
+
+
+@dataclasses.dataclass(frozen=True)
+class _GroupMasks:
+    """Group-level masks of the pruned rows and their head-level forms.
+
+    `of_slot[r, s]`: the key/value group of row r's slot s (-1: no head);
+    `start`: 1 for each group with a live head.
+    """
+
+    of_slot: np.ndarray
+    start: np.ndarray
+
+    @classmethod
+    def of(cls, adapter: ModelAdapter, rows: list[int], start: np.ndarray) -> _GroupMasks:
+        kv_groups = getattr(adapter, "kv_groups", None)
+        if kv_groups is None:
+            raise ValueError(
+                f"unit 'kv_group' prunes whole key/value groups; this {type(adapter).__name__} "
+                "has none (expected a decoder with grouped or multi-head K/V)."
+            )
+        of_slot = np.asarray(kv_groups(), np.int64)[rows]
+        width = int(of_slot.max()) + 1
+        alive = np.zeros([len(rows), width], np.float32)
+        for r, s in zip(*np.nonzero((of_slot >= 0) & (start != 0)), strict=True):
+            alive[r, of_slot[r, s]] = 1.0
+        return cls(of_slot, alive)
+
+    def heads(self, groups: Any) -> np.ndarray:
+        """The head mask of a group mask: each slot takes its group's entry."""
+        groups = np.asarray(groups, np.float32)
+        rows = np.arange(len(self.of_slot))[:, None]
+        return np.where(self.of_slot >= 0, groups[rows, np.maximum(self.of_slot, 0)], 0.0)
+
+    def scores(self, heads: np.ndarray) -> np.ndarray:
+        """A group's importance: the sum of its heads' (no head: NaN)."""
+        total = np.zeros(self.start.shape, np.float64)
+        for (r, s), value in np.ndenumerate(np.nan_to_num(np.asarray(heads, np.float64))):
+            if self.of_slot[r, s] >= 0:
+                total[r, self.of_slot[r, s]] += value
+        return np.where(self.start != 0, total, np.nan)
+
+    def head_step(self, step: PruningStep, start: np.ndarray) -> PruningStep:
+        """`step` with its head mask, and the heads (not groups) it has pruned."""
+        heads = self.heads(step.mask)
+        pruned = int(np.count_nonzero(start) - np.count_nonzero(heads))
+        return dataclasses.replace(step, mask=heads.tolist(), heads_pruned=pruned)
 
 
 def curve_points(adapter: ModelAdapter, curve: _Curve) -> list[dict[str, Any]]:

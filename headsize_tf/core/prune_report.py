@@ -4,7 +4,8 @@
 JSON object:
 
 * `source`, `metric` (the main metric's name), `target_fraction`, `step`,
-  `recompute`, `min_heads_per_layer`: what was run;
+  `recompute`, `min_heads_per_layer`, `unit` ("head" or "kv_group"; the
+  fractions count that unit): what was run;
 * `importance`: `[layers][slots]` scores before pruning (`null`: no head);
 * `curve`: one point per step: `fraction`, `heads_pruned`, `metric`, every
   evaluated metric by name, `heads_per_layer`, `mask`, `seconds`;

@@ -179,3 +179,56 @@ def test_the_committed_model_dir_reports_read():
     for path in sorted(root.glob("prune_*.json")):
         read = read_prune_report(path)
         assert read["metric"] == "perplexity" and read["params"]["pruned"] > 0
+
+
+class GroupedFake(FakeAdapter):
+    """FakeAdapter whose slots form key/value groups of `size` heads."""
+
+    def __init__(self, worth, size):
+        super().__init__(worth)
+        self.size = size
+
+    def kv_groups(self):
+        return [[s // self.size for s in range(self.worth.shape[1])] for _ in self.worth]
+
+
+def test_kv_group_unit_prunes_whole_groups_by_summed_importance(tmp_path):
+    # Groups of 2: layer 0 sums to (5, 5) -> ties break by order; layer 1 to (15, 11).
+    adapter = GroupedFake(WORTH, 2)
+    schedule = PruneSchedule(target_fraction=0.5, step=0.25, progress=False, unit="kv_group")
+    report = prune_loop(adapter, schedule, tmp_path / "out")
+
+    # The same plan on the group-level problem (numpy oracle: sum within groups).
+    groups = WORTH.reshape(2, 2, 2).sum(-1)
+    expected = iterative_pruning(
+        groups.shape,
+        lambda mask: np.where(mask != 0, groups, np.nan),
+        lambda mask: float(np.sum(groups * mask)),
+        target_fraction=0.5,
+        step=0.25,
+        min_heads_per_layer=1,
+        progress=False,
+    )
+    heads = [np.repeat(np.asarray(s.mask), 2, axis=1).tolist() for s in expected]
+    assert [p["mask"] for p in report["curve"]] == heads
+    assert [p["metric"] for p in report["curve"]] == [s.metric for s in expected]
+    assert [p["heads_pruned"] for p in report["curve"]] == [0, 2, 4]  # Heads, not groups.
+    assert report["curve"][-1]["heads_per_layer"] == [2, 2]
+    assert report["kept_heads"]["pruned"] == [[2, 3], [0, 1]]
+    assert report["unit"] == "kv_group"
+    assert np.array_equal(adapter.head_mask(), np.ones_like(WORTH))  # Restored.
+
+
+def test_kv_group_unit_keeps_masked_heads_of_kept_groups_and_needs_groups():
+    worth = np.array([[4.0, 1.0, 3.0, 2.0, 9.0, 9.0]])
+    adapter = GroupedFake(worth, 2)
+    adapter.set_head_mask([[1.0, 0.0, 1.0, 1.0, 0.0, 0.0]])  # Group 2 already gone.
+    schedule = PruneSchedule(target_fraction=0.5, step=0.5, progress=False, unit="kv_group")
+    report = prune_loop(adapter, schedule)
+    # Live groups (4 + 0) and (3 + 2): the first goes; group 2 counts as pruned already.
+    assert report["curve"][-1]["mask"] == [[0.0, 0.0, 1.0, 1.0, 0.0, 0.0]]
+    assert adapter.head_mask().tolist() == [[1.0, 0.0, 1.0, 1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="unit 'kv_group' prunes whole key/value groups"):
+        prune_loop(FakeAdapter(WORTH), schedule)
+    with pytest.raises(ValueError, match="unit='layer'"):
+        PruneSchedule(unit="layer")

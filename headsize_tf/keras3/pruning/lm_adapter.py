@@ -19,6 +19,7 @@ import keras
 import numpy as np
 
 from headsize_tf.core.io import atomic_directory
+from headsize_tf.keras3.layers.roles import kind_of
 from headsize_tf.keras3.lm_training import windows_perplexity
 from headsize_tf.keras3.pruning.importance import head_importance
 from headsize_tf.keras3.pruning.remove import head_mask, remove_heads, set_head_mask
@@ -80,6 +81,22 @@ class LMAdapter:
 
     def head_mask(self) -> np.ndarray:
         return head_mask(self.lm)
+
+    def kv_groups(self) -> list[list[int]]:
+        """Per layer, the key/value group of each mask slot (-1: no head); a multi-head
+        layer's heads are a group each (`PruneSchedule(unit="kv_group")`)."""
+        width = self.head_mask().shape[1]
+        rows = []
+        for i, layer in enumerate(self.lm.attention_layers):
+            if kind_of(layer) not in ("standard", "fixed_head", "grouped"):
+                raise ValueError(
+                    f"Layer {i} has {kind_of(layer)} attention; whole key/value groups are "
+                    "pruned in grouped or multi-head layers."
+                )
+            heads = layer.num_heads
+            size = heads // getattr(layer, "num_kv_heads", heads)
+            rows.append([slot // size if slot < heads else -1 for slot in range(width)])
+        return rows
 
     def set_head_mask(self, mask: np.ndarray) -> None:
         set_head_mask(self.lm, np.nan_to_num(np.asarray(mask, np.float32), nan=0.0))
