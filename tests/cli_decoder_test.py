@@ -224,6 +224,12 @@ CASES = [
         "--gguf-type q8_0 is for --format gguf.",
     ),
     (
+        "model_dir_batches_for_a_decoder",
+        ["prune", "--decoder", "{gguf}", "--data-file", "{text}", "--eval-batches", "4"]
+        + ["--output", "{out}"],
+        "--eval-batches counts a --model-dir's batches; other models take --importance-examples.",
+    ),
+    (
         "kv_group_unit_on_a_model_dir",
         ["prune", "--model-dir", "{root}", "--unit", "kv_group", "--output", "{out}"],
         "--unit kv_group prunes a --decoder's key/value groups",

@@ -44,20 +44,32 @@ def prune_pretrained(args: argparse.Namespace) -> dict:
     )
 
 
+def _batches(args: argparse.Namespace, scale: int = 1, unit: str = "batches") -> dict:
+    """`--importance-batches` / `--eval-batches` as a runner's keyword arguments (given ones
+    only; `scale` windows a batch where the runner counts windows)."""
+    given = {"importance": args.importance_batches, "eval": args.eval_batches}
+    return {f"{k}_{unit}": v * scale for k, v in given.items() if v is not None}
+
+
 def prune_classifier_dir(args: argparse.Namespace) -> dict:
     """Prunes a sentence classifier or masked-LM model_dir."""
     from headsize_tf.pruning.classifier_dir import prune_classifier_dir
 
     schedule = schedule_arguments(args)
-    return prune_classifier_dir(args.model_dir, args.output, **schedule, overwrite=args.overwrite)
+    return prune_classifier_dir(
+        args.model_dir, args.output, **schedule, **_batches(args), overwrite=args.overwrite
+    )
 
 
 def prune_language_model(args: argparse.Namespace) -> dict:
-    """Prunes a causal LM model_dir."""
-    from headsize_tf.pruning.language_model import prune_language_model
+    """Prunes a causal LM model_dir (its windows in batches of `LM_BATCH`)."""
+    from headsize_tf.pruning.language_model import LM_BATCH, prune_language_model
 
     schedule = schedule_arguments(args)
-    return prune_language_model(args.model_dir, args.output, **schedule, overwrite=args.overwrite)
+    windows = _batches(args, LM_BATCH, "windows")
+    return prune_language_model(
+        args.model_dir, args.output, **schedule, **windows, overwrite=args.overwrite
+    )
 
 
 def prune_translation_model(args: argparse.Namespace) -> dict:
@@ -67,5 +79,5 @@ def prune_translation_model(args: argparse.Namespace) -> dict:
     kinds = {"kinds": args.attention_kinds} if args.attention_kinds else {}
     schedule = schedule_arguments(args)
     return prune_translation_model(
-        args.model_dir, args.output, **schedule, overwrite=args.overwrite, **kinds
+        args.model_dir, args.output, **schedule, **_batches(args), overwrite=args.overwrite, **kinds
     )

@@ -114,6 +114,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--finetune-epochs", type=float, default=2.0)
     p.add_argument("--importance-examples", type=_positive_int, default=1024)
+    p.add_argument(
+        "--importance-batches",
+        type=_positive_int,
+        default=None,
+        help="a --model-dir: training batches (the run's batch size; an LM's: 32 windows) "
+        "the importance is averaged over (default: 16 for a classifier or masked LM, 8 for "
+        "an LM or a translation model)",
+    )
+    p.add_argument(
+        "--eval-batches",
+        type=_positive_int,
+        default=None,
+        help="a --model-dir: validation batches of the metric at each point of the curve "
+        "(default: 32 for a classifier or masked LM, 8 for an LM or a translation model)",
+    )
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=run)
@@ -146,6 +161,18 @@ def run(args: argparse.Namespace) -> int:
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (a model_dir's options checked)."""
     source = model_source(args)
+    batches = [
+        f
+        for f, n in (
+            ("--importance-batches", "importance_batches"),
+            ("--eval-batches", "eval_batches"),
+        )
+        if getattr(args, n) is not None
+    ]
+    if batches and source != "model_dir":
+        raise ValueError(
+            f"{batches[0]} counts a --model-dir's batches; other models take --importance-examples."
+        )
     if args.unit != "head" and source != "decoder":
         raise ValueError(
             f"--unit {args.unit} prunes a --decoder's key/value groups; other models prune heads."

@@ -77,8 +77,12 @@ def batches(windows: np.ndarray, batch_size: int) -> list[tuple[np.ndarray, np.n
     ]
 
 
+# Windows per batch of an LM model_dir's importance and perplexity.
+LM_BATCH = 32
+
+
 def lm_data(
-    params, importance_windows: int = 256, eval_windows: int = 256, batch_size: int = 32
+    params, importance_windows: int = 256, eval_windows: int = 256, batch_size: int = LM_BATCH
 ) -> LMData:
     """Importance on the first training windows, perplexity on the validation windows."""
     n = params.task.train_data.seq_length

@@ -18,8 +18,9 @@ TINY = str(ROOT / "official_configs" / "headsize_bert_sentiment_tiny.yaml")
 # An eager training loop: a few steps of a tiny model run in less time than tracing the
 # loop's graph takes; the tests read the run's checkpoint and config, not its loop.
 EAGER = "trainer.train_tf_function=false,trainer.train_tf_while_loop=false"
-# Small batches: `prune --model_dir` scores heads on 16 training batches and measures dev
-# accuracy on 32 dev batches (the run's batch sizes) at every point of its curve.
+# Small batches: `prune --model_dir` scores heads on --importance-batches training batches
+# and measures dev accuracy on --eval-batches dev batches (the run's batch sizes) at every
+# point of its curve.
 SHORT = (
     f"{EAGER},trainer.train_steps=8,trainer.validation_steps=2,trainer.steps_per_loop=8,"
     "trainer.summary_interval=8,trainer.checkpoint_interval=8,trainer.validation_interval=8,"
@@ -52,6 +53,10 @@ def test_prune_keeps_the_head_and_equals_the_masked_model(trained, tmp_path, cap
         "0.25",
         "--step",
         "0.125",
+        "--importance-batches",
+        "4",
+        "--eval-batches",
+        "8",
         "--output",
         str(out),
     ]
