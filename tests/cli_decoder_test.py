@@ -230,6 +230,17 @@ CASES = [
         "--eval-batches counts a --model-dir's batches; other models take --importance-examples.",
     ),
     (
+        "heal_steps_on_a_model_dir",
+        ["prune", "--model-dir", "{root}", "--heal-steps", "5", "--output", "{out}"],
+        "--heal-steps heals a pruned --decoder; other models fine-tune instead.",
+    ),
+    (
+        "heal_windows_beyond_the_text",
+        ["prune", "--decoder", "{gguf}", "--data-file", "{text}", "--heal-steps", "5"]
+        + ["--heal-windows", "100000", "--output", "{out}"],
+        "--heal-windows 100000 asks for more training windows than the text has",
+    ),
+    (
         "kv_group_unit_on_a_model_dir",
         ["prune", "--model-dir", "{root}", "--unit", "kv_group", "--output", "{out}"],
         "--unit kv_group prunes a --decoder's key/value groups",
@@ -401,6 +412,16 @@ def test_prune_whole_key_value_groups_shrinks_the_cache_by_the_target(files, tmp
     assert [p["heads_pruned"] for p in report["curve"]] == [0, 2, 4]
     assert "key/value heads: 4 -> 2 (KV cache 50.0% of the original's)" in capsys.readouterr().out
     assert report["perplexity"]["pruned"] == pytest.approx(report["perplexity"]["masked"], 1e-4)
+
+    healed = tmp_path / "healed"
+    argv = [*argv[:-1], str(healed), "--heal-steps", "20", "--heal-windows", "8"]
+    assert cli.main(argv) == 0
+    heal = json.loads((healed / "report.json").read_text())["heal"]
+    for layer in heal["layers"]:  # Each pruned layer nearer the original's outputs.
+        assert layer["relative_error_after"] <= layer["relative_error_before"]
+    assert heal["perplexity_before"] == pytest.approx(report["perplexity"]["pruned"], 1e-4)
+    printed = capsys.readouterr().out
+    assert "healed (20 steps a layer" in printed and "healing: 20 steps" in printed
 
 
 @pytest.mark.slow  # end to end, in the full run (docs/testing.md)

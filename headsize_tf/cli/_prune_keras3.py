@@ -126,8 +126,10 @@ def prune_decoder(args: argparse.Namespace) -> dict:
 
     Importance windows from the training text (`--importance-examples` of
     them), perplexity on the held-out text; grouped K/V layers lose whole
-    groups (`remove_heads`), so the KV cache shrinks. Writes `model.keras`
-    and `report.json`.
+    groups (`remove_heads`), so the KV cache shrinks (`--unit kv_group`: whole
+    groups by importance). `--heal-steps` then distils each pruned attention
+    layer from the original's outputs (layer-wise, as `convert` heals). Writes
+    `model.keras` and `report.json`.
     """
     from headsize_tf.core.io import check_output_free
     from headsize_tf.core.prune_loop import PruneSchedule, prune_loop
@@ -147,18 +149,38 @@ def prune_decoder(args: argparse.Namespace) -> dict:
     if not args.data_file and args.data != "austen":
         raise ValueError("A decoder is pruned on plain text: pass --data austen or --data-file.")
     lm = load_decoder(args.decoder)
+    heal_windows = args.heal_windows if args.heal_steps else 0
     text = decoder_lm_text(
         lm,
         LM_WINDOW + 1,
         corpus=None if args.data_file else "austen",
         data_file=args.data_file,
-        max_train_windows=args.importance_examples,
+        max_train_windows=max(args.importance_examples, heal_windows),
         max_held_out_windows=LM_EVAL_WINDOWS,
     )
-    adapter = LMAdapter(lm, text.train, text.held_out, source=args.decoder)
+    if len(text.train) < heal_windows:
+        raise ValueError(
+            f"--heal-windows {heal_windows} asks for more training windows than the text has "
+            f"({len(text.train)} of {LM_WINDOW + 1} tokens)."
+        )
+    importance = text.train[: args.importance_examples]
+    adapter = LMAdapter(lm, importance, text.held_out, source=args.decoder)
     spec = lm.attention_spec
 
     def extras(report: dict[str, Any], pruned: Any) -> None:
+        if args.heal_steps:  # The saved model is the healed one; "pruned" measures it.
+            from headsize_tf.keras3.reparam.heal import layerwise_distill
+
+            before = pruned.evaluate()["perplexity"]
+            print(f"healing: {args.heal_steps} steps per layer on {heal_windows} windows")
+            heal = layerwise_distill(
+                lm,
+                pruned.lm,
+                text.train[:heal_windows, :-1],  # Inputs (the last id is a target).
+                args.heal_steps,
+                progress=lambda line: print(f"  {line}", flush=True),
+            )
+            report["heal"] = {**heal, "perplexity_before": before}
         report.update(
             framework="keras3",
             data=text.source,

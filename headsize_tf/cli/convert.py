@@ -34,6 +34,7 @@ from headsize_tf.cli import _convert_keras3, _convert_tf_keras
 from headsize_tf.cli._args import (
     DECODER_HELP,
     FRAMEWORKS,
+    _non_negative_int,
     _open_fraction,
     _positive_int,
     add_option,
@@ -49,16 +50,6 @@ FLAG_NAMES = {
     "kv_latent_dim": "--kv-rank",
     "shared_key_dim": "--shared-key-dim",
 }
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
 
 
 class _ModelFileAlias(argparse.Action):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from headsize_tf.cli import _prune_keras3, _prune_tf_keras
 from headsize_tf.cli._args import (
     _fraction,
+    _non_negative_int,
     _positive_int,
     add_framework,
     add_model_source,
@@ -112,6 +113,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="--model-dir of a translation model: the kinds of attention pruned "
         "(default: all three)",
     )
+    p.add_argument(
+        "--heal-steps",
+        type=_non_negative_int,
+        default=0,
+        help="a --decoder: Adam steps per attention layer of layer-wise distillation from the "
+        "original (its outputs on the training text) after removal; the saved model is the "
+        "healed one",
+    )
+    p.add_argument(
+        "--heal-windows",
+        type=_positive_int,
+        default=32,
+        help="training windows the healing distils on",
+    )
     p.add_argument("--finetune-epochs", type=float, default=2.0)
     p.add_argument("--importance-examples", type=_positive_int, default=1024)
     p.add_argument(
@@ -173,6 +188,8 @@ def _source(args: argparse.Namespace) -> str:
         raise ValueError(
             f"{batches[0]} counts a --model-dir's batches; other models take --importance-examples."
         )
+    if args.heal_steps and source != "decoder":
+        raise ValueError("--heal-steps heals a pruned --decoder; other models fine-tune instead.")
     if args.unit != "head" and source != "decoder":
         raise ValueError(
             f"--unit {args.unit} prunes a --decoder's key/value groups; other models prune heads."
@@ -251,6 +268,12 @@ def _print_report(args: argparse.Namespace, report: dict) -> None:
             f"({report['decoding_speedup']:.2f}x)"
         )
     print(line)
+    heal = report.get("heal")
+    if heal:
+        print(
+            f"healed ({heal['steps']} steps a layer, {heal['seconds']:.0f} s): {name} "
+            f"{heal['perplexity_before']:.2f} -> {metric['pruned']:.2f}"
+        )
     kv_heads = report.get("kv_heads_per_layer")
     source = (report.get("source_attention") or {}).get("num_kv_heads")
     if kv_heads and source:
