@@ -422,6 +422,7 @@ def test_prune_whole_key_value_groups_shrinks_the_cache_by_the_target(files, tmp
     assert heal["perplexity_before"] == pytest.approx(report["perplexity"]["pruned"], 1e-4)
     printed = capsys.readouterr().out
     assert "healed (20 steps a layer" in printed and "healing: 20 steps" in printed
+    assert "perplexity after removal and healing" in printed
 
 
 @pytest.mark.slow  # end to end, in the full run (docs/testing.md)

@@ -259,7 +259,8 @@ def _print_report(args: argparse.Namespace, report: dict) -> None:
     metric = report[name]
     line = (
         f"params: {report['params']['original']} -> {report['params']['pruned']}; {name} after "
-        f"removal {scale * metric['pruned']:.2f}{unit} (masked {scale * metric['masked']:.2f}{unit})"
+        f"removal{' and healing' if report.get('heal') else ''} "
+        f"{scale * metric['pruned']:.2f}{unit} (masked {scale * metric['masked']:.2f}{unit})"
     )
     speed = report.get("decoding_tokens_per_second")
     if speed:
