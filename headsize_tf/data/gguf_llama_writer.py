@@ -511,16 +511,17 @@ def _sentencepiece_metadata(
     return keys
 
 
+def _steps(step: Any) -> list[Mapping[str, Any]]:
+    """The steps of a tokenizer JSON normalizer or pre-tokenizer (a Sequence's, or itself)."""
+    if not isinstance(step, Mapping):
+        return []
+    inner = step.get("normalizers") or step.get("pretokenizers")
+    return [item for sub in inner for item in _steps(sub)] if inner else [step]
+
+
 def _space_prefix(data: Mapping[str, Any]) -> bool:
     """Whether the tokenizer puts U+2581 before the text (a Prepend normalizer or Metaspace)."""
-
-    def steps(step: Any) -> list[Mapping[str, Any]]:
-        if not isinstance(step, Mapping):
-            return []
-        inner = step.get("normalizers") or step.get("pretokenizers")
-        return [item for sub in inner for item in steps(sub)] if inner else [step]
-
-    for step in steps(data.get("normalizer")) + steps(data.get("pre_tokenizer")):
+    for step in _steps(data.get("normalizer")) + _steps(data.get("pre_tokenizer")):
         if step.get("type") == "Prepend" and step.get("prepend") == SPACE_PIECE:
             return True
         if step.get("type") == "Metaspace":
@@ -532,7 +533,7 @@ def _space_prefix(data: Mapping[str, Any]) -> bool:
 
 def _metaspace(data: Mapping[str, Any]) -> bool:
     """Whether the tokenizer's pre-tokenizer is (or holds) a Metaspace step."""
-    return '"Metaspace"' in json.dumps(data.get("pre_tokenizer"))
+    return any(step.get("type") == "Metaspace" for step in _steps(data.get("pre_tokenizer")))
 
 
 def _check_probe(

@@ -24,7 +24,11 @@ tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("sentencepiece")
 
 from headsize_tf.core.errors import CheckpointError  # noqa: E402
-from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig  # noqa: E402
+from headsize_tf.core.llama_checkpoint import (  # noqa: E402
+    LlamaCheckpoint,
+    LlamaConfig,
+    weight_shapes,
+)
 from headsize_tf.data.gguf_llama import read_gguf_llama  # noqa: E402
 from headsize_tf.data.gguf_llama_writer import PROBE_TEXTS, write_gguf_llama  # noqa: E402
 from tests.data.gguf_gemma_test import hf_config, random_weights, write_like_llama_cpp  # noqa: E402
@@ -49,8 +53,6 @@ def pruned_checkpoint(tokenizer_json: str, layer_heads, seed: int = 3) -> LlamaC
     config = tiny_config(vocab, num_layers=len(layer_heads), head_dim=16, layer_heads=layer_heads)
     base = random_checkpoint(tokenizer_json, seed=seed)
     rng = np.random.default_rng(seed)
-    from headsize_tf.core.llama_checkpoint import weight_shapes
-
     weights = {
         name: (
             (1 + 0.1 * rng.standard_normal(shape))
@@ -303,8 +305,6 @@ def test_qwen_files_keep_their_biases_norms_and_pre_tokenizer(tmp_path, tokenize
         config = dataclasses.replace(
             checkpoint.config, model_type=model_type, attention_bias=bias, qk_norm=norm
         )
-        from headsize_tf.core.llama_checkpoint import weight_shapes
-
         rng = np.random.default_rng(5)
         weights = {
             name: checkpoint.weights.get(name, rng.standard_normal(shape).astype(np.float32))
@@ -505,8 +505,6 @@ def test_llama3_frequency_factors_follow_llama_cpps_converter_and_stay_llama_onl
 def test_q8_0_rows_that_are_not_whole_blocks_fall_back_to_f16(tmp_path, tokenizer_json):
     checkpoint = random_checkpoint(tokenizer_json)
     config = dataclasses.replace(checkpoint.config, hidden_dim=48, head_dim=16)
-    from headsize_tf.core.llama_checkpoint import weight_shapes
-
     rng = np.random.default_rng(0)
     weights = {
         name: (0.1 * rng.standard_normal(shape)).astype(np.float32)
@@ -528,8 +526,6 @@ def test_vocabulary_padding_added_tokens_and_bos_rules_are_written_for_llama_cpp
     with_added = tokenizers.Tokenizer.from_str(tokenizer_json)
     with_added.add_tokens(["<tab>"])  # A user-defined token, id `size`.
     config = dataclasses.replace(checkpoint.config, vocabulary_size=size + 3, bos_token_id=None)
-    from headsize_tf.core.llama_checkpoint import weight_shapes
-
     rng = np.random.default_rng(0)
     weights = {
         name: (0.1 * rng.standard_normal(shape)).astype(np.float32)
