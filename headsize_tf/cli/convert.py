@@ -156,11 +156,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     rotary.add_argument(
         "--rope-strategy",
-        choices=["high", "low", "uniform", "2norm", "rotated"],
+        choices=["high", "low", "uniform", "2norm", "rotated", "rotated_high"],
         default=None,
         help="which frequency pairs keep RoPE (2norm: largest query x key pair norms on the "
         "calibration text; default; rotated: TransMLA's RoRoPE, the same number of pairs in "
-        "all from a per-frequency PCA across key/value heads)",
+        "all from a per-frequency PCA across key/value heads; rotated_high: its leading pair "
+        "of the fastest frequencies, DeepSeek-V2's rotary key, which llama.cpp runs: "
+        "export --format gguf)",
     )
     rotary.add_argument(
         "--rope-pairs",

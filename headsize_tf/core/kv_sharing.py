@@ -1009,6 +1009,22 @@ class RotatedRope:
         width = self.scores.shape[1]
         return tuple(sorted((int(i) // width, int(i) % width) for i in top))
 
+    def leading(self, count: int) -> tuple[tuple[int, int], ...]:
+        """The leading component of each of the `count` fastest bands: `(b, 0)`, b < count.
+
+        Their frequencies are evenly spaced from the fastest (`0, M, 2M, ...`),
+        so the rotary key they form is DeepSeek-V2's: one key whose pair i
+        turns at `base^(-2 i M / p)`, what llama.cpp's "deepseek2" computes
+        (`headsize_tf.data.gguf_mla_writer`).
+        """
+        bands = self.scores.shape[0]
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= bands:
+            raise SpecError(
+                f"Keeping the leading component of the fastest bands needs 1 <= pairs kept <= "
+                f"{bands} (the layer's bands of {self.fold} frequencies); got {count!r}."
+            )
+        return tuple((b, 0) for b in range(count))
+
 
 def rotary_frequencies(bands: int, width: int, fold: int) -> np.ndarray:
     """`[bands, width]`: component j of band b turns at frequency `b fold + (j mod fold)`."""

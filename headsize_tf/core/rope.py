@@ -354,9 +354,13 @@ def rotation_weights(inverse: np.ndarray, context: int) -> np.ndarray:
 
 
 PAIR_STRATEGIES = ("high", "low", "uniform", "2norm")
-# TransMLA's rotated RoPE (`headsize_tf.core.kv_sharing.rotated_rope`): pairs of a rotated basis.
+# TransMLA's rotated RoPE (`headsize_tf.core.kv_sharing.rotated_rope`): pairs of a rotated basis,
+# by score ("rotated") or the leading component of the fastest bands ("rotated_high": one rotary
+# key of evenly spaced frequencies from the fastest, DeepSeek-V2's layout, which llama.cpp runs).
 ROTATED = "rotated"
-STRATEGIES = (*PAIR_STRATEGIES, ROTATED)
+ROTATED_HIGH = "rotated_high"
+ROTATED_STRATEGIES = (ROTATED, ROTATED_HIGH)
+STRATEGIES = (*PAIR_STRATEGIES, *ROTATED_STRATEGIES)
 
 
 def select_pairs(

@@ -25,6 +25,7 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.llama_checkpoint import GEMMA_TYPES, LlamaCheckpoint, LlamaConfig
+from headsize_tf.core.mla_layer import MlaLayer
 from headsize_tf.keras3.layers import GroupedAttention
 from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 
@@ -204,7 +205,54 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
     sizes = {layer.head_size for layer in layers}
     if len(sizes) > 1:
         raise _not_expressible(f"its layers differ in head size ({sorted(sizes)})")
-    p = sizes.pop()
+    config, w = _llama_parts(lm, model_type, tuple(pairs), sizes.pop())
+    d = lm.hidden_dim
+    for i, attention in enumerate(layers):
+        gates = _np(attention.head_gates)
+        if not np.all(gates == 1):
+            raise _not_expressible(f"layer {i} has masked heads (gates {gates.tolist()})")
+        prefix = f"model.layers.{i}."
+        w[prefix + "self_attn.q_proj.weight"] = _np(attention._query_dense.kernel).reshape(d, -1).T
+        w[prefix + "self_attn.k_proj.weight"] = _np(attention._key_dense.kernel).reshape(d, -1).T
+        w[prefix + "self_attn.v_proj.weight"] = _np(attention._value_dense.kernel).reshape(d, -1).T
+        w[prefix + "self_attn.o_proj.weight"] = _np(attention._output_dense.kernel).reshape(-1, d).T
+        if lm.attention_bias:
+            w[prefix + "self_attn.q_proj.bias"] = _np(attention._query_dense.bias).reshape(-1)
+            w[prefix + "self_attn.k_proj.bias"] = _np(attention._key_dense.bias).reshape(-1)
+            if isinstance(attention, GroupedAttention):
+                h, g = pairs[i]
+                per_query = _np(attention.value_bias).reshape(g, h // g, -1)
+                if not np.allclose(per_query, per_query[:, :1]):
+                    raise _not_expressible(f"layer {i}'s value biases differ within a group")
+                w[prefix + "self_attn.v_proj.bias"] = per_query[:, 0].reshape(-1)
+            else:
+                w[prefix + "self_attn.v_proj.bias"] = _np(attention._value_dense.bias).reshape(-1)
+        if lm.query_key_norm:
+            w[prefix + "self_attn.q_norm.weight"] = _np(attention.query_norm)
+            w[prefix + "self_attn.k_norm.weight"] = _np(attention.key_norm)
+    checkpoint = _checkpoint(lm, config, w)
+    checkpoint.check()
+    return checkpoint
+
+
+def _checkpoint(lm: DecoderLM, config: LlamaConfig, w: dict[str, np.ndarray]) -> LlamaCheckpoint:
+    tokenizer = lm.tokenizer
+    return LlamaCheckpoint(
+        config,
+        {name: np.ascontiguousarray(value) for name, value in w.items()},
+        tokenizer_json=getattr(tokenizer, "tokenizer_json", None),
+        chat_template=getattr(tokenizer, "chat_template", None),
+        source="DecoderLM",
+        add_bos_token=getattr(tokenizer, "add_start_token", True),
+    )
+
+
+def _llama_parts(
+    lm: DecoderLM, model_type: str, pairs: tuple[tuple[int, int], ...], p: int
+) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
+    """`lm`'s Llama-family config (with `pairs` (query, key/value) heads per layer of size
+    `p`) and its weights outside attention: embeddings, norms, feed-forward, output."""
+    spec = lm.attention_spec
     tokenizer = lm.tokenizer
     wanted_scale = float(np.sqrt(lm.hidden_dim)) if model_type in GEMMA_TYPES else None
     scale = lm.embedding_scale
@@ -239,7 +287,7 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
         final_logit_soft_cap=lm.final_logit_soft_cap,
         local_rope_max_wavelength=lm.local_rope_max_wavelength,
         query_pre_attn_scalar=_query_pre_attn_scalar(lm.query_scale),
-        layer_heads=tuple(pairs),
+        layer_heads=pairs,
         bos_token_id=getattr(tokenizer, "start_token_id", None),
         eos_token_id=getattr(tokenizer, "end_token_id", None),
     )
@@ -256,30 +304,8 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
             f"this DecoderLM {'has them' if lm.post_norms else 'has none'}."
         )
     w: dict[str, np.ndarray] = {"model.embed_tokens.weight": _np(lm.token_embedding.embeddings)}
-    for i, (block, attention) in enumerate(zip(lm.transformer_layers, layers, strict=True)):
-        gates = _np(attention.head_gates)
-        if not np.all(gates == 1):
-            raise _not_expressible(f"layer {i} has masked heads (gates {gates.tolist()})")
+    for i, block in enumerate(lm.transformer_layers):
         prefix = f"model.layers.{i}."
-        d = lm.hidden_dim
-        w[prefix + "self_attn.q_proj.weight"] = _np(attention._query_dense.kernel).reshape(d, -1).T
-        w[prefix + "self_attn.k_proj.weight"] = _np(attention._key_dense.kernel).reshape(d, -1).T
-        w[prefix + "self_attn.v_proj.weight"] = _np(attention._value_dense.kernel).reshape(d, -1).T
-        w[prefix + "self_attn.o_proj.weight"] = _np(attention._output_dense.kernel).reshape(-1, d).T
-        if lm.attention_bias:
-            w[prefix + "self_attn.q_proj.bias"] = _np(attention._query_dense.bias).reshape(-1)
-            w[prefix + "self_attn.k_proj.bias"] = _np(attention._key_dense.bias).reshape(-1)
-            if isinstance(attention, GroupedAttention):
-                h, g = pairs[i]
-                per_query = _np(attention.value_bias).reshape(g, h // g, -1)
-                if not np.allclose(per_query, per_query[:, :1]):
-                    raise _not_expressible(f"layer {i}'s value biases differ within a group")
-                w[prefix + "self_attn.v_proj.bias"] = per_query[:, 0].reshape(-1)
-            else:
-                w[prefix + "self_attn.v_proj.bias"] = _np(attention._value_dense.bias).reshape(-1)
-        if lm.query_key_norm:
-            w[prefix + "self_attn.q_norm.weight"] = _np(attention.query_norm)
-            w[prefix + "self_attn.k_norm.weight"] = _np(attention.key_norm)
         for norm, name in _block_norms(block, config):
             w[prefix + name] = _np(norm.scale)
         w[prefix + "mlp.gate_proj.weight"] = _np(block._feedforward_gate_dense.kernel).T
@@ -288,14 +314,63 @@ def checkpoint_from_decoder(lm: DecoderLM, model_type: str = "llama") -> LlamaCh
     w["model.norm.weight"] = _np(lm.final_norm.scale)
     if lm.lm_head is not None:
         w["lm_head.weight"] = _np(lm.lm_head.kernel).T
-    weights = {name: np.ascontiguousarray(value) for name, value in w.items()}
-    checkpoint = LlamaCheckpoint(
-        config,
-        weights,
-        tokenizer_json=getattr(tokenizer, "tokenizer_json", None),
-        chat_template=getattr(tokenizer, "chat_template", None),
-        source="DecoderLM",
-        add_bos_token=getattr(tokenizer, "add_start_token", True),
-    )
-    checkpoint.check()
-    return checkpoint
+    return config, w
+
+
+def mla_checkpoint_from_decoder(lm: DecoderLM) -> tuple[LlamaCheckpoint, list[MlaLayer]]:
+    """A latent-attention `DecoderLM`'s parts for llama.cpp's "deepseek2" GGUF file.
+
+    Returns the Llama checkpoint of everything outside attention (its
+    attention weights left out: `write_gguf_mla` reads only the rest) and
+    each layer's `MlaLayer` (`headsize_tf.data.gguf_mla_writer`).
+
+    Raises:
+      CheckpointError: the model is not a latent one with one rotary key per
+        layer, has masked heads, biases or quantized weights, in one line.
+    """
+    spec = lm.attention_spec
+    if spec.kind != "latent" or not spec.rope_max_wavelength:
+        raise CheckpointError(
+            f"llama.cpp's deepseek2 runs latent attention with rotary positions; this DecoderLM "
+            f"has {spec.kind} attention{'' if spec.rope_max_wavelength else ' without RoPE'}."
+        )
+    layers = lm.attention_layers
+    heads = tuple((a.num_heads, a.num_heads) for a in layers)
+    config, shared = _llama_parts(lm, "llama", heads, layers[0].head_size)
+    mla = []
+    for i, (block, attention) in enumerate(zip(lm.transformer_layers, layers, strict=True)):
+        gates = _np(attention.head_gates)
+        problem = (
+            f"{attention.num_rope_heads} rotary keys (MHA2MLA's partial RoPE: one per original "
+            "key/value head; convert with --rope-strategy rotated_high)"
+            if attention.num_rope_heads != 1
+            else "masked heads"
+            if not np.all(gates == 1)
+            else "attention biases"
+            if attention._use_bias
+            else "query/key norms"
+            if attention.key_norm is not None
+            else "quantized weights"
+            if attention._query_dense.quantization_mode is not None
+            else None
+        )
+        if problem:
+            raise CheckpointError(
+                f"llama.cpp's deepseek2 computes one rotary key per layer, without masks, "
+                f"biases, query/key norms or Keras quantization; layer {i} has {problem}."
+            )
+        mla.append(
+            MlaLayer(
+                query=_np(attention._query_dense.kernel),
+                latent=_np(attention._latent_dense.kernel),
+                rope_key=_np(attention._rope_key_dense.kernel)[:, 0],
+                key_up=_np(attention._key_up_dense.kernel),
+                value_up=_np(attention._value_up_dense.kernel),
+                output=_np(attention._output_dense.kernel),
+                frequencies=tuple(int(f) for f in attention.rope_sets[0]),
+                grid_size=attention._rope_grid(),
+                query_scale=float(attention._inverse_sqrt_key_dim),
+                norm_scale=_np(block._self_attention_layer_norm.scale) + lm.norm_scale_offset,
+            )
+        )
+    return _checkpoint(lm, config, shared), mla

@@ -40,6 +40,7 @@ from headsize_tf.keras3.modeling.llama_weights import (
     checkpoint_from_decoder,
     decoder_from_checkpoint,
     default_model_type,
+    mla_checkpoint_from_decoder,
 )
 from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
 
@@ -173,9 +174,13 @@ def save_decoder(
         else "Llama3Backbone".
       tensor_type: "gguf": "f32", "f16", "bf16" or "q8_0" for the matrices.
 
+    A latent (MLA) model with one rotary key per layer of evenly spaced
+    frequencies (`convert --rope-strategy rotated_high`) is written as
+    llama.cpp's "deepseek2" (`headsize_tf.data.gguf_mla_writer`).
+
     Raises:
-      CheckpointError: the format cannot hold the model (latent or
-        collaborative attention, partial RoPE: `.keras` only; per-layer
+      CheckpointError: the format cannot hold the model (collaborative
+        attention, partial RoPE, other latent models: `.keras` only; per-layer
         heads: `.keras` or GGUF).
     """
     if format not in SAVE_FORMATS:
@@ -202,6 +207,11 @@ def save_decoder(
 
         if path.suffix != ".gguf":
             raise CheckpointError(f"A GGUF file ends in .gguf; got {path}.")
+        if lm.attention_spec.kind == "latent":  # llama.cpp's deepseek2: MLA.
+            from headsize_tf.data.gguf_mla_writer import write_gguf_mla
+
+            checkpoint, layers = mla_checkpoint_from_decoder(lm)
+            return write_gguf_mla(checkpoint, layers, path, tensor_type)
         return write_gguf_llama(checkpoint_from_decoder(lm, model_type), path, tensor_type)
     if format == "hf":
         from headsize_tf.data.hf_llama_dir import write_hf_llama_dir

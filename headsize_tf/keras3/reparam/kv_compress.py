@@ -15,7 +15,10 @@ step 1 and gives the latent the whole budget:
    TransMLA's FreqFold), a PCA across the key/value heads (of the activations
    when calibration statistics are given), and the same number of pairs in all
    (key/value heads x `rope_pairs`) goes to the rotated components of
-   highest score, as one rotary key shared by every query head.
+   highest score, as one rotary key shared by every query head;
+   "rotated_high" keeps the leading component of the fastest bands instead
+   (evenly spaced frequencies: DeepSeek-V2's rotary key, so the converted
+   model is also a llama.cpp "deepseek2" GGUF file, `save_decoder`).
 2. **The latent** of the non-rotary keys and the values: their joint SVD
    (`headsize_tf.core.kv_sharing.rope_latent_weights`), of the weights or,
    calibrated, of the activations (the inputs' second moments from
@@ -60,7 +63,10 @@ class KVPlan:
     Args:
       cache_fraction: The fraction of the original KV cache kept, in (0, 1].
       rope_strategy: "high", "low", "uniform", "2norm" (needs calibration)
-        or "rotated" (TransMLA's RoRoPE); None for a model without RoPE (a
+        "rotated" (TransMLA's RoRoPE, the rotated pairs of highest score) or
+        "rotated_high" (the leading rotated pair of the fastest frequencies:
+        one rotary key of evenly spaced frequencies, DeepSeek-V2's layout,
+        which llama.cpp's "deepseek2" runs); None for a model without RoPE (a
         `CausalLM`, GPT-2): the latent is the whole cache.
       rope_pairs: Frequency pairs each key/value head keeps on RoPE (rotated:
         key/value heads x `rope_pairs` rotated pairs in all, the same cache);
@@ -78,7 +84,7 @@ class KVPlan:
         far its rotation moves over relative distances up to this many tokens
         (`rope.rotation_weights`: slow pairs lose little without RoPE); None:
         the scores as they are.
-      rope_fold: "rotated" only: TransMLA's FreqFold, one PCA per band of this
+      rope_fold: Rotated strategies only: TransMLA's FreqFold, one PCA per band of this
         many neighbouring frequencies (more energy in the leading components;
         each turns at one of its band's frequencies, so only 1, the default,
         is exact).
@@ -127,10 +133,11 @@ class KVPlan:
             isinstance(fold, bool)
             or not isinstance(fold, int)
             or fold < 1
-            or (fold != 1 and self.rope_strategy != rope.ROTATED)
+            or (fold != 1 and self.rope_strategy not in rope.ROTATED_STRATEGIES)
         ):
             raise SpecError(
-                f"rope_fold must be an int >= 1, above 1 only with the rotated strategy; got "
+                f"rope_fold must be an int >= 1, above 1 only with the rotated strategy (or "
+                f"rotated_high); got "
                 f"{fold!r} with {self.rope_strategy!r}."
             )
         if self.allocation not in ALLOCATIONS:
@@ -170,8 +177,8 @@ def _layer_plan(layer: Any, plan: KVPlan) -> tuple[int, int, int]:
     if plan.rope_strategy is None and rotary_layer:
         raise SpecError(
             f"Layer {layer.name!r} rotates its keys (RoPE): a latent cannot carry the rotation, "
-            "so a RoPE model needs a rope_strategy ('2norm', 'high', 'low', 'uniform' or "
-            "'rotated')."
+            "so a RoPE model needs a rope_strategy ('2norm', 'high', 'low', 'uniform', "
+            "'rotated' or 'rotated_high')."
         )
     groups = _kv_heads(layer)
     head_size = int(layer.head_size)
@@ -249,7 +256,7 @@ def _plan_layers(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> _Laye
     """The rotary sets and the latent's spectra of every layer (`compress_kv`'s steps 1-2)."""
     _check_stats(lm, plan, stats)
     layers = lm.attention_layers
-    rotated = plan.rope_strategy == rope.ROTATED
+    rotated = plan.rope_strategy in rope.ROTATED_STRATEGIES
     sets, ranks, rotary_values = [], [], []
     for i, layer in enumerate(layers):
         groups, head_size, rank = _layer_plan(layer, plan)
@@ -268,7 +275,10 @@ def _plan_layers(lm: Any, plan: KVPlan, stats: CalibrationStats | None) -> _Laye
                 None if stats is None else stats.covariances[i],
                 plan.rope_fold,
             )
-            chosen = basis.components(groups * plan.rope_pairs, weights)
+            if plan.rope_strategy == rope.ROTATED_HIGH:
+                chosen = basis.leading(groups * plan.rope_pairs)
+            else:
+                chosen = basis.components(groups * plan.rope_pairs, weights)
         else:
             scores = None if stats is None else stats.pair_scores[i]
             if scores is not None and weights is not None:
