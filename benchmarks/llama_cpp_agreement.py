@@ -15,6 +15,11 @@ Models:
 * SmolLM2 pruned layer by layer (`--pruned FILE.keras`, e.g. `headsize-tf prune
   --decoder ... --output DIR`'s `DIR/model.keras`; without it, a fixed mask
   dropping 0-2 key/value groups per layer): llama.cpp's "deci" architecture;
+* SmolLM2 converted to a shared latent (`--latent FILE.keras`, e.g. `headsize-tf
+  convert --decoder ... --to latent --cache-fraction 0.3125 --rope-strategy
+  rotated_high ... --output DIR`'s model; without it, the same conversion of the
+  weights alone, 4 rotary pairs from bands of 2): llama.cpp's "deepseek2" (MLA),
+  float32 and q8_0;
 * tiny random Qwen2 (biases), Qwen3 (query/key norms), Gemma 2 (window 16 of the
   128 positions, logit caps) and Gemma 3 (query/key norms, a local RoPE base)
   over SmolLM2's tokenizer.
@@ -30,7 +35,8 @@ Usage (llama-cpp-python built in another environment, e.g. `python -m venv /tmp/
 /tmp/lcpp/bin/pip install llama-cpp-python numpy`):
 
   python benchmarks/llama_cpp_agreement.py --llama-python /tmp/lcpp/bin/python \\
-      --output results/gguf_llama_cpp [--pruned /tmp/smollm2_pruned/model.keras]
+      --output results/gguf_llama_cpp [--pruned /tmp/smollm2_pruned/model.keras] \\
+      [--latent /tmp/smollm2_mla/model.keras]
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-python", required=True, help="python with llama_cpp")
     parser.add_argument("--output", required=True)
     parser.add_argument("--pruned", default=None, help="a pruned DecoderLM .keras file")
+    parser.add_argument("--latent", default=None, help="a latent (MLA) DecoderLM .keras file")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -114,6 +121,7 @@ def _compare(args, argv, lm, ids, texts, tmp: pathlib.Path) -> dict:
 
     from headsize_tf.data.plain_text import plain_text
     from headsize_tf.keras3.pretrained.decoders import load_decoder, save_decoder
+    from headsize_tf.keras3.reparam.lm_file import kv_bytes_per_token
 
     models = {"SmolLM2-135M f32": (lm, save_decoder(lm, tmp / "smollm2.gguf", "gguf"))}
     q8 = save_decoder(lm, tmp / "smollm2_q8_0.gguf", "gguf", tensor_type="q8_0")
@@ -123,6 +131,13 @@ def _compare(args, argv, lm, ids, texts, tmp: pathlib.Path) -> dict:
         pruned,
         save_decoder(pruned, tmp / "pruned.gguf", "gguf"),
     )
+    latent = load_decoder(args.latent) if args.latent else _latent(lm)
+    models["SmolLM2-135M latent (deepseek2)"] = (
+        latent,
+        save_decoder(latent, tmp / "latent.gguf", "gguf"),
+    )
+    latent_q8 = save_decoder(latent, tmp / "latent_q8_0.gguf", "gguf", tensor_type="q8_0")
+    models["SmolLM2-135M latent (deepseek2), q8_0 against float32"] = (latent, latent_q8)
     for name, tiny in _tiny_models(lm).items():
         models[name] = (tiny, save_decoder(tiny, tmp / f"{name}.gguf", "gguf"))
     spm_path, spm_processor = _sentencepiece_file(tmp, plain_text("austen", "train"))
@@ -159,6 +174,7 @@ def _compare(args, argv, lm, ids, texts, tmp: pathlib.Path) -> dict:
                 "file_mb": round(path.stat().st_size / 2**20, 1),
                 "query_heads": [layer.num_heads for layer in layers],
                 "kv_heads": [getattr(layer, "num_kv_heads", layer.num_heads) for layer in layers],
+                "cache_values_per_token": kv_bytes_per_token(model) // 4,  # float32 models
                 "max_abs_diff": float(np.abs(ours - theirs).max()),
                 "max_abs_logit": float(np.abs(ours).max()),
                 "relative": float(np.abs(ours - theirs).max() / np.abs(ours).max()),
@@ -210,6 +226,15 @@ def _pruned(lm):
         for group in range(i % 3):
             mask[i, 3 * group : 3 * group + 3] = 0
     return remove_heads(lm, mask)
+
+
+def _latent(lm):
+    """SmolLM2 as a latent at 31.25% of its cache, from its weights alone (DeepSeek-V2's
+    rotary key: the leading rotated pair of the 12 fastest bands of 2 frequencies)."""
+    from headsize_tf.keras3.reparam import KVPlan, compress_kv
+
+    plan = KVPlan(0.3125, "rotated_high", 4, calibrated=False, rope_fold=2)
+    return compress_kv(lm, plan)[0]
 
 
 def _tiny_models(lm) -> dict:

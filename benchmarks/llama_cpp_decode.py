@@ -18,7 +18,12 @@ layers) and each `--model LABEL=FILE.keras`, e.g.:
 * `headsize-tf convert --decoder smollm2-135m-instruct-q4 --to grouped --kv-heads 1
   --output DIR` (one key/value head: a third of the cache; llama.cpp's "llama");
 * `headsize-tf prune --decoder ... [--unit kv_group] --output DIR` (layers that differ in
-  heads: llama.cpp's "deci").
+  heads: llama.cpp's "deci");
+* `headsize-tf convert --decoder ... --to latent --cache-fraction F --rope-strategy
+  rotated_high ... --output DIR` (a shared latent and one rotary key: llama.cpp's
+  "deepseek2", whose MLA cache holds the latent and the rotary key per token and layer).
+
+`--name` sets the output files' stem (default `decode`: `decode.json`, `decode.md`).
 
 Usage:
 
@@ -93,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tensor-type", default="q8_0", choices=["f32", "f16", "bf16", "q8_0"])
+    parser.add_argument("--name", default="decode", help="the output files' stem")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -100,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from headsize_tf.core.io import write_atomic, write_json
     from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
     from headsize_tf.keras3.pretrained.decoders import load_decoder, save_decoder
+    from headsize_tf.keras3.reparam.lm_file import kv_bytes_per_token
 
     start = time.perf_counter()
     contexts = [int(c) for c in args.contexts.split(",")]
@@ -119,10 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, model in models.items():
             path = save_decoder(model, tmp / f"{name}.gguf", "gguf", tensor_type=args.tensor_type)
             files[name] = str(path)
-            kv = sum(
-                2 * getattr(layer, "num_kv_heads", layer.num_heads) * layer.head_size
-                for layer in model.attention_layers
-            )
+            kv = kv_bytes_per_token(model) // 4  # Values per token (float32 models).
             bytes_per_step[name] = {"weights": path.stat().st_size, "cache_per_token": 2 * kv}
         job = {
             "files": files,
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - start, 1),
     }
     out = pathlib.Path(args.output)
-    write_json(out / "decode.json", result)
+    write_json(out / f"{args.name}.json", result)
     lines = [
         "| model | context | cache (MB, float16) | tokens/s | ratio | bytes ideal |",
         "|---|---|---|---|---|---|",
@@ -184,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['ratio']:.2f}x | {r['ideal']:.2f}x |"
         for r in sorted(rows, key=lambda r: (r["context"], r["model"] != "original"))
     ]
-    write_atomic(out / "decode.md", "\n".join(lines) + "\n")
-    print(f"wrote {out / 'decode.json'} and decode.md in {result['seconds']:.0f} s")
+    write_atomic(out / f"{args.name}.md", "\n".join(lines) + "\n")
+    print(f"wrote {out / args.name}.json and .md in {result['seconds']:.0f} s")
     return 0
 
 

@@ -147,6 +147,12 @@ CASES = [
         "rope_fold=3: a fold must divide a head's 8 frequency pairs (one of [1, 2, 4, 8])",
     ),
     (
+        "more_leading_bands_than_a_head_has",
+        [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "5"]
+        + ["--rope-strategy", "rotated_high", "--calibration", "weights"],
+        "needs 1 <= pairs kept <= 8 (the layer's bands of 1 frequencies); got 10.",
+    ),
+    (
         "a_fold_without_rotated_rope",
         [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--rope-fold", "2"],
         "rope_fold must be an int >= 1, above 1 only with the rotated strategy",
@@ -559,3 +565,33 @@ def test_a_qwen3_directory_converts_to_a_latent_and_refuses_rotated_rope(
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "rotated RoPE would mix" in error
     assert not (tmp_path / "rotated").exists()
+
+
+def test_a_rotated_high_latent_exports_to_llama_cpps_deepseek2(files, tmp_path, capsys):
+    """`convert --rope-strategy rotated_high`, then `export --format gguf`: llama.cpp's
+    "deepseek2" file computes the converted model's logits; a latent with one rotary key
+    per original key/value head exits 2 with one line."""
+    from headsize_tf.keras3.pretrained.decoders import load_decoder
+    from tests.data.gguf_mla_writer_test import IDS, deepseek2_logits
+
+    out = tmp_path / "mla"
+    argv = ["convert", "--decoder", files["gguf"], "--to", "latent", "--cache-fraction", "0.5"]
+    argv += ["--rope-strategy", "rotated_high", "--rope-pairs", "1", "--calibration", "weights"]
+    argv += ["--data-file", files["text"], "--sequence-length", "32", "--eval-windows", "2"]
+    assert cli.main([*argv, "--decode-tokens", "2", "--output", str(out)]) == 0
+    export = ["export", "--decoder", str(out / "model.keras"), "--task", "lm", "--format", "gguf"]
+    assert cli.main([*export, "--output", str(tmp_path / "mla.gguf")]) == 0
+    assert "GGUF (f32)" in capsys.readouterr().out
+    model = load_decoder(out / "model.keras")
+    want = np.asarray(model(np.asarray([IDS], np.int32)))[0]
+    np.testing.assert_allclose(deepseek2_logits(tmp_path / "mla.gguf", IDS), want, atol=2e-4)
+
+    partial = tmp_path / "partial"
+    argv[argv.index("rotated_high")] = "high"
+    assert cli.main([*argv, "--decode-tokens", "2", "--output", str(partial)]) == 0
+    capsys.readouterr()
+    export[2] = str(partial / "model.keras")
+    assert cli.main([*export, "--output", str(tmp_path / "partial.gguf")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "layer 0 has 2 rotary keys" in err and "\n" not in err, err
+    assert not (tmp_path / "partial.gguf").exists()
