@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -580,7 +581,11 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         if self._logit_soft_cap is not None:  # Gemma 2: c * tanh(logits / c), before the mask.
             cap = ops.cast(self._logit_soft_cap, attention_scores.dtype)
             attention_scores = ops.multiply(ops.tanh(ops.divide(attention_scores, cap)), cap)
-        return super()._masked_softmax(attention_scores, attention_mask)
+        with warnings.catch_warnings():
+            # One key (a prompt's first token, decoded with its cache) is a softmax over one
+            # value, 1, as attention means it; Keras warns of any softmax over an axis of size 1.
+            warnings.filterwarnings("ignore", "You are using a softmax over axis", UserWarning)
+            return super()._masked_softmax(attention_scores, attention_mask)
 
     @property
     def logit_soft_cap(self) -> float | None:
