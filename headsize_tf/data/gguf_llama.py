@@ -258,22 +258,12 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
     """
     gguf = require("gguf", purpose="reading GGUF files")
     path = pathlib.Path(path)
-    if not path.exists():
-        raise CheckpointError(f"GGUF file {path} does not exist.")
-    if not path.is_file():
-        raise CheckpointError(f"{path} is not a file; expected a .gguf file.")
-    try:
-        reader = _plain_reader(gguf)(path)
-    except Exception as error:  # gguf raises ValueError, IndexError, struct errors, ...
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CheckpointError(
-            f"{path} is not a readable GGUF file ({reason}); expected a complete .gguf file."
-        ) from None
-    fields = _Fields(reader)
+    reader, fields = _open_gguf(gguf, path)
     architecture = fields.get("general.architecture")
     if architecture not in ARCHITECTURES:
+        hint = " (a latent model: read_gguf_mla)" if architecture == "deepseek2" else ""
         raise CheckpointError(
-            f"GGUF architecture {architecture!r} is not supported; expected one of "
+            f"GGUF architecture {architecture!r} is not supported{hint}; expected one of "
             f"{sorted(ARCHITECTURES)}."
         )
     tensors = {tensor.name: tensor for tensor in reader.tensors}
@@ -289,6 +279,22 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
     )
     checkpoint.check()
     return checkpoint
+
+
+def _open_gguf(gguf: Any, path: pathlib.Path) -> tuple[Any, _Fields]:
+    """A reader of the GGUF file `path` and its metadata; a missing or damaged file is refused."""
+    if not path.exists():
+        raise CheckpointError(f"GGUF file {path} does not exist.")
+    if not path.is_file():
+        raise CheckpointError(f"{path} is not a file; expected a .gguf file.")
+    try:
+        reader = _plain_reader(gguf)(path)
+    except Exception as error:  # gguf raises ValueError, IndexError, struct errors, ...
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CheckpointError(
+            f"{path} is not a readable GGUF file ({reason}); expected a complete .gguf file."
+        ) from None
+    return reader, _Fields(reader)
 
 
 def _plain_reader(gguf: Any) -> type:

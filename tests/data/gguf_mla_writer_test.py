@@ -178,3 +178,36 @@ def test_what_deepseek2_cannot_compute_is_refused_in_one_line(tmp_path, source):
     # More leading bands than the layer has.
     with pytest.raises(Exception, match=r"1 <= pairs kept <= 8"):
         compress_kv(source, KVPlan(1.0, "rotated_high", 5, calibrated=False))
+
+
+@pytest.mark.parametrize("tensor_type, tolerance", [("f32", 1e-6), ("q8_0", 0.1)])
+def test_a_deepseek2_file_reads_back_as_the_latent_model(tmp_path, source, tensor_type, tolerance):
+    from headsize_tf.keras3.pretrained.decoders import load_decoder
+
+    lm, _ = compress_kv(source, KVPlan(0.5, "rotated_high", 1, calibrated=False, rope_fold=2))
+    path = save_decoder(lm, tmp_path / "mla.gguf", format="gguf", tensor_type=tensor_type)
+    back = load_decoder(path)
+    layer = back.attention_layers[0]
+    assert (layer.kv_latent_dim, layer.num_rope_heads, layer.rope_pairs) == (28, 1, 2)
+    want = _logits(lm)  # Relative to the largest logit: q8_0 rounds the matrices to 8 bits.
+    assert np.abs(_logits(back) - want).max() <= tolerance * np.abs(want).max()
+    text = "Hello world, 12 times."
+    assert list(back.tokenizer.tokenize(text)) == list(lm.tokenizer.tokenize(text))
+    # And written again: the same file's function.
+    again = save_decoder(back, tmp_path / "again.gguf", format="gguf")
+    np.testing.assert_allclose(deepseek2_logits(again, IDS), _logits(back), rtol=0, atol=2e-4)
+
+
+def test_a_deepseek2_file_whose_latent_norm_normalises_is_refused(tmp_path, source, monkeypatch):
+    from headsize_tf.data import gguf_mla_writer
+    from headsize_tf.data.gguf_llama import read_gguf_llama
+    from headsize_tf.data.gguf_mla import read_gguf_mla
+
+    lm, _ = compress_kv(source, KVPlan(0.5, "rotated_high", 1, calibrated=False))
+    # DeepSeek-V2's own files normalise the latent: here, a latent scaled only to epsilon.
+    monkeypatch.setattr(gguf_mla_writer, "LATENT_HEADROOM", 1.0)
+    path = save_decoder(lm, tmp_path / "normed.gguf", format="gguf")
+    with pytest.raises(CheckpointError, match=r"layer 0's latent norm normalises"):
+        read_gguf_mla(path)
+    with pytest.raises(CheckpointError, match=r"'deepseek2' is not supported \(a latent model"):
+        read_gguf_llama(path)

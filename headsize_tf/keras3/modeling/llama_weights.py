@@ -98,7 +98,7 @@ def decoder_from_checkpoint(
     config = checkpoint.config
     lm = DecoderLM(**decoder_config(config), tokenizer=tokenizer, dtype=dtype)
     w = checkpoint.weights
-    lm.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
+    _assign_shared(lm, config, w)
     for i, block in enumerate(lm.transformer_layers):
         h, g = config.heads(i)
         prefix = f"model.layers.{i}."
@@ -119,6 +119,14 @@ def decoder_from_checkpoint(
         if config.qk_norm:
             attention.query_norm.assign(w[prefix + "self_attn.q_norm.weight"])
             attention.key_norm.assign(w[prefix + "self_attn.k_norm.weight"])
+    return lm
+
+
+def _assign_shared(lm: DecoderLM, config: LlamaConfig, w: dict[str, np.ndarray]) -> None:
+    """Sets `lm`'s weights outside attention from Hugging Face-named `w`."""
+    lm.token_embedding.embeddings.assign(w["model.embed_tokens.weight"])
+    for i, block in enumerate(lm.transformer_layers):
+        prefix = f"model.layers.{i}."
         for norm, name in _block_norms(block, config):
             norm.scale.assign(w[prefix + name])
         block._feedforward_gate_dense.kernel.assign(w[prefix + "mlp.gate_proj.weight"].T)
@@ -127,6 +135,41 @@ def decoder_from_checkpoint(
     lm.final_norm.scale.assign(w["model.norm.weight"])
     if lm.lm_head is not None:
         lm.lm_head.kernel.assign(w["lm_head.weight"].T)
+
+
+def decoder_from_mla(
+    checkpoint: LlamaCheckpoint, layers: list[MlaLayer], tokenizer: Any = None, dtype: Any = None
+) -> DecoderLM:
+    """A latent-attention `DecoderLM` of a Llama checkpoint outside attention and `layers`
+    (`headsize_tf.data.gguf_mla.read_gguf_mla`: llama.cpp's "deepseek2" files).
+
+    Every layer has one rotary key turning at frequencies `layers[0].frequencies` of a grid
+    of `layers[0].grid_size` (`rope_grid_size`), and the softmax scale 1 / sqrt(head size).
+    """
+    config = checkpoint.config
+    first = layers[0]
+    heads, rank, nope = first.key_up.shape
+    arguments = decoder_config(config)
+    arguments["attention"] = {
+        "kind": "latent",
+        "num_heads": heads,
+        "kv_latent_dim": rank,
+        "head_size": first.query.shape[2],
+        "value_dim": first.value_up.shape[2],
+        "num_rope_heads": 1,
+        "rope_grid_size": first.grid_size,
+        "rope_frequencies": list(first.frequencies),
+        "rope_max_wavelength": config.rope_max_wavelength,
+    }
+    lm = DecoderLM(**arguments, tokenizer=tokenizer, dtype=dtype)
+    _assign_shared(lm, config, checkpoint.weights)
+    for attention, layer in zip(lm.attention_layers, layers, strict=True):
+        attention._query_dense.kernel.assign(layer.query)
+        attention._latent_dense.kernel.assign(layer.latent)
+        attention._rope_key_dense.kernel.assign(layer.rope_key[:, None])
+        attention._key_up_dense.kernel.assign(layer.key_up)
+        attention._value_up_dense.kernel.assign(layer.value_up)
+        attention._output_dense.kernel.assign(layer.output)
     return lm
 
 

@@ -39,6 +39,7 @@ from headsize_tf.keras3.modeling.decoder_lm import DecoderLM
 from headsize_tf.keras3.modeling.llama_weights import (
     checkpoint_from_decoder,
     decoder_from_checkpoint,
+    decoder_from_mla,
     default_model_type,
     mla_checkpoint_from_decoder,
 )
@@ -138,13 +139,22 @@ def load_decoder(
         )
 
         return load_hub_decoder(path, max_sequence_length or DEFAULT_MAX_SEQUENCE_LENGTH)
-    checkpoint = read_checkpoint(source, cache_dir)
+    layers = None
+    if path.suffix == ".gguf" and path.is_file():
+        from headsize_tf.data.gguf_mla import gguf_architecture, read_gguf_mla
+
+        if gguf_architecture(path) == "deepseek2":  # A latent (MLA) model, as the library writes.
+            checkpoint, layers = read_gguf_mla(path)
+    if layers is None:
+        checkpoint = read_checkpoint(source, cache_dir)
     if max_sequence_length is not None:
         import dataclasses
 
         checkpoint.config = dataclasses.replace(
             checkpoint.config, max_sequence_length=max_sequence_length
         )
+    if layers is not None:
+        return decoder_from_mla(checkpoint, layers, tokenizer=tokenizer_of(checkpoint), dtype=dtype)
     return decoder_from_checkpoint(checkpoint, tokenizer=tokenizer_of(checkpoint), dtype=dtype)
 
 
