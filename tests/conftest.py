@@ -22,7 +22,7 @@ os.environ["XLA_FLAGS"] = " ".join([_xla, *_missing]).strip()
 # "highest"). Full float32 for the tests; a no-op on CPUs. Subprocesses inherit it.
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
-# One TensorFlow thread per pool and process: the README's command runs three pytest-xdist
+# One TensorFlow thread per pool and process: the README's command runs two pytest-xdist
 # workers on two cores, and the tests' tensors are tiny, so handing each op to a pool
 # costs more than it saves (2 cores, fresh clones, measured with two workers: the suite
 # 1,046 s -> 956 s, most TensorFlow files 5-30% faster; the machine's own noise is of
@@ -30,9 +30,9 @@ os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 # Subprocesses and notebook kernels inherit it.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
-# The same for BLAS (numpy, scipy, tensorly's CP and SVD): with three workers on two
-# cores, OpenBLAS's second thread mostly spins waiting for a core. Measured with two busy
-# loops beside it (as the other workers are): notebook 03 used 18.1 -> 13.4 CPU-s.
+# The same for BLAS (numpy, scipy, tensorly's CP and SVD): with a worker per core,
+# OpenBLAS's second thread mostly spins waiting for a core. Measured with two busy loops
+# beside it (as the other workers are): notebook 03 used 18.1 -> 13.4 CPU-s.
 # (One thread for XLA's CPU runtime too, --xla_cpu_multi_thread_eigen=false, was within
 # the noise on the Keras 3 tests on JAX: 82.6 -> 75.7 and 79.2 -> 85.4 CPU-s.)
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -188,10 +188,9 @@ def pytest_runtest_teardown(item, nextitem):
         gc.freeze()
 
 
-# Scheduling over pytest-xdist workers (the README's `-n 3 --dist loadfile`: three workers
-# on two cores, because a worker waiting on a subprocess, a notebook kernel or a download
-# leaves its core idle; 2 cores, fresh clones, empty caches: CPU busy 92% of the run with
-# two workers, 99% with three, the CPU time the same, the suite 989-1,029 s -> 919 s).
+# Scheduling over pytest-xdist workers (`-n 2 --dist loadfile` in pyproject.toml: two
+# workers on two cores; three kept the cores busier with empty caches, 99% against 92%,
+# but were slower with warm ones, 361 s against 335 s on the Keras 3 tests).
 # A test file is one work unit (its module fixtures run once), except in the files below:
 # the JAX backend run's tests are long and independent (a subprocess each), so each test
 # is a unit of its own and the workers share them; the notebooks form one unit per Keras
