@@ -76,7 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--format",
         choices=["savedmodel", "gguf", "hf", "keras_hub"],
         default="savedmodel",
-        help="savedmodel (default), or for a --decoder: gguf (llama.cpp), hf (a Hugging Face "
+        help="savedmodel (default), or for a --decoder: gguf (llama.cpp: llama, deci for "
+        "per-layer heads, deepseek2 for a rotated_high latent), hf (a Hugging Face "
         "directory) or keras_hub (a preset directory)",
     )
     p.add_argument(
