@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core.rope import ROTATED
+from headsize_tf.core.rope import ROTATED, ROTATED_HIGH
 from headsize_tf.experiments._steps import add_study_options
 
 MODEL = "smollm2-135m-instruct-q4"
@@ -385,6 +385,23 @@ def plan() -> list[Run]:
             )
         )
     runs.append(Run("pruned-33-groups-healed", "pruned", 1 / 3, heal_steps=HEAL_STEPS))
+    # DeepSeek-V2's rotary key, which llama.cpp's "deepseek2" runs (`rotated_high`: the
+    # leading rotated pair of the 12 fastest bands of 2 frequencies), uniform sizes.
+    for heal_steps in (0, HEAL_STEPS):
+        name = "latent-31.25-rotated_high-act-uniform-p4-fold2"
+        runs.append(
+            Run(
+                name + ("-healed" if heal_steps else ""),
+                "latent",
+                0.3125,
+                ROTATED_HIGH,
+                4,
+                True,
+                "uniform",
+                heal_steps=heal_steps,
+                fold=2,
+            )
+        )
     return runs
 
 
