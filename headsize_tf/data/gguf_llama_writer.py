@@ -134,7 +134,7 @@ def write_gguf_llama(
     >>> write_gguf_llama(read_hf_llama_dir("SmolLM2-135M"), "smollm2.gguf", "q8_0")
     PosixPath('smollm2.gguf')
     """
-    gguf = require("gguf", purpose="writing GGUF files")
+    require("gguf", purpose="writing GGUF files")
     if tensor_type not in TENSOR_TYPES:
         raise CheckpointError(
             f"Unknown GGUF tensor type {tensor_type!r}; expected one of {list(TENSOR_TYPES)}."
@@ -150,6 +150,22 @@ def write_gguf_llama(
     metadata = _model_metadata(config, architecture)
     metadata.update(_tokenizer_metadata(checkpoint))
     tensors = _tensors(checkpoint, architecture)
+    return write_file(path, architecture, metadata, tensors, tensor_type, name)
+
+
+def write_file(
+    path: pathlib.Path,
+    architecture: str,
+    metadata: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    tensor_type: str,
+    name: str | None = None,
+    float32: frozenset[str] = frozenset(),
+) -> pathlib.Path:
+    """Writes a GGUF file atomically: `general.name` (default: the file's stem), the file
+    type, `metadata` as llama.cpp's converter types it, and `tensors` as `tensor_type`
+    (those named in `float32`, and every vector, as float32)."""
+    gguf = require("gguf", purpose="writing GGUF files")
     with atomic_path(path) as tmp:
         writer = gguf.GGUFWriter(str(tmp), architecture)
         writer.add_name(name or path.stem)
@@ -157,7 +173,8 @@ def write_gguf_llama(
         for key, value in metadata.items():
             _add(writer, key, value)
         for gguf_name, array in tensors.items():
-            data, raw_type = _encode(gguf, array, tensor_type)
+            kind = "f32" if gguf_name in float32 else tensor_type
+            data, raw_type = _encode(gguf, array, kind)
             writer.add_tensor(gguf_name, data, raw_dtype=raw_type)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

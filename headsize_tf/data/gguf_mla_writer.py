@@ -66,17 +66,10 @@ import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.extras import require
-from headsize_tf.core.io import atomic_path
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, weight_shapes
 from headsize_tf.core.mla_layer import MlaLayer
 from headsize_tf.data.gguf_llama import GLOBAL_TENSORS, LAYER_TENSORS
-from headsize_tf.data.gguf_llama_writer import (
-    TENSOR_TYPES,
-    _add,
-    _encode,
-    _file_type,
-    _tokenizer_metadata,
-)
+from headsize_tf.data.gguf_llama_writer import TENSOR_TYPES, _tokenizer_metadata, write_file
 
 ARCHITECTURE = "deepseek2"
 # The latent's mean square, at most, as a fraction of the norm's epsilon: below float32's
@@ -110,7 +103,7 @@ def write_gguf_mla(
       CheckpointError: llama.cpp's "deepseek2" cannot compute the model (see
         the module's docstring), in one line.
     """
-    gguf = require("gguf", purpose="writing GGUF files")
+    require("gguf", purpose="writing GGUF files")
     if tensor_type not in TENSOR_TYPES:
         raise CheckpointError(
             f"Unknown GGUF tensor type {tensor_type!r}; expected one of {list(TENSOR_TYPES)}."
@@ -157,22 +150,9 @@ def write_gguf_mla(
     for i, layer in enumerate(layers):
         tensors.update(_layer_tensors(i, layer, float(config.rms_norm_epsilon)))
         float32.add(f"blk.{i}.attn_kv_a_mqa.weight")
-    path = pathlib.Path(path)
-    with atomic_path(path) as tmp:
-        writer = gguf.GGUFWriter(str(tmp), ARCHITECTURE)
-        writer.add_name(name or path.stem)
-        writer.add_file_type(_file_type(gguf, tensor_type))
-        for key, value in metadata.items():
-            _add(writer, key, value)
-        for gguf_name, array in tensors.items():
-            kind = "f32" if gguf_name in float32 else tensor_type
-            data, raw_type = _encode(gguf, array, kind)
-            writer.add_tensor(gguf_name, data, raw_dtype=raw_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-    return path
+    return write_file(
+        pathlib.Path(path), ARCHITECTURE, metadata, tensors, tensor_type, name, frozenset(float32)
+    )
 
 
 def _check_llama(checkpoint: LlamaCheckpoint) -> None:
