@@ -62,7 +62,7 @@ class KVPlan:
 
     Args:
       cache_fraction: The fraction of the original KV cache kept, in (0, 1].
-      rope_strategy: "high", "low", "uniform", "2norm" (needs calibration)
+      rope_strategy: "high", "low", "uniform", "2norm" (needs calibration),
         "rotated" (TransMLA's RoRoPE, the rotated pairs of highest score) or
         "rotated_high" (the leading rotated pair of the fastest frequencies:
         one rotary key of evenly spaced frequencies, DeepSeek-V2's layout,
