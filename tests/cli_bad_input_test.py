@@ -776,6 +776,26 @@ def test_quiet_commands():
         assert result.stderr == "", result.stderr
 
 
+def test_native_xla_lines_stay_off_the_screen():
+    # TensorFlow 2.20 logs "Compiled cluster using XLA!" through absl, before absl is
+    # initialised, whatever TF_CPP_MIN_LOG_LEVEL says; the CLI's quiet logs drop it.
+    code = (
+        "from headsize_tf.cli import quiet_logs\n"
+        "with quiet_logs():\n"
+        "    import tensorflow as tf\n"
+        "    f = tf.function(lambda x: x * 2.0 + 1.0, jit_compile=True)\n"
+        "    print(f(tf.ones([3])).numpy().tolist())\n"
+        "    tf.get_logger().error('an error stays')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[3.0, 3.0, 3.0]\n"
+    assert result.stderr == "ERROR:tensorflow:an error stays\n", result.stderr
+
+
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
     import argparse
 

@@ -43,6 +43,7 @@ from headsize_tf.cli import (
 from headsize_tf.cli._args import read_lines
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.extras import as_missing_extra
+from headsize_tf.core.io import without_native_logs
 from headsize_tf.core.spec import SpecError
 
 __all__ = ["build_parser", "main", "read_lines"]
@@ -129,7 +130,9 @@ def quiet_logs(verbose: bool = False) -> Iterator[None]:
     """TensorFlow's C++ logs (if not yet loaded) and TF / absl Python logs at errors only.
 
     `TF_CPP_MIN_LOG_LEVEL` is only set if unset, and is read when TensorFlow
-    loads; the Python loggers get their levels back on exit.
+    loads; the Python loggers get their levels back on exit. Native info and
+    warning lines that ignore it (XLA's "Compiled cluster using XLA!") are
+    dropped from stderr inside the block (`core.io.without_native_logs`).
     """
     if verbose:
         yield
@@ -140,7 +143,8 @@ def quiet_logs(verbose: bool = False) -> Iterator[None]:
     for logger in loggers:
         logger.setLevel(logging.ERROR)
     try:
-        yield
+        with without_native_logs():
+            yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,4 +135,101 @@ def native_logs_to(path: str | os.PathLike | None) -> Iterator[None]:
                 sys.stderr.flush()
                 os.dup2(saved, 2)
     finally:
+        os.close(saved)
+
+
+# Native info and warning lines: absl's ("I0000 00:00:1795961713.288864    2509
+# device_compiler.h:196] ...", with its "WARNING: All log messages before
+# absl::InitializeLog() ..." header) and TensorFlow's own ("2026-11-29
+# 14:15:00.123456: W tensorflow/...] ...").
+_NATIVE_LINE = re.compile(
+    rb"(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] "
+    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] "
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called)"
+)
+# The first bytes of a line that may still become one of those lines.
+_NATIVE_START = re.compile(
+    rb"[IW]\d{0,4}(?: [\d:. ]*[^\s\]]*\]?)?"
+    rb"|\d{1,4}(?:-[\d:. -]*[IW]?)?"
+    rb"|W(?:A(?:R(?:N(?:I(?:N(?:G(?::.*)?)?)?)?)?)?)?"
+)
+
+
+class _NativeLineFilter:
+    """Forwards what is written to a pipe to `out`, less the native log lines.
+
+    Bytes are forwarded as they arrive: a partial line is held back only
+    while it may still become a log line, so progress written without a
+    newline shows at once.
+    """
+
+    def __init__(self, source: int, out: int):
+        self.source, self.out = source, out
+        self.held = b""
+        self.mid_line = False  # Inside a line already forwarded.
+
+    def run(self) -> None:
+        while chunk := os.read(self.source, 65536):
+            self._feed(chunk)
+        if self.held:
+            self._write(self.held)
+
+    def _feed(self, chunk: bytes) -> None:
+        data, self.held = self.held + chunk, b""
+        forward = bytearray()
+        while data:
+            end = data.find(b"\n")
+            line, data = (data, b"") if end < 0 else (data[: end + 1], data[end + 1 :])
+            if self.mid_line:
+                forward += line
+            elif end < 0 and (_NATIVE_LINE.match(line) or _NATIVE_START.fullmatch(line)):
+                self.held = line
+                break
+            elif not _NATIVE_LINE.match(line):
+                forward += line
+            self.mid_line = end < 0 and not self.held
+        self._write(bytes(forward))
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self.out, data) :]
+
+
+def _flush_stderr() -> None:
+    import sys
+
+    for stream in {id(s): s for s in (sys.stderr, sys.__stderr__) if s is not None}.values():
+        stream.flush()
+
+
+@contextlib.contextmanager
+def without_native_logs() -> Iterator[None]:
+    """Drops native libraries' info and warning lines from the process' stderr.
+
+    TensorFlow 2.20 logs some lines through absl before absl is initialised
+    (XLA's "Compiled cluster using XLA!", preceded by absl's "All log messages
+    before absl::InitializeLog()" warning), whatever `TF_CPP_MIN_LOG_LEVEL`
+    says. Inside the block, file descriptor 2 is a pipe whose lines reach the
+    real stderr unless they are such info or warning lines; errors and
+    everything Python writes pass unchanged. On exit the descriptor is
+    restored and every pending line delivered.
+    """
+    import threading
+
+    _flush_stderr()
+    saved = os.dup(2)
+    read_end, write_end = os.pipe()
+    thread = threading.Thread(
+        target=_NativeLineFilter(read_end, saved).run, name="native-log-filter", daemon=True
+    )
+    thread.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        _flush_stderr()
+        os.dup2(saved, 2)  # Closes the pipe's last write end: the thread reads to its end.
+        thread.join()
+        os.close(read_end)
         os.close(saved)

@@ -1,12 +1,14 @@
-"""`core.io`: files and directories appear whole or not at all."""
+"""`core.io`: files and directories appear whole or not at all; native log lines are dropped."""
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
 
 import pytest
 
+from headsize_tf.core import io as core_io
 from headsize_tf.core.io import atomic_directory, atomic_path, write_json
 
 
@@ -48,3 +50,65 @@ def test_atomic_directory_failure_and_no_overwrite_keep_the_old_one(tmp_path):
             (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in target.iterdir()) == ["old.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # No temporaries left.
+
+
+ABSL_INFO = (
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    b"I0000 00:00:1795961713.288864    2509 device_compiler.h:196] Compiled cluster using XLA!"
+    b"  This line is logged at most once for the lifetime of the process.\n"
+)
+TF_WARNING = b"2026-11-29 14:15:00.123456: W tensorflow/core/framework/op_kernel.cc:1857] slow\n"
+ABSL_ERROR = b"E0000 00:00:1795961713.288864    2509 cuda_dnn.cc:8579] Unable to register cuDNN\n"
+
+
+def _filtered(chunks: list[bytes]) -> bytes:
+    """What `_NativeLineFilter` forwards when `chunks` are written to its pipe one by one."""
+    source, sink = os.pipe()
+    out_read, out_write = os.pipe()
+    line_filter = core_io._NativeLineFilter(source, out_write)
+    for chunk in chunks:
+        line_filter._feed(chunk)
+    os.close(sink)
+    line_filter.run()  # Reads the (empty) pipe to its end: what is held is forwarded.
+    os.close(out_write)
+    forwarded = b""
+    while data := os.read(out_read, 65536):
+        forwarded += data
+    for fd in (source, out_read):
+        os.close(fd)
+    return forwarded
+
+
+def test_native_info_and_warning_lines_are_dropped_and_the_rest_kept():
+    text = b"step 1\n" + ABSL_INFO + b"loss 0.5\n" + TF_WARNING + ABSL_ERROR + b"done\n"
+    expected = b"step 1\nloss 0.5\n" + ABSL_ERROR + b"done\n"
+    assert _filtered([text]) == expected
+    # Whatever the pipe's chunks: byte by byte, or cut inside a log line.
+    assert _filtered([bytes([b]) for b in text]) == expected
+    assert _filtered([text[:30], text[30:120], text[120:]]) == expected
+
+
+def test_a_partial_line_is_forwarded_at_once_unless_it_may_be_a_log_line():
+    source, sink = os.pipe()
+    out_read, out_write = os.pipe()
+    line_filter = core_io._NativeLineFilter(source, out_write)
+    line_filter._feed(b"\rconverting layer 3/30")  # Progress without a newline: shown at once.
+    assert os.read(out_read, 100) == b"\rconverting layer 3/30"
+    line_filter._feed(b" done\nI0000 00:00:17")  # The rest of that line; a log line starts.
+    assert os.read(out_read, 100) == b" done\n"
+    assert line_filter.held == b"I0000 00:00:17"
+    for fd in (source, sink, out_read, out_write):
+        os.close(fd)
+
+
+def test_without_native_logs_filters_file_descriptor_2_and_restores_it(capfd):
+    with core_io.without_native_logs():
+        os.write(2, ABSL_INFO + b"kept\n")
+        print("python's stderr", file=sys.__stderr__)  # Written to descriptor 2.
+        os.write(2, TF_WARNING)
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "kept\npython's stderr\nafter\n"
+    with pytest.raises(KeyError), core_io.without_native_logs():  # Restored on an error too.
+        raise KeyError("x")
+    os.write(2, ABSL_INFO)
+    assert capfd.readouterr().err == ABSL_INFO.decode()
