@@ -15,6 +15,9 @@ Models:
 * SmolLM2 pruned layer by layer (`--pruned FILE.keras`, e.g. `headsize-tf prune
   --decoder ... --output DIR`'s `DIR/model.keras`; without it, a fixed mask
   dropping 0-2 key/value groups per layer): llama.cpp's "deci" architecture;
+* SmolLM2 with every head of layers 10 and 20 pruned (and 0-2 groups of the
+  others): those two layers are written attention-free ("deci" layers without
+  heads, attention tensors or KV cache);
 * SmolLM2 converted to a shared latent (`--latent FILE.keras`, e.g. `headsize-tf
   convert --decoder ... --to latent --cache-fraction 0.3125 --rope-strategy
   rotated_high ... --output DIR`'s model; without it, the same conversion of the
@@ -131,6 +134,11 @@ def _compare(args, argv, lm, ids, texts, tmp: pathlib.Path) -> dict:
         pruned,
         save_decoder(pruned, tmp / "pruned.gguf", "gguf"),
     )
+    emptied = _pruned(lm, empty=(10, 20))
+    models["SmolLM2-135M pruned, layers 10 and 20 attention-free (deci)"] = (
+        emptied,
+        save_decoder(emptied, tmp / "emptied.gguf", "gguf"),
+    )
     latent = load_decoder(args.latent) if args.latent else _latent(lm)
     models["SmolLM2-135M latent (deepseek2)"] = (
         latent,
@@ -215,8 +223,9 @@ def _compare(args, argv, lm, ids, texts, tmp: pathlib.Path) -> dict:
     }
 
 
-def _pruned(lm):
-    """SmolLM2 with 0-2 of its 3 key/value groups dropped per layer (a fixed pattern)."""
+def _pruned(lm, empty: tuple[int, ...] = ()):
+    """SmolLM2 with 0-2 of its 3 key/value groups dropped per layer (a fixed pattern), and
+    every head of the layers `empty`."""
     import numpy as np
 
     from headsize_tf.keras3.pruning import remove_heads
@@ -225,6 +234,7 @@ def _pruned(lm):
     for i in range(lm.num_layers):
         for group in range(i % 3):
             mask[i, 3 * group : 3 * group + 3] = 0
+    mask[list(empty)] = 0
     return remove_heads(lm, mask)
 
 

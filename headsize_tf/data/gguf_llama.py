@@ -2,7 +2,8 @@
 
 `read_gguf_llama` opens a GGUF file of architecture "llama" (Llama 2 and 3,
 Mistral, TinyLlama, SmolLM), "deci" (a Llama whose layers differ in heads,
-as pruned ones do: `LlamaConfig.layer_heads`), "qwen2" (Qwen2 and 2.5: query/key/value biases),
+as pruned ones do: `LlamaConfig.layer_heads`; an attention-free layer, with no
+heads, becomes one head of zeros), "qwen2" (Qwen2 and 2.5: query/key/value biases),
 "qwen3" (per-head query/key RMSNorms), "gemma", "gemma2" or "gemma3" (Gemma
 3's text decoder) with `gguf`'s reader, turns its metadata (under the
 architecture's prefix) into a `LlamaConfig`, dequantizes every tensor to
@@ -71,7 +72,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,15 @@ LAYER_TENSORS = {
     "attn_q_norm.weight": "self_attn.q_norm.weight",  # Qwen3
     "attn_k_norm.weight": "self_attn.k_norm.weight",
 }
+# A Llama layer's attention tensors (Hugging Face names): what an attention-free "deci"
+# layer (no query or key/value heads) lacks.
+ATTENTION_TENSORS = (
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+)
 # Gemma 2 and 3's four norms per layer (llama.cpp's gguf-py tensor_mapping).
 SANDWICH_LAYER_TENSORS = {
     **LAYER_TENSORS,
@@ -269,6 +279,9 @@ def read_gguf_llama(path: str | os.PathLike) -> LlamaCheckpoint:
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     config = _config(fields, tensors, path, architecture)
     weights = _weights(gguf, tensors, config, path)
+    _without_attention(
+        weights, config, _attention_free(fields, architecture, config.num_layers, path)
+    )
     checkpoint = LlamaCheckpoint(
         config=config,
         weights=weights,
@@ -364,7 +377,8 @@ def _config(
     layers = int(fields.require(key("block_count"), path))
     layer_heads = None
     if architecture == "deci":
-        layer_heads = _layer_heads(fields, key, layers, path)
+        # An attention-free layer holds one head of zeros (`_without_attention`).
+        layer_heads = tuple((q or 1, kv or 1) for q, kv in _layer_heads(fields, key, layers, path))
         heads, kv_heads = (max(column) for column in zip(*layer_heads, strict=True))
     else:
         heads = int(
@@ -421,7 +435,8 @@ def _config(
 def _layer_heads(
     fields: _Fields, key: Any, layers: int, path: pathlib.Path
 ) -> tuple[tuple[int, int], ...]:
-    """A "deci" file's (query heads, key/value heads) per layer (a count or one per layer)."""
+    """A "deci" file's (query heads, key/value heads) per layer (a count or one per layer);
+    (0, 0) is an attention-free layer."""
 
     def per_layer(name: str, default: Any) -> list[int]:
         value = fields.get(key(name), default)
@@ -435,12 +450,37 @@ def _layer_heads(
     queries = per_layer("attention.head_count", fields.require(key("attention.head_count"), path))
     groups = per_layer("attention.head_count_kv", queries)
     for i, (q, kv) in enumerate(zip(queries, groups, strict=True)):
-        if q <= 0 or kv <= 0:
+        if (q <= 0 or kv <= 0) and (q, kv) != (0, 0):
+            kind = "a linear-attention layer of Nemotron NAS" if q > 0 and kv == 0 else "invalid"
             raise CheckpointError(
-                f"{path}: layer {i} has {q} query and {kv} key/value heads (an attention-free "
-                "or linear-attention layer of Nemotron NAS); expected heads in every layer."
+                f"{path}: layer {i} has {q} query and {kv} key/value heads ({kind}); expected "
+                "heads in every layer, or none (an attention-free layer)."
             )
     return tuple(zip(queries, groups, strict=True))
+
+
+def _attention_free(
+    fields: _Fields, architecture: str, layers: int, path: pathlib.Path
+) -> list[int]:
+    """The attention-free layers of a "deci" file (no heads: the layer adds no attention)."""
+    if architecture != "deci":
+        return []
+    pairs = _layer_heads(fields, lambda name: f"{architecture}.{name}", layers, path)
+    return [i for i, pair in enumerate(pairs) if pair == (0, 0)]
+
+
+def _without_attention(
+    weights: dict[str, np.ndarray], config: LlamaConfig, layers: Sequence[int]
+) -> None:
+    """Gives each attention-free layer one head whose weights are zero (its output, and so
+    its contribution to the residual stream, is 0 for every input) and a norm of ones: the
+    library's form of a layer with no head left."""
+    shapes = weight_shapes(config)
+    for layer in layers:
+        for name in ATTENTION_TENSORS:
+            hf_name = f"model.layers.{layer}.{name}"
+            fill = np.ones if name.endswith("layernorm.weight") else np.zeros
+            weights[hf_name] = fill(shapes[hf_name], np.float32)
 
 
 def _gemma_fields(

@@ -6,7 +6,10 @@ converter (`convert_hf_to_gguf.py`) as the model for every convention:
 * architecture: "llama" (Llama, Mistral, SmolLM), "deci" when the layers
   differ in heads (`LlamaConfig.layer_heads`: a decoder pruned layer by
   layer; llama.cpp's "deci" is NVIDIA's Llama-Nemotron NAS layout, a Llama
-  with per-layer head counts), "qwen2", "qwen3", "gemma", "gemma2" or
+  with per-layer head counts) or when a layer's attention output projection
+  is all zero (pruning left it no head): that layer is written
+  attention-free, with no heads, no attention tensors and no KV cache in
+  llama.cpp, exactly the same function; "qwen2", "qwen3", "gemma", "gemma2" or
   "gemma3";
 * tensors under llama.cpp's names (`gguf_llama.LAYER_TENSORS` and the
   others, inverted), query and key rows permuted to llama.cpp's adjacent
@@ -43,7 +46,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +61,7 @@ from headsize_tf.core.llama_checkpoint import (
     weight_shapes,
 )
 from headsize_tf.data.gguf_llama import (
+    ATTENTION_TENSORS,
     GEMMA_27B_LAYERS,
     GLOBAL_TENSORS,
     LAYER_TENSORS,
@@ -146,10 +150,11 @@ def write_gguf_llama(
         )
     path = pathlib.Path(path)
     config = checkpoint.config
-    architecture = _architecture(config)
-    metadata = _model_metadata(config, architecture)
+    free = attention_free_layers(checkpoint)
+    architecture = _architecture(config, free)
+    metadata = _model_metadata(config, architecture, free)
     metadata.update(_tokenizer_metadata(checkpoint))
-    tensors = _tensors(checkpoint, architecture)
+    tensors = _tensors(checkpoint, architecture, free)
     return write_file(path, architecture, metadata, tensors, tensor_type, name)
 
 
@@ -183,7 +188,20 @@ def write_file(
     return path
 
 
-def _architecture(config: LlamaConfig) -> str:
+def attention_free_layers(checkpoint: LlamaCheckpoint) -> list[int]:
+    """The layers of a Llama-architecture checkpoint whose attention adds nothing: an
+    output projection of zeros (a layer pruned of every head keeps one, gated to 0)."""
+    config = checkpoint.config
+    if GGUF_ARCHITECTURES[config.model_type] != "llama":
+        return []
+    return [
+        layer
+        for layer in range(config.num_layers)
+        if not np.any(checkpoint.weights[f"model.layers.{layer}.self_attn.o_proj.weight"])
+    ]
+
+
+def _architecture(config: LlamaConfig, free: Sequence[int]) -> str:
     architecture = GGUF_ARCHITECTURES[config.model_type]
     if config.attention_bias and architecture != "qwen2":
         raise CheckpointError(
@@ -206,10 +224,10 @@ def _architecture(config: LlamaConfig) -> str:
             "llama.cpp's Gemma reads its output projection from the token embeddings; this "
             "model's are untied."
         )
-    return architecture if config.layer_heads is None else "deci"
+    return architecture if config.layer_heads is None and not free else "deci"
 
 
-def _model_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
+def _model_metadata(config: LlamaConfig, architecture: str, free: Sequence[int]) -> dict[str, Any]:
     """The `{architecture}.*` keys of `config`, as `read_gguf_llama` and llama.cpp read them."""
     if config.model_type not in GEMMA_TYPES and config.sliding_window is not None:
         if config.sliding_window < config.max_sequence_length:
@@ -220,8 +238,11 @@ def _model_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
                 "to write it)."
             )
     if architecture == "deci":
-        queries = [int(q) for q, _ in config.layer_heads]
-        groups = [int(kv) for _, kv in config.layer_heads]
+        pairs = [
+            (0, 0) if layer in free else config.heads(layer) for layer in range(config.num_layers)
+        ]
+        queries = [int(q) for q, _ in pairs]
+        groups = [int(kv) for _, kv in pairs]
     else:
         queries, groups = int(config.num_query_heads), int(config.num_key_value_heads)
     keys: dict[str, Any] = {
@@ -295,8 +316,11 @@ def _gemma_metadata(config: LlamaConfig, architecture: str) -> dict[str, Any]:
     return keys
 
 
-def _tensors(checkpoint: LlamaCheckpoint, architecture: str) -> dict[str, np.ndarray]:
-    """GGUF name -> float32 array (`[out, in]`), in llama.cpp's conventions."""
+def _tensors(
+    checkpoint: LlamaCheckpoint, architecture: str, free: Sequence[int]
+) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 array (`[out, in]`), in llama.cpp's conventions; the
+    attention-free layers `free` without their attention tensors."""
     config = checkpoint.config
     layer_tensors = SANDWICH_LAYER_TENSORS if config.post_norms else LAYER_TENSORS
     to_gguf = {hf: name for name, hf in GLOBAL_TENSORS.items()}
@@ -306,6 +330,8 @@ def _tensors(checkpoint: LlamaCheckpoint, architecture: str) -> dict[str, np.nda
         array = np.asarray(checkpoint.weights[hf_name], np.float32)
         if hf_name.startswith("model.layers."):
             _, _, index, rest = hf_name.split(".", 3)
+            if int(index) in free and rest in ATTENTION_TENSORS:
+                continue
             gguf_name = f"blk.{index}.{to_layer[rest]}"
             if architecture in ("llama", "deci") and rest.endswith(
                 ("q_proj.weight", "k_proj.weight")

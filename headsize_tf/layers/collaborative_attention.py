@@ -65,10 +65,12 @@ class CollaborativeAttention(HeadAttentionBase):
         `head_size / D`), or any Keras initializer.
       mixing_regularizer: Regularizer of the mixing matrix.
       mixing_constraint: Constraint of the mixing matrix.
+      value_dim: Optional per-head value size; the head size by default.
       dropout: Dropout rate on the attention probabilities.
       use_bias: Whether to use the content bias and value/output biases.
       output_shape: Size of the output's last dimension; the query width by
         default.
+      attention_axes: None or (1,): attention over the sequence axis only.
       kernel_initializer: Initializer of the dense kernels.
       bias_initializer: Initializer of the biases (and the content bias).
       kernel_regularizer: Regularizer of the dense kernels.

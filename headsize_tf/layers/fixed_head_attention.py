@@ -28,6 +28,7 @@ class FixedHeadAttention(HeadAttentionBase):
       num_heads: Number of attention heads `h`.
       head_size: Per-head size `d_p` (a positive int), or "sequence_length"
         to use the (static) key sequence length.
+      value_dim: Optional per-head value size; the head size by default.
       dropout: Dropout rate on the attention probabilities.
       use_bias: Whether the dense layers use bias vectors.
       output_shape: Size of the output's last dimension; the query width by

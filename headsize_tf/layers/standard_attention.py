@@ -21,6 +21,7 @@ class StandardAttention(HeadAttentionBase):
 
     Args:
       num_heads: Number of attention heads.
+      value_dim: Optional per-head value size; the head size by default.
       dropout: Dropout rate on the attention probabilities.
       use_bias: Whether the dense layers use bias vectors.
       output_shape: Size of the output's last dimension; the query width by

@@ -13,12 +13,14 @@ import tf_keras
 from official.modeling import tf_utils
 from official.nlp.modeling import layers as nlp_layers
 
-from headsize_tf.core.spec import LEGACY_KEYS, AttentionSpec
+from headsize_tf.core.spec import KINDS, LEGACY_KEYS, AttentionSpec
 from headsize_tf.layers.autograph import without_autograph
 from headsize_tf.layers.factory import make_attention
 from headsize_tf.modeling._tracking import replace_sublayer
 
 _HEAD_COUNT_WARNING = "is not a multiple of the number of attention heads"
+# The stock block's block-sparse attention arguments (its `block_sparse_attention` layer).
+_BLOCK_SPARSE = ("src_block_size", "tgt_block_size", "use_sigmoid_attn", "sigmoid_attn_bias")
 
 
 @contextlib.contextmanager
@@ -58,10 +60,15 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
         head size; a layer with every head pruned keeps one head whose gate
         is 0 (its output is the output bias, as for the masked layer).
       **kwargs: `TransformerEncoderBlock` arguments (`inner_dim`,
-        `inner_activation`, dropouts, `norm_first`, ...). The head count and
+        `inner_activation`, dropouts, `norm_first`, `use_rms_norm`,
+        `return_attention_scores`, `linformer_dim`, ...). The head counts and
         sizes come from `attention` only: `num_attention_heads` must agree
-        with it if given, and `key_dim` / `value_dim` are refused (use
-        `attention.head_size` / `attention.value_dim`).
+        with it if given, as must `num_kv_heads` (grouped K/V: a "grouped"
+        spec with that `num_kv_heads`); `key_dim` / `value_dim` are refused
+        (use `attention.head_size` / `attention.value_dim`), and so is the
+        stock block's block-sparse attention (`src_block_size`,
+        `tgt_block_size`, `use_sigmoid_attn`), which is not an attention kind
+        of the spec.
 
     Example:
 
@@ -99,6 +106,19 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
             raise ValueError(
                 "HeadsizeTransformerBlock needs a one-layer attention spec; got per-layer lists "
                 f"{spec.to_dict()} (use spec.for_layer(i))."
+            )
+        for stray in _BLOCK_SPARSE:
+            if kwargs.pop(stray, None) not in (None, False):
+                raise ValueError(
+                    f"HeadsizeTransformerBlock got {stray}=...; Model Garden's block-sparse "
+                    f"attention is not an attention kind of the spec (expected one of {KINDS})."
+                )
+        kv_heads = kwargs.pop("num_kv_heads", None)
+        if kv_heads is not None and (spec.kind, spec.num_kv_heads) != ("grouped", kv_heads):
+            raise ValueError(
+                f"num_kv_heads={kv_heads!r} disagrees with the attention spec ({spec.kind!r}, "
+                f"num_kv_heads={spec.num_kv_heads}); give grouped K/V in the spec only: "
+                f"AttentionSpec('grouped', num_heads={spec.num_heads}, num_kv_heads={kv_heads})."
             )
         heads = kwargs.pop("num_attention_heads", spec.num_heads)
         if heads != spec.num_heads:
@@ -179,7 +199,15 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        for key in ("num_attention_heads", "key_dim", "value_dim"):
+        for key in ("num_attention_heads", "key_dim", "value_dim", "num_kv_heads", *_BLOCK_SPARSE):
             config.pop(key, None)
-        config.update({"attention": self._spec.to_dict(), "pruned_heads": list(self._pruned_heads)})
+        config.update(
+            {
+                "attention": self._spec.to_dict(),
+                "pruned_heads": list(self._pruned_heads),
+                # The stock block's get_config leaves these two out.
+                "use_rms_norm": self._use_rms_norm,
+                "return_attention_scores": self._return_attention_scores,
+            }
+        )
         return config

@@ -69,7 +69,8 @@ def llama_cpp_logits(path, ids) -> np.ndarray:
 
     Only `gguf`'s reader: llama.cpp's tensor names and `[out, in]` arrays, its
     adjacent-pair RoPE on the stored (permuted) rows, head counts from the
-    metadata (one per layer in a "deci" file).
+    metadata (one per layer in a "deci" file; a layer without heads is
+    attention-free: it passes its input on, src/models/deci.cpp).
     """
     reader = gguf.GGUFReader(str(path))
     arch = reader.fields["general.architecture"].contents()
@@ -96,6 +97,12 @@ def llama_cpp_logits(path, ids) -> np.ndarray:
     for i in range(layers):
         h, g = heads[i], groups[i]
         b = f"blk.{i}."
+        if h == 0:  # Attention-free: the feed-forward block reads the layer's input.
+            assert not any(name.startswith(b + "attn") for name in t)
+            f = rms_norm(x, t[b + "ffn_norm.weight"], eps)
+            gate, up = f @ t[b + "ffn_gate.weight"].T, f @ t[b + "ffn_up.weight"].T
+            x = x + (gate / (1 + np.exp(-gate)) * up) @ t[b + "ffn_down.weight"].T
+            continue
         a = rms_norm(x, t[b + "attn_norm.weight"], eps)
         q = rope_interleaved((a @ t[b + "attn_q.weight"].T).reshape(n, h, p), theta)
         k = rope_interleaved((a @ t[b + "attn_k.weight"].T).reshape(n, g, p), theta)
@@ -165,6 +172,42 @@ def test_pruned_layers_become_llama_cpps_deci_architecture(tmp_path, tokenizer_j
     assert_same_checkpoint(back, checkpoint)
 
 
+def test_a_layer_without_heads_is_written_attention_free(tmp_path, tokenizer_json):
+    """A layer whose attention outputs zeros (pruning left it one head gated to 0) is an
+    attention-free "deci" layer: no heads, no attention tensors, no KV cache in llama.cpp."""
+    checkpoint = pruned_checkpoint(tokenizer_json, ((4, 2), (1, 1), (4, 4)))
+    checkpoint.weights["model.layers.1.self_attn.o_proj.weight"][:] = 0
+    path = write_gguf_llama(checkpoint, tmp_path / "free.gguf")
+
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["general.architecture"].contents() == "deci"
+    assert reader.fields["deci.attention.head_count"].contents() == [4, 0, 4]
+    assert reader.fields["deci.attention.head_count_kv"].contents() == [2, 0, 4]
+    names = {tensor.name for tensor in reader.tensors}
+    assert not {n for n in names if n.startswith("blk.1.attn")}
+    assert {"blk.1.ffn_norm.weight", "blk.0.attn_norm.weight", "blk.2.attn_q.weight"} <= names
+    want = llama_logits(checkpoint, IDS)
+    np.testing.assert_allclose(llama_cpp_logits(path, IDS), want, rtol=0, atol=1e-9)
+    # Read back: the layer holds one head of zeros (the library's form of a layer with no
+    # head left) and a norm of ones; the logits are the checkpoint's.
+    back = read_gguf_llama(path)
+    assert back.config.layer_heads == ((4, 2), (1, 1), (4, 4))
+    assert not np.any(back.weights["model.layers.1.self_attn.q_proj.weight"])
+    np.testing.assert_array_equal(back.weights["model.layers.1.input_layernorm.weight"], 1)
+    np.testing.assert_allclose(llama_logits(back, IDS), want, rtol=0, atol=1e-9)
+    # Written again, the same file.
+    again = write_gguf_llama(back, tmp_path / "again.gguf", name="free")
+    assert again.read_bytes() == path.read_bytes()
+    # Every layer with heads: a plain "llama" file, all tensors kept.
+    checkpoint = random_checkpoint(tokenizer_json)
+    reader = gguf.GGUFReader(str(write_gguf_llama(checkpoint, tmp_path / "plain.gguf")))
+    assert reader.fields["general.architecture"].contents() == "llama"
+    checkpoint.weights["model.layers.0.self_attn.o_proj.weight"][:] = 0
+    reader = gguf.GGUFReader(str(write_gguf_llama(checkpoint, tmp_path / "zero.gguf")))
+    assert reader.fields["general.architecture"].contents() == "deci"
+    assert reader.fields["deci.attention.head_count"].contents()[0] == 0
+
+
 def test_decoder_lm_of_a_deci_file_equals_the_pruned_model(tmp_path, tokenizer_json):
     """A pruned `DecoderLM` -> GGUF -> `load_decoder`: the same heads and logits."""
     keras = pytest.importorskip("keras")
@@ -189,6 +232,32 @@ def test_decoder_lm_of_a_deci_file_equals_the_pruned_model(tmp_path, tokenizer_j
         save_decoder(lm, tmp_path / "hf", format="hf")
     with pytest.raises(CheckpointError, match="ends in .gguf"):
         save_decoder(lm, tmp_path / "lm.bin", format="gguf")
+
+
+def test_a_decoder_pruned_of_a_whole_layer_is_attention_free_in_llama_cpp(tmp_path, tokenizer_json):
+    """`remove_heads` leaves a layer with no head one head of output zeros; its GGUF file
+    drops that layer's attention, and reads back with the pruned model's logits."""
+    keras = pytest.importorskip("keras")
+    from headsize_tf.keras3.modeling.llama_weights import decoder_from_checkpoint
+    from headsize_tf.keras3.pretrained.decoders import load_decoder, save_decoder, tokenizer_of
+    from headsize_tf.keras3.pruning.remove import remove_heads
+
+    checkpoint = pruned_checkpoint(tokenizer_json, ((4, 2), (4, 2), (4, 2)))
+    lm = decoder_from_checkpoint(checkpoint, tokenizer=tokenizer_of(checkpoint))
+    mask = np.ones([3, 4], np.float32)
+    mask[1] = 0  # Every head of the middle layer.
+    mask[2, :2] = 0  # One key/value group of the last.
+    pruned = remove_heads(lm, mask)
+    ids = np.asarray([IDS], np.int32)
+    want = keras.ops.convert_to_numpy(pruned(ids))[0]
+
+    path = save_decoder(pruned, tmp_path / "pruned.gguf", format="gguf")
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["deci.attention.head_count"].contents() == [4, 0, 2]
+    assert reader.fields["deci.attention.head_count_kv"].contents() == [2, 0, 1]
+    np.testing.assert_allclose(llama_cpp_logits(path, IDS), want, rtol=0, atol=2e-4)
+    back = load_decoder(path)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(back(ids))[0], want, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -479,12 +479,13 @@ def test_gguf_bad_inputs_are_one_line_errors(tmp_path, tokenizer_json):
     cases[
         "architecture 'gpt2' is not supported; expected one of ['deci', 'gemma', 'gemma2', 'gemma3',"
     ] = write_gguf(tmp_path / "gpt2.gguf", checkpoint, architecture="gpt2")
-    # Nemotron NAS's attention-free layers (no heads) have no DecoderLM form.
-    cases["layer 1 has 0 query and 0 key/value heads (an attention-free"] = write_gguf(
+    # Nemotron NAS's linear-attention layers (query heads, no key/value heads) have no
+    # DecoderLM form (its attention-free layers do: tests/data/gguf_writer_test.py).
+    cases["layer 1 has 4 query and 0 key/value heads (a linear-attention layer"] = write_gguf(
         tmp_path / "deci.gguf",
         checkpoint,
         architecture="deci",
-        extra={"add_head_count": [4, 0], "add_head_count_kv": [2, 0]},
+        extra={"add_head_count": [4, 4], "add_head_count_kv": [2, 0]},
     )
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size * 2 // 3])

@@ -54,6 +54,45 @@ def test_stray_key_dim_in_a_block_is_an_error():
         )
 
 
+def test_a_block_keeps_every_stock_argument_in_its_config():
+    # Model Garden's own get_config leaves out use_rms_norm and return_attention_scores.
+    block = HeadsizeTransformerBlock(
+        attention=AttentionSpec("grouped", num_heads=4, num_kv_heads=2),
+        num_kv_heads=2,  # Agrees with the spec.
+        inner_dim=12,
+        inner_activation="relu",
+        norm_first=True,
+        use_rms_norm=True,
+        return_attention_scores=True,
+    )
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    out, scores = block(x)
+    assert scores.shape == (2, 4, 5, 5)
+    clone = HeadsizeTransformerBlock.from_config(block.get_config())
+    assert clone.get_config() == block.get_config()
+    clone(x)
+    clone.set_weights(block.get_weights())
+    np.testing.assert_allclose(clone(x)[0].numpy(), out.numpy(), atol=1e-6)
+    assert type(clone._attention_layer_norm).__name__ == "RMSNorm"
+
+
+def test_stock_attention_options_the_spec_does_not_hold_are_errors():
+    with pytest.raises(ValueError, match=r"num_kv_heads=1 disagrees with the attention spec"):
+        HeadsizeTransformerBlock(
+            attention=AttentionSpec("standard", 4),
+            num_kv_heads=1,
+            inner_dim=8,
+            inner_activation="relu",
+        )
+    with pytest.raises(ValueError, match=r"src_block_size=\.\.\.; Model Garden's block-sparse"):
+        HeadsizeTransformerBlock(
+            attention=AttentionSpec("standard", 4),
+            src_block_size=2,
+            inner_dim=8,
+            inner_activation="relu",
+        )
+
+
 def test_old_constructor_arguments_name_the_new_key():
     with pytest.raises(ValueError, match=r"attention_type='fixed_head'; it is now attention.kind"):
         HeadsizeCausalLM(vocab_size=5, hidden_size=8, num_layers=1, attention_type="fixed_head")

@@ -92,6 +92,16 @@ class CollaborativeAttention(HeadAttentionBase):
       use_gate: Whether to gate the attention output with a sigmoid
         projection of the query.
       seed: Optional int seed of the attention dropout.
+      attention_axes: None or (1,): attention over the sequence axis only.
+      flash_attention: Accepted for the common signature: the scores are
+        einsums whatever it says (True with `return_attention_scores` is an
+        error, as in Keras).
+      rope_max_wavelength, rope_scaling, rope_frequencies, use_output_bias,
+        query_key_norm_offset, logit_soft_cap, query_scale: the Llama-family
+        options (rotary positions: each head's mixed query turns with the
+        shared key; Gemma 2's logit cap, a query scale), as `HeadAttentionBase`
+        documents them. Query/key norms (`query_key_norm_epsilon`) are refused:
+        the shared key has no heads to normalise.
       **kwargs: Base layer arguments such as `name` and `dtype`.
 
     Example:

@@ -49,6 +49,11 @@ class FixedHeadAttention(HeadAttentionBase):
       use_gate: Whether to gate the attention output with a sigmoid
         projection of the query.
       seed: Optional int seed of the attention dropout.
+      rope_max_wavelength, rope_scaling, rope_frequencies, query_key_norm_epsilon,
+        use_output_bias, query_key_norm_offset, logit_soft_cap, query_scale: the
+        Llama-family options (rotary positions, Qwen3's and Gemma 3's query/key
+        norms, Gemma 2's logit cap, a query scale), as `HeadAttentionBase`
+        documents them.
       **kwargs: Base layer arguments such as `name` and `dtype`.
 
     Example:
