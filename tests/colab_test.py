@@ -10,8 +10,8 @@ COLAB = pathlib.Path(__file__).resolve().parents[1] / "colab"
 NOTEBOOKS = sorted(COLAB.glob("*.ipynb"))
 
 
-def test_there_are_ten_notebooks_with_badge_and_purpose():
-    assert [p.stem[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 11)]
+def test_there_are_eleven_notebooks_with_badge_and_purpose():
+    assert [p.stem[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 12)]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         first = nb.cells[0]
@@ -64,7 +64,7 @@ class _Kernels:
     """One kernel per Keras world, shared by that world's notebooks in this module.
 
     Starting a kernel and importing TensorFlow, Keras and the library cost each
-    notebook 7-10 CPU-seconds; the ten notebooks start two kernels. Each
+    notebook 7-10 CPU-seconds; the eleven notebooks start two kernels. Each
     notebook still runs as in a fresh runtime: a first cell (not the notebook's)
     clears the kernel's namespace with `%reset -f`, so a name that only an earlier
     notebook defined or imported raises NameError, and changes into the test's
@@ -112,7 +112,7 @@ def kernels():
 
 
 # The default run takes the tf_keras quickstart notebook; the full run (docs/testing.md) all
-# ten, the JAX world's included.
+# eleven, the JAX world's included.
 DEFAULT_RUN = ("01_",)
 
 
