@@ -43,6 +43,14 @@ def files(tmp_path_factory, tokenizer_json):
     lm.save(root / "lm.keras")
     text = root / "text.txt"
     text.write_text("\n".join(TEXT) + "\n")
+    from headsize_tf.keras3.pretrained.decoders import load_decoder
+
+    load_decoder(good).save(root / "decoder.keras")  # A DecoderLM with its tokenizer.
+    (root / "not_zip.keras").write_text("not a zip archive\n")
+    (root / "binary_vocab.txt").write_bytes(b"\xff\xfe[UNK]\n")
+    (root / "empty.txt").write_text("")
+    (root / "afile").write_text("a file, not a directory\n")
+    (root / "dir.gguf").mkdir()
     return {
         "gguf": str(good),
         "gpt2": str(write_gguf(root / "gpt2.gguf", checkpoint, architecture="gpt2")),
@@ -250,6 +258,94 @@ CASES = [
         "kv_group_unit_on_a_model_dir",
         ["prune", "--model-dir", "{root}", "--unit", "kv_group", "--output", "{out}"],
         "--unit kv_group prunes a --decoder's key/value groups",
+    ),
+    (
+        "a_decoder_keras_file_as_model_file",
+        ["convert", "--model-file", "{root}/decoder.keras", "--to", "grouped", "--kv-heads", "1"]
+        + ["--output", "{out}"],
+        "holds a DecoderLM (a Llama-family decoder with its own tokenizer); pass it as --decoder",
+    ),
+    (
+        "a_decoder_keras_file_exported_as_a_causal_lm",
+        ["export", "--model-file", "{root}/decoder.keras", "--task", "lm", "--vocab-file"]
+        + ["{text}", "--output", "{out}"],
+        "holds a DecoderLM (a Llama-family decoder with its own tokenizer); export it with --decoder",
+    ),
+    (
+        "a_keras_file_that_is_not_a_zip_archive",
+        ["generate", "--decoder", "{root}/not_zip.keras", "--prompt", "a"],
+        "not_zip.keras is not a .keras file (not a zip archive, or cut short)",
+    ),
+    (
+        "a_prompt_that_is_not_utf8",
+        ["generate", "--decoder", "{gguf}", "--prompt", "a", "--prompt", "a\udcffb"],
+        "--prompt b'a\\xffb' is not UTF-8 text.",
+    ),
+    (
+        "a_negative_seed",
+        ["generate", "--decoder", "{gguf}", "--prompt", "a", "--temperature", "1", "--seed", "-1"],
+        "argument --seed: expected an integer >= 0, got '-1'",
+    ),
+    (
+        "an_infinite_temperature",
+        ["generate", "--decoder", "{gguf}", "--prompt", "a", "--temperature", "inf"],
+        "argument --temperature: expected a finite number >= 0, got 'inf'",
+    ),
+    (
+        "state_dir_inside_the_output",
+        [*CONVERT, "--kv-heads", "1", "--data-file", "{text}", "--state-dir", "{out}/state"],
+        "/state lies in --output",
+    ),
+    (
+        "output_that_replaces_the_source",
+        ["convert", "--decoder", "{hf}", "--to", "grouped", "--kv-heads", "1", "--output", "{hf}"]
+        + ["--overwrite"],
+        "would replace the model it reads (--decoder",
+    ),
+    (
+        "output_below_a_file",
+        ["convert", "--decoder", "{gguf}", "--to", "grouped", "--kv-heads", "1", "--output"]
+        + ["{root}/afile/sub"],
+        "afile is a file, not a directory.",
+    ),
+    (
+        "output_that_is_a_file",
+        ["convert", "--decoder", "{gguf}", "--to", "grouped", "--kv-heads", "1", "--output"]
+        + ["{root}/afile", "--overwrite"],
+        "afile is a file; expected a directory or a new path.",
+    ),
+    (
+        "gguf_output_that_is_a_directory",
+        ["export", "--decoder", "{gguf}", "--task", "lm", "--format", "gguf", "--output"]
+        + ["{root}/dir.gguf", "--overwrite"],
+        "dir.gguf is a directory; expected a file or a new path.",
+    ),
+    (
+        "output_where_nothing_can_be_written",
+        ["prune", "--decoder", "{gguf}", "--data-file", "{text}", "--output", "/proc/nope/out"],
+        "Output /proc/nope/out cannot be created: nothing can be written in /proc",
+    ),
+    (
+        "a_vocab_file_that_is_not_utf8",
+        ["convert", "--model-file", "{root}/lm.keras", "--to", "grouped", "--kv-heads", "1"]
+        + ["--data-file", "{text}", "--vocab-file", "{root}/binary_vocab.txt", "--output", "{out}"],
+        "binary_vocab.txt' is not UTF-8 text; expected a WordPiece vocab.txt",
+    ),
+    (
+        "a_vocab_file_without_unk",
+        ["convert", "--model-file", "{root}/lm.keras", "--to", "grouped", "--kv-heads", "1"]
+        + ["--data-file", "{text}", "--vocab-file", "{root}/empty.txt", "--output", "{out}"],
+        "empty.txt' has no [UNK] token (0 lines)",
+    ),
+    (
+        "an_empty_data_file",
+        [*CONVERT, "--kv-heads", "1", "--data-file", "{root}/empty.txt"],
+        "empty.txt, held_out part: The text has 0 tokens; one window of",
+    ),
+    (
+        "a_data_file_that_is_a_directory",
+        [*CONVERT, "--kv-heads", "1", "--data-file", "{root}"],
+        "is a directory; expected a text file.",
     ),
     (
         "healing_text_too_short",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -189,9 +191,47 @@ def model_source(args: argparse.Namespace) -> str:
     return f"pretrained/{getattr(args, 'framework', None) or 'tf_keras'}"
 
 
+# Flags that name a model to read (a path when it exists), for `check_output_apart`.
+SOURCE_FLAGS = (
+    ("--decoder", "decoder"),
+    ("--keras-hub-preset", "keras_hub_preset"),
+    ("--model-file", "model_file"),
+    ("--model-dir", "model_dir"),
+    ("--checkpoint", "checkpoint"),
+)
+
+
+def check_output_apart(args: argparse.Namespace) -> None:
+    """Refuses an `--output` that would replace the model the command reads (the source,
+    or a folder holding it), and a `--state-dir` that `--output` would replace."""
+    output = getattr(args, "output", None)
+    if output is None:
+        return
+    out = pathlib.Path(os.path.realpath(output))
+    for flag, dest in SOURCE_FLAGS:
+        value = getattr(args, dest, None)
+        if value and pathlib.Path(value).exists():
+            source = pathlib.Path(os.path.realpath(value))
+            if source == out or out in source.parents:
+                raise ValueError(
+                    f"--output {output} would replace the model it reads ({flag} {value}); "
+                    "expected another path."
+                )
+    state = getattr(args, "state_dir", None)
+    if state is not None:
+        state_path = pathlib.Path(os.path.realpath(state))
+        if state_path == out or out in state_path.parents:
+            raise ValueError(
+                f"--state-dir {state} lies in --output {output}, which a finished run "
+                "replaces; expected a directory of its own."
+            )
+
+
 def dispatch(runners: dict[str, Any], args: argparse.Namespace, key: str | None = None) -> Any:
-    """The runner of `key` (default: `model_source(args)`) in a command's `runners`."""
+    """The runner of `key` (default: `model_source(args)`) in a command's `runners`, once
+    `--output` is checked against the sources (`check_output_apart`)."""
     key = model_source(args) if key is None else key
+    check_output_apart(args)
     if key not in runners:
         raise ValueError(
             f"This command does not take {key.replace('_', ' ')} models; it takes "

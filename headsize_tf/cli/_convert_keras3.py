@@ -144,9 +144,15 @@ def convert_lm_file(args: argparse.Namespace, target: Any) -> dict[str, Any]:
         )
     check_output_free(args.output, args.overwrite)
     from headsize_tf.data.lm_text import load_lm_text
+    from headsize_tf.keras3.modeling.model_file import saved_class_name
     from headsize_tf.keras3.reparam.lm_file import convert_lm_file as convert
     from headsize_tf.keras3.reparam.lm_file import load_lm_file
 
+    if saved_class_name(args.model_file) == "DecoderLM":  # Its text needs its own tokenizer.
+        raise ValueError(
+            f"--model-file {args.model_file} holds a DecoderLM (a Llama-family decoder with its "
+            f"own tokenizer); pass it as --decoder {args.model_file}."
+        )
     lm = load_lm_file(args.model_file)
     budget = None if target is not None else _budget_plan(args, lm, str(args.model_file))
     text = None

@@ -60,7 +60,7 @@ def _decoder_file(args: argparse.Namespace) -> tuple[pathlib.Path, str]:
 
     if args.format == "gguf" and pathlib.Path(args.output).suffix != ".gguf":
         raise ValueError(f"--format gguf writes a .gguf file; got --output {args.output}.")
-    check_output_free(args.output, args.overwrite)
+    check_output_free(args.output, args.overwrite, "file" if args.format == "gguf" else "directory")
     lm = load_decoder(args.decoder, max_sequence_length=args.max_sequence_length)
     path = save_decoder(lm, args.output, format=args.format, tensor_type=args.gguf_type)
     what = {"gguf": f"GGUF ({args.gguf_type})", "hf": "Hugging Face", "keras_hub": "keras-hub"}

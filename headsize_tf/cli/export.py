@@ -15,6 +15,7 @@ from headsize_tf.cli._args import (
     dispatch,
     model_source,
 )
+from headsize_tf.core.io import check_output_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -111,7 +112,10 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
 
 
 def run(args: argparse.Namespace) -> int:
-    path, what = dispatch(RUNNERS, args, _source(args))(args)
+    source = _source(args)
+    # A SavedModel's --output holds its versions; a GGUF file is one file.
+    check_output_path(args.output, "file" if args.format == "gguf" else "directory")
+    path, what = dispatch(RUNNERS, args, source)(args)
     print(f"exported: {path} ({'' if args.format != 'savedmodel' else 'signatures: '}{what})")
     return 0
 

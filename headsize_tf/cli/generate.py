@@ -10,9 +10,20 @@ Decoding is cached (one compiled step per token), greedy unless
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
-from headsize_tf.cli._args import DECODER_HELP, _positive_int
+from headsize_tf.cli._args import DECODER_HELP, _non_negative_int, _positive_int
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -25,9 +36,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--decoder", metavar="NAME_OR_PATH", required=True, help=DECODER_HELP)
     p.add_argument("--prompt", action="append", required=True, help="text to continue (repeatable)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=32)
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    p.add_argument("--temperature", type=_temperature, default=0.0, help="0: greedy (default)")
     p.add_argument("--top-k", type=_positive_int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_non_negative_int, default=0)
     p.set_defaults(func=run)
     return p
 
@@ -35,6 +46,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.keras3.pretrained.decoders import load_decoder
 
+    for prompt in args.prompt:  # All checked before the model loads.
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:  # Bytes the command line could not decode.
+            raise ValueError(
+                f"--prompt {prompt.encode('utf-8', 'surrogateescape')!r} is not UTF-8 text."
+            ) from None
     start = time.perf_counter()
     lm = load_decoder(args.decoder)
     if lm.tokenizer is None:

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,16 +75,50 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = True) -> Iterato
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_output_free(output: str | os.PathLike, overwrite: bool) -> None:
-    """Raises `FileExistsError` before any work when `output` exists and may not be replaced.
+def check_output_free(output: str | os.PathLike, overwrite: bool, kind: str = "directory") -> None:
+    """Raises an `OSError` before any work when `output` cannot be written.
 
-    The one "exists" check of the library's writers; its message names the
-    Python argument (the CLI shows its own flag instead).
+    The one "exists" check of the library's writers: `output` exists and may
+    not be replaced (`FileExistsError`; its message names the Python argument,
+    the CLI shows its own flag instead), or `check_output_path` refuses it.
+
+    Args:
+      output: The directory or file to write.
+      overwrite: Whether an existing `output` may be replaced.
+      kind: "directory" or "file": what `output` will be.
     """
     if pathlib.Path(output).exists() and not overwrite:
         raise FileExistsError(
             f"Output directory {output} exists; pass overwrite=True to replace it."
         )
+    check_output_path(output, kind)
+
+
+def check_output_path(output: str | os.PathLike, kind: str = "directory") -> None:
+    """Raises an `OSError` naming `output` when it cannot be written as a `kind`.
+
+    `kind` is "directory" or "file". Refused: an existing `output` of the other
+    kind, and a path whose nearest existing ancestor is a file or a folder
+    where nothing can be created (tried with an empty folder, removed at once).
+    """
+    path = pathlib.Path(output).absolute()
+    if path.exists() and path.is_dir() != (kind == "directory"):
+        other = "directory" if path.is_dir() else "file"
+        raise FileExistsError(f"Output {output} is a {other}; expected a {kind} or a new path.")
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise NotADirectoryError(
+            f"Output {output} cannot be created: {ancestor} is a file, not a directory."
+        )
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".headsize_tf-probe-", dir=ancestor))
+    except OSError as err:
+        raise PermissionError(
+            f"Output {output} cannot be created: nothing can be written in {ancestor} "
+            f"({err.strerror})."
+        ) from None
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:

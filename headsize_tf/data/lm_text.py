@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from headsize_tf.data._wordpiece_common import read_vocab
 from headsize_tf.data.records import pack_windows
 from headsize_tf.data.splits import split_of
 from headsize_tf.data.vocab import tokenize_lines
@@ -79,12 +80,27 @@ def text_windows(lines: Sequence[str], vocab_file: str, window: int) -> np.ndarr
     return pack_windows(tokenize_lines(lines, vocab_file), window)
 
 
+def _check_vocab(vocab_file: str | os.PathLike) -> None:
+    """A WordPiece vocab.txt: UTF-8, one token a line, [UNK] among them."""
+    expected = "expected a WordPiece vocab.txt (UTF-8, one token a line, with [UNK])"
+    try:
+        tokens = read_vocab(vocab_file)
+    except UnicodeDecodeError:
+        raise ValueError(f"vocab_file={str(vocab_file)!r} is not UTF-8 text; {expected}.") from None
+    if "[UNK]" not in tokens:
+        raise ValueError(
+            f"vocab_file={str(vocab_file)!r} has no [UNK] token ({len(tokens)} lines); {expected}."
+        )
+
+
 def _read_text(path: str | os.PathLike) -> list[str]:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().splitlines()
     except FileNotFoundError:
         raise ValueError(f"data_file={str(path)!r} does not exist.") from None
+    except IsADirectoryError:
+        raise ValueError(f"data_file={str(path)!r} is a directory; expected a text file.") from None
     except UnicodeDecodeError as err:
         raise ValueError(f"data_file={str(path)!r} is not UTF-8 text ({err}).") from None
 
@@ -177,6 +193,8 @@ def load_lm_text(
         )
     elif not os.path.isfile(vocab_file):
         raise ValueError(f"vocab_file={str(vocab_file)!r} does not exist.")
+    else:
+        _check_vocab(vocab_file)
     vocab_file = str(vocab_file)
     parts, source = lm_text_lines(data_file=data_file, corpus=corpus, data_dir=data_dir)
     windows = {name: text_windows(part, vocab_file, window) for name, part in parts.items()}

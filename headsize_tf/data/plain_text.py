@@ -498,8 +498,8 @@ def token_windows(
         raise CorpusError(f"tokenize returned ids up to {ids.max()}, beyond int32.")
     if len(ids) < text_tokens:
         raise CorpusError(
-            f"The text has {len(ids)} tokens, fewer than the {text_tokens} one window of "
-            f"{window} needs."
+            f"The text has {len(ids)} tokens; one window of {window} ids needs {text_tokens} "
+            "(expected a longer text, or a shorter sequence length)."
         )
     rows = np.lib.stride_tricks.sliding_window_view(ids, text_tokens)[::stride][:max_windows]
     rows = rows.astype(np.int32)

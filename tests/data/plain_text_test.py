@@ -157,7 +157,7 @@ def test_token_windows_tokenizes_the_joined_text_once():
 
 
 def test_token_windows_errors():
-    with pytest.raises(CorpusError, match="has 11 tokens, fewer than the 12 one window of 13"):
+    with pytest.raises(CorpusError, match="has 11 tokens; one window of 13 ids needs 12"):
         pt.token_windows(LINES, _words, 13, start_token_id=0)
     with pytest.raises(CorpusError, match="has 0 tokens"):
         pt.token_windows([], _words, 2)

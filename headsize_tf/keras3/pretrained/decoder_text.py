@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.data.cache import CorpusError
 from headsize_tf.data.lm_text import LMText, lm_text_lines
 from headsize_tf.data.plain_text import PLAIN_TEXTS, plain_text, token_windows
 from headsize_tf.keras3.modeling.lm_generation import leading_token_id
@@ -96,10 +97,12 @@ def decoder_lm_text(
         if not train:
             parts.pop("train")
     limits = {"train": max_train_windows, "held_out": max_held_out_windows}
-    windows = {
-        name: token_windows(lines, tokenize, window, start, max_windows=limits[name])
-        for name, lines in parts.items()
-    }
+    windows = {}
+    for name, lines in parts.items():
+        try:
+            windows[name] = token_windows(lines, tokenize, window, start, max_windows=limits[name])
+        except CorpusError as err:  # Name the text and its part.
+            raise CorpusError(f"{source.split(' (')[0]}, {name} part: {err}") from None
     empty = np.zeros([0, window], np.int32)
     tokenizer = type(lm.tokenizer).__name__
     return LMText(

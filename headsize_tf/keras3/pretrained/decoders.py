@@ -29,8 +29,6 @@ import os
 import pathlib
 from typing import Any
 
-import keras
-
 from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.io import atomic_path
 from headsize_tf.core.llama_checkpoint import LlamaCheckpoint
@@ -43,6 +41,7 @@ from headsize_tf.keras3.modeling.llama_weights import (
     default_model_type,
     mla_checkpoint_from_decoder,
 )
+from headsize_tf.keras3.modeling.model_file import load_model_file
 from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
 
 SAVE_FORMATS = ("keras", "gguf", "hf", "keras_hub")
@@ -126,9 +125,7 @@ def load_decoder(
     """
     path = pathlib.Path(str(source)).expanduser()
     if path.suffix == ".keras":
-        if not path.is_file():
-            raise CheckpointError(f"{path} does not exist.")
-        model = keras.saving.load_model(path)
+        model = load_model_file(path, "a DecoderLM")
         if not isinstance(model, DecoderLM):
             raise CheckpointError(f"{path} holds a {type(model).__name__}, not a DecoderLM.")
         return model

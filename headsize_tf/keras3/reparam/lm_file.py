@@ -53,6 +53,7 @@ from headsize_tf.core.io import atomic_directory, check_output_free, write_json
 from headsize_tf.core.kv_cache import kv_cache_bytes_per_token
 from headsize_tf.keras3 import lm_training
 from headsize_tf.keras3.modeling import CausalLM, DecoderLM
+from headsize_tf.keras3.modeling.model_file import load_model_file
 from headsize_tf.keras3.reparam.convert import convert_model
 
 # The Keras 3 LMs `convert_lm_file` takes.
@@ -73,7 +74,7 @@ def load_lm_file(path: str | os.PathLike) -> CausalLM:
             f"model={str(path)!r} is not a .keras file (a Keras 3 CausalLM saved with "
             "model.save('NAME.keras'))."
         )
-    model = keras.saving.load_model(path)
+    model = load_model_file(path, "a Keras 3 CausalLM or DecoderLM")
     if not isinstance(model, LM_CLASSES):
         raise ValueError(
             f"model={str(path)!r} holds a {type(model).__name__}; convert takes a Keras 3 "

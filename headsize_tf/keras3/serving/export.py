@@ -32,9 +32,9 @@ from collections.abc import Callable
 
 import keras
 
-from headsize_tf.core.errors import CheckpointError
 from headsize_tf.data.serving_export import check_export_version, export
 from headsize_tf.keras3.modeling import CausalLM, DecoderLM
+from headsize_tf.keras3.modeling.model_file import load_model_file, saved_class_name
 from headsize_tf.keras3.pretrained import SentenceEncoder, load_sentence_encoder
 from headsize_tf.keras3.pruning.classifier import HEAD_FILE, load_classifier
 from headsize_tf.keras3.serving.encoder_module import EncoderServingModule
@@ -349,10 +349,12 @@ def export_source(
 
 
 def _load_causal_lm(path: pathlib.Path) -> CausalLM:
-    try:
-        lm = keras.saving.load_model(str(path))
-    except (OSError, ValueError, TypeError, KeyError) as err:
-        raise CheckpointError(f"{path} is not a loadable Keras model ({err}).") from None
+    if saved_class_name(path) == "DecoderLM":  # Its own tokenizer: exported as a decoder.
+        raise ValueError(
+            f"{path} holds a DecoderLM (a Llama-family decoder with its own tokenizer); export "
+            "it with --decoder."
+        )
+    lm = load_model_file(path, "a Keras 3 CausalLM")
     if not isinstance(lm, CausalLM):
         raise ValueError(f"{path} holds a {type(lm).__name__}, not a Keras 3 CausalLM.")
     return lm
