@@ -348,6 +348,17 @@ CASES = [
         "is a directory; expected a text file.",
     ),
     (
+        "heal_windows_without_heal_steps",
+        [*CONVERT, "--kv-heads", "1", "--data-file", "{text}", "--heal-windows", "4"],
+        "--heal-windows 4 sizes the healing: add --heal-steps N.",
+    ),
+    (
+        "finetune_epochs_for_a_decoder",
+        ["prune", "--decoder", "{gguf}", "--data-file", "{text}", "--finetune-epochs", "2"]
+        + ["--output", "{out}"],
+        "--finetune-epochs 2 fine-tunes a pruned classifier; a pruned --decoder heals instead",
+    ),
+    (
         "healing_text_too_short",
         [*LATENT, "--cache-fraction", "0.5", "--rope-pairs", "2", "--heal-steps", "1"]
         + ["--heal-windows", "100000"],

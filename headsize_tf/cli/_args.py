@@ -191,6 +191,20 @@ def model_source(args: argparse.Namespace) -> str:
     return f"pretrained/{getattr(args, 'framework', None) or 'tf_keras'}"
 
 
+# Training windows a healing distils on unless --heal-windows says otherwise.
+HEAL_WINDOWS = 32
+
+
+def check_heal_windows(args: argparse.Namespace) -> None:
+    """`--heal-windows` only with `--heal-steps`; its default filled in."""
+    if args.heal_windows is not None and not args.heal_steps:
+        raise ValueError(
+            f"--heal-windows {args.heal_windows} sizes the healing: add --heal-steps N."
+        )
+    if args.heal_windows is None:
+        args.heal_windows = HEAL_WINDOWS
+
+
 # Flags that name a model to read (a path when it exists), for `check_output_apart`.
 SOURCE_FLAGS = (
     ("--decoder", "decoder"),

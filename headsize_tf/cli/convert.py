@@ -34,10 +34,12 @@ from headsize_tf.cli import _convert_keras3, _convert_tf_keras
 from headsize_tf.cli._args import (
     DECODER_HELP,
     FRAMEWORKS,
+    HEAL_WINDOWS,
     _non_negative_int,
     _open_fraction,
     _positive_int,
     add_option,
+    check_heal_windows,
     dispatch,
     model_source,
 )
@@ -217,8 +219,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--heal-windows",
         type=_positive_int,
-        default=32,
-        help="training windows the healing distils on",
+        default=None,
+        help=f"with --heal-steps: training windows the healing distils on (default {HEAL_WINDOWS})",
     )
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
@@ -412,6 +414,7 @@ def _source(args: argparse.Namespace) -> str:
         raise ValueError(
             "--heal-steps is for Keras 3 LMs (--decoder, --model-file, --keras-hub-preset)."
         )
+    check_heal_windows(args)
     if args.state_dir is not None and not (decoder or args.model_file):
         raise ValueError(
             "--state-dir is for Keras 3 LMs (--decoder, --model-file); a model_dir resumes "

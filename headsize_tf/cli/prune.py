@@ -7,11 +7,13 @@ from collections.abc import Callable
 
 from headsize_tf.cli import _prune_keras3, _prune_tf_keras
 from headsize_tf.cli._args import (
+    HEAL_WINDOWS,
     _fraction,
     _non_negative_int,
     _positive_int,
     add_framework,
     add_model_source,
+    check_heal_windows,
     dispatch,
     model_source,
 )
@@ -124,10 +126,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--heal-windows",
         type=_positive_int,
-        default=32,
-        help="training windows the healing distils on",
+        default=None,
+        help=f"with --heal-steps: training windows the healing distils on (default {HEAL_WINDOWS})",
     )
-    p.add_argument("--finetune-epochs", type=float, default=2.0)
+    p.add_argument(
+        "--finetune-epochs",
+        type=float,
+        default=None,
+        help=f"a classifier: epochs of fine-tuning after pruning (default {FINETUNE_EPOCHS:g})",
+    )
     p.add_argument("--importance-examples", type=_positive_int, default=1024)
     p.add_argument(
         "--importance-batches",
@@ -173,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# Fine-tuning epochs of a pruned classifier unless --finetune-epochs says otherwise.
+FINETUNE_EPOCHS = 2.0
+
+
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (a model_dir's options checked)."""
     source = model_source(args)
@@ -190,6 +201,14 @@ def _source(args: argparse.Namespace) -> str:
         )
     if args.heal_steps and source != "decoder":
         raise ValueError("--heal-steps heals a pruned --decoder; other models fine-tune instead.")
+    check_heal_windows(args)
+    if args.finetune_epochs is not None and source == "decoder":
+        raise ValueError(
+            f"--finetune-epochs {args.finetune_epochs:g} fine-tunes a pruned classifier; a pruned "
+            "--decoder heals instead (--heal-steps)."
+        )
+    if args.finetune_epochs is None:
+        args.finetune_epochs = FINETUNE_EPOCHS
     if args.unit != "head" and source != "decoder":
         raise ValueError(
             f"--unit {args.unit} prunes a --decoder's key/value groups; other models prune heads."
