@@ -800,7 +800,7 @@ notebook(
     "out to llama.cpp",
     "SmolLM2-135M-Instruct (a Llama: rotary positions, RMSNorm, gated feed-forward, 9 query "
     "heads sharing 3 key/value heads) in the library's Keras 3 `DecoderLM`, its KV cache cut "
-    "post hoc at equal size two ways: a shared latent (DeepSeek's MLA, as TransMLA converts "
+    "post hoc to about a third, two ways: a shared latent (DeepSeek's MLA, as TransMLA converts "
     "one: the rotary dimensions rotated across key/value heads per frequency band, one "
     "rotary key kept, the rest and the values in a latent from a whitened SVD of the "
     "activations) and grouped-query attention with a third of the key/value heads. Each layer "

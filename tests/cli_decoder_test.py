@@ -51,6 +51,7 @@ def files(tmp_path_factory, tokenizer_json):
     (root / "empty.txt").write_text("")
     (root / "afile").write_text("a file, not a directory\n")
     (root / "dir.gguf").mkdir()
+    (root / "link").symlink_to(root / "dir.gguf")
     return {
         "gguf": str(good),
         "gpt2": str(write_gguf(root / "gpt2.gguf", checkpoint, architecture="gpt2")),
@@ -346,6 +347,16 @@ CASES = [
         "a_data_file_that_is_a_directory",
         [*CONVERT, "--kv-heads", "1", "--data-file", "{root}"],
         "is a directory; expected a text file.",
+    ),
+    (
+        "output_that_is_a_symbolic_link",
+        [*CONVERT, "--kv-heads", "1", "--output", "{root}/link", "--overwrite"],
+        "link is a symbolic link; expected a directory or a new path.",
+    ),
+    (
+        "negative_finetune_epochs",
+        ["prune", "--decoder", "{gguf}", "--finetune-epochs", "-1", "--output", "{out}"],
+        "argument --finetune-epochs: expected a finite number >= 0, got '-1'",
     ),
     (
         "heal_windows_without_heal_steps",

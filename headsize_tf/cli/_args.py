@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 from collections.abc import Iterator, Sequence
@@ -47,6 +48,16 @@ def _non_negative_int(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return value
 
 
@@ -217,15 +228,19 @@ SOURCE_FLAGS = (
 
 def check_output_apart(args: argparse.Namespace) -> None:
     """Refuses an `--output` that would replace the model the command reads (the source,
-    or a folder holding it), and a `--state-dir` that `--output` would replace."""
+    or a folder holding it), and a `--state-dir` that `--output` would replace.
+
+    What is replaced is `args.written_output` where a command sets it (a SavedModel
+    export writes only `--output`/`--version`), else `--output`.
+    """
     output = getattr(args, "output", None)
     if output is None:
         return
-    out = pathlib.Path(os.path.realpath(output))
+    out = pathlib.Path(os.path.realpath(getattr(args, "written_output", None) or output))
     for flag, dest in SOURCE_FLAGS:
         value = getattr(args, dest, None)
-        if value and pathlib.Path(value).exists():
-            source = pathlib.Path(os.path.realpath(value))
+        if value and pathlib.Path(value).expanduser().exists():
+            source = pathlib.Path(os.path.realpath(pathlib.Path(value).expanduser()))
             if source == out or out in source.parents:
                 raise ValueError(
                     f"--output {output} would replace the model it reads ({flag} {value}); "

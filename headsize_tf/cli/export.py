@@ -4,6 +4,7 @@ llama.cpp (GGUF), Hugging Face or keras-hub (`--format`)."""
 from __future__ import annotations
 
 import argparse
+import pathlib
 from collections.abc import Callable
 
 from headsize_tf.cli import _export_keras3, _export_tf_keras
@@ -113,8 +114,13 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
 
 def run(args: argparse.Namespace) -> int:
     source = _source(args)
-    # A SavedModel's --output holds its versions; a GGUF file is one file.
-    check_output_path(args.output, "file" if args.format == "gguf" else "directory")
+    # A SavedModel goes to --output/--version (TF Serving's layout); a GGUF file is one file.
+    if args.format == "savedmodel":
+        args.written_output = str(pathlib.Path(args.output) / str(args.version))
+    check_output_path(
+        getattr(args, "written_output", args.output),
+        "file" if args.format == "gguf" else "directory",
+    )
     path, what = dispatch(RUNNERS, args, source)(args)
     print(f"exported: {path} ({'' if args.format != 'savedmodel' else 'signatures: '}{what})")
     return 0

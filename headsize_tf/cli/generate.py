@@ -10,20 +10,14 @@ Decoding is cached (one compiled step per token), greedy unless
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
-from headsize_tf.cli._args import DECODER_HELP, _non_negative_int, _positive_int
-
-
-def _temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+from headsize_tf.cli._args import (
+    DECODER_HELP,
+    _non_negative_float,
+    _non_negative_int,
+    _positive_int,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,7 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--decoder", metavar="NAME_OR_PATH", required=True, help=DECODER_HELP)
     p.add_argument("--prompt", action="append", required=True, help="text to continue (repeatable)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=32)
-    p.add_argument("--temperature", type=_temperature, default=0.0, help="0: greedy (default)")
+    p.add_argument(
+        "--temperature", type=_non_negative_float, default=0.0, help="0: greedy (default)"
+    )
     p.add_argument("--top-k", type=_positive_int, default=None)
     p.add_argument("--seed", type=_non_negative_int, default=0)
     p.set_defaults(func=run)

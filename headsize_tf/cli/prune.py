@@ -9,6 +9,7 @@ from headsize_tf.cli import _prune_keras3, _prune_tf_keras
 from headsize_tf.cli._args import (
     HEAL_WINDOWS,
     _fraction,
+    _non_negative_float,
     _non_negative_int,
     _positive_int,
     add_framework,
@@ -131,7 +132,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument(
         "--finetune-epochs",
-        type=float,
+        type=_non_negative_float,
         default=None,
         help=f"a classifier: epochs of fine-tuning after pruning (default {FINETUNE_EPOCHS:g})",
     )

@@ -88,20 +88,22 @@ def check_output_free(output: str | os.PathLike, overwrite: bool, kind: str = "d
       kind: "directory" or "file": what `output` will be.
     """
     if pathlib.Path(output).exists() and not overwrite:
-        raise FileExistsError(
-            f"Output directory {output} exists; pass overwrite=True to replace it."
-        )
+        raise FileExistsError(f"Output {kind} {output} exists; pass overwrite=True to replace it.")
     check_output_path(output, kind)
 
 
 def check_output_path(output: str | os.PathLike, kind: str = "directory") -> None:
     """Raises an `OSError` naming `output` when it cannot be written as a `kind`.
 
-    `kind` is "directory" or "file". Refused: an existing `output` of the other
-    kind, and a path whose nearest existing ancestor is a file or a folder
+    `kind` is "directory" or "file". Refused: a symbolic link, an existing
+    `output` of the other kind, and a path whose nearest existing ancestor is a file or a folder
     where nothing can be created (tried with an empty folder, removed at once).
     """
     path = pathlib.Path(output).absolute()
+    if path.is_symlink():  # Replacing it would replace the link, not what it points to.
+        raise FileExistsError(
+            f"Output {output} is a symbolic link; expected a {kind} or a new path."
+        )
     if path.exists() and path.is_dir() != (kind == "directory"):
         other = "directory" if path.is_dir() else "file"
         raise FileExistsError(f"Output {output} is a {other}; expected a {kind} or a new path.")
@@ -237,34 +239,76 @@ def _flush_stderr() -> None:
         stream.flush()
 
 
+# How long a finished block waits for the filter to pass on its last lines: a child
+# process that inherited the pipe may hold it open longer, and the filter then goes on
+# alone until that child closes it.
+_FILTER_DRAIN_SECONDS = 2.0
+
+
+def _filter_program() -> str:
+    """The filter process's program: `_NativeLineFilter` from stdin to stdout, on the
+    standard library alone (it must run whatever the environment can import)."""
+    import inspect
+
+    return "\n".join(
+        [
+            "import os, re, signal",
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: drain, then end.",
+            f"_NATIVE_LINE = re.compile({_NATIVE_LINE.pattern!r})",
+            f"_NATIVE_START = re.compile({_NATIVE_START.pattern!r})",
+            inspect.getsource(_NativeLineFilter),
+            "_NativeLineFilter(0, 1).run()",
+        ]
+    )
+
+
 @contextlib.contextmanager
 def without_native_logs() -> Iterator[None]:
-    """Drops native libraries' info and warning lines from the process' stderr.
+    """Drops native libraries' info and warning lines from a terminal's stderr.
 
     TensorFlow 2.20 logs some lines through absl before absl is initialised
     (XLA's "Compiled cluster using XLA!", preceded by absl's "All log messages
     before absl::InitializeLog()" warning), whatever `TF_CPP_MIN_LOG_LEVEL`
-    says. Inside the block, file descriptor 2 is a pipe whose lines reach the
-    real stderr unless they are such info or warning lines; errors and
-    everything Python writes pass unchanged. On exit the descriptor is
-    restored and every pending line delivered.
+    says. Where stderr is a terminal, file descriptor 2 is, inside the block, a
+    pipe read by a small filter process that passes every line to the terminal,
+    in order, but lines in those formats at info or warning level: errors
+    pass, and so does a line written just before a crash (the filter reads the
+    pipe to its end, whatever happens to this process), and native code never
+    waits on this process's threads. Elsewhere (a file, a pipe, a test's
+    capture) nothing changes. On exit descriptor 2 is restored and the last
+    lines delivered.
     """
-    import threading
+    import subprocess
+    import sys
 
+    if not os.isatty(2):
+        yield
+        return
     _flush_stderr()
     saved = os.dup(2)
     read_end, write_end = os.pipe()
-    thread = threading.Thread(
-        target=_NativeLineFilter(read_end, saved).run, name="native-log-filter", daemon=True
-    )
-    thread.start()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-c", _filter_program()],
+            stdin=read_end,
+            stdout=saved,
+            stderr=saved,
+        )
+    except OSError:  # No filter: stderr as it is.
+        for fd in (read_end, write_end, saved):
+            os.close(fd)
+        yield
+        return
+    os.close(read_end)
     os.dup2(write_end, 2)
     os.close(write_end)
     try:
         yield
     finally:
         _flush_stderr()
-        os.dup2(saved, 2)  # Closes the pipe's last write end: the thread reads to its end.
-        thread.join()
-        os.close(read_end)
+        os.dup2(saved, 2)  # Closes this process's write end of the pipe.
         os.close(saved)
+        try:
+            child.wait(timeout=_FILTER_DRAIN_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass

@@ -190,13 +190,18 @@ def write_file(
 
 def attention_free_layers(checkpoint: LlamaCheckpoint) -> list[int]:
     """The layers of a Llama-architecture checkpoint whose attention adds nothing: an
-    output projection of zeros (a layer pruned of every head keeps one, gated to 0)."""
+    output projection of zeros (a layer pruned of every head keeps one, gated to 0).
+
+    Layer 0 is never among them: llama.cpp reads the head size and the rotary
+    dimensions only when layer 0 has heads (src/llama-model.cpp), so it keeps its
+    head of zeros.
+    """
     config = checkpoint.config
     if GGUF_ARCHITECTURES[config.model_type] != "llama":
         return []
     return [
         layer
-        for layer in range(config.num_layers)
+        for layer in range(1, config.num_layers)
         if not np.any(checkpoint.weights[f"model.layers.{layer}.self_attn.o_proj.weight"])
     ]
 

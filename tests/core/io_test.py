@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -101,14 +102,60 @@ def test_a_partial_line_is_forwarded_at_once_unless_it_may_be_a_log_line():
         os.close(fd)
 
 
-def test_without_native_logs_filters_file_descriptor_2_and_restores_it(capfd):
-    with core_io.without_native_logs():
-        os.write(2, ABSL_INFO + b"kept\n")
-        print("python's stderr", file=sys.__stderr__)  # Written to descriptor 2.
-        os.write(2, TF_WARNING)
-    os.write(2, b"after\n")
-    assert capfd.readouterr().err == "kept\npython's stderr\nafter\n"
-    with pytest.raises(KeyError), core_io.without_native_logs():  # Restored on an error too.
-        raise KeyError("x")
-    os.write(2, ABSL_INFO)
+def run_on_a_terminal(code: str, env: dict | None = None) -> tuple[int, str, str]:
+    """Runs Python `code` with stderr on a pseudo-terminal: (exit status, stdout, what the
+    terminal showed, newlines as "\\n")."""
+    import pty
+
+    master, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=terminal, env=env
+    )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every process holding the terminal has ended.
+            break
+        if not data:
+            break
+        shown += data
+    out, _ = process.communicate()
+    os.close(master)
+    return process.returncode, out.decode(), shown.decode().replace("\r\n", "\n")
+
+
+def test_on_a_terminal_native_lines_are_dropped_in_order_and_a_crash_keeps_its_last_words():
+    code = (
+        "import os, sys\n"
+        "from headsize_tf.core.io import without_native_logs\n"
+        "with without_native_logs():\n"
+        f"    os.write(2, {ABSL_INFO + b'kept' + bytes([10])!r})\n"
+        '    print("python\'s stderr", file=sys.stderr, flush=True)\n'
+        f"    os.write(2, {TF_WARNING + ABSL_ERROR!r})\n"
+        "os.write(2, b'after' + bytes([10]))\n"
+    )
+    status, _, shown = run_on_a_terminal(code)
+    assert status == 0
+    assert shown == "kept\npython's stderr\n" + ABSL_ERROR.decode() + "after\n"
+    # A fatal native line just before an abort reaches the terminal: the filter process reads
+    # the pipe to its end.
+    fatal = b"F0000 00:00:1795961713.288864    2509 op_kernel.cc:1] Check failed: x == y" + bytes(
+        [10]
+    )
+    code = (
+        "import os\n"
+        "from headsize_tf.core.io import without_native_logs\n"
+        "with without_native_logs():\n"
+        f"    os.write(2, {ABSL_INFO + fatal!r})\n"
+        "    os.abort()\n"
+    )
+    status, _, shown = run_on_a_terminal(code)
+    assert status != 0 and shown == fatal.decode()
+
+
+def test_off_a_terminal_nothing_changes(capfd):
+    with core_io.without_native_logs():  # capfd: descriptor 2 is a file.
+        os.write(2, ABSL_INFO)
     assert capfd.readouterr().err == ABSL_INFO.decode()

@@ -59,6 +59,8 @@ def load_model_file(path: str | os.PathLike, what: str = "a Keras 3 model") -> A
     path = _checked(path)
     try:
         return keras.saving.load_model(path)
+    except ImportError:  # A missing package: the CLI names the extra to install.
+        raise
     except Exception as err:  # Keras raises TypeError, ValueError, OSError, KeyError, ...
         raise CheckpointError(f"{path} could not be loaded as {what} ({_reason(err)}).") from None
 
