@@ -359,6 +359,16 @@ CASES = [
         "argument --finetune-epochs: expected a finite number >= 0, got '-1'",
     ),
     (
+        "top_k_without_temperature",
+        ["generate", "--decoder", "{gguf}", "--prompt", "a", "--top-k", "5"],
+        "--top-k 5 samples: add --temperature > 0 (0 is greedy).",
+    ),
+    (
+        "beam_size_for_a_decoder",
+        ["export", "--decoder", "{gguf}", "--task", "lm", "--beam-size", "2", "--output", "{out}"],
+        "--beam-size 2 shapes a translation export (--task translation).",
+    ),
+    (
         "heal_windows_without_heal_steps",
         [*CONVERT, "--kv-heads", "1", "--data-file", "{text}", "--heal-windows", "4"],
         "--heal-windows 4 sizes the healing: add --heal-steps N.",

@@ -127,10 +127,11 @@ def _verbose_requested(argv: Sequence[str]) -> bool:
 
 @contextlib.contextmanager
 def quiet_logs(verbose: bool = False) -> Iterator[None]:
-    """TensorFlow's C++ logs (if not yet loaded) and TF / absl Python logs at errors only.
+    """TensorFlow's C++ logs (if not yet loaded) at fatal only, TF / absl Python logs at errors.
 
-    `TF_CPP_MIN_LOG_LEVEL` is only set if unset, and is read when TensorFlow
-    loads; the Python loggers get their levels back on exit. Native info and
+    `TF_CPP_MIN_LOG_LEVEL` is set to 3 only if unset (its start-up errors, such as
+    "failed call to cuInit" on a machine without a GPU, are noise here), and is
+    read when TensorFlow loads; the Python loggers get their levels back on exit. Native info and
     warning lines that ignore it (XLA's "Compiled cluster using XLA!") are
     dropped from stderr inside the block (`core.io.without_native_logs`).
     """

@@ -58,7 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--task", choices=["embedding", "sentence_prediction", "lm", "translation"], required=True
     )
-    p.add_argument("--beam-size", type=_positive_int, default=4, help="translation: beams")
+    p.add_argument(
+        "--beam-size", type=_positive_int, default=None, help="translation: beams (default 4)"
+    )
     p.add_argument(
         "--max-decode-length",
         type=_positive_int,
@@ -126,10 +128,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# Beams of a translation export unless --beam-size says otherwise.
+BEAM_SIZE = 4
+
+
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (the front's options checked)."""
     if args.gguf_type != "f32" and args.format != "gguf":
         raise ValueError(f"--gguf-type {args.gguf_type} is for --format gguf.")
+    for flag, value in (
+        ("--beam-size", args.beam_size),
+        ("--max-decode-length", args.max_decode_length),
+    ):
+        if value is not None and args.task != "translation":
+            raise ValueError(f"{flag} {value} shapes a translation export (--task translation).")
+    if args.beam_size is None:
+        args.beam_size = BEAM_SIZE
     if args.format != "savedmodel" and args.decoder is None:
         raise ValueError(
             f"--format {args.format} writes a pretrained or saved decoder: pass --decoder NAME, "

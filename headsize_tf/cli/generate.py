@@ -42,6 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.keras3.pretrained.decoders import load_decoder
 
+    if args.top_k is not None and not args.temperature:
+        raise ValueError(f"--top-k {args.top_k} samples: add --temperature > 0 (0 is greedy).")
     for prompt in args.prompt:  # All checked before the model loads.
         try:
             prompt.encode("utf-8")
