@@ -369,6 +369,17 @@ CASES = [
         "--beam-size 2 shapes a translation export (--task translation).",
     ),
     (
+        "tf_keras_framework_for_a_decoder",
+        ["prune", "--decoder", "{gguf}", "--framework", "tf_keras", "--output", "{out}"],
+        "--decoder is a Keras 3 model: drop --framework tf_keras (or say keras3).",
+    ),
+    (
+        "tf_keras_framework_for_a_decoder_export",
+        ["export", "--decoder", "{gguf}", "--task", "lm", "--framework", "tf_keras"]
+        + ["--output", "{out}"],
+        "--decoder is a Keras 3 model: drop --framework tf_keras (or say keras3).",
+    ),
+    (
         "heal_windows_without_heal_steps",
         [*CONVERT, "--kv-heads", "1", "--data-file", "{text}", "--heal-windows", "4"],
         "--heal-windows 4 sizes the healing: add --heal-steps N.",

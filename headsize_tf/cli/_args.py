@@ -260,6 +260,16 @@ def dispatch(runners: dict[str, Any], args: argparse.Namespace, key: str | None 
     """The runner of `key` (default: `model_source(args)`) in a command's `runners`, once
     `--output` is checked against the sources (`check_output_apart`)."""
     key = model_source(args) if key is None else key
+    keras3 = {
+        "decoder": "--decoder",
+        "keras_hub": "--keras-hub-preset",
+        "model_file": "--model-file",
+    }
+    if getattr(args, "framework_given", None) == "tf_keras" and model_source(args) in keras3:
+        raise ValueError(
+            f"{keras3[model_source(args)]} is a Keras 3 model: drop --framework tf_keras (or say "
+            "keras3)."
+        )
     check_output_apart(args)
     if key not in runners:
         raise ValueError(
@@ -290,10 +300,20 @@ def read_lines(path: str) -> list[str]:
 FRAMEWORKS = ("tf_keras", "keras3")
 
 
+class _Framework(argparse.Action):
+    """Stores `--framework` and, as `framework_given`, that the command line gave it (its
+    default cannot tell), so that `dispatch` refuses tf_keras for a Keras 3 model."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.framework_given = values
+
+
 def add_framework(p: argparse.ArgumentParser) -> None:
     """`--framework tf_keras|keras3`: which front loads and runs the model."""
     p.add_argument(
         "--framework",
+        action=_Framework,
         choices=FRAMEWORKS,
         default="tf_keras",
         help="tf_keras (Model Garden, default) or keras3 (`import keras`; the backend is "
