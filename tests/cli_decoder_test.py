@@ -380,6 +380,11 @@ CASES = [
         "--decoder is a Keras 3 model: drop --framework tf_keras (or say keras3).",
     ),
     (
+        "eval_windows_beyond_the_text",
+        [*CONVERT, "--kv-heads", "1", "--data-file", "{text}", "--eval-windows", "100000"],
+        "--eval-windows 100000 asks for more (give more text, or fewer windows).",
+    ),
+    (
         "heal_windows_without_heal_steps",
         [*CONVERT, "--kv-heads", "1", "--data-file", "{text}", "--heal-windows", "4"],
         "--heal-windows 4 sizes the healing: add --heal-steps N.",

@@ -61,6 +61,7 @@ def _options(args: argparse.Namespace, target: Any) -> dict[str, Any]:
     state = None
     if args.state_dir is not None:
         skip = {"output", "overwrite", "state_dir", "func", "command", "budget_flags"}
+        skip |= {"eval_windows_given", "framework_given"}  # Bookkeeping, not flags.
         state = {k: v for k, v in vars(args).items() if k not in skip and not callable(v)}
         state = json.loads(json.dumps(state, default=str))
     return {
@@ -97,6 +98,16 @@ def _run(
         target = type(target)(target.kind, target.size, "mean")
     if args.uptrain_steps:
         _check_train_text(args, text, f"--uptrain-steps {args.uptrain_steps}", 1)
+    held_out = 0 if text is None else len(text.held_out)
+    if (
+        getattr(args, "eval_windows_given", False)
+        and text is not None
+        and held_out < args.eval_windows
+    ):
+        raise ValueError(
+            f"The held-out text has {held_out} windows of {text.held_out.shape[1] - 1} tokens; "
+            f"--eval-windows {args.eval_windows} asks for more (give more text, or fewer windows)."
+        )
     options = _options(args, target)
     converter = None
     if budget is not None:

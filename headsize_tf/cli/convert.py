@@ -45,6 +45,9 @@ from headsize_tf.cli._args import (
 )
 
 TARGETS = ("grouped", "latent", "collaborative")
+# Held-out windows of a Keras 3 LM's perplexity unless --eval-windows says otherwise (fewer
+# where the text has fewer).
+EVAL_WINDOWS = 64
 SIZE_FLAGS = {"grouped": "kv_heads", "latent": "kv_rank", "collaborative": "shared_key_dim"}
 # Library argument names -> the flags that set them, for messages.
 FLAG_NAMES = {
@@ -254,9 +257,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--eval-windows",
         type=_positive_int,
-        default=64,
+        default=None,
         help="a Keras 3 LM (--model-file, --decoder, --keras-hub-preset): held-out windows of "
-        "the perplexity",
+        f"the perplexity (default: up to {EVAL_WINDOWS})",
     )
     p.add_argument("--max-iter", type=_positive_int, default=100, help="collaborative: CP sweeps")
     p.add_argument(
@@ -415,6 +418,9 @@ def _source(args: argparse.Namespace) -> str:
             "--heal-steps is for Keras 3 LMs (--decoder, --model-file, --keras-hub-preset)."
         )
     check_heal_windows(args)
+    args.eval_windows_given = args.eval_windows is not None  # Then the text must hold them.
+    if args.eval_windows is None:
+        args.eval_windows = EVAL_WINDOWS
     if args.state_dir is not None and not (decoder or args.model_file):
         raise ValueError(
             "--state-dir is for Keras 3 LMs (--decoder, --model-file); a model_dir resumes "
