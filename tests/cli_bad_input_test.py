@@ -489,6 +489,16 @@ CASES = [
     ),
     ("data_prepare_bad_vocab", ["data", "prepare", "--vocab-size", "-5"], "'-5'"),
     (
+        "data_vocab_over_its_own_text",
+        ["data", "vocab", "--text", "{sentences}", "--output", "{sentences}"],
+        "is the --text file",
+    ),
+    (
+        "data_vocab_over_an_existing_file",
+        ["data", "vocab", "--text", "{sentences}", "--output", "{labelled_csv}"],
+        "exists; pass --overwrite to replace it.",
+    ),
+    (
         "data_vocab_missing_text",
         ["data", "vocab", "--text", NOPE + ".txt", "--output", "{out}.txt"],
         NOPE,

@@ -62,6 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     vocab.add_argument("--vocab-size", type=_positive_int, default=32000)
     vocab.add_argument("--output", required=True, help="path of the vocab.txt to write")
+    vocab.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     squad = sub.add_parser(
         "squad",
         help="SQuAD v1.1 JSON + training TFRecords for headsize_bert/span_labeling",
@@ -112,8 +113,18 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _vocab(args: argparse.Namespace) -> int:
+    import os
+
+    from headsize_tf.core.io import check_output_free
     from headsize_tf.data import vocab
 
+    output = os.path.realpath(args.output)
+    for text in args.text or ():
+        if os.path.realpath(text) == output:
+            raise ValueError(
+                f"--output {args.output} is the --text file {text}; expected another path."
+            )
+    check_output_free(args.output, args.overwrite, "file")
     if args.tfds:
         lines = vocab.tfds_lines(args.tfds, args.features, args.split, args.max_examples)
     else:
