@@ -489,6 +489,12 @@ CASES = [
     ),
     ("data_prepare_bad_vocab", ["data", "prepare", "--vocab-size", "-5"], "'-5'"),
     (
+        "data_squad_sequence_too_short_for_the_question",
+        ["data", "squad", "--vocab-file", "{sentences}", "--train-json", "{sentences}"]
+        + ["--dev-json", "{sentences}", "--sequence-length", "4", "--data-dir", "{out}"],
+        "A sequence length of 4 cannot hold a question token, a document token",
+    ),
+    (
         "data_vocab_over_its_own_text",
         ["data", "vocab", "--text", "{sentences}", "--output", "{sentences}"],
         "is the --text file",

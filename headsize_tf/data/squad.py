@@ -112,6 +112,14 @@ def prepare(
     for path in (train_json, dev_json):
         if path is not None and not os.path.isfile(path):
             raise SquadError(f"SQuAD JSON file {path!r} does not exist.")
+    if max_seq_length < 5:
+        raise SquadError(
+            f"A sequence length of {max_seq_length} cannot hold a question token, a document "
+            "token and 3 special tokens; expected at least 5."
+        )
+    # squad_lib's windows hold the question and 3 special tokens; with no room left for the
+    # document they would never advance. Longer questions are cut to leave one token.
+    max_query_length = min(max_query_length, max_seq_length - 4)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
