@@ -186,6 +186,56 @@ CASES = [
         "num_heads",
     ),
     (
+        "train_override_not_an_integer",
+        ["train", "--experiment", LM, "--params-override", "task.model.num_layers=abc"]
+        + ["--model-dir", "{out}"],
+        "task.model.num_layers must be an integer; got 'abc'",
+    ),
+    (
+        "train_override_zero_layers",
+        ["train", "--experiment", LM, "--params-override", "task.model.num_layers=0"]
+        + ["--model-dir", "{out}"],
+        "num_layers must be a positive int; got 0",
+    ),
+    (
+        "train_override_negative_steps",
+        ["train", "--experiment", LM, "--params-override", "trainer.train_steps=-5"]
+        + ["--model-dir", "{out}"],
+        "trainer.train_steps must be a positive int; got -5",
+    ),
+    (
+        "train_override_unknown_field",
+        ["train", "--experiment", LM, "--params-override", "task.model.no_such=1"]
+        + ["--model-dir", "{out}"],
+        "CausalLMConfig has no field 'no_such'",
+    ),
+    (
+        "train_without_data",
+        ["train", "--experiment", LM, "--model-dir", "{out}"],
+        "task.train_data has no input_path or tfds_name",
+    ),
+    (
+        "train_eval_without_checkpoint",
+        ["train", "--experiment", LM, "--mode", "eval", "--model-dir", "{not_a_model}"],
+        "--mode eval needs a trained --model-dir",
+    ),
+    (
+        "train_tpu_without_tpu_strategy",
+        ["train", "--experiment", LM, "--params-override", "trainer.train_steps=1"]
+        + ["--tpu", "grpc://10.0.0.1:8470", "--model-dir", "{out}"],
+        "--tpu 'grpc://10.0.0.1:8470' is for strategy 'tpu'",
+    ),
+    (
+        "train_too_many_cpu_devices",
+        ["train", "--experiment", LM, "--cpu-devices", "100000", "--model-dir", "{out}"],
+        "must be between 1 and 256; got 100000",
+    ),
+    (
+        "train_print_config_and_model_dir",
+        ["train", "--experiment", LM, "--print-config", "--model-dir", "{out}"],
+        "not allowed with argument",
+    ),
+    (
         "train_bad_mode",
         ["train", "--experiment", LM, "--mode", "fly", "--model_dir", "{out}"],
         "'fly'",
@@ -692,7 +742,7 @@ CASES = [
     (
         "train_missing_model_dir",
         ["train", "--experiment", LM],
-        "the following arguments are required: --model-dir",
+        "one of the arguments --model-dir --print-config is required",
     ),
     (
         "embed_sequence_length_one",

@@ -286,7 +286,7 @@ class VocabularyTest(tf.test.TestCase):
     def test_a_required_option_with_an_old_spelling_names_the_new_one_when_missing(self):
         code, _, err = _run(["train", "--experiment", "e"])
         self.assertEqual(code, 2)
-        self.assertIn("the following arguments are required: --model-dir", err)
+        self.assertIn("one of the arguments --model-dir --print-config is required", err)
         self.assertNotIn("--model_dir", err)
 
     def test_commands_on_either_front_dispatch_by_one_source_key(self):

@@ -12,7 +12,8 @@ TensorFlow's C++ and Python logs are kept to errors (pass `--verbose` before
 the command to see them), and a library error (`ValueError` and its
 `SpecError` / `CheckpointError`, `RuntimeError`, `FileExistsError`,
 `FileNotFoundError`) is one line `headsize-tf COMMAND: error: MESSAGE` on
-stderr with exit status 2.
+stderr with exit status 2; Ctrl-C is one line `headsize-tf COMMAND: interrupted`
+with exit status 130.
 """
 
 from __future__ import annotations
@@ -172,6 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         try:
             return int(args.func(args) or 0)
+        except KeyboardInterrupt:
+            # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), no traceback.
+            # What was written stays whole (atomic writes); resumable commands resume.
+            print(f"\nheadsize-tf {args.command}: interrupted", file=sys.stderr)
+            return 130
         except Exception as err:
             err = as_missing_extra(err) or err  # An optional package: the extra to install.
             if not _is_user_error(err):

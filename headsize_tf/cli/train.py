@@ -31,12 +31,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="comma-separated a.b.c=value overrides, or a YAML string",
     )
     p.add_argument("--mode", default="train_and_eval", choices=["train", "eval", "train_and_eval"])
+    where = p.add_mutually_exclusive_group(required=True)
     add_option(
-        p,
+        where,
         "--model-dir",
         hidden=["--model_dir"],
-        required=True,
         help="checkpoints, summaries, params.yaml (a rerun resumes)",
+    )
+    where.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the experiment's config (YAML, after --config-file and --params-override; "
+        "every field a file or override can set) and exit",
     )
     p.add_argument(
         "--strategy",
@@ -59,6 +65,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.training import train
 
+    if args.print_config:
+        import yaml
+
+        params = train.build_params(
+            args.experiment, args.config_file, args.params_override, args.data_dir, mode=None
+        )
+        print(yaml.safe_dump(params.as_dict(), sort_keys=False), end="")
+        return 0
+
+    if args.mode == "eval" and not train.has_checkpoint(args.model_dir):
+        raise train.ConfigError(
+            f"--mode eval needs a trained --model-dir; {args.model_dir} holds no checkpoint."
+        )
     result = train.run(
         experiment=args.experiment,
         model_dir=args.model_dir,

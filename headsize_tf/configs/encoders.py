@@ -81,6 +81,18 @@ class HeadsizeEncoderConfig(hyperparams.Config):
     norm_first: bool = False
 
 
+def check_positive(config, names: tuple[str, ...], where: str = "") -> None:
+    """Raises a ValueError unless each field in `names` is a positive int (None passes:
+    a field whose None means "derived", such as `intermediate_size`)."""
+    for name in names:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            field = f"{where}.{name}" if where else name
+            raise ValueError(f"{field} must be a positive int; got {value!r}.")
+
+
 def model_spec(config, num_layers: int, sequence_length: int) -> AttentionSpec:
     """The validated spec of a config with an `attention` field, checked at its width.
 
@@ -99,10 +111,11 @@ def model_spec(config, num_layers: int, sequence_length: int) -> AttentionSpec:
 
 def validate(config: HeadsizeEncoderConfig) -> None:
     """Raises a ValueError naming the bad field and what was expected."""
-    for name in ("vocab_size", "hidden_size", "num_layers", "intermediate_size"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"encoder.{name} must be a positive int; got {value!r}.")
+    check_positive(
+        config,
+        ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "max_position_embeddings"),
+        "encoder",
+    )
     model_spec(config, config.num_layers, config.max_position_embeddings)
 
 

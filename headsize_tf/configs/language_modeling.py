@@ -14,7 +14,12 @@ from official.core import config_definitions as cfg
 from official.modeling import hyperparams
 
 from headsize_tf import params
-from headsize_tf.configs.encoders import AttentionConfig, model_spec, spec_from_config
+from headsize_tf.configs.encoders import (
+    AttentionConfig,
+    check_positive,
+    model_spec,
+    spec_from_config,
+)
 from headsize_tf.modeling.causal_lm import HeadsizeCausalLM
 
 
@@ -72,6 +77,10 @@ class LanguageModelingConfig(cfg.TaskConfig):
 
 def validate(config: CausalLMConfig) -> None:
     """Raises a ValueError naming the bad field and what was expected."""
+    check_positive(
+        config,
+        ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "max_sequence_length"),
+    )
     model_spec(config, config.num_layers, config.max_sequence_length)
 
 

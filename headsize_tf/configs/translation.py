@@ -12,7 +12,12 @@ from official.core import config_definitions as cfg
 from official.modeling import hyperparams
 
 from headsize_tf import params
-from headsize_tf.configs.encoders import AttentionConfig, model_spec, spec_from_config
+from headsize_tf.configs.encoders import (
+    AttentionConfig,
+    check_positive,
+    model_spec,
+    spec_from_config,
+)
 from headsize_tf.modeling.seq2seq import HeadsizeSeq2Seq
 
 PAD, BOS, EOS = "[PAD]", "[CLS]", "[SEP]"
@@ -70,6 +75,17 @@ class TranslationConfig(cfg.TaskConfig):
 
 def validate(config: Seq2SeqConfig) -> None:
     """Raises a ValueError naming the bad field and what was expected."""
+    check_positive(
+        config,
+        (
+            "vocab_size",
+            "hidden_size",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "intermediate_size",
+            "max_sequence_length",
+        ),
+    )
     model_spec(config, config.num_encoder_layers, config.max_sequence_length)
     decoder = config
     if config.decoder_attention is not None:

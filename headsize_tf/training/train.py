@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import typing
 from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
 
+from headsize_tf.core.errors import CheckpointError
 from headsize_tf.core.spec import LEGACY_KEYS
 
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 MODES = ("train", "eval", "train_and_eval")
 DATA_DIR_TOKEN = "${DATA_DIR}"
+MAX_CPU_DEVICES = 256  # Logical CPU devices (`--cpu-devices`): each costs TF a thread pool.
 EXPERIMENT_FILE = "headsize_experiment.json"  # Names the experiment of a model_dir.
 
 
@@ -32,10 +36,13 @@ def build_params(
     config_files: Sequence[str] = (),
     params_override: str | dict | None = None,
     data_dir: str | None = None,
+    mode: str | None = "train_and_eval",
 ):
     """The validated `ExperimentConfig` of a registered experiment.
 
     `params_override` is a `a.b=c,...` string or a nested dict (which can set None).
+    The data a `mode` reads ("train", "eval" or "train_and_eval"; None: none)
+    must name its files or TFDS dataset.
     """
     from official.core import exp_factory
     from official.modeling import hyperparams
@@ -66,6 +73,9 @@ def build_params(
                 f"--params-override {params_override!r}: {_field_error(err)}"
             ) from None
 
+    _check_types(params)
+    _complete_schedule(params.trainer)
+    _check_trainer(params.trainer)
     model = params.task.model
     encoder = getattr(model, "encoder", None)
     try:
@@ -82,6 +92,11 @@ def build_params(
         raise ConfigError(f"{where}: {err}") from None
 
     data_dir = str(data_dir or corpora.default_data_dir())
+    needed = {
+        "train": {"train_data"},
+        "eval": {"validation_data"},
+        "train_and_eval": {"train_data", "validation_data"},
+    }.get(mode, set())
     for field in ("train_data", "validation_data"):
         data = getattr(params.task, field, None)
         if data is None:
@@ -91,6 +106,11 @@ def build_params(
             if data.vocab_file and not os.path.exists(data.vocab_file):
                 raise ConfigError(f"task.{field}.vocab_file {data.vocab_file!r} does not exist.")
         if not getattr(data, "input_path", ""):
+            if not getattr(data, "tfds_name", "") and field in needed:
+                raise ConfigError(
+                    f"task.{field} has no input_path or tfds_name; set one in a --config-file "
+                    "(official_configs/ has one for each experiment)."
+                )
             continue
         path = data.input_path.replace(DATA_DIR_TOKEN, data_dir)
         data.input_path = path
@@ -108,6 +128,86 @@ def build_params(
     return params
 
 
+def _expected_type(hint: Any) -> type | None:
+    """int, float, bool or str for a field annotated so (or Optional of one), else None."""
+    if isinstance(hint, type):
+        return hint if hint in (int, float, bool, str) else None
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(hint):
+        return _expected_type(args[0])
+    return None
+
+
+def _check_types(config, where: str = "") -> None:
+    """Raises a ConfigError for a field whose value is not of its annotated type.
+
+    YAML and `a.b=value` overrides set any type (`num_layers=abc` set a string that
+    failed deep inside the model builder); an int passes for a float field.
+    """
+    if not dataclasses.is_dataclass(config):
+        return
+    try:
+        hints = typing.get_type_hints(type(config))
+    except Exception:  # noqa: BLE001  (an unresolvable annotation: the field is not checked)
+        hints = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name, None)
+        name = f"{where}.{field.name}" if where else field.name
+        if dataclasses.is_dataclass(value):
+            _check_types(value, name)
+            continue
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                _check_types(item, f"{name}[{i}]")
+        expected = _expected_type(hints.get(field.name))
+        if expected is None or value is None:
+            continue
+        ok = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+        if expected is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok:
+            names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+            raise ConfigError(f"{name} must be {names[expected]}; got {value!r}.")
+
+
+def _complete_schedule(trainer) -> None:
+    """Fills a learning-rate schedule's unset lengths from `trainer.train_steps`.
+
+    The registered experiments leave them unset (Model Garden's trainer failed
+    with a TypeError on None): a decay runs over all of `train_steps`, and a
+    warmup over its first 10% (BERT's recipe).
+    """
+    optimization = trainer.optimizer_config
+    schedule = optimization.learning_rate.get()
+    if schedule is not None and getattr(schedule, "decay_steps", 0) is None:
+        schedule.decay_steps = trainer.train_steps
+    warmup = optimization.warmup.get()
+    if warmup is not None and getattr(warmup, "warmup_steps", 0) is None:
+        warmup.warmup_steps = max(1, trainer.train_steps // 10)
+
+
+_TRAINER_STEPS = (
+    "train_steps",
+    "steps_per_loop",
+    "summary_interval",
+    "checkpoint_interval",
+    "validation_interval",
+)
+
+
+def _check_trainer(trainer) -> None:
+    """Raises a ConfigError for step counts and intervals a run cannot use."""
+    for name in _TRAINER_STEPS:
+        value = getattr(trainer, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"trainer.{name} must be a positive int; got {value}.")
+    if trainer.validation_steps == 0 or trainer.validation_steps < -1:
+        raise ConfigError(
+            "trainer.validation_steps must be a positive int, or -1 for the whole "
+            f"validation set; got {trainer.validation_steps}."
+        )
+
+
 def _field_error(err: Exception) -> str:
     text = str(err.args[0]) if err.args else str(err)
     for old, new in LEGACY_KEYS.items():
@@ -117,17 +217,29 @@ def _field_error(err: Exception) -> str:
                 "block: kind, num_heads, head_size, value_dim, shared_key_dim, "
                 "mixing_initializer)."
             )
+    unknown = re.search(r"The key '(\w+)' does not exist in <class '[\w.]*?(\w+)'>", text)
+    if unknown:  # Model Garden adds how to extend a config, which a YAML file cannot do.
+        text = f"{unknown.group(2)} has no field {unknown.group(1)!r}"
     return f"{text} (check the field names against `headsize-tf train --print-config`)."
+
+
+def check_strategy(name: str, cpu_devices: int = 1, tpu: str | None = None) -> None:
+    """Raises a ConfigError for strategy settings `make_strategy` cannot honour."""
+    if name not in STRATEGIES:
+        raise ConfigError(f"Unknown strategy {name!r}; expected one of {list(STRATEGIES)}.")
+    if not 1 <= cpu_devices <= MAX_CPU_DEVICES:
+        raise ConfigError(
+            f"cpu_devices= must be between 1 and {MAX_CPU_DEVICES}; got {cpu_devices}."
+        )
+    if tpu is not None and name != "tpu":
+        raise ConfigError(f"tpu= {tpu!r} is for strategy 'tpu'; got strategy {name!r}.")
 
 
 def make_strategy(
     name: str, cpu_devices: int = 1, tpu: str | None = None, tpu_timeout: float = 30.0
 ) -> tf.distribute.Strategy:
     """A distribution strategy; `tpu` fails fast where no TPU is reachable."""
-    if name not in STRATEGIES:
-        raise ConfigError(f"Unknown strategy {name!r}; expected one of {list(STRATEGIES)}.")
-    if cpu_devices < 1:
-        raise ConfigError(f"cpu_devices= must be >= 1; got {cpu_devices}.")
+    check_strategy(name, cpu_devices, tpu)
     if cpu_devices > 1:
         split_cpu(cpu_devices)
     if name == "default":
@@ -204,6 +316,23 @@ def _build_optimizer_slots(optimizer, variables) -> None:
         optimizer.build(variables)
 
 
+class _ReadWeightsCheckpoint(tf.train.Checkpoint):
+    """A checkpoint whose restores expect to leave some saved values unread (the
+    optimizer's slots, the input iterator) but every existing weight read."""
+
+    def restore(self, save_path, options=None):
+        status = super().restore(save_path, options).expect_partial()
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError as err:
+            found = re.search(r"Found (\d+) Python objects", str(err))
+            unread = f"{found.group(1)} of the model's objects" if found else "some weights"
+            raise CheckpointError(
+                f"{save_path} does not hold this model's weights ({unread} found no value)."
+            ) from None
+        return status
+
+
 def _resumable_trainer_cls():
     from official.core import base_trainer
 
@@ -225,6 +354,15 @@ def _resumable_trainer_cls():
 
             dataset = getattr(self, "_train_dataset", None)  # Absent in eval-only runs.
             if dataset is None:
+                # An evaluation reads the weights only: the optimizer's slots and the
+                # input iterator stay in the checkpoint, unread, without TensorFlow's
+                # warnings about them (a page of lines at exit).
+                self._checkpoint = _ReadWeightsCheckpoint(
+                    global_step=self.global_step,
+                    model=self.model,
+                    optimizer=self.optimizer,
+                    **getattr(self.model, "checkpoint_items", {}),
+                )
                 return
             _build_optimizer_slots(self.optimizer, self.model.trainable_variables)
             if getattr(self.config.task.train_data, "tfds_name", ""):
@@ -298,7 +436,10 @@ def run(
 ) -> TrainResult:
     """Trains / evaluates an experiment; returns the last eval metrics.
 
-    `seed` seeds Python, NumPy and TF (None leaves them unseeded; a seed is
+    A model_dir with a checkpoint resumes only the experiment and `task.model` it
+    was trained with (a ConfigError names the first field that differs). Mode
+    "eval" on a model_dir without a checkpoint evaluates the initial weights (a
+    baseline; the CLI refuses it as a likely wrong --model-dir). `seed` seeds Python, NumPy and TF (None leaves them unseeded; a seed is
     required when TF_DETERMINISTIC_OPS is on).
     """
     from official.core import task_factory, train_lib, train_utils
@@ -308,7 +449,9 @@ def run(
         raise ConfigError(f"Unknown mode {mode!r}; expected one of {list(MODES)}.")
     if not model_dir:
         raise ConfigError("model_dir= is required.")
-    params = build_params(experiment, config_files, params_override, data_dir)
+    check_strategy(strategy, cpu_devices, tpu)
+    params = build_params(experiment, config_files, params_override, data_dir, mode)
+    _check_model_dir(model_dir, experiment, params)
     dist = make_strategy(strategy, cpu_devices, tpu)
     if seed is not None:
         import tf_keras
@@ -354,6 +497,60 @@ def run(
         num_replicas=dist.num_replicas_in_sync,
         weights_sha256=weights_digest(model),
     )
+
+
+def has_checkpoint(model_dir: str | os.PathLike) -> bool:
+    """Whether `model_dir` is a directory holding a checkpoint."""
+    return os.path.isdir(model_dir) and tf.train.latest_checkpoint(model_dir) is not None
+
+
+def _check_model_dir(model_dir: str, experiment: str, params) -> None:
+    """Raises a ConfigError before a run would spoil `model_dir`.
+
+    A model_dir with a checkpoint resumes only the experiment and model it was
+    trained with: another one would rewrite params.yaml before the restore
+    failed, or train a new model on top of the old files (the trainer settings,
+    such as train_steps or the learning rate, may change).
+    """
+    from official.modeling import hyperparams
+
+    if not has_checkpoint(model_dir):
+        if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+            raise ConfigError(f"model_dir {model_dir} is a file; expected a directory.")
+        return
+    saved_yaml = os.path.join(model_dir, "params.yaml")
+    if not os.path.exists(os.path.join(model_dir, EXPERIMENT_FILE)) or not os.path.exists(
+        saved_yaml
+    ):
+        raise ConfigError(
+            f"{model_dir} holds a checkpoint but no {EXPERIMENT_FILE} and params.yaml: "
+            "not a `headsize-tf train` model_dir; use another --model-dir."
+        )
+    saved = experiment_of(model_dir)
+    if saved != experiment:
+        raise ConfigError(
+            f"{model_dir} was trained as {saved}, not {experiment}; use another --model-dir."
+        )
+    from official.core import exp_factory
+
+    old = exp_factory.get_exp_config(saved)
+    old = hyperparams.override_params_dict(old, saved_yaml, is_strict=True)
+    changed = next(_differences(old.task.model.as_dict(), params.task.model.as_dict()), None)
+    if changed is not None:
+        key, (was, now) = changed
+        raise ConfigError(
+            f"{model_dir} was trained with task.model.{key}={was!r}, not {now!r}; a run "
+            "resumes the model it was trained with (use another --model-dir)."
+        )
+
+
+def _differences(old: Any, new: Any, key: str = ""):
+    """(dotted key, (old, new)) of the leaves where two nested dicts differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name in sorted(set(old) | set(new)):
+            yield from _differences(old.get(name), new.get(name), f"{key}.{name}" if key else name)
+    elif old != new:
+        yield key, (old, new)
 
 
 def weights_digest(model) -> str:
