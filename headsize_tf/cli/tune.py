@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _positive_int, add_option
+from headsize_tf.cli._args import _non_negative_int, _positive_int, add_option
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -15,7 +15,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "Keras Tuner from a search-space YAML (name: [choices] or {min, max, step}; names: "
         "attention_type, num_heads, head_size, shared_key_dim, width, num_layers). Trials over "
         "--budget-params are skipped; --match-params sets the heads to meet the budget. Writes "
-        "results.csv, results.md and best.yaml (for `headsize-tf train`); reruns resume.",
+        "results.csv, results.md and best.yaml (for `headsize-tf train`); a rerun into the same "
+        "--output resumes the search if it has the same settings (search.json there records "
+        "them; only --max-trials may change) and is refused otherwise.",
     )
     p.add_argument("--experiment", required=True)
     add_option(
@@ -29,19 +31,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--search-space", required=True)
     p.add_argument("--budget-params", type=_positive_int, default=None)
     p.add_argument("--match-params", action="store_true")
-    p.add_argument("--max-trials", type=_positive_int, default=10)
-    p.add_argument("--max-epochs", type=_positive_int, default=3, help="hyperband only")
+    p.add_argument(
+        "--max-trials",
+        type=_positive_int,
+        default=None,
+        help="trials of the random and bayesian tuners (default 10; not for hyperband)",
+    )
+    p.add_argument(
+        "--max-epochs",
+        type=_positive_int,
+        default=None,
+        help="hyperband only (default 3): its longest trial trains trainer.train_steps, the "
+        "others a fraction of it",
+    )
     p.add_argument("--tuner", choices=["random", "bayesian", "hyperband"], default="random")
     p.add_argument(
         "--objective",
         default=None,
-        help="metric name, e.g. validation_loss (default: validation_loss for LMs, "
-        "cls_accuracy for classifiers)",
+        help="a metric the experiment reports, e.g. validation_loss or perplexity (default: "
+        "validation_loss for LMs and translation, cls_accuracy for classifiers, final_f1 for "
+        "span labeling); an unknown name is refused with the accepted ones",
     )
-    p.add_argument("--direction", choices=["min", "max"], default=None)
+    p.add_argument(
+        "--direction",
+        choices=["min", "max"],
+        default=None,
+        help="with --objective (default: min for a loss, perplexity or error, max otherwise)",
+    )
     p.add_argument("--output", required=True)
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=_non_negative_int, default=0, help="the tuner's and each trial's seed"
+    )
     p.set_defaults(func=run)
     return p
 
@@ -51,22 +72,18 @@ def run(args: argparse.Namespace) -> int:
 
     from headsize_tf import tuning
 
-    objective = None
-    if args.objective:
-        import keras_tuner
-
-        direction = args.direction or ("max" if "accuracy" in args.objective else "min")
-        objective = keras_tuner.Objective(args.objective, direction)
+    space = tuning.SearchSpace.from_yaml(args.search_space)
     summary = tuning.tune(
         args.experiment,
-        tuning.SearchSpace.from_yaml(args.search_space),
+        space,
         args.output,
         config_files=tuple(args.config_file),
         tuner=args.tuner,
         max_trials=args.max_trials,
         budget_params=args.budget_params,
         match_params=args.match_params,
-        objective=objective,
+        objective=args.objective,
+        direction=args.direction,
         max_epochs=args.max_epochs,
         data_dir=args.data_dir,
         seed=args.seed,

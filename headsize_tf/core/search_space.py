@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from headsize_tf.core.spec import KINDS
+
 HYPERPARAMETERS = (
     "attention_type",
     "num_heads",
@@ -100,7 +102,9 @@ class SearchSpace:
                     f"{source}: {name} must be a list of choices or {{min, max[, step]}}; got "
                     f"{spec!r}."
                 )
-        return cls(dict(data))
+        space = cls(dict(data))
+        check_space(space, source)
+        return space
 
     def choices(self, name: str) -> list:
         spec = self.values[name]
@@ -159,3 +163,43 @@ class SearchSpace:
         if config["attention_type"] != "fixed_head":
             config["head_size"] = None
         return config
+
+
+def is_positive_int(value: Any) -> bool:
+    """Whether `value` is an int (not a bool) above 0."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_space(space: SearchSpace, source: str = "search space") -> None:
+    """Raises SearchSpaceError for a choice or range the model cannot take.
+
+    `attention_type` choices are attention kinds; every other hyperparameter
+    (heads, head size, shared key dim, width, layers) takes positive integers,
+    as choices or as a range whose `min`, `max` and `step` are positive
+    integers with `min <= max`.
+    """
+    for name, spec in space.values.items():
+        if name == "attention_type":
+            for value in spec:
+                if not isinstance(value, str) or value not in KINDS:
+                    raise SearchSpaceError(
+                        f"{source}: attention_type choice {value!r} is not an attention kind; "
+                        f"expected some of {list(KINDS)}."
+                    )
+        elif isinstance(spec, list):
+            for value in spec:
+                if not is_positive_int(value):
+                    raise SearchSpaceError(
+                        f"{source}: {name} choice {value!r} is not a positive integer."
+                    )
+        else:
+            for key in ("min", "max", "step"):
+                value = spec.get(key, 1)
+                if not is_positive_int(value):
+                    raise SearchSpaceError(
+                        f"{source}: {name} {key} must be a positive integer; got {value!r}."
+                    )
+            if spec["min"] > spec["max"]:
+                raise SearchSpaceError(
+                    f"{source}: {name} min {spec['min']} is greater than its max {spec['max']}."
+                )

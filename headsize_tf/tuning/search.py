@@ -8,8 +8,11 @@ model to Keras Tuner; nothing is aliased globally. A parameter budget skips
 configurations over it (recorded as skipped, not trained) or, in "match
 params" mode, sets the head count to land on the budget
 (`headsize_tf.params.match_num_heads`; a match more than 5% over the budget,
-e.g. standard attention whose size ignores the head count, is skipped). Trials resume after interruption from
-the tuner's own directory.
+e.g. standard attention whose size ignores the head count, is skipped).
+Everything a search is given is checked before a trial trains
+(`headsize_tf.tuning.settings`). Trials resume after interruption from the
+tuner's own directory, for a search started with the same settings
+(`search.json` in the output records them).
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ from headsize_tf.core.search_space import (
     TUNERS,
     SearchSpace,
     SearchSpaceError,
+    check_space,
+)
+from headsize_tf.tuning.settings import (
+    check_arguments,
+    check_settings,
+    objective_from,
+    record_settings,
+    settings_record,
 )
 
 _FIELDS = FIELDS
@@ -201,9 +212,10 @@ class TrialRunner:
             raise keras_tuner.errors.FailedTrialError(record["message"]) from None
         metrics = {k: float(v) for k, v in result.metrics.items()}
         if self.objective.name not in metrics:
-            raise keras_tuner.errors.FatalError(
-                f"Objective {self.objective.name!r} is not among the experiment's metrics "
-                f"{sorted(metrics)}; pass objective=."
+            # A ValueError too: the CLI shows it in one line.
+            raise keras_tuner.errors.FatalValueError(
+                f"Objective {self.objective.name!r} is not among the metrics that "
+                f"{self.experiment} reports: {sorted(metrics)}; pass one of them as objective=."
             )
         record.update(status="ok", metrics=metrics, override=override)
         write_json(trial_dir / "record.json", record)
@@ -260,12 +272,6 @@ def _smallest_params(space: SearchSpace, params, hypermodel: HeadsizeHyperModel)
     return best
 
 
-def default_objective(params) -> keras_tuner.Objective:
-    if model_prefix(params) == "task.model" or not hasattr(params.task, "metric_type"):
-        return keras_tuner.Objective("validation_loss", "min")
-    return keras_tuner.Objective("cls_accuracy", "max")
-
-
 def tune(
     experiment: str,
     search_space: SearchSpace,
@@ -273,23 +279,65 @@ def tune(
     *,
     config_files: tuple[str, ...] = (),
     tuner: str = "random",
-    max_trials: int = 10,
+    max_trials: int | None = None,
     budget_params: int | None = None,
     match_params: bool = False,
-    objective: keras_tuner.Objective | None = None,
-    max_epochs: int = 3,
+    objective: str | keras_tuner.Objective | None = None,
+    direction: str | None = None,
+    max_epochs: int | None = None,
     data_dir: str | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Runs (or resumes) a search; writes results.csv/.md and best.yaml in `output`."""
+    """Runs (or resumes) a search; writes results.csv/.md and best.yaml in `output`.
+
+    Args:
+      experiment: a registered experiment, trained by each trial.
+      search_space: the hyperparameters searched (`SearchSpace`).
+      output: the search's folder. A rerun into it resumes the search if it was
+        started with the same settings (`search.json` there records them; only
+        `max_trials` may change) and is refused otherwise.
+      config_files: YAML files overriding the experiment.
+      tuner: "random", "bayesian" or "hyperband".
+      max_trials: trials of the random and bayesian tuners (default 10); hyperband
+        sizes its trials by `max_epochs` and refuses it.
+      budget_params: configurations with more trainable parameters are skipped.
+      match_params: sets the head count to meet `budget_params` instead.
+      objective: a metric that the experiment reports (e.g. "validation_loss") or a
+        `keras_tuner.Objective`; default `settings.default_objective`. An unknown
+        name is refused before any trial trains.
+      direction: "min" or "max" for an objective name (default: "min" for a loss,
+        perplexity or error, "max" otherwise).
+      max_epochs: hyperband only (default 3): its longest trial trains
+        `trainer.train_steps`, the others a fraction of it.
+      data_dir: replaces `${DATA_DIR}` in the experiment's input paths.
+      seed: the tuner's and each trial's seed (0 to 2**32 - 1).
+
+    Raises:
+      SearchSpaceError / TuneError (ValueErrors): arguments, a search space or an
+        output that the search cannot run with, before anything is written.
+    """
     from headsize_tf.training import train
 
-    if tuner not in TUNERS:
-        raise SearchSpaceError(f"Unknown tuner {tuner!r}; expected one of {list(TUNERS)}.")
-    if match_params and not budget_params:
-        raise SearchSpaceError("match_params=True needs budget_params=.")
+    check_arguments(
+        tuner=tuner,
+        tuners=TUNERS,
+        max_trials=max_trials,
+        max_epochs=max_epochs,
+        objective=objective,
+        direction=direction,
+        budget_params=budget_params,
+        match_params=match_params,
+        seed=seed,
+        space=search_space,
+    )
+    check_space(search_space)
+    if tuner == "hyperband":
+        max_epochs = max_epochs or 3
+    else:
+        max_trials = max_trials or 10
     output = pathlib.Path(output)
     params = train.build_params(experiment, config_files, None, data_dir)
+    objective = objective_from(objective, direction, params, experiment)
     hypermodel = HeadsizeHyperModel(search_space, defaults_from_params(params))
     if budget_params and not match_params:
         smallest = _smallest_params(search_space, params, hypermodel)
@@ -298,8 +346,21 @@ def tune(
                 f"Budget {budget_params:,} params is below the smallest configuration of the "
                 f"search space ({'none is valid' if smallest is None else f'{smallest:,} params'})."
             )
-    objective = objective or default_objective(params)
-    steps_per_epoch = max(1, params.trainer.train_steps // max_epochs)
+    record = settings_record(
+        experiment=experiment,
+        params=params,
+        space=search_space,
+        tuner=tuner,
+        objective=objective,
+        budget_params=budget_params,
+        match_params=match_params,
+        max_epochs=max_epochs,
+        seed=seed,
+    )
+    if not check_settings(output, record):
+        record_settings(output, record)
+    # Hyperband's trials train `tuner/epochs` of `max_epochs` parts of trainer.train_steps.
+    steps_per_epoch = max(1, params.trainer.train_steps // max_epochs) if max_epochs else None
     runner = TrialRunner(
         experiment,
         tuple(config_files),
