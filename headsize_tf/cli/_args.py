@@ -226,16 +226,19 @@ SOURCE_FLAGS = (
 )
 
 
-def check_output_apart(args: argparse.Namespace) -> None:
+def check_output_apart(args: argparse.Namespace, inside: bool = False) -> None:
     """Refuses an `--output` that would replace the model the command reads (the source,
     or a folder holding it), and a `--state-dir` that `--output` would replace.
 
     What is replaced is `args.written_output` where a command sets it (a SavedModel
-    export writes only `--output`/`--version`), else `--output`.
+    export writes only `--output`/`--version`), else `--output`. With `inside`
+    (`export`, whose `--output` is a directory of its own), `--output` itself may
+    neither be, hold nor lie inside the model read.
     """
     output = getattr(args, "output", None)
     if output is None:
         return
+    given = pathlib.Path(os.path.realpath(output))
     out = pathlib.Path(os.path.realpath(getattr(args, "written_output", None) or output))
     for flag, dest in SOURCE_FLAGS:
         value = getattr(args, dest, None)
@@ -245,6 +248,18 @@ def check_output_apart(args: argparse.Namespace) -> None:
                 raise ValueError(
                     f"--output {output} would replace the model it reads ({flag} {value}); "
                     "expected another path."
+                )
+            relation = None
+            if inside and source == given:
+                relation = "is"
+            elif inside and given in source.parents:
+                relation = "holds"
+            elif inside and source in given.parents:
+                relation = "lies inside"
+            if relation:
+                raise ValueError(
+                    f"--output {output} {relation} the model it reads ({flag} {value}); "
+                    "expected a path apart from it."
                 )
     state = getattr(args, "state_dir", None)
     if state is not None:
@@ -259,16 +274,16 @@ def check_output_apart(args: argparse.Namespace) -> None:
 def dispatch(runners: dict[str, Any], args: argparse.Namespace, key: str | None = None) -> Any:
     """The runner of `key` (default: `model_source(args)`) in a command's `runners`, once
     `--output` is checked against the sources (`check_output_apart`)."""
-    key = model_source(args) if key is None else key
+    source = model_source(args)
+    key = source if key is None else key
     keras3 = {
         "decoder": "--decoder",
         "keras_hub": "--keras-hub-preset",
         "model_file": "--model-file",
     }
-    if getattr(args, "framework_given", None) == "tf_keras" and model_source(args) in keras3:
+    if getattr(args, "framework_given", None) == "tf_keras" and source in keras3:
         raise ValueError(
-            f"{keras3[model_source(args)]} is a Keras 3 model: drop --framework tf_keras (or say "
-            "keras3)."
+            f"{keras3[source]} is a Keras 3 model: drop --framework tf_keras (or say keras3)."
         )
     check_output_apart(args)
     if key not in runners:

@@ -15,7 +15,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="captured variance of W_Q W_K^T per head vs concatenated (Cordonnier Fig. 1)",
     )
     add_model_source(spectrum)
-    spectrum.add_argument("--output", required=True, help="plot file (.png); JSON alongside")
+    spectrum.add_argument(
+        "--output", required=True, help="plot file (.png); its data alongside (suffix .json)"
+    )
+    spectrum.add_argument(
+        "--overwrite", action="store_true", help="replace an existing plot and its JSON"
+    )
     p.set_defaults(func=run)
     return p
 
@@ -27,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
 def _spectrum(args: argparse.Namespace) -> int:
     from headsize_tf.theory.spectrum import analyze_spectrum
 
-    result = analyze_spectrum(args.output, model=args.model, checkpoint=args.checkpoint)
+    result = analyze_spectrum(
+        args.output, model=args.model, checkpoint=args.checkpoint, overwrite=args.overwrite
+    )
     for i, (layer, k90) in enumerate(zip(result.layers, result.dimensions_for(0.9), strict=True)):
         print(
             f"layer {i}: 90% of the concatenated key variance in {k90} of "

@@ -6,7 +6,18 @@ import argparse
 from collections.abc import Callable
 
 from headsize_tf.cli import _compress_keras3, _compress_tf_keras
-from headsize_tf.cli._args import _positive_int, add_framework, add_model_source, dispatch
+from headsize_tf.cli._args import (
+    _non_negative_float,
+    _positive_int,
+    add_framework,
+    add_model_source,
+    dispatch,
+    model_source,
+)
+
+# ALS sweeps and eval sentences unless --max-iter and --eval-limit say otherwise.
+MAX_ITER = 100
+EVAL_LIMIT = 512
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,16 +42,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--output", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--method", choices=["als", "tensorly"], default="als")
-    p.add_argument("--max-iter", type=_positive_int, default=100)
     p.add_argument(
-        "--tolerance", type=float, default=None, help="warn when a layer's error exceeds this"
+        "--max-iter",
+        type=_positive_int,
+        default=None,
+        help=f"--method als: sweeps at most (default {MAX_ITER})",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=_non_negative_float,
+        default=None,
+        help="warn when a layer's relative error exceeds this (a finite number >= 0)",
     )
     p.add_argument(
         "--eval-file",
         default=None,
-        help="sentences for the embedding cosine (default: Rotten Tomatoes test snippets)",
+        help="sentences for the embedding cosine (default: Rotten Tomatoes test snippets); "
+        "not with --model-dir",
     )
-    p.add_argument("--eval-limit", type=_positive_int, default=512)
+    p.add_argument(
+        "--eval-limit",
+        type=_positive_int,
+        default=None,
+        help=f"eval sentences at most (default {EVAL_LIMIT}); not with --model-dir",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -57,8 +82,31 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict]] = {
 
 
 def run(args: argparse.Namespace) -> int:
-    print_report(args, dispatch(RUNNERS, args)(args))
+    from headsize_tf.core.io import check_output_free
+
+    _check_flags(args)
+    runner = dispatch(RUNNERS, args)
+    check_output_free(args.output, args.overwrite)
+    print_report(args, runner(args))
     return 0
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuses the flags the named model and method do not use; fills their defaults."""
+    if args.max_iter is not None and args.method != "als":
+        raise ValueError(
+            f"--max-iter {args.max_iter} caps the sweeps of --method als; "
+            f"--method {args.method} runs with its own defaults."
+        )
+    if args.eval_limit is not None and model_source(args) == "model_dir":
+        raise ValueError(
+            f"--eval-limit {args.eval_limit} counts an encoder's eval sentences; a --model-dir "
+            "is evaluated on its own dev data."
+        )
+    if args.max_iter is None:
+        args.max_iter = MAX_ITER
+    if args.eval_limit is None:
+        args.eval_limit = EVAL_LIMIT
 
 
 def print_report(args: argparse.Namespace, report: dict) -> None:

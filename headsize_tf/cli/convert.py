@@ -35,6 +35,7 @@ from headsize_tf.cli._args import (
     DECODER_HELP,
     FRAMEWORKS,
     HEAL_WINDOWS,
+    _non_negative_float,
     _non_negative_int,
     _open_fraction,
     _positive_int,
@@ -263,7 +264,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--max-iter", type=_positive_int, default=100, help="collaborative: CP sweeps")
     p.add_argument(
-        "--tolerance", type=float, default=None, help="collaborative: warn above this CP error"
+        "--tolerance",
+        type=_non_negative_float,
+        default=None,
+        help="collaborative: warn above this CP error (a finite number >= 0)",
     )
     text = p.add_argument_group("text of a .keras LM or a keras-hub GPT-2 (Keras 3)")
     texts = text.add_mutually_exclusive_group()

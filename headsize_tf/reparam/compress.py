@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from headsize_tf.core.io import check_output_free
 from headsize_tf.pretrained import SentenceEncoder
 from headsize_tf.reparam.encoder import compress_encoder
 
@@ -76,10 +77,7 @@ def compress(
       compressed embeddings of `eval_sentences`.
     """
     output = pathlib.Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(
-            f"Output directory {output} exists; pass overwrite=True to replace it."
-        )
+    check_output_free(output, overwrite)
     start = time.perf_counter()
     new_encoder, reports = compress_encoder(
         source.encoder, shared_key_dim, progress=progress, **cp_kwargs

@@ -16,7 +16,7 @@ import pathlib
 
 import numpy as np
 
-from headsize_tf.core.io import write_atomic
+from headsize_tf.core.io import check_output_free, write_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +45,23 @@ def analyze_spectrum(
     output: str | os.PathLike,
     model: str | None = None,
     checkpoint: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> SpectrumAnalysis:
     """Spectra of an encoder (a registry `model` or a `checkpoint` directory).
 
     Writes the plot to `output` (.png) and the curves to `output` with suffix
-    .json, each through a temporary file renamed into place.
+    .json, each through a temporary file renamed into place. Both paths are
+    checked before the encoder loads (`core.io.check_output_free`): an existing
+    one is replaced only with `overwrite`.
     """
+    check_output_free(output, overwrite, "file")
+    if pathlib.Path(output).suffix == ".json":
+        raise ValueError(
+            f"Output {output} ends in .json, the suffix of the data written beside the plot; "
+            "expected a plot file such as .png."
+        )
+    data_path = pathlib.Path(output).with_suffix(".json")
+    check_output_free(data_path, overwrite, "file")
     from headsize_tf.pretrained import load_sentence_encoder
     from headsize_tf.reparam import spectrum
 
@@ -59,7 +70,7 @@ def analyze_spectrum(
     plot = spectrum.plot_spectrum(spectra, output, title=source.source)
     layers = [{k: v.tolist() for k, v in layer.items()} for layer in spectra]
     data = write_atomic(
-        pathlib.Path(plot).with_suffix(".json"),
+        data_path,
         json.dumps({"source": source.source, "layers": layers}),
     )
     return SpectrumAnalysis(source=source.source, layers=spectra, plot=plot, data=data)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core.io import atomic_directory
+from headsize_tf.core.io import atomic_directory, check_output_free
 from headsize_tf.keras3.pretrained import SentenceEncoder
 from headsize_tf.keras3.reparam.convert import compress_backbone
 
@@ -60,10 +60,7 @@ def compress(
       and the mean cosine between original and compressed embeddings.
     """
     output = pathlib.Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(
-            f"Output directory {output} exists; pass overwrite=True to replace it."
-        )
+    check_output_free(output, overwrite)
     start = time.perf_counter()
     backbone, reports = compress_backbone(source.backbone, shared_key_dim, **cp_kwargs)
     seconds = time.perf_counter() - start
