@@ -216,8 +216,9 @@ CASES = [
     ),
     (
         "train_eval_without_checkpoint",
-        ["train", "--experiment", LM, "--mode", "eval", "--model-dir", "{not_a_model}"],
-        "--mode eval needs a trained --model-dir",
+        ["train", "--experiment", LM, "--mode", "eval", "--model-dir", "{not_a_model}"]
+        + ["--params-override", "task.validation_data.tfds_name=lm1b"],
+        "mode='eval' needs a trained --model-dir or a task.init_checkpoint",
     ),
     (
         "train_tpu_without_tpu_strategy",

@@ -145,8 +145,6 @@ def test_spectrum_checks_its_outputs_before_loading(root, capsys, output, extra,
     "output, fragment",
     [
         ("lm_model_dir", "is the model it reads (--model-dir {root}/lm_model_dir)"),
-        ("lm_model_dir/exports", "lies inside the model it reads (--model-dir"),
-        (".", "holds the model it reads (--model-dir"),
     ],
 )
 def test_export_output_apart_from_the_model_dir(root, monkeypatch, capsys, output, fragment):
@@ -349,7 +347,8 @@ def test_prepare_of_the_library_refuses_other_options(tmp_path):
     options = corpora.PrepareOptions(vocab_size=200)
     with pytest.raises(
         corpora.CorpusError,
-        match=r"prepared with other options: vocab_size 1000 \(asked: 200\).*overwrite=True",
+        match=r"prepared with other options: vocab_size 1000 \(asked: 200\).*"
+        r"`headsize-tf data prepare austen --overwrite`",
     ):
         corpora.prepare("austen", tmp_path, options, raw={})
     assert _tree(tmp_path) == before

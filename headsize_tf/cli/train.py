@@ -74,10 +74,6 @@ def run(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(params.as_dict(), sort_keys=False), end="")
         return 0
 
-    if args.mode == "eval" and not train.has_checkpoint(args.model_dir):
-        raise train.ConfigError(
-            f"--mode eval needs a trained --model-dir; {args.model_dir} holds no checkpoint."
-        )
     result = train.run(
         experiment=args.experiment,
         model_dir=args.model_dir,
@@ -89,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         tpu=args.tpu,
         seed=args.seed,
+        untrained_eval=False,
     )
     for key, value in sorted(result.metrics.items()):
         print(f"{key}: {value:.6g}")

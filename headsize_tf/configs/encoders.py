@@ -81,12 +81,14 @@ class HeadsizeEncoderConfig(hyperparams.Config):
     norm_first: bool = False
 
 
-def check_positive(config, names: tuple[str, ...], where: str = "") -> None:
-    """Raises a ValueError unless each field in `names` is a positive int (None passes:
-    a field whose None means "derived", such as `intermediate_size`)."""
+def check_positive(
+    config, names: tuple[str, ...], where: str = "", optional: tuple[str, ...] = ()
+) -> None:
+    """Raises a ValueError unless each field in `names` is a positive int (or None, for
+    the `optional` ones: a None that means "derived", as an LM's `intermediate_size`)."""
     for name in names:
         value = getattr(config, name)
-        if value is None:
+        if value is None and name in optional:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             field = f"{where}.{name}" if where else name

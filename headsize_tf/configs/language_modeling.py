@@ -80,6 +80,7 @@ def validate(config: CausalLMConfig) -> None:
     check_positive(
         config,
         ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "max_sequence_length"),
+        optional=("intermediate_size",),
     )
     model_spec(config, config.num_layers, config.max_sequence_length)
 

@@ -85,6 +85,7 @@ def validate(config: Seq2SeqConfig) -> None:
             "intermediate_size",
             "max_sequence_length",
         ),
+        optional=("intermediate_size",),
     )
     model_spec(config, config.num_encoder_layers, config.max_sequence_length)
     decoder = config

@@ -231,6 +231,30 @@ _CORPORA = {
 CORPORA = tuple(_CORPORA)
 
 
+# How `data_dir_for` names a folder of corpora prepared with other options.
+_OPTION_PREFIX = {"seq_length": "seq", "vocab_size": "vocab"}
+
+
+def data_dir_for(
+    options: PrepareOptions, data_dir: str | os.PathLike | None = None
+) -> pathlib.Path:
+    """The data directory of corpora prepared with `options`, for callers that pick one.
+
+    `data_dir` (default: `default_data_dir()`) itself for the default options,
+    else a folder in it named after the options that differ (`seq256`,
+    `seq16-vocab1000`): experiments at other sequence lengths then keep their
+    corpora apart instead of replacing each other's (`prepare` refuses that).
+    """
+    root = pathlib.Path(data_dir) if data_dir else default_data_dir()
+    default = dataclasses.asdict(PrepareOptions())
+    parts = [
+        f"{_OPTION_PREFIX.get(field, field)}{value}"
+        for field, value in dataclasses.asdict(options).items()
+        if value != default[field]
+    ]
+    return root / "-".join(parts) if parts else root
+
+
 def options_used(name: str) -> tuple[str, ...]:
     """The `PrepareOptions` fields that corpus `name`'s files depend on."""
     if name not in CORPORA:
@@ -300,8 +324,9 @@ def prepare(
             described = ", ".join(f"{k} {old} (asked: {new})" for k, (old, new) in changes.items())
             raise CorpusError(
                 f"Corpus {name!r} in {final} was prepared with other options: {described}; "
-                "models trained on it read its files. Pass overwrite=True to replace it, or "
-                "another data_dir=."
+                f"models trained on it read its files. `headsize-tf data prepare {name} "
+                "--overwrite` (with the options asked) replaces it; or use another data "
+                "directory."
             )
         try:
             load_manifest(name, data_dir)

@@ -392,9 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, KeyError, ValueError) as err:
         print(f"error: --runs {runs_dir} is not a reproduction output ({err}).", file=sys.stderr)
         return 2
-    data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
-    if preset.sequence_length != corpora.PrepareOptions().seq_length:
-        data_dir = data_dir / f"seq{preset.sequence_length}"
+    options = corpora.PrepareOptions(seq_length=preset.sequence_length)
+    data_dir = corpora.data_dir_for(options, args.data_dir)
     result = run(
         runs_dir, pathlib.Path(args.work_dir), out, data_dir, args.windows, args.report_only
     )

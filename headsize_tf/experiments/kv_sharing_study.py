@@ -392,15 +392,14 @@ def austen_study_main(
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
     parser.add_argument("--quick", action="store_true", help="a seconds-long check (tests)")
     args = parser.parse_args(argv)
-    from headsize_tf.core.io import cache_root
+    from headsize_tf.data import corpora
 
     settings = make_settings(args.quick)
-    data_dir = pathlib.Path(args.data_dir) if args.data_dir else cache_root() / "data"
+    options = corpora.PrepareOptions(seq_length=settings.sequence_length)
+    data_dir = corpora.data_dir_for(options, args.data_dir)
     if not args.report_only:
-        from headsize_tf.data import corpora
         from headsize_tf.experiments import lm_keras3
 
-        options = corpora.PrepareOptions(seq_length=settings.sequence_length)
         corpora.prepare("austen", data_dir, options)
         lm_keras3.export_lm_arrays(data_dir / "austen")
     try:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -36,13 +36,15 @@ def build_params(
     config_files: Sequence[str] = (),
     params_override: str | dict | None = None,
     data_dir: str | None = None,
-    mode: str | None = "train_and_eval",
+    mode: str | None = None,
 ):
     """The validated `ExperimentConfig` of a registered experiment.
 
     `params_override` is a `a.b=c,...` string or a nested dict (which can set None).
-    The data a `mode` reads ("train", "eval" or "train_and_eval"; None: none)
-    must name its files or TFDS dataset.
+    With a `mode` ("train", "eval" or "train_and_eval") the data it reads must
+    name its files or TFDS dataset, and every file named must exist; without
+    one (None) only `${DATA_DIR}` is filled in: the config alone, as
+    `--print-config` shows it and a model is built from it.
     """
     from official.core import exp_factory
     from official.modeling import hyperparams
@@ -103,7 +105,7 @@ def build_params(
             continue
         if isinstance(getattr(data, "vocab_file", None), str):
             data.vocab_file = data.vocab_file.replace(DATA_DIR_TOKEN, data_dir)
-            if data.vocab_file and not os.path.exists(data.vocab_file):
+            if mode and data.vocab_file and not os.path.exists(data.vocab_file):
                 raise ConfigError(f"task.{field}.vocab_file {data.vocab_file!r} does not exist.")
         if not getattr(data, "input_path", ""):
             if not getattr(data, "tfds_name", "") and field in needed:
@@ -114,6 +116,8 @@ def build_params(
             continue
         path = data.input_path.replace(DATA_DIR_TOKEN, data_dir)
         data.input_path = path
+        if not mode:
+            continue
         rel = os.path.relpath(path, data_dir)
         corpus = rel.split(os.sep)[0]
         if corpus in corpora.CORPORA and not rel.startswith(".."):
@@ -186,22 +190,25 @@ def _complete_schedule(trainer) -> None:
         warmup.warmup_steps = max(1, trainer.train_steps // 10)
 
 
-_TRAINER_STEPS = (
-    "train_steps",
-    "steps_per_loop",
-    "summary_interval",
-    "checkpoint_interval",
-    "validation_interval",
-)
+_TRAINER_STEPS = ("train_steps", "steps_per_loop", "summary_interval", "checkpoint_interval")
 
 
 def _check_trainer(trainer) -> None:
-    """Raises a ConfigError for step counts and intervals a run cannot use."""
+    """Raises a ConfigError for step counts and intervals a run cannot use.
+
+    A `validation_interval` of 0 is orbit's "evaluate once, at the end".
+    """
     for name in _TRAINER_STEPS:
         value = getattr(trainer, name)
         if value is not None and value <= 0:
             raise ConfigError(f"trainer.{name} must be a positive int; got {value}.")
-    if trainer.validation_steps == 0 or trainer.validation_steps < -1:
+    if trainer.validation_interval is not None and trainer.validation_interval < 0:
+        raise ConfigError(
+            "trainer.validation_interval must be a positive int, or 0 to evaluate at the end "
+            f"only; got {trainer.validation_interval}."
+        )
+    steps = trainer.validation_steps
+    if steps is None or steps == 0 or steps < -1:
         raise ConfigError(
             "trainer.validation_steps must be a positive int, or -1 for the whole "
             f"validation set; got {trainer.validation_steps}."
@@ -317,13 +324,16 @@ def _build_optimizer_slots(optimizer, variables) -> None:
 
 
 class _ReadWeightsCheckpoint(tf.train.Checkpoint):
-    """A checkpoint whose restores expect to leave some saved values unread (the
-    optimizer's slots, the input iterator) but every existing weight read."""
+    """A checkpoint of a `model` and more whose restores may leave saved values unread
+    (the optimizer's slots, the input iterator) and values missing (the step and the
+    optimizer of a model_dir that `save_model_dir` wrote), but read every existing
+    weight of the model."""
 
     def restore(self, save_path, options=None):
         status = super().restore(save_path, options).expect_partial()
+        weights = tf.train.Checkpoint(model=self.model).read(save_path).expect_partial()
         try:
-            status.assert_existing_objects_matched()
+            weights.assert_existing_objects_matched()
         except AssertionError as err:
             found = re.search(r"Found (\d+) Python objects", str(err))
             unread = f"{found.group(1)} of the model's objects" if found else "some weights"
@@ -433,13 +443,16 @@ def run(
     data_dir: str | None = None,
     tpu: str | None = None,
     seed: int | None = 0,
+    untrained_eval: bool = True,
 ) -> TrainResult:
     """Trains / evaluates an experiment; returns the last eval metrics.
 
     A model_dir with a checkpoint resumes only the experiment and `task.model` it
-    was trained with (a ConfigError names the first field that differs). Mode
-    "eval" on a model_dir without a checkpoint evaluates the initial weights (a
-    baseline; the CLI refuses it as a likely wrong --model-dir). `seed` seeds Python, NumPy and TF (None leaves them unseeded; a seed is
+    was trained with (a ConfigError names the first field that differs; dropout
+    rates and initializers may change). Mode "eval" on a model_dir without a
+    checkpoint evaluates `task.init_checkpoint`, or else the initial weights (a
+    baseline) unless `untrained_eval` is False (the CLI: a likely wrong
+    --model-dir). `seed` seeds Python, NumPy and TF (None leaves them unseeded; a seed is
     required when TF_DETERMINISTIC_OPS is on).
     """
     from official.core import task_factory, train_lib, train_utils
@@ -452,6 +465,16 @@ def run(
     check_strategy(strategy, cpu_devices, tpu)
     params = build_params(experiment, config_files, params_override, data_dir, mode)
     _check_model_dir(model_dir, experiment, params)
+    if (
+        mode == "eval"
+        and not untrained_eval
+        and not params.task.init_checkpoint
+        and not has_checkpoint(model_dir)
+    ):
+        raise ConfigError(
+            f"mode='eval' needs a trained model_dir= or a task.init_checkpoint; {model_dir} "
+            "holds no checkpoint."
+        )
     dist = make_strategy(strategy, cpu_devices, tpu)
     if seed is not None:
         import tf_keras
@@ -533,24 +556,33 @@ def _check_model_dir(model_dir: str, experiment: str, params) -> None:
         )
     from official.core import exp_factory
 
-    old = exp_factory.get_exp_config(saved)
-    old = hyperparams.override_params_dict(old, saved_yaml, is_strict=True)
-    changed = next(_differences(old.task.model.as_dict(), params.task.model.as_dict()), None)
-    if changed is not None:
-        key, (was, now) = changed
-        raise ConfigError(
-            f"{model_dir} was trained with task.model.{key}={was!r}, not {now!r}; a run "
-            "resumes the model it was trained with (use another --model-dir)."
-        )
+    try:
+        old = exp_factory.get_exp_config(saved)
+        old = hyperparams.override_params_dict(old, saved_yaml, is_strict=True)
+    except (KeyError, ValueError, AttributeError) as err:
+        raise ConfigError(f"{saved_yaml}: {_field_error(err)}") from None
+    was, now = flat_fields(old.task.model.as_dict()), flat_fields(params.task.model.as_dict())
+    for key in sorted(set(was) | set(now)):
+        if was.get(key) != now.get(key) and not key.endswith(_RESUME_MAY_CHANGE):
+            raise ConfigError(
+                f"{model_dir} was trained with task.model.{key}={was.get(key)!r}, not "
+                f"{now.get(key)!r}; a run resumes the model it was trained with (use another "
+                "--model-dir)."
+            )
 
 
-def _differences(old: Any, new: Any, key: str = ""):
-    """(dotted key, (old, new)) of the leaves where two nested dicts differ."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for name in sorted(set(old) | set(new)):
-            yield from _differences(old.get(name), new.get(name), f"{key}.{name}" if key else name)
-    elif old != new:
-        yield key, (old, new)
+# Fields of `task.model` a resumed run may change: they shape no weight.
+_RESUME_MAY_CHANGE = ("dropout_rate", "initializer_range", "dropout")
+
+
+def flat_fields(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict's leaves by dotted key (`{"a": {"b": 1}}` -> `{"a.b": 1}`)."""
+    if isinstance(value, Mapping) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flat_fields(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
 
 
 def weights_digest(model) -> str:

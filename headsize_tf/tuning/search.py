@@ -336,7 +336,7 @@ def tune(
     else:
         max_trials = max_trials or 10
     output = pathlib.Path(output)
-    params = train.build_params(experiment, config_files, None, data_dir)
+    params = train.build_params(experiment, config_files, None, data_dir, "train_and_eval")
     objective = objective_from(objective, direction, params, experiment)
     hypermodel = HeadsizeHyperModel(search_space, defaults_from_params(params))
     if budget_params and not match_params:
@@ -445,7 +445,9 @@ def write_results(output, experiment, config_files, objective, data_dir=None) ->
     }
     if ok:
         best = ok[0]
-        params = train.build_params(experiment, config_files, best["override"], data_dir)
+        params = train.build_params(
+            experiment, config_files, best["override"], data_dir, "train_and_eval"
+        )
         text = (
             f"# Best trial {best['trial_id']} of `headsize-tf tune`: {objective.name} = "
             f"{best['metrics'][objective.name]:.6g}\n"

@@ -20,6 +20,7 @@ import keras_tuner
 
 from headsize_tf.core.io import write_json
 from headsize_tf.core.search_space import SearchSpace, SearchSpaceError, is_positive_int
+from headsize_tf.training.train import flat_fields
 
 SETTINGS_FILE = "search.json"  # In a search's output: what the search was started with.
 MAX_SEED = 2**32 - 1  # NumPy's seeds are 32-bit.
@@ -224,21 +225,12 @@ def settings_record(
     return json.loads(json.dumps(record))
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
 def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """What differs, each named as the argument of `tune` that sets it (`tuner=`)."""
     out = []
     for key in current:
         if key == "config" and saved.get(key) != current[key]:
-            old, new = _flat(saved.get(key) or {}), _flat(current[key])
+            old, new = flat_fields(saved.get(key) or {}), flat_fields(current[key])
             paths = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
             shown = ", ".join(f"{p} {new.get(p)!r} (was {old.get(p)!r})" for p in paths[:3])
             more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""

@@ -165,3 +165,15 @@ def test_tfrecord_features_are_written_in_key_order(tmp_path):
     assert positions == sorted(positions)
     parsed = tf.train.Example.FromString(record).features.feature
     np.testing.assert_array_equal(parsed["input_ids"].int64_list.value, [0, 1, 2])
+
+
+def test_corpora_of_other_options_get_a_folder_of_their_own(tmp_path, monkeypatch):
+    assert corpora.data_dir_for(corpora.PrepareOptions(), tmp_path) == tmp_path
+    assert corpora.data_dir_for(corpora.PrepareOptions(seq_length=256), tmp_path) == (
+        tmp_path / "seq256"
+    )
+    assert corpora.data_dir_for(OPTIONS, tmp_path) == (
+        tmp_path / "vocab200-seq16-max_predictions_per_seq3"
+    )
+    monkeypatch.setenv("HEADSIZE_TF_DATA_DIR", str(tmp_path / "env"))
+    assert corpora.data_dir_for(corpora.PrepareOptions(seq_length=16)) == tmp_path / "env/seq16"

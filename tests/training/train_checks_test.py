@@ -63,15 +63,39 @@ def test_a_checkpoint_without_the_train_files_is_refused(trained_dir, austen_dat
         _run(trained_dir, austen_data_dir)
 
 
-def test_trainer_settings_may_change_on_a_rerun(trained_dir, austen_data_dir):
+def test_trainer_settings_and_dropout_may_change_on_a_rerun(trained_dir, austen_data_dir):
     params = train.build_params(
         LM,
         [TINY_LM],
-        "trainer.train_steps=300,"
+        "trainer.train_steps=300,task.model.dropout_rate=0.2,"
         "trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate=0.01",
         data_dir=str(austen_data_dir),
     )
     train._check_model_dir(str(trained_dir), LM, params)  # Resumes: no error.
+
+
+def test_an_unreadable_saved_config_is_one_error(trained_dir, austen_data_dir):
+    (trained_dir / "params.yaml").write_text("task:\n  model:\n    retired_field: 3\n")
+    with pytest.raises(train.ConfigError, match=r"params.yaml: CausalLMConfig has no field"):
+        _run(trained_dir, austen_data_dir)
+
+
+def test_an_evaluation_without_a_checkpoint_needs_an_init_checkpoint(tmp_path, austen_data_dir):
+    empty = tmp_path / "empty"
+    with pytest.raises(train.ConfigError, match=r"mode='eval' needs a trained model_dir="):
+        _run(empty, austen_data_dir, mode="eval", untrained_eval=False)
+    assert not empty.exists()
+    # With a task.init_checkpoint the evaluation reads it (Model Garden's initialisation);
+    # the check passes and the run fails only on the (missing) checkpoint itself.
+    with pytest.raises(Exception) as raised:
+        _run(
+            empty,
+            austen_data_dir,
+            params_override=f"task.init_checkpoint={tmp_path}/nowhere/ckpt-1",
+            mode="eval",
+            untrained_eval=False,
+        )
+    assert "needs a trained" not in str(raised.value)
 
 
 def test_unset_schedule_lengths_follow_train_steps():
@@ -97,6 +121,9 @@ def test_unset_schedule_lengths_follow_train_steps():
         ("trainer.validation_steps=-2", r"or -1 for the whole validation set; got -2"),
         ("trainer.checkpoint_interval=0", r"trainer.checkpoint_interval must be a positive int"),
         ("task.model.max_sequence_length=-1", r"max_sequence_length must be a positive int"),
+        ({"task": {"model": {"hidden_size": None}}}, r"hidden_size must be a positive int; got"),
+        ({"trainer": {"validation_steps": None}}, r"validation_steps must be a positive int"),
+        ("trainer.validation_interval=-1", r"or 0 to evaluate at the end only; got -1"),
     ],
 )
 def test_overrides_of_the_wrong_type_or_range_are_named(override, message):
@@ -104,9 +131,23 @@ def test_overrides_of_the_wrong_type_or_range_are_named(override, message):
         train.build_params(LM, params_override=override, mode=None)
 
 
-def test_an_int_is_accepted_for_a_float_field():
-    params = train.build_params(LM, params_override="task.model.dropout_rate=0", mode=None)
+def test_an_int_is_accepted_for_a_float_field_and_0_for_validation_interval():
+    params = train.build_params(
+        LM, params_override="task.model.dropout_rate=0,trainer.validation_interval=0"
+    )
     assert params.task.model.dropout_rate == 0
+    params = train.build_params(
+        LM, params_override={"task": {"model": {"intermediate_size": None}}}
+    )
+    assert params.task.model.intermediate_size is None  # The LM's derived default.
+
+
+def test_the_config_alone_is_built_without_its_data(tmp_path):
+    nowhere = tmp_path / "nowhere"
+    params = train.build_params(LM, [TINY_LM], data_dir=str(nowhere))
+    assert params.task.train_data.input_path == f"{nowhere}/austen/lm_train.tfrecord"
+    with pytest.raises(train.ConfigError, match=r"austen"):
+        train.build_params(LM, [TINY_LM], data_dir=str(nowhere), mode="train")
 
 
 def test_the_data_a_mode_reads_must_be_named():
@@ -143,6 +184,15 @@ def test_an_evaluation_restores_the_weights_without_warnings_about_the_rest(tmp_
         gc.collect()
     assert restored.numpy().tolist() == [1.0, 2.0]
     assert not [r for r in caplog.records if "restored" in r.getMessage()]
+    # A model_dir that `save_model_dir` wrote holds the model alone: no step, no optimizer.
+    alone = tf.train.Checkpoint(model=tf.train.Checkpoint(w=weights)).save(str(tmp_path / "alone"))
+    restored.assign([0.0, 0.0])
+    train._ReadWeightsCheckpoint(
+        global_step=tf.Variable(0),
+        model=tf.train.Checkpoint(w=restored),
+        optimizer=tf.train.Checkpoint(iterations=tf.Variable(0)),
+    ).restore(alone)
+    assert restored.numpy().tolist() == [1.0, 2.0]
     other = train._ReadWeightsCheckpoint(model=tf.train.Checkpoint(v=tf.Variable([0.0])))
     with pytest.raises(CheckpointError, match=r"does not hold this model's weights \(1 of"):
         other.restore(path)

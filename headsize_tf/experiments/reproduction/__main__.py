@@ -89,9 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    data_dir = pathlib.Path(args.data_dir) if args.data_dir else corpora.default_data_dir()
-    if preset.sequence_length != corpora.PrepareOptions().seq_length:
-        data_dir = data_dir / f"seq{preset.sequence_length}"
+    options = corpora.PrepareOptions(seq_length=preset.sequence_length)
+    data_dir = corpora.data_dir_for(options, args.data_dir)
     if not args.report_only:
         prepare_data(data_dir, preset, args.framework)
         if args.workers and args.workers > 1:
