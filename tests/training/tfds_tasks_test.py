@@ -116,6 +116,7 @@ class TranslationInputTest(tf.test.TestCase):
                 [TINY_WMT],
                 f"task.train_data.vocab_file={self.tmp}/nowhere/vocab.txt",
                 data_dir=str(self.tmp),
+                mode="train",
             )
 
 
