@@ -42,10 +42,9 @@ from headsize_tf.cli import (
     tune,
 )
 from headsize_tf.cli._args import read_lines
-from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.errors import is_user_error
 from headsize_tf.core.extras import as_missing_extra
 from headsize_tf.core.io import without_native_logs
-from headsize_tf.core.spec import SpecError
 
 __all__ = ["build_parser", "main", "read_lines"]
 
@@ -63,18 +62,6 @@ COMMANDS = (
     generate,
     demo,
 )
-ERRORS = (SpecError, CheckpointError, ValueError, RuntimeError, OSError)
-
-
-def _is_user_error(err: BaseException) -> bool:
-    """Errors that bad input causes: reported in one line, exit status 2."""
-    if isinstance(err, ERRORS):
-        return True
-    yaml = sys.modules.get("yaml")
-    if yaml is not None and isinstance(err, yaml.YAMLError):
-        return True
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(err, tf.errors.OpError)
 
 
 _PYTHON_LOGGERS = ("tensorflow", "absl")
@@ -180,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
         except Exception as err:
             err = as_missing_extra(err) or err  # An optional package: the extra to install.
-            if not _is_user_error(err):
+            if not is_user_error(err):
                 raise
             message = _as_flags(" ".join(str(err).split()) or type(err).__name__)
             print(f"headsize-tf {args.command}: error: {message}", file=sys.stderr)

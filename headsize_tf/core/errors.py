@@ -1,6 +1,8 @@
-"""Error types shared by every floor."""
+"""Error types shared by every floor, and which errors bad input causes."""
 
 from __future__ import annotations
+
+import sys
 
 
 class CheckpointError(ValueError):
@@ -9,3 +11,20 @@ class CheckpointError(ValueError):
 
 class SpecError(ValueError):
     """An invalid attention setting; the message names the value and what was expected."""
+
+
+def is_user_error(err: BaseException) -> bool:
+    """Whether `err` is what bad input causes: the command lines report it in one line
+    (exit status 2) instead of a traceback.
+
+    The library's own errors (`ValueError` and its `SpecError` / `CheckpointError`,
+    `RuntimeError`, `OSError`s such as `FileExistsError`), a YAML syntax error, and a
+    TensorFlow `OpError` (a missing or unreadable file read by a TF kernel).
+    """
+    if isinstance(err, (ValueError, RuntimeError, OSError)):
+        return True
+    yaml = sys.modules.get("yaml")
+    if yaml is not None and isinstance(err, yaml.YAMLError):
+        return True
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(err, tf.errors.OpError)

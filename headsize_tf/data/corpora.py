@@ -333,6 +333,9 @@ def prepare(
             return final  # Prepared with these options, its files intact.
         except CorpusError:
             pass  # Broken or half-written: prepare again.
+    from headsize_tf.core.io import check_output_path
+
+    check_output_path(data_dir)  # A file, a path below one, or nowhere to write: one line.
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=data_dir))
     try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -308,4 +307,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from headsize_tf.experiments._entry import run_main
+
+    run_main(main, "kv_budget_study")

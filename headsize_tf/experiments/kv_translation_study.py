@@ -162,4 +162,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from headsize_tf.experiments._entry import run_main
+
+    run_main(main, "kv_translation_study")

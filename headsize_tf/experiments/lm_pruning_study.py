@@ -383,4 +383,6 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from headsize_tf.experiments._entry import run_main
+
+    run_main(main, "lm_pruning_study")

@@ -234,4 +234,6 @@ def _curves_and_removal(args, runs, importance_path, splits, model_and_data) -> 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from headsize_tf.experiments._entry import run_main
+
+    run_main(main, "pruning_study")

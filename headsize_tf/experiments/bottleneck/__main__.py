@@ -53,4 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from headsize_tf.experiments._entry import run_main
+
+    run_main(main, "bottleneck")
