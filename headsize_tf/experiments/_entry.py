@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from headsize_tf.core.errors import is_user_error
+from headsize_tf.core.errors import is_interrupt, is_user_error
 from headsize_tf.core.extras import as_missing_extra
 
 
@@ -24,15 +24,22 @@ def run_main(main: Callable[[], int | None], prog: str) -> NoReturn:
       prog: The name in the messages (the experiment's module).
     """
     try:
-        code = int(main() or 0)
+        code = _status(main, prog)
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; a rerun skips the finished runs", file=sys.stderr)
         code = 130
+    raise SystemExit(code)
+
+
+def _status(main: Callable[[], int | None], prog: str) -> int:
+    try:
+        return int(main() or 0)
     except Exception as err:
+        if is_interrupt(err):
+            raise KeyboardInterrupt from None
         err = as_missing_extra(err) or err
         if not is_user_error(err):
             raise
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"{prog}: error: {message}", file=sys.stderr)
-        code = 2
-    raise SystemExit(code)
+        return 2

@@ -61,9 +61,12 @@ class Steps:
     """Runs a study's steps, each recorded in `out/runs/NAME.json`, reusing finished ones.
 
     A step's record is reused when its file exists and, for a step given
-    `settings`, when the file was written with the same settings (a changed
-    setting redoes the step). With `total`, progress lines are numbered
-    "[i/total]"; otherwise they are labelled with the step's name.
+    `settings`, when the file was written with the same settings. A record of
+    other settings is a finished result: it is kept, and the step raises a
+    `ValueError` naming the first setting that differs (use another output, or
+    delete the record to redo it), unless `redo_changed` (the demo, whose
+    reruns follow its flags) redoes the step. With `total`, progress lines are
+    numbered "[i/total]"; otherwise they are labelled with the step's name.
 
     With `report_only`, no step runs: a step without a reusable record raises
     `MissingRun`.
@@ -72,12 +75,20 @@ class Steps:
       out: The study's output directory.
       total: The number of numbered steps (the demo's stages), or None.
       report_only: Reuse records only (a study's `--report-only`).
+      redo_changed: Redo a step whose record has other settings.
     """
 
-    def __init__(self, out: pathlib.Path, total: int | None = None, report_only: bool = False):
+    def __init__(
+        self,
+        out: pathlib.Path,
+        total: int | None = None,
+        report_only: bool = False,
+        redo_changed: bool = False,
+    ):
         self.out = out
         self.total = total
         self.report_only = report_only
+        self.redo_changed = redo_changed
         self.index = 0
         self.redone: list[str] = []
 
@@ -106,6 +117,16 @@ class Steps:
                 if not self.report_only:
                     print(f"{label} {title}: reusing {path}", flush=True)
                 return record
+            if not self.redo_changed:
+                was = record.get("settings") or {}
+                key = next(
+                    k for k in sorted(set(was) | set(settings)) if was.get(k) != settings.get(k)
+                )
+                raise ValueError(
+                    f"{path} was made with {key} {was.get(key)!r}, not {settings.get(key)!r}: "
+                    "its results are kept; use another --output (or delete the file to redo "
+                    "the step)."
+                )
         if self.report_only:
             raise MissingRun(path)
         print(f"{label} {title} ...", flush=True)

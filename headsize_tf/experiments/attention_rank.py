@@ -203,7 +203,7 @@ def run(
     preset = presets.PRESETS[summary["preset"]]
     rows = {r["key"]: r for name in ("R1", "R2") for r in summary[name]}
     tokens = None if report_only else _load_windows(data_dir, windows)
-    models, missing = [], []
+    models, missing, measured_on = [], [], set()
     for key, row in rows.items():
         if row["learning_rate"] is None or not row["seeds"]:
             continue
@@ -239,6 +239,7 @@ def run(
                 result = measure(logits, row["head_size"])
                 write_json(path, {"run": name, "seed": seed, "windows": len(tokens), **result})
             per_seed.append(json.loads(path.read_text()))
+            measured_on.add(per_seed[-1]["windows"])
         if not per_seed:
             continue
         models.append(
@@ -272,7 +273,8 @@ def run(
         )
     return {
         "preset": summary["preset"],
-        "windows": len(tokens),
+        # The windows the records were measured on (a report rebuilt from them loads none).
+        "windows": len(tokens) if tokens is not None else max(measured_on, default=windows),
         "models": models,
         "missing": missing,
     }

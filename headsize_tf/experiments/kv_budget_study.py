@@ -63,10 +63,15 @@ class Settings:
     def sequence_length(self) -> int:
         return self.base.sequence_length
 
+    @property
+    def vocab_size(self) -> int:
+        return self.base.vocab_size
+
 
 def quick() -> Settings:
     """Seconds-long settings for the tests."""
-    base = dataclasses.replace(sharing.quick(), sequence_length=16, vocab_size=32, steps=12)
+    # The smallest WordPiece vocabulary the Austen text gives is about 110 tokens.
+    base = dataclasses.replace(sharing.quick(), sequence_length=16, vocab_size=256, steps=12)
     return Settings(base=base, fractions=(4, 8), calibration_windows=8)
 
 

@@ -384,8 +384,8 @@ def austen_study_main(
     report: Callable[[dict[str, Any], Any], str],
 ) -> int:
     """The command of a study on the Austen LM: `--output`, `--report-only`, `--data-dir`,
-    `--quick` (`make_settings(quick)`, whose `sequence_length` prepares the corpus); runs
-    `run(output, corpus_dir, settings, report_only)` and prints `report(summary, settings)`.
+    `--quick` (`make_settings(quick)`, whose `sequence_length` and `vocab_size` prepare the
+    corpus); runs `run(output, corpus_dir, settings, report_only)` and prints `report(summary, settings)`.
     A report with a missing run exits 2."""
     parser = argparse.ArgumentParser(description=description)
     add_study_options(parser)
@@ -395,7 +395,9 @@ def austen_study_main(
     from headsize_tf.data import corpora
 
     settings = make_settings(args.quick)
-    options = corpora.PrepareOptions(seq_length=settings.sequence_length)
+    options = corpora.PrepareOptions(
+        seq_length=settings.sequence_length, vocab_size=settings.vocab_size
+    )
     data_dir = corpora.data_dir_for(options, args.data_dir)
     if not args.report_only:
         from headsize_tf.experiments import lm_keras3

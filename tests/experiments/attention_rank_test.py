@@ -148,6 +148,12 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
     assert "| std_w16_h4_p4 | 16 | 4 | 4 |" in readme
     assert "± 0.0" not in readme  # One seed: no spread shown.
     assert (out / "attention_rank" / "attention_rank.png").stat().st_size > 10_000
+    # The report rebuilt from the records alone: the same numbers and window count.
+    rebuilt = [*command[:-2], "--output", str(out / "attention_rank"), "--report-only"]
+    rebuilt[rebuilt.index("--windows") + 1] = "7"  # Not what the records were measured on.
+    assert ar.main(rebuilt) == 0
+    again = json.loads((out / "attention_rank" / "attention_rank.json").read_text())
+    assert again["windows"] == 2 and again["models"] == result["models"]
     assert ar.main(command) == 0  # A rerun reuses the run's measurement.
     assert "[rank]" not in capsys.readouterr().out
 

@@ -38,6 +38,18 @@ def test_ctrl_c_is_one_line_and_status_130(capsys):
     assert err.strip() == "study: interrupted; a rerun skips the finished runs"
 
 
+def test_ctrl_c_that_tensorflow_re_raised_is_an_interrupt_too(capsys):
+    def main():
+        raise RuntimeError(
+            "pybind11::error_already_set: MISMATCH of original and normalized active "
+            "exception types: ORIGINAL InvalidArgumentError REPLACED BY KeyboardInterrupt: <EMPTY>"
+        )
+
+    code, err = _exit_status(main, capsys)
+    assert code == 130
+    assert err.strip() == "study: interrupted; a rerun skips the finished runs"
+
+
 def test_the_status_of_main_is_the_exit_status(capsys):
     assert _exit_status(lambda: 0, capsys) == (0, "")
     assert _exit_status(lambda: None, capsys) == (0, "")

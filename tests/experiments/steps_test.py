@@ -30,13 +30,21 @@ def test_reuses_a_finished_step_by_its_file(tmp_path, capsys):
     assert lines[2] == f"[train] training: reusing {tmp_path / 'runs' / 'train.json'}"
 
 
-def test_a_changed_setting_redoes_the_step_and_numbering(tmp_path, capsys):
+def test_a_changed_setting_keeps_the_record_and_names_the_setting(tmp_path):
+    Steps(tmp_path).run("a", "step a", lambda: {"x": 1}, settings={"lr": 1, "steps": 4})
+    before = (tmp_path / "runs" / "a.json").read_bytes()
+    with pytest.raises(ValueError, match=r"a.json was made with steps 4, not 6: its results"):
+        Steps(tmp_path).run("a", "step a", lambda: {"x": 2}, settings={"lr": 1, "steps": 6})
+    assert (tmp_path / "runs" / "a.json").read_bytes() == before
+
+
+def test_a_changed_setting_redoes_the_step_where_asked_and_numbering(tmp_path, capsys):
     steps = Steps(tmp_path, total=3)
     steps.announce("data")
     a = steps.run("a", "step a", lambda: {"x": 1}, settings={"lr": 1})
     steps.run("b", "step b", lambda: {"x": 2}, settings={"lr": 1})
     assert a["settings"] == {"lr": 1} and steps.redone == ["a", "b"]
-    rerun = Steps(tmp_path, total=3)
+    rerun = Steps(tmp_path, total=3, redo_changed=True)
     rerun.announce("data")
     assert rerun.run("a", "step a", lambda: {"x": 10}, settings={"lr": 1})["x"] == 1
     assert rerun.run("b", "step b", lambda: {"x": 20}, settings={"lr": 2})["x"] == 20

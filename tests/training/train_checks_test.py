@@ -208,3 +208,14 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     assert cli.main(["params"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "headsize-tf params: interrupted"
+
+
+def test_ctrl_c_re_raised_by_tensorflow_is_one_line_too(monkeypatch, capsys):
+    from headsize_tf.cli import params
+
+    def interrupted(args):
+        raise RuntimeError("error_already_set: ORIGINAL OpError REPLACED BY KeyboardInterrupt")
+
+    monkeypatch.setattr(params, "run", interrupted)
+    assert cli.main(["params"]) == 130
+    assert capsys.readouterr().err.strip() == "headsize-tf params: interrupted"

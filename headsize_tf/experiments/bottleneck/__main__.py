@@ -22,7 +22,9 @@ from headsize_tf.experiments.bottleneck.report import verdict_lines, write_repor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m headsize_tf.experiments.bottleneck", description=__doc__.splitlines()[0]
+    )
     add_study_options(parser)
     parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     parser.add_argument(

