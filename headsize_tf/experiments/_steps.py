@@ -160,3 +160,38 @@ def print_report(
         return 2
     print((out / "README.md").read_text())
     return 0
+
+
+def check_study_settings(out: pathlib.Path, settings: dict, report_only: bool = False) -> None:
+    """Records in `out/settings.json` the settings that shape a study's records.
+
+    The first run writes the file (a `report_only` run writes nothing); a later
+    run with the same settings resumes. Raises `ValueError` naming each setting
+    that differs from the recorded ones, since the records were made with those.
+    """
+    path = out / "settings.json"
+    settings = json.loads(json.dumps(settings))
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        differ = [
+            f"{key} {json.dumps(recorded.get(key))} there, {json.dumps(settings.get(key))} now"
+            for key in sorted(settings.keys() | recorded.keys())
+            if recorded.get(key) != settings.get(key)
+        ]
+        if differ:
+            raise ValueError(
+                f"--output {out} holds runs made with other settings ({'; '.join(differ)}); "
+                "rerun with the recorded settings or use another --output"
+            )
+    elif not report_only:
+        write_json(path, settings)
+
+
+def check_trained_steps(out: pathlib.Path, steps: int) -> None:
+    """Raises `ValueError` when `out`'s recorded model was trained other than `steps` steps."""
+    path = out / "runs" / "train.json"
+    if path.exists() and (recorded := json.loads(path.read_text()).get("steps")) != steps:
+        raise ValueError(
+            f"--output {out} holds a model trained {recorded} steps, not --steps {steps}; "
+            "rerun with the recorded settings or use another --output"
+        )

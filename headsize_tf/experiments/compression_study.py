@@ -6,7 +6,9 @@ embeddings on held-out Rotten Tomatoes test snippets, and dev accuracy after
 the same short fine-tune on the Rotten Tomatoes train split as the
 uncompressed model ("original"). Each (model, seed) writes its own run file,
 so a rerun skips finished runs (resumable); the summary (JSON, markdown,
-plot) is rebuilt from the run files.
+plot) is rebuilt from the run files of the command's --dims and --seeds.
+`settings.json` records the settings every run depends on (--model, --epochs,
+--max-iter, --eval-sentences); a rerun with other ones is refused.
 
     python -m headsize_tf.experiments.compression_study --output results/compression
 """
@@ -23,9 +25,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headsize_tf.core.io import save_figure, write_atomic, write_json
+from headsize_tf.core.arguments import non_negative_int, positive_float, positive_int
+from headsize_tf.core.io import check_output_path, save_figure, write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
-from headsize_tf.experiments._steps import MissingRun, add_study_options, study_command
+from headsize_tf.experiments._steps import (
+    MissingRun,
+    add_study_options,
+    check_study_settings,
+    study_command,
+)
 from headsize_tf.training import finetune as ft
 
 DIMS = (384, 256, 192, 128, 64)
@@ -182,21 +190,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
-    parser.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--epochs", type=float, default=2.0)
-    parser.add_argument("--max-iter", type=int, default=100)
-    parser.add_argument("--eval-sentences", type=int, default=512)
+    parser.add_argument("--dims", type=positive_int, nargs="+", default=list(DIMS))
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1])
+    parser.add_argument("--epochs", type=positive_float, default=2.0)
+    parser.add_argument("--max-iter", type=positive_int, default=100)
+    parser.add_argument("--eval-sentences", type=positive_int, default=512)
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--verbose", type=int, default=2)
+    parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
+    check_output_path(out, "directory")
+    # Every record depends on these; --dims and --seeds only choose which records exist.
+    check_study_settings(
+        out,
+        {
+            "model": args.model,
+            "epochs": args.epochs,
+            "max_iter": args.max_iter,
+            "eval_sentences": args.eval_sentences,
+        },
+        args.report_only,
+    )
     runs_dir = out / "runs"
-    plan = [("original", None)] + [(f"collaborative_D{d}", d) for d in args.dims]
+    plan = [("original", None)] + [(f"collaborative_D{d}", d) for d in dict.fromkeys(args.dims)]
+    seeds = list(dict.fromkeys(args.seeds))
     splits = None
-    for seed in args.seeds:
+    paths = []
+    for seed in seeds:
         for name, dim in plan:
             path = runs_dir / f"{name}_seed{seed}.json"
+            paths.append(path)
             if path.exists():
                 if not args.report_only:
                     print(f"[skip] {path} exists")
@@ -211,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["wall_seconds"] = time.perf_counter() - start
             write_json(path, record)
             print(f"[done] {name} seed {seed}: dev {record['dev_accuracy']:.4f}", flush=True)
-    runs = [json.loads(p.read_text()) for p in sorted(runs_dir.glob("*.json"))]
+    # Only this command's runs: others of the same settings (other --dims or --seeds) stay out.
+    runs = [json.loads(p.read_text()) for p in paths]
     summary = summarize(runs)
     command = study_command("headsize_tf.experiments.compression_study", argv)
     summary["command"] = command

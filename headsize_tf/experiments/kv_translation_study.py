@@ -25,7 +25,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from headsize_tf.core.io import native_logs_to, write_atomic
+from headsize_tf.core.arguments import non_negative_int, positive_int
+from headsize_tf.core.io import check_output_path, native_logs_to, write_atomic
 from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options
 
 # Uptraining peak rates: the run's own (None: 1e-3, which its schedule had decayed to
@@ -135,9 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_options(parser, work_dir="kv_translation")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--uptrain-steps", type=int, default=150)
+    parser.add_argument("--steps", type=positive_int, default=3000)
+    parser.add_argument(
+        "--uptrain-steps",
+        type=non_negative_int,
+        default=150,
+        help="uptraining steps after each conversion (0: training-free only)",
+    )
     args = parser.parse_args(argv)
+    check_output_path(args.output, "directory")
     work = pathlib.Path(args.work_dir)
     if args.report_only:
         try:

@@ -16,7 +16,8 @@ trained on Jane Austen's novels (`headsize-tf train`), then:
    model.
 
 Each step writes its own file under `runs/`, so a rerun skips finished steps;
-the summary is rebuilt from the files.
+the summary is rebuilt from the files. `settings.json` records --steps and
+--windows; a rerun with other ones is refused.
 
     python -m headsize_tf.experiments.lm_pruning_study --output results/lm_pruning
 """
@@ -32,10 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+from headsize_tf.core.arguments import positive_int
+from headsize_tf.core.io import (
+    check_output_path,
+    native_logs_to,
+    save_figure,
+    write_atomic,
+    write_json,
+)
 from headsize_tf.experiments._steps import (
     Steps,
     add_study_options,
+    check_study_settings,
+    check_trained_steps,
     print_report,
     study_command,
 )
@@ -177,6 +187,9 @@ def half_removed_speed(model_dir: str, importance: np.ndarray, windows: int) -> 
 
 def summarize(out: pathlib.Path, command: str) -> dict:
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))}
+    settings_path = out / "settings.json"
+    windows = json.loads(settings_path.read_text())["windows"] if settings_path.exists() else None
+    windows_text = f"{windows} windows" if windows else "the study's windows"
     prune = runs["importance_pruning"]
     randoms = [runs[k] for k in sorted(runs) if k.startswith("random_seed")]
     layers = runs["one_head_per_layer"]
@@ -191,8 +204,9 @@ def summarize(out: pathlib.Path, command: str) -> dict:
         f"Model: {LAYERS} pre-LN layers, width {WIDTH}, {HEADS} heads of {WIDTH // HEADS} "
         f"({LAYERS * HEADS} heads), sequence 128, trained {runs['train']['steps']} steps of "
         f"16 x 128 tokens on Austen (validation perplexity "
-        f"{prune['perplexity']['original']:.2f} on 256 windows of Northanger Abbey). "
-        f"Importance: E|dL/dxi_h| on 256 training windows, normalised per layer, recomputed "
+        f"{prune['perplexity']['original']:.2f} on {windows_text} of Northanger Abbey). "
+        f"Importance: E|dL/dxi_h| on {windows_text} of training text, normalised per layer, "
+        "recomputed "
         f"after each step of {100 * STEP:.0f}% of the heads; every layer keeps a head.",
         "",
         "## Validation perplexity vs heads pruned",
@@ -304,15 +318,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_options(parser, work_dir="lm_pruning")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=positive_int, default=2000)
     parser.add_argument(
         "--windows",
-        type=int,
+        type=positive_int,
         default=256,
         help="training windows for importance, validation windows for perplexity",
     )
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
+    check_output_path(out, "directory")
+    check_study_settings(out, {"steps": args.steps, "windows": args.windows}, args.report_only)
+    check_trained_steps(out, args.steps)
     if not args.report_only:
         from headsize_tf.data import corpora
         from headsize_tf.experiments.reproduction.runners import quiet_tensorflow

@@ -8,7 +8,9 @@
 3. Remove the heads of the largest fraction within 1 point physically and check
    the accuracy equals the masked model's.
 
-Every curve writes its own run file, so a rerun skips finished work.
+Every curve writes its own run file, so a rerun skips finished work; `settings.json`
+records the settings the runs were made with, and a rerun with other ones is refused
+(another --output keeps them apart).
 
     python -m headsize_tf.experiments.pruning_study --output results/pruning
 """
@@ -24,9 +26,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headsize_tf.core.io import write_atomic, write_json
+from headsize_tf.core.arguments import non_negative_int, open_fraction, positive_float
+from headsize_tf.core.io import check_output_path, write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
-from headsize_tf.experiments._steps import MissingRun, add_study_options, study_command
+from headsize_tf.experiments._steps import (
+    MissingRun,
+    add_study_options,
+    check_study_settings,
+    study_command,
+)
 from headsize_tf.training import finetune as ft
 
 
@@ -114,15 +122,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
-    parser.add_argument("--epochs", type=float, default=2.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--random-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--target-fraction", type=float, default=0.9)
-    parser.add_argument("--step", type=float, default=0.1)
+    parser.add_argument("--epochs", type=positive_float, default=2.0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--random-seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--target-fraction", type=open_fraction, default=0.9)
+    parser.add_argument("--step", type=open_fraction, default=0.1)
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--verbose", type=int, default=2)
+    parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
+    if args.step > args.target_fraction:
+        parser.error(
+            f"argument --step: {args.step:g} is above --target-fraction {args.target_fraction:g}"
+        )
     out = pathlib.Path(args.output)
+    check_output_path(out, "directory")
+    check_study_settings(
+        out,
+        {
+            "model": args.model,
+            "epochs": args.epochs,
+            "seed": args.seed,
+            "random_seeds": args.random_seeds,
+            "target_fraction": args.target_fraction,
+            "step": args.step,
+        },
+        args.report_only,
+    )
     runs = out / "runs"
     loaded: dict = {}
 
@@ -186,6 +211,12 @@ def _curves_and_removal(args, runs, importance_path, splits, model_and_data) -> 
             )
             write_json(path, steps)
         curves[name] = json.loads(path.read_text())
+    schedules = {tuple(round(s["fraction"], 9) for s in curve) for curve in curves.values()}
+    if len(schedules) > 1:  # Records that predate settings.json, of several settings.
+        raise ValueError(
+            f"the curves under {runs} follow different schedules (other --step or "
+            "--target-fraction); use another --output"
+        )
     random_names = [n for n in curves if n.startswith("random")]
     random_curve = []
     for i, point in enumerate(curves[random_names[0]]):

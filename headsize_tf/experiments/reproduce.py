@@ -308,6 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = pathlib.Path(args.output)
     planned = len({r["key"] for rows in summary.values() for r in rows}) * len(args.seeds)
     finished = len(list((out / "runs").glob("*.json")))
+    if args.report_only and not finished:
+        raise ValueError(
+            f"--report-only: {out} holds no finished runs; run the study first (without "
+            "--report-only)."
+        )
     # A claim is judged only on its whole experiment: `--keys` subsets compare rows only.
     judged = verdicts(summary) if finished >= planned and not args.keys else []
     write_json(out / "reproduction.json", {"command": command, **summary, "verdicts": judged})

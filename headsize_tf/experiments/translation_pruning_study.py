@@ -14,7 +14,8 @@ repeated for several importance seeds (other training batches for the
 importance), mean ± std.
 
 Each step writes its own file under `runs/`, so a rerun skips finished
-steps; the summary is rebuilt from the files.
+steps; the summary is rebuilt from the files, and says which runs are missing
+when some are. `settings.json` records --steps; a rerun with another is refused.
 
     python -m headsize_tf.experiments.translation_pruning_study --output results/translation_pruning
 """
@@ -30,10 +31,19 @@ from typing import Any
 
 import numpy as np
 
-from headsize_tf.core.io import native_logs_to, save_figure, write_atomic, write_json
+from headsize_tf.core.arguments import non_negative_int, positive_int
+from headsize_tf.core.io import (
+    check_output_path,
+    native_logs_to,
+    save_figure,
+    write_atomic,
+    write_json,
+)
 from headsize_tf.experiments._steps import (
     Steps,
     add_study_options,
+    check_study_settings,
+    check_trained_steps,
     print_report,
     study_command,
 )
@@ -54,7 +64,11 @@ def _cell(mean: float, std: float, seeds: int) -> str:
 
 
 def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
-    """README, curves.png and summary.json from the run files (any seeds finished)."""
+    """README, curves.png and summary.json from the run files (any seeds finished).
+
+    Runs missing from the finished seeds are named as partial results, and with a kind
+    not pruned at all no kind is declared the most sensitive.
+    """
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))}
     trained = runs["train"]
     by_kind = {
@@ -67,6 +81,12 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
     }
     by_kind = {kind: dict(sorted(seeds.items())) for kind, seeds in by_kind.items() if seeds}
     seeds = sorted({s for per_seed in by_kind.values() for s in per_seed})
+    missing = [
+        f"prune_{kind}_seed{seed}"
+        for seed in seeds
+        for kind in KINDS
+        if seed not in by_kind.get(kind, {})
+    ]
     lines = [
         "# Michel et al. (2019) Sec. 5 on an English-German model: pruning one attention "
         "kind at a time",
@@ -87,6 +107,13 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
         f"other batches (seeds {', '.join(map(str, seeds))}: mean ± std over them).",
         "",
     ]
+    if missing:
+        lines += [
+            f"**Partial results**: {len(missing)} run(s) missing ({', '.join(missing)}); "
+            "the tables and verdicts cover the finished runs only. A rerun without "
+            "--report-only finishes them.",
+            "",
+        ]
     stats = {}
     for kind, per_seed in by_kind.items():
         curves = [r["curve"] for r in per_seed.values()]
@@ -133,16 +160,27 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
         over = [f for f, b in zip(fractions, mean, strict=True) if b < mean[0] / 2]
         return f"{100 * over[0]:.1f}%" if over else "never"
 
-    worst = min(stats, key=lambda k: stats[k]["bleu"][0][-1])
     # Over the whole schedule: the mean BLEU across the pruning levels (the curve's area).
     area = {k: float(np.mean(stats[k]["bleu"][0])) for k in stats}
-    overall = min(area, key=area.get)
+    unpruned = [k for k in KINDS if k not in stats]
+    if unpruned:
+        worst = overall = None
+        verdict = (
+            f"No verdict on the most sensitive kind: {', '.join(unpruned)} not pruned yet "
+            "(partial results)."
+        )
+    else:
+        worst = min(stats, key=lambda k: stats[k]["bleu"][0][-1])
+        overall = min(area, key=area.get)
+        verdict = (
+            f"Most sensitive over the whole schedule (lowest BLEU averaged over the "
+            f"pruning levels): **{overall}** ("
+            + ", ".join(f"{k} {v:.2f}" for k, v in area.items())
+            + f"); at 75% (mean BLEU): **{worst}**."
+        )
     lines += [
         "",
-        f"Most sensitive over the whole schedule (lowest BLEU averaged over the "
-        f"pruning levels): **{overall}** ("
-        + ", ".join(f"{k} {v:.2f}" for k, v in area.items())
-        + f"); at 75% (mean BLEU): **{worst}**. Michel et al., on WMT: encoder-decoder "
+        verdict + " Michel et al., on WMT: encoder-decoder "
         "attention is the most sensitive to pruning, self-attention much less. Mean BLEU "
         "first falls below half the unpruned at: "
         + ", ".join(f"{k} {breaks(k)}" for k in stats)
@@ -191,6 +229,7 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
         "worst_at_75_by_seed": worst_by_seed,
         "most_sensitive_at_75": worst,
         "most_sensitive_overall": overall,
+        "missing_runs": missing,
         "mean_bleu_over_levels": area,
         "mean": {k: {key: v[0].tolist() for key, v in st.items()} for k, st in stats.items()},
         "std": {k: {key: v[1].tolist() for key, v in st.items()} for k, st in stats.items()},
@@ -204,16 +243,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_options(parser, work_dir="translation_pruning")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=positive_int, default=3000)
     parser.add_argument(
         "--importance-seeds",
-        type=int,
+        type=non_negative_int,
         nargs="+",
         default=[0, 1, 2],
         help="shuffle seeds of the importance batches, one schedule each",
     )
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
+    check_output_path(out, "directory")
+    # The importance seeds only choose which records exist; the summary uses every one.
+    check_study_settings(out, {"steps": args.steps}, args.report_only)
+    check_trained_steps(out, args.steps)
     if not args.report_only:
         from headsize_tf.data import corpora
         from headsize_tf.experiments.reproduction.runners import quiet_tensorflow

@@ -3,6 +3,8 @@
 import json
 from unittest import mock
 
+import pytest
+
 from headsize_tf.experiments import kv_translation_study as study
 
 
@@ -49,3 +51,31 @@ def test_every_target_at_every_rate_once_and_a_rerun_reuses_them(tmp_path, capsy
         "| 21.00 | 22.00 | 23.00 |",
     ]
     assert "dev perplexity 26.00" in "\n".join(table)
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [
+        (["--uptrain-steps", "-5"], "--uptrain-steps"),
+        (["--steps", "0"], "--steps"),
+        (["--steps", "-3"], "--steps"),
+    ],
+)
+def test_bad_step_counts_are_refused_after_parsing(flags, named, tmp_path, capsys):
+    prepare = mock.Mock(side_effect=AssertionError("reached data preparation"))
+    with (
+        mock.patch("headsize_tf.data.corpora.prepare", prepare),
+        pytest.raises(SystemExit) as exit_,
+    ):
+        study.main(["--output", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w"), *flags])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not prepare.called
+
+
+def test_an_output_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "out").write_text("")
+    prepare = mock.Mock(side_effect=AssertionError("reached data preparation"))
+    with mock.patch("headsize_tf.data.corpora.prepare", prepare), pytest.raises(OSError):
+        study.main(["--output", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w")])
+    assert not prepare.called

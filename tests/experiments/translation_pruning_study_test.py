@@ -5,6 +5,7 @@ import json
 import pathlib
 
 import numpy as np
+import pytest
 
 from headsize_tf.experiments import translation_pruning_study as study
 
@@ -59,3 +60,42 @@ def test_summary_over_importance_seeds(tmp_path):
     assert f"| encoder_decoder | 3 | {np.mean(final['encoder_decoder']):.2f} ± " in readme
     assert "| 2 of 3 |" in readme and "| 1 of 3 |" in readme
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def _curve(last_bleu: float) -> list[dict]:
+    bleu = np.linspace(20.0, last_bleu, len(FRACTIONS))
+    return [
+        {"fraction": f, "perplexity": 20.0 + i, "bleu": b}
+        for i, (f, b) in enumerate(zip(FRACTIONS, bleu, strict=True))
+    ]
+
+
+def test_a_partial_summary_says_so_and_declares_no_verdict(tmp_path):
+    _write(tmp_path, "train", {"steps": 4, "dev_perplexity": 26.0, "train_pairs": 100})
+    _write(tmp_path, "prune_encoder_self_seed0", {"curve": _curve(3.0), "decoding_speedup": 1.0})
+    summary = study.summarize(tmp_path, "cmd")
+    readme = (tmp_path / "README.md").read_text()
+    assert "**Partial results**" in readme
+    assert "prune_encoder_decoder_seed0, prune_decoder_self_seed0" in readme
+    assert "Most sensitive over" not in readme and "No verdict" in readme
+    assert summary["most_sensitive_overall"] is None and summary["most_sensitive_at_75"] is None
+    assert summary["missing_runs"] == ["prune_encoder_decoder_seed0", "prune_decoder_self_seed0"]
+
+
+def test_report_only_with_other_steps_is_refused(tmp_path):
+    _write(tmp_path, "train", {"steps": 4, "dev_perplexity": 26.0, "train_pairs": 100})
+    argv = ["--output", str(tmp_path), "--work-dir", str(tmp_path / "w"), "--report-only"]
+    with pytest.raises(ValueError, match="trained 4 steps, not --steps 8"):
+        study.main([*argv, "--steps", "8"])
+    assert not (tmp_path / "README.md").exists()
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [(["--steps", "0"], "--steps"), (["--importance-seeds", "-1"], "--importance-seeds")],
+)
+def test_bad_numbers_are_refused_after_parsing(flags, named, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        study.main(["--output", str(tmp_path / "out"), "--report-only", *flags])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err

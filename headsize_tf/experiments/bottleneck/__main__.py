@@ -47,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         preset = preset.only(args.only)
     if args.report_only:
         runs = load_runs(out)
+        if not runs:
+            raise ValueError(
+                f"--report-only: {out} holds no finished runs; run the study first (without "
+                "--report-only)."
+            )
     else:
         runs = runners.run_all(preset, out, lambda line: print(line, flush=True))
     summary = write_report(args.preset, out, runs)

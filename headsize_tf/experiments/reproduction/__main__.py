@@ -112,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             with native_logs_to(pathlib.Path(args.work_dir) / "native.log"):
                 run_pending(args, preset, experiments, out, data_dir)
     runs = load_runs(out, preset, args.framework)
+    if args.report_only and not runs:
+        raise ValueError(
+            f"--report-only: {out} holds no finished runs; run the study first (without "
+            "--report-only)."
+        )
     summary = summarize(preset, experiments, runs)
     left = pending(preset, experiments, runs)
     complete = not left
