@@ -138,6 +138,11 @@ CASES = [
         "width (10) is not a multiple of num_heads (4)",
     ),
     ("params_negative_layers", ["params", "--num-layers", "-1"], "got '-1'"),
+    (
+        "params_head_size_of_standard_heads",
+        ["params", "--attention-type", "standard", "--head-size", "7"],
+        "--head-size 7: standard heads are width / heads (256 / 8)",
+    ),
     ("no_such_command", ["fly"], "'fly'"),
     (
         "train_unknown_experiment",
@@ -898,3 +903,20 @@ class _Fixed:
 
     def parse_args(self, argv):
         return self.args
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    """`headsize-tf params | head -1`: no "Broken pipe" error line, SIGPIPE's status."""
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    done = subprocess.run(
+        [sys.executable, "-m", "headsize_tf", "params", "--match-widths", *["256"] * 2000],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    reader.stdin.close()
+    first = reader.stdout.read().decode()
+    reader.wait()
+    assert first.startswith("fixed_head encoder: width 256")
+    assert done.returncode == 141 and done.stderr == ""

@@ -160,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         try:
             return int(args.func(args) or 0)
+        except BrokenPipeError:
+            # The reader of stdout left (`headsize-tf params | head`): end quietly, as
+            # command-line tools do, with the shell's status for SIGPIPE (128 + 13).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         except KeyboardInterrupt:
             # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), no traceback.
             # What was written stays whole (atomic writes); resumable commands resume.

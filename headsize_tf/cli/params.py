@@ -26,8 +26,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--width", type=_positive_int, default=256)
     p.add_argument("--num-layers", type=_positive_int, default=6)
     p.add_argument("--num-heads", type=_positive_int, default=8)
-    p.add_argument("--head-size", type=_head_size, default=32)
-    p.add_argument("--shared-key-dim", type=_positive_int, default=None)
+    p.add_argument(
+        "--head-size",
+        type=_head_size,
+        default=None,
+        help=f"fixed_head and collaborative (default {HEAD_SIZE}); standard: width / heads",
+    )
+    p.add_argument(
+        "--shared-key-dim",
+        type=_positive_int,
+        default=None,
+        help="collaborative: the shared key dimension D",
+    )
     p.add_argument("--vocab-size", type=_positive_int, default=32000)
     p.add_argument("--max-sequence-length", type=_positive_int, default=256)
     p.add_argument(
@@ -47,9 +57,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+HEAD_SIZE = 32  # Of fixed and collaborative heads unless --head-size says otherwise.
+
+
 def run(args: argparse.Namespace) -> int:
     from headsize_tf import params
 
+    if args.attention_type == "standard" and args.head_size is not None:
+        raise ValueError(
+            f"--head-size {args.head_size}: standard heads are width / heads "
+            f"({args.width} / {args.num_heads}); use --attention-type fixed_head to set it."
+        )
+    head_size = args.head_size if args.head_size is not None else HEAD_SIZE
     candidate = params.EncoderSpec(
         vocab_size=args.vocab_size,
         width=args.width,
@@ -57,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
         attention=params.AttentionSpec(
             kind=args.attention_type,
             num_heads=args.num_heads,
-            head_size=args.head_size if args.attention_type != "standard" else None,
+            head_size=head_size if args.attention_type != "standard" else None,
             shared_key_dim=args.shared_key_dim,
         ),
         max_sequence_length=args.max_sequence_length,
     )
+    candidate.attention.resolve(args.width)  # A setting the layer refuses: one line.
     count = params.encoder_params(candidate)
     print(
         f"{args.attention_type} encoder: width {args.width}, {args.num_layers} layers, "
@@ -69,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         f"(attention per layer: {candidate.layer_attention(0).trainable:,})"
     )
     if not args.match_widths:
+        return 0
+    if args.attention_type == "standard":
+        print("\n(standard attention's parameters do not depend on its head count: no match)")
         return 0
     print()
     print(
