@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from headsize_tf.core.io import save_figure
+from headsize_tf.experiments._steps import study_command
 
 METHODS = ("grouped_mean", "grouped_svd", "latent", "pruned", "collaborative")
 LABELS = {
@@ -158,7 +159,7 @@ def markdown(summary: dict[str, Any], settings: Any) -> str:
     lines = [
         "# Every head-sharing method at equal KV-cache size (Austen LM, Keras 3)",
         "",
-        "Command: `python -m headsize_tf.experiments.kv_sharing_study --output results/kv_sharing`",
+        f"Command: `{study_command('headsize_tf.experiments.kv_sharing_study', None)}`",
         "",
         f"Model: {settings.layers} pre-LN layers, width {settings.width}, {settings.heads} heads "
         f"of {settings.head_size}, sequence {settings.sequence_length}, trained "

@@ -27,7 +27,7 @@ from typing import Any
 
 from headsize_tf.core.arguments import non_negative_int, positive_int
 from headsize_tf.core.io import check_output_path, native_logs_to, write_atomic
-from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options
+from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options, study_command
 
 # Uptraining peak rates: the run's own (None: 1e-3, which its schedule had decayed to
 # 2.5e-4 by step 3000) and a tenth of it.
@@ -99,8 +99,7 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         "# KV sharing on an English-German translation model (decoder caches at 1/4)",
         "",
-        "Command: `python -m headsize_tf.experiments.kv_translation_study --output "
-        "results/kv_sharing/translation`",
+        f"Command: `{study_command('headsize_tf.experiments.kv_translation_study', None)}`",
         "",
         f"Model: results/translation_pruning's (gettext_de, 3 + 3 layers, width 128, 8 heads of "
         f"16), trained {summary['steps']} steps (dev perplexity "
