@@ -390,7 +390,9 @@ def austen_study_main(
     parser = argparse.ArgumentParser(description=description)
     add_study_options(parser)
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
-    parser.add_argument("--quick", action="store_true", help="a seconds-long check (tests)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small settings (tests; minutes on 2 CPU cores)"
+    )
     args = parser.parse_args(argv)
     from headsize_tf.data import corpora
 
