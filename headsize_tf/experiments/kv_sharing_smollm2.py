@@ -800,8 +800,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for entry in args.model_file:
             name, _, path = entry.partition("=")
             if not name or not path or not pathlib.Path(path).is_file():
+                what = f"{path} is not a file; " if name and path else ""
                 print(
-                    f"error: --model-file {entry}: expected NAME=PATH of a saved .keras model",
+                    f"error: --model-file {entry}: {what}expected NAME=PATH of a saved .keras "
+                    "model",
                     file=sys.stderr,
                 )
                 return 2

@@ -95,5 +95,8 @@ def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):
 def test_a_bad_model_file_is_one_line_and_exit_2(entry, tmp_path, capsys):
     assert study.main(["--output", str(tmp_path), "--model-file", entry]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --model-file {entry}: expected NAME=PATH of a saved .keras model"
+    missing = "/no/such/model.keras is not a file; " if entry.startswith("name=/") else ""
+    assert err == (
+        f"error: --model-file {entry}: {missing}expected NAME=PATH of a saved .keras model"
+    )
     assert not (tmp_path / "runs").exists()
