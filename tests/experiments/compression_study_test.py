@@ -6,14 +6,7 @@ import json
 import pytest
 
 from headsize_tf.experiments import compression_study as study
-
-
-class Reached(Exception):
-    """Raised where the study would start loading data or training."""
-
-
-def _fail(*args, **kwargs):
-    raise Reached
+from tests.experiments.unreached import Reached, fail
 
 
 def _record(name, dim, seed, args, splits):
@@ -36,7 +29,7 @@ def _record(name, dim, seed, args, splits):
     ],
 )
 def test_bad_numbers_are_refused_after_parsing(flags, named, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(study, "rotten_tomatoes_splits", _fail)
+    monkeypatch.setattr(study, "rotten_tomatoes_splits", fail)
     with pytest.raises(SystemExit) as exit_:
         study.main(["--output", str(tmp_path / "out"), *flags])
     assert exit_.value.code == 2
@@ -54,7 +47,7 @@ def test_other_settings_are_refused_and_the_summary_holds_the_commands_dims(tmp_
     assert study.main([*argv, "--dims", "64", "--report-only"]) == 0
     rows = json.loads((out / "compression.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["original", "collaborative_D64"]
-    monkeypatch.setattr(study, "run_one", _fail)
+    monkeypatch.setattr(study, "run_one", fail)
     with pytest.raises(ValueError, match=r"epochs 2\.0 there, 3\.0 now.*another --output"):
         study.main([*argv, "--dims", "64", "--epochs", "3"])
     with pytest.raises(ValueError, match="model"):

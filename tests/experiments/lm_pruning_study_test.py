@@ -8,17 +8,11 @@ import pytest
 
 from headsize_tf.data import corpora
 from headsize_tf.experiments import lm_pruning_study as study
-
-
-class Reached(Exception):
-    """Raised where the study would start preparing data or training."""
+from tests.experiments.unreached import Reached, fail
 
 
 @pytest.fixture
 def no_work(monkeypatch):
-    def fail(*args, **kwargs):
-        raise Reached
-
     monkeypatch.setattr(corpora, "prepare", fail)
 
 

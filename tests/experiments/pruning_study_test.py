@@ -6,17 +6,11 @@ import json
 import pytest
 
 from headsize_tf.experiments import pruning_study as study
-
-
-class Reached(Exception):
-    """Raised where the study would start loading data or training."""
+from tests.experiments.unreached import Reached, fail
 
 
 @pytest.fixture
 def no_work(monkeypatch):
-    def fail(*args, **kwargs):
-        raise Reached
-
     monkeypatch.setattr(study, "rotten_tomatoes_splits", fail)
     monkeypatch.setattr(study, "_finetuned", fail)
 
