@@ -273,6 +273,18 @@ CASES = [
         "holds a DecoderLM (a Llama-family decoder with its own tokenizer); export it with --decoder",
     ),
     (
+        "more_positions_than_the_decoder_has",
+        ["export", "--decoder", "{gguf}", "--task", "lm", "--output", "{out}"]
+        + ["--max-sequence-length", "65"],
+        "max_sequence_length=65 is beyond the 64 positions of",
+    ),
+    (
+        "fewer_positions_for_a_keras_decoder_written_as_gguf",
+        ["export", "--decoder", "{root}/decoder.keras", "--task", "lm", "--format", "gguf"]
+        + ["--output", "{out}.gguf", "--max-sequence-length", "16"],
+        "decoder.keras keeps its 64 positions in a --format gguf export",
+    ),
+    (
         "a_keras_file_that_is_not_a_zip_archive",
         ["generate", "--decoder", "{root}/not_zip.keras", "--prompt", "a"],
         "not_zip.keras is not a .keras file (not a zip archive, or cut short)",

@@ -62,6 +62,11 @@ def _decoder_file(args: argparse.Namespace) -> tuple[pathlib.Path, str]:
         raise ValueError(f"--format gguf writes a .gguf file; got --output {args.output}.")
     check_output_free(args.output, args.overwrite, "file" if args.format == "gguf" else "directory")
     lm = load_decoder(args.decoder, max_sequence_length=args.max_sequence_length)
+    if args.max_sequence_length not in (None, lm.max_sequence_length):  # A .keras model's.
+        raise ValueError(
+            f"--max-sequence-length {args.max_sequence_length}: {args.decoder} keeps its "
+            f"{lm.max_sequence_length} positions in a --format {args.format} export."
+        )
     path = save_decoder(lm, args.output, format=args.format, tensor_type=args.gguf_type)
     what = {"gguf": f"GGUF ({args.gguf_type})", "hf": "Hugging Face", "keras_hub": "keras-hub"}
     return path, f"{what[args.format]}; {_heads(lm)}"

@@ -74,8 +74,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         hidden=["--max-length"],
         type=_positive_int,
         default=None,
-        help="a --decoder: positions the export serves, prompt and continuation (default: the "
-        "model's; the decoding caches have this length)",
+        help="a --decoder: positions the export serves, prompt and continuation (default, and "
+        "at most: the model's; a keras-hub preset records none, 8192 by default; the decoding "
+        "caches have this length)",
     )
     p.add_argument(
         "--format",

@@ -112,7 +112,9 @@ def load_decoder(
       cache_dir: Download cache of registered names.
       dtype: The model's dtype policy.
       max_sequence_length: Positions of a keras-hub preset (which records
-        none; 8192 by default).
+        none; 8192 by default); for a model that records its positions, at
+        most those (fewer make smaller rotary tables and caches; a `.keras`
+        model keeps its own).
 
     Raises:
       CheckpointError: an unknown name, an unreadable or unsupported file,
@@ -128,6 +130,7 @@ def load_decoder(
         model = load_model_file(path, "a DecoderLM")
         if not isinstance(model, DecoderLM):
             raise CheckpointError(f"{path} holds a {type(model).__name__}, not a DecoderLM.")
+        _check_positions(max_sequence_length, model.max_sequence_length, path)
         return model
     if path.is_dir() and _is_keras_hub_preset(path):
         from headsize_tf.keras3.pretrained.hub_decoders import (
@@ -147,12 +150,22 @@ def load_decoder(
     if max_sequence_length is not None:
         import dataclasses
 
+        _check_positions(max_sequence_length, checkpoint.config.max_sequence_length, source)
         checkpoint.config = dataclasses.replace(
             checkpoint.config, max_sequence_length=max_sequence_length
         )
     if layers is not None:
         return decoder_from_mla(checkpoint, layers, tokenizer=tokenizer_of(checkpoint), dtype=dtype)
     return decoder_from_checkpoint(checkpoint, tokenizer=tokenizer_of(checkpoint), dtype=dtype)
+
+
+def _check_positions(asked: int | None, positions: int, source: Any) -> None:
+    """Refuses more positions than a model records (its rotary tables and caches stop there)."""
+    if asked is not None and asked > positions:
+        raise CheckpointError(
+            f"max_sequence_length={asked} is beyond the {positions} positions of {source}; "
+            f"ask for at most {positions}."
+        )
 
 
 def save_decoder(

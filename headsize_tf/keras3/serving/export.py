@@ -329,7 +329,7 @@ def export_source(
             raise ValueError("--vocab-file is a CausalLM's; a decoder brings its own tokenizer.")
         from headsize_tf.keras3.pretrained.decoders import load_decoder
 
-        lm = load_decoder(decoder)
+        lm = load_decoder(decoder, max_sequence_length=max_length)
         return export_causal_lm(
             lm, None, export_dir, version=version, overwrite=overwrite, max_length=max_length
         )

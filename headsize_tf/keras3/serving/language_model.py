@@ -113,7 +113,12 @@ class LanguageModelServingModule(tf.Module):
         object.__setattr__(self, "lm", lm)  # Untracked, as Keras' own export; its state:
         self.model_variables = list(lm.variables)
         self.wordpiece = tokenizer  # Tracked: the vocabulary asset (or the BPE's tables).
-        self._length = min(max_length or lm.max_sequence_length, lm.max_sequence_length)
+        if max_length is not None and max_length > lm.max_sequence_length:
+            raise ValueError(
+                f"max_length={max_length} is beyond the model's {lm.max_sequence_length} "
+                "positions; serve at most those."
+            )
+        self._length = max_length or lm.max_sequence_length
 
     def serving_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
         """The signatures `headsize_tf.data.serving_export.export` writes."""

@@ -90,3 +90,19 @@ def test_the_export_scores_and_continues_raw_text_as_the_model(decoder, tmp_path
     )
     expected = sum(log_probs[t, ids[0, t + 1]] for t in range(ids.shape[1] - 1))
     assert float(scores["log_likelihood"][0]) == pytest.approx(expected, rel=1e-4)
+
+
+def test_more_positions_than_the_model_has_are_refused(decoder, tmp_path, capsys):
+    from headsize_tf import cli
+    from headsize_tf.core.errors import CheckpointError
+
+    source, lm = decoder
+    beyond = lm.max_sequence_length + 1
+    with pytest.raises(CheckpointError, match=f"max_sequence_length={beyond} is beyond the"):
+        export_source(tmp_path / "export", "lm", decoder=source, max_length=beyond)
+    argv = ["export", "--decoder", source, "--task", "lm", "--format", "gguf"]
+    argv += ["--output", str(tmp_path / "lm.gguf"), "--max-sequence-length", str(beyond)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is beyond the {lm.max_sequence_length} positions" in err[0]
+    assert not (tmp_path / "export").exists() and not (tmp_path / "lm.gguf").exists()
