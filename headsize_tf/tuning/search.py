@@ -157,7 +157,7 @@ class TrialRunner:
         from headsize_tf import params as counts
 
         config = self.hypermodel.build(hp)
-        if self.match_params and self.budget_params and not isinstance(config["num_heads"], list):
+        if self.match_params and self.budget_params:
 
             def count(heads: int) -> int:
                 return count_params(self.base_params, {**config, "num_heads": heads})
@@ -301,7 +301,8 @@ def tune(
       max_trials: trials of the random and bayesian tuners (default 10); hyperband
         sizes its trials by `max_epochs` and refuses it.
       budget_params: configurations with more trainable parameters are skipped.
-      match_params: sets the head count to meet `budget_params` instead.
+      match_params: sets each trial's head count to meet `budget_params` instead
+        (one count for every layer; the space then searches no head count).
       objective: a metric that the experiment reports (e.g. "validation_loss") or a
         `keras_tuner.Objective`; default `settings.default_objective`. An unknown
         name is refused before any trial trains.

@@ -191,6 +191,11 @@ def check_arguments(
             "match_params=True sets one head count for every layer; it cannot with "
             "num_heads_per_layer in the search space."
         )
+    if match_params and "num_heads" in space.values:
+        raise SearchSpaceError(
+            "match_params=True sets num_heads to meet the budget; drop num_heads from the "
+            "search space (its choices would be replaced by the matched count)."
+        )
 
 
 def settings_record(

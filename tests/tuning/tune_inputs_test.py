@@ -131,6 +131,11 @@ CLI_CASES = [
         ["--budget-params", "400000", "--match-params"],
         "it cannot with num_heads_per_layer",
     ),
+    (
+        "num_heads: [2, 4]\nhead_size: [16]",
+        ["--budget-params", "400000", "--match-params"],
+        "--match-params sets num_heads to meet the budget; drop num_heads from the search space",
+    ),
 ]
 
 

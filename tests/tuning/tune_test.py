@@ -130,6 +130,10 @@ class TuneTest(tf.test.TestCase):
 
     @pytest.mark.slow  # end to end, in the full run (docs/testing.md)
     def test_bayesian_with_matched_params(self):
+        # The head count is matched, not searched.
+        (self.tmp / "space.yaml").write_text(
+            "attention_type: [standard, fixed_head]\nhead_size: [16, 64]\n"
+        )
         code = self._tune(
             "--tuner",
             "bayesian",
