@@ -511,6 +511,13 @@ def _gemma_fields(
         fields, key("attention.sliding_window_pattern"), architecture, layers, path
     )
     caps = (None, None) if gemma3 else GEMMA2_CAPS
+    if not gemma3:  # llama.cpp's Gemma 2 divides by both caps: 0 is no "no cap" there.
+        for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if float(fields.get(key(name), 1.0)) == 0:
+                raise CheckpointError(
+                    f"{path}: {key(name)}=0; llama.cpp's Gemma 2 divides by it, so a Gemma 2 "
+                    "file caps its logits at a number > 0."
+                )
     base = _float32(fields.get(key("rope.freq_base"), 10000.0))
     local_base = fields.get(key("rope.freq_base_swa"))
     if not gemma3 and local_base is not None and _float32(local_base) != base:

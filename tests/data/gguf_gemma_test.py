@@ -205,6 +205,13 @@ def test_gguf_gemma_defaults_and_refusals_follow_llama_cpp(tmp_path, vocabulary)
         with pytest.raises(CheckpointError) as error:
             read(name, extra=extra)
         assert message in str(error.value) and "\n" not in str(error.value)
+    # A cap of 0 (Gemma 3's "no cap") would divide by zero in llama.cpp's Gemma 2.
+    with pytest.raises(CheckpointError, match=r"final_logit_softcapping=0; llama\.cpp's Gemma 2"):
+        read_gguf_llama(
+            write_like_llama_cpp(
+                tmp_path / "cap.gguf", {**hf, "final_logit_softcapping": 0.0}, weights, vocabulary
+            )
+        )
 
 
 def test_gguf_gemma_windows_of_zero_follow_llama_cpp(tmp_path, vocabulary):
