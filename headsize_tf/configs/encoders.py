@@ -10,7 +10,7 @@ from official.modeling.hyperparams import base_config
 from official.nlp.configs import encoders
 
 from headsize_tf import params
-from headsize_tf.core.spec import AttentionSpec, SpecError, migrate_legacy_config
+from headsize_tf.core.spec import AttentionSpec, SpecError, is_positive_int, migrate_legacy_config
 from headsize_tf.modeling.bert_encoder import HeadsizeBertEncoder
 
 
@@ -90,7 +90,7 @@ def check_positive(
         value = getattr(config, name)
         if value is None and name in optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not is_positive_int(value):
             field = f"{where}.{name}" if where else name
             raise ValueError(f"{field} must be a positive int; got {value!r}.")
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.errors import CheckpointError
+from headsize_tf.core.spec import is_positive_int
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "vocab.txt")
 # Hugging Face `hidden_act` -> the activation name both fronts resolve.
@@ -329,7 +330,7 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
         "type_vocab_size",
     ):
         value = config.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not is_positive_int(value):
             raise CheckpointError(f"{path}: {key} must be a positive integer; got {value!r}.")
     if config["hidden_size"] % config["num_attention_heads"]:
         raise CheckpointError(

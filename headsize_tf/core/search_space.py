@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from headsize_tf.core.spec import KINDS
+from headsize_tf.core.spec import KINDS, is_positive_int
 
 HYPERPARAMETERS = (
     "attention_type",
@@ -163,11 +163,6 @@ class SearchSpace:
         if config["attention_type"] != "fixed_head":
             config["head_size"] = None
         return config
-
-
-def is_positive_int(value: Any) -> bool:
-    """Whether `value` is an int (not a bool) above 0."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def check_space(space: SearchSpace, source: str = "search space") -> None:

@@ -78,9 +78,15 @@ LEGACY_KEYS = {
 }
 
 
+def is_positive_int(value: Any) -> bool:
+    """Whether `value` is an integer (Python's or NumPy's, not a bool) above 0: the one test
+    of the spec, the config fields (`configs.encoders.check_positive`) and search spaces."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
 def check_positive_int(name: str, value: Any, expected: str = "a positive integer") -> int:
     """Returns `value` as int or raises a `SpecError` naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+    if not is_positive_int(value):
         raise SpecError(f"`{name}` must be {expected}; got {value!r}.")
     return int(value)
 

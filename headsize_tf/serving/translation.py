@@ -24,6 +24,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from headsize_tf.configs.translation import BOS, EOS
+from headsize_tf.core.spec import is_positive_int
 from headsize_tf.data.serving_export import IDS_SPEC as _IDS
 from headsize_tf.data.serving_export import MASK_SPEC as _MASK
 from headsize_tf.data.serving_export import TEXT_SPEC as _TEXT
@@ -63,7 +64,7 @@ class TranslationServingModule(tf.Module):
             ("max_decode_length", max_decode_length),
             ("beam_size", beam_size),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_positive_int(value):
                 raise ValueError(f"{name} must be a positive int; got {value!r}.")
         if max_source_length < 2:
             raise ValueError(f"max_source_length must be >= 2; got {max_source_length}.")

@@ -19,7 +19,8 @@ from typing import Any
 import keras_tuner
 
 from headsize_tf.core.io import write_json
-from headsize_tf.core.search_space import SearchSpace, SearchSpaceError, is_positive_int
+from headsize_tf.core.search_space import SearchSpace, SearchSpaceError
+from headsize_tf.core.spec import is_positive_int
 from headsize_tf.training.train import flat_fields
 
 SETTINGS_FILE = "search.json"  # In a search's output: what the search was started with.

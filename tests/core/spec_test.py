@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from headsize_tf.core import AttentionSpec, SpecError
@@ -99,3 +100,12 @@ def test_core_imports_no_framework():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_positive_integer_test_for_specs_configs_and_search_spaces():
+    from headsize_tf.core.spec import is_positive_int
+
+    for value in (1, 7, np.int64(3), np.int32(1)):
+        assert is_positive_int(value), value
+    for value in (0, -2, True, False, 1.0, np.float32(2), "3", None, np.int64(0)):
+        assert not is_positive_int(value), value
