@@ -114,23 +114,24 @@ def iterative_pruning(
         fractions.append(target_fraction)
     steps: list[PruningStep] = []
     importance, scored_mask = None, None
-    for fraction in tqdm(fractions, desc="pruning", unit="step", disable=not progress):
-        start = time.perf_counter()
-        goal = int(round(fraction * total))
-        have = int((mask == 0).sum())
-        if goal > have:
-            if importance is None or (recompute and not np.array_equal(scored_mask, mask)):
-                importance, scored_mask = importance_fn(mask), mask.copy()
-            for layer, head in select_heads_to_prune(
-                importance, mask, goal - have, min_heads_per_layer
-            ):
-                mask[layer, head] = 0.0
-        metric = float(metric_fn(mask))
-        steps.append(
-            PruningStep(
-                fraction, int((mask == 0).sum()), metric, mask.tolist(), time.perf_counter() - start
+    # The bar is closed (its line ended) also on an error, so that the error's line is its own.
+    with tqdm(fractions, desc="pruning", unit="step", disable=not progress) as bar:
+        for fraction in bar:
+            start = time.perf_counter()
+            goal = int(round(fraction * total))
+            have = int((mask == 0).sum())
+            if goal > have:
+                if importance is None or (recompute and not np.array_equal(scored_mask, mask)):
+                    importance, scored_mask = importance_fn(mask), mask.copy()
+                for layer, head in select_heads_to_prune(
+                    importance, mask, goal - have, min_heads_per_layer
+                ):
+                    mask[layer, head] = 0.0
+            metric = float(metric_fn(mask))
+            elapsed = time.perf_counter() - start
+            steps.append(
+                PruningStep(fraction, int((mask == 0).sum()), metric, mask.tolist(), elapsed)
             )
-        )
     return steps
 
 

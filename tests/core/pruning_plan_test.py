@@ -67,3 +67,23 @@ def test_slice_heads_errors():
         slice_heads("standard", {"mixing": np.zeros((2, 2))}, [0])
     with pytest.raises(ValueError, match=r"head positions \[5\] out of range \[0, 2\)"):
         slice_heads("standard", {"value_bias": np.zeros((2, 3))}, [5])
+
+
+def test_an_error_mid_schedule_ends_the_progress_line(capsys):
+    from headsize_tf.core.pruning_plan import iterative_pruning
+
+    calls = []
+
+    def metric(mask):
+        calls.append(mask.copy())
+        if len(calls) == 2:
+            raise RuntimeError("evaluation failed")
+        return 1.0
+
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        iterative_pruning(
+            (2, 4), lambda m: np.arange(8.0).reshape(2, 4), metric, target_fraction=0.5, step=0.25
+        )
+    err = capsys.readouterr().err
+    # The bar's last state ends its line: an error printed next starts a line of its own.
+    assert "pruning" in err and err.endswith("\n")
