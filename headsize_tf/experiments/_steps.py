@@ -7,14 +7,18 @@ import json
 import pathlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from headsize_tf.core.io import cache_root, write_json
+from headsize_tf.core.io import cache_root, check_output_path, write_json
 
 
-class MissingRun(LookupError):
-    """A `--report-only` study met a step whose record is not there yet."""
+class MissingRun(FileNotFoundError):
+    """A `--report-only` study met a step whose record is not there yet.
+
+    An `OSError`, so a study's entry point (`_entry.run_main`) reports it as bad input:
+    one line, exit status 2.
+    """
 
     def __init__(self, path: pathlib.Path):
         super().__init__(
@@ -34,12 +38,34 @@ def default_work_dir(study: str) -> pathlib.Path:
     return cache_root() / "work" / study
 
 
+class _StudyDirectory(argparse.Action):
+    """Stores a directory the study writes, once `core.io.check_output_path` accepts it.
+
+    Refused with `check_output_path`'s `OSError`, naming the option (one line and exit 2 from
+    `_entry.run_main`, before any work): a symbolic link (the study would write
+    through it), an existing file, and a path where no directory can be created.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            check_output_path(values, "directory")
+        except OSError as err:
+            raise type(err)(f"{option_string}: {err}") from None
+        setattr(namespace, self.dest, values)
+
+
 def add_study_options(parser: argparse.ArgumentParser, work_dir: str | None = None) -> None:
     """Adds the options every study main shares: `--output`, `--report-only` and,
     for a study that keeps checkpoints, `--work-dir` (default `default_work_dir(work_dir)`).
+
+    A given `--output` or `--work-dir` that is a symbolic link, a file, or a path where
+    no directory can be created raises an `OSError` naming the option as it is parsed.
     """
     parser.add_argument(
-        "--output", required=True, help="the study's directory (written; reruns resume from it)"
+        "--output",
+        required=True,
+        action=_StudyDirectory,
+        help="the study's directory (written; reruns resume from it)",
     )
     parser.add_argument(
         "--report-only",
@@ -52,6 +78,7 @@ def add_study_options(parser: argparse.ArgumentParser, work_dir: str | None = No
     if work_dir is not None:
         parser.add_argument(
             "--work-dir",
+            action=_StudyDirectory,
             default=str(default_work_dir(work_dir)),
             help="checkpoints and logs (default: %(default)s)",
         )
@@ -68,8 +95,15 @@ class Steps:
     reruns follow its flags) redoes the step. With `total`, progress lines are
     numbered "[i/total]"; otherwise they are labelled with the step's name.
 
+    A step given `outputs` (files its work writes besides its record, such as a
+    model) is redone when one of them is missing. A step given `derived` (globs,
+    relative to `out`, of the records and files later steps make from its result)
+    removes what they match before its work runs, printing one line, so a step
+    redone (a base model retrained) never leaves results of its previous run to be
+    reused; its own record and `outputs` are kept.
+
     With `report_only`, no step runs: a step without a reusable record raises
-    `MissingRun`.
+    `MissingRun`; `outputs` and `derived` are not looked at.
 
     Args:
       out: The study's output directory.
@@ -106,18 +140,35 @@ class Steps:
         title: str,
         work: Callable[[], dict[str, Any]],
         settings: dict[str, Any] | None = None,
+        outputs: Iterable[pathlib.Path] = (),
+        derived: Iterable[str] = (),
     ) -> dict[str, Any]:
-        """`work()`'s record (with its name, settings and seconds), or the file's if reusable."""
+        """`work()`'s record (with its name, settings and seconds), or the file's if reusable.
+
+        Args:
+          name: The record's name (`out/runs/NAME.json`).
+          title: The step in the progress lines.
+          work: Makes the record (a dict).
+          settings: What the record depends on; a record of others is not reused.
+          outputs: Files `work` writes besides the record; one missing redoes the step.
+          derived: Globs (relative to `out`) of what later steps make from this one's
+            result, removed before `work` runs.
+        """
         self.index += 1
         label = self.label(name)
         path = self.out / "runs" / f"{name}.json"
+        outputs = [pathlib.Path(p) for p in outputs]
         if path.exists():
             record = json.loads(path.read_text())
             if settings is None or record.get("settings") == settings:
-                if not self.report_only:
+                if self.report_only:
+                    return record
+                missing = next((p for p in outputs if not p.exists()), None)
+                if missing is None:
                     print(f"{label} {title}: reusing {path}", flush=True)
-                return record
-            if not self.redo_changed:
+                    return record
+                print(f"{label} {title}: {missing} is missing, redoing the step", flush=True)
+            elif not self.redo_changed:
                 was = record.get("settings") or {}
                 key = next(
                     k for k in sorted(set(was) | set(settings)) if was.get(k) != settings.get(k)
@@ -129,6 +180,7 @@ class Steps:
                 )
         if self.report_only:
             raise MissingRun(path)
+        self._remove_derived(f"{label} {title}", derived, {path, *outputs})
         print(f"{label} {title} ...", flush=True)
         start = time.perf_counter()
         record = {**work(), "slug": name}
@@ -141,6 +193,22 @@ class Steps:
         print(f"{indent} done in {record['seconds']:.0f} s", flush=True)
         return record
 
+    def _remove_derived(self, step: str, patterns: Iterable[str], kept: set[pathlib.Path]) -> None:
+        """Removes the files `patterns` match under `out`, except `kept`; one line if any."""
+        patterns = list(patterns)
+        kept = {p.resolve() for p in kept}
+        found = {p for pattern in patterns for p in self.out.glob(pattern) if p.is_file()}
+        stale = sorted(p for p in found if p.resolve() not in kept)
+        if not stale:
+            return
+        print(
+            f"{step}: removing {len(stale)} file(s) made from its previous run "
+            f"({', '.join(patterns)} in {self.out})",
+            flush=True,
+        )
+        for p in stale:
+            p.unlink()
+
 
 def study_command(module: str, argv: Sequence[str] | None) -> str:
     """The command that reproduces a study, for its report (without `--report-only`)."""
@@ -152,12 +220,15 @@ def study_command(module: str, argv: Sequence[str] | None) -> str:
 def print_report(
     summarize: Callable[[pathlib.Path, str], Any], out: pathlib.Path, command: str
 ) -> int:
-    """Runs a study's `summarize(out, command)` and prints its README; 2 if records are missing."""
+    """Runs a study's `summarize(out, command)` and prints its README; returns 0.
+
+    Records missing raise a `FileNotFoundError` naming `out` (one line and exit status 2
+    from `_entry.run_main`).
+    """
     try:
         summarize(out, command)
     except (OSError, KeyError) as err:
-        print(f"error: --output {out} lacks the study's records ({err})", file=sys.stderr)
-        return 2
+        raise FileNotFoundError(f"--output {out} lacks the study's records ({err})") from None
     print((out / "README.md").read_text())
     return 0
 

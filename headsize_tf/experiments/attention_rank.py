@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -381,8 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     if args.windows < 1:
-        print(f"error: --windows must be >= 1; got {args.windows}.", file=sys.stderr)
-        return 2
+        raise ValueError(f"--windows {args.windows}: expected a number >= 1.")
     from headsize_tf.core.io import write_atomic, write_json
     from headsize_tf.data import corpora
     from headsize_tf.experiments.reproduction import presets
@@ -392,8 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         preset = presets.PRESETS[json.loads((runs_dir / "reproduction.json").read_text())["preset"]]
     except (OSError, KeyError, ValueError) as err:
-        print(f"error: --runs {runs_dir} is not a reproduction output ({err}).", file=sys.stderr)
-        return 2
+        raise ValueError(f"--runs {runs_dir} is not a reproduction output ({err}).") from None
     options = corpora.PrepareOptions(seq_length=preset.sequence_length)
     data_dir = corpora.data_dir_for(options, args.data_dir)
     result = run(

@@ -19,14 +19,13 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from headsize_tf.core.arguments import non_negative_int, positive_float, positive_int
-from headsize_tf.core.io import check_output_path, save_figure, write_atomic, write_json
+from headsize_tf.core.io import save_figure, write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.experiments._steps import (
     MissingRun,
@@ -34,7 +33,6 @@ from headsize_tf.experiments._steps import (
     check_study_settings,
     study_command,
 )
-from headsize_tf.training import finetune as ft
 
 DIMS = (384, 256, 192, 128, 64)
 
@@ -57,6 +55,7 @@ def _compressed(model: str, dim: int, max_iter: int):
 def run_one(name: str, dim: int | None, seed: int, args, splits) -> dict:
     """Conversion metrics (dim given) and fine-tuned dev/test accuracy of one run."""
     from headsize_tf.reparam.compress import mean_cosine
+    from headsize_tf.training import finetune as ft
 
     record: dict = {"model": name, "shared_key_dim": dim, "seed": seed}
     if dim is None:
@@ -199,7 +198,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
-    check_output_path(out, "directory")
     # Every record depends on these; --dims and --seeds only choose which records exist.
     check_study_settings(
         out,
@@ -225,8 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"[skip] {path} exists")
                 continue
             if args.report_only:
-                print(f"error: {MissingRun(path)}", file=sys.stderr)
-                return 2
+                raise MissingRun(path)
             splits = splits or rotten_tomatoes_splits(args.data_dir)
             print(f"[run] {name} seed {seed}", flush=True)
             start = time.perf_counter()

@@ -34,6 +34,7 @@ from headsize_tf.core.io import write_atomic
 from headsize_tf.experiments import kv_sharing_study as sharing
 from headsize_tf.experiments._steps import Steps, study_command
 
+MODULE = "headsize_tf.experiments.kv_budget_study"
 # (kind, calibration, allocation) of each conversion.
 METHODS = (
     ("latent", "weights", "uniform"),
@@ -130,8 +131,13 @@ def run_study(
     corpus_dir: str | pathlib.Path,
     settings: Settings,
     report_only: bool = False,
+    command: str | None = None,
 ) -> dict[str, Any]:
-    """Runs (or resumes) the study; writes README.md, summary.json and kv_budget.png."""
+    """Runs (or resumes) the study; writes README.md, summary.json and kv_budget.png.
+
+    `command` is the report's command line (default: this process's arguments,
+    `study_command(..., None)`).
+    """
     from headsize_tf.experiments import lm_keras3
 
     out = pathlib.Path(output)
@@ -155,10 +161,14 @@ def run_study(
         measured = sharing._measure(sharing._load(base_path), base_settings, arrays["valid"])
         return {**record, **measured}
 
-    if not base_path.exists() and not report_only:  # A record without its model retrains.
-        (out / "runs" / "base.json").unlink(missing_ok=True)
+    # A record without its model retrains it; what was made from an earlier base goes.
     base_record = steps.run(
-        "base", "train the multi-head LM", train_base, base_settings.base_settings()
+        "base",
+        "train the multi-head LM",
+        train_base,
+        base_settings.base_settings(),
+        outputs=[base_path],
+        derived=["runs/*.json", "models/calibration_*.npz"],
     )
     loaded: dict[str, Any] = {}
 
@@ -188,6 +198,7 @@ def run_study(
         record = steps.run(slug, title, work, run_settings)
         rows.append({"method": list(method), "fraction": 1 / fraction, **record})
     summary = {
+        "command": command or study_command(MODULE, None),
         "base": {
             key: base_record.get(key)
             for key in ("validation_perplexity", "cache_bytes_per_token", "params", "device")
@@ -235,13 +246,14 @@ def verdicts(summary: dict[str, Any]) -> list[str]:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """README.md: the command, the model, the table and the verdict."""
+    """README.md: the summary's command (this process's where it has none), the model, the
+    table and the verdict."""
     settings = summary["settings"]
     base = summary["base"]
     lines = [
         "# Calibrated KV-cache budgets on an LM without RoPE (Austen LM, Keras 3)",
         "",
-        f"Command: `{study_command('headsize_tf.experiments.kv_budget_study', None)}`",
+        f"Command: `{summary.get('command') or study_command(MODULE, None)}`",
         "",
         f"Model: a Keras 3 `CausalLM` with learned positions, {settings['layers']} pre-LN "
         f"layers, width {settings['width']}, {settings['heads']} heads of "
@@ -304,6 +316,7 @@ def plot(summary: dict[str, Any], path: pathlib.Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     return sharing.austen_study_main(
         argv,
+        MODULE,
         __doc__.splitlines()[0],
         lambda fast: quick() if fast else Settings(),
         run_study,

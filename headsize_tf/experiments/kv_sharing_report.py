@@ -154,12 +154,17 @@ def plot(summary: dict[str, Any], path: pathlib.Path) -> None:
 
 
 def markdown(summary: dict[str, Any], settings: Any) -> str:
+    """README.md: the summary's command (this process's where it has none), the model,
+    the table and the verdict."""
+    command = summary.get("command") or study_command(
+        "headsize_tf.experiments.kv_sharing_study", None
+    )
     base = summary["base"]
     control = summary["control_uptrained"]
     lines = [
         "# Every head-sharing method at equal KV-cache size (Austen LM, Keras 3)",
         "",
-        f"Command: `{study_command('headsize_tf.experiments.kv_sharing_study', None)}`",
+        f"Command: `{command}`",
         "",
         f"Model: {settings.layers} pre-LN layers, width {settings.width}, {settings.heads} heads "
         f"of {settings.head_size}, sequence {settings.sequence_length}, trained "

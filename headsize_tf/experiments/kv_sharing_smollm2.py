@@ -38,7 +38,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -801,23 +800,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             name, _, path = entry.partition("=")
             if not name or not path or not pathlib.Path(path).is_file():
                 what = f"{path} is not a file; " if name and path else ""
-                print(
-                    f"error: --model-file {entry}: {what}expected NAME=PATH of a saved .keras "
-                    "model",
-                    file=sys.stderr,
+                raise ValueError(
+                    f"--model-file {entry}: {what}expected NAME=PATH of a saved .keras model"
                 )
-                return 2
             files.append(Run(name, "file", path=path))
         if files:
             runs = files if not wanted else runs + files
         unknown = set(wanted) - {run.name for run in plan()}
         if unknown:
             names = ", ".join(run.name for run in plan())
-            print(
-                f"error: --runs {','.join(sorted(unknown))}: expected names from {names}",
-                file=sys.stderr,
-            )
-            return 2
+            raise ValueError(f"--runs {','.join(sorted(unknown))}: expected names from {names}")
         todo = [run for run in runs if not (output / "runs" / f"{run.name}.json").exists()]
         print(
             f"{len(runs) - len(todo)} of {len(runs)} runs finished; {len(todo)} to go", flush=True

@@ -33,15 +33,16 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from headsize_tf.core.io import write_atomic
-from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options
+from headsize_tf.experiments._steps import Steps, add_study_options, study_command
 from headsize_tf.experiments.kv_sharing_report import LABELS, METHODS, markdown, plot, summarize
+
+MODULE = "headsize_tf.experiments.kv_sharing_study"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,11 +307,13 @@ def run_study(
     corpus_dir: str | pathlib.Path,
     settings: Settings,
     report_only: bool = False,
+    command: str | None = None,
 ) -> dict[str, Any]:
     """Runs (or resumes) the study; writes README.md, summary.json and kv_sharing.png.
 
     With `report_only`, rebuilds those from the runs' records and runs nothing (a
-    missing record raises `MissingRun`).
+    missing record raises `MissingRun`). `command` is the report's command line
+    (default: this process's arguments, `study_command(..., None)`).
     """
     from headsize_tf.core.io import atomic_path
     from headsize_tf.experiments import lm_keras3
@@ -335,9 +338,15 @@ def run_study(
         )
         return {**record, **_measure(_load(base_path), settings, arrays["valid"])}
 
-    if not base_path.exists() and not report_only:  # A record without its model retrains.
-        (out / "runs" / "base.json").unlink(missing_ok=True)
-    base = steps.run("base", "train the multi-head LM", train_base, settings.base_settings())
+    # A record without its model retrains it; what was made from an earlier base goes.
+    base = steps.run(
+        "base",
+        "train the multi-head LM",
+        train_base,
+        settings.base_settings(),
+        outputs=[base_path],
+        derived=["runs/*.json", "models/*.keras"],
+    )
     rate, control, sweep = uptrain_runs(
         steps, "base", "the unconverted LM", base_path, settings, arrays
     )
@@ -357,10 +366,13 @@ def run_study(
                 lm.save(tmp)
             return {**variant, **_measure(lm, settings, arrays["valid"])}
 
-        if not model_path.exists() and not report_only:
-            (out / "runs" / f"{slug}.json").unlink(missing_ok=True)
         free = steps.run(
-            slug, f"{title}: convert, training-free", convert, settings.convert_settings()
+            slug,
+            f"{title}: convert, training-free",
+            convert,
+            settings.convert_settings(),
+            outputs=[model_path],
+            derived=[f"runs/{slug}_uptrained_*.json"],
         )
         rate, uptrained, sweep = uptrain_runs(steps, slug, title, model_path, settings, arrays)
         records["variants"][slug] = {
@@ -370,6 +382,7 @@ def run_study(
             "sweep": sweep,
         }
     summary = summarize(records, settings)
+    summary["command"] = command or study_command(MODULE, None)
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot(summary, out / "kv_sharing.png")
     write_atomic(out / "README.md", markdown(summary, settings))
@@ -378,6 +391,7 @@ def run_study(
 
 def austen_study_main(
     argv: Sequence[str] | None,
+    module: str,
     description: str,
     make_settings: Callable[[bool], Any],
     run: Callable[..., dict[str, Any]],
@@ -385,8 +399,9 @@ def austen_study_main(
 ) -> int:
     """The command of a study on the Austen LM: `--output`, `--report-only`, `--data-dir`,
     `--quick` (`make_settings(quick)`, whose `sequence_length` and `vocab_size` prepare the
-    corpus); runs `run(output, corpus_dir, settings, report_only)` and prints `report(summary, settings)`.
-    A report with a missing run exits 2."""
+    corpus); runs `run(output, corpus_dir, settings, report_only, command)` and prints
+    `report(summary, settings)`. `command` is `python -m MODULE` with the arguments parsed
+    (`argv`, or the process's when None). A report with a missing run raises `MissingRun`."""
     parser = argparse.ArgumentParser(description=description)
     add_study_options(parser)
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
@@ -406,11 +421,8 @@ def austen_study_main(
 
         corpora.prepare("austen", data_dir, options)
         lm_keras3.export_lm_arrays(data_dir / "austen")
-    try:
-        summary = run(args.output, data_dir / "austen", settings, args.report_only)
-    except MissingRun as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    command = study_command(module, argv)
+    summary = run(args.output, data_dir / "austen", settings, args.report_only, command)
     print(report(summary, settings))
     return 0
 
@@ -418,6 +430,7 @@ def austen_study_main(
 def main(argv: Sequence[str] | None = None) -> int:
     return austen_study_main(
         argv,
+        MODULE,
         __doc__.splitlines()[0],
         lambda fast: quick() if fast else Settings(),
         run_study,

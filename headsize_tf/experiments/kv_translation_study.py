@@ -21,13 +21,14 @@ import argparse
 import itertools
 import json
 import pathlib
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from headsize_tf.core.arguments import non_negative_int, positive_int
-from headsize_tf.core.io import check_output_path, native_logs_to, write_atomic
-from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options, study_command
+from headsize_tf.core.io import native_logs_to, write_atomic
+from headsize_tf.experiments._steps import Steps, add_study_options, study_command
+
+MODULE = "headsize_tf.experiments.kv_translation_study"
 
 # Uptraining peak rates: the run's own (None: 1e-3, which its schedule had decayed to
 # 2.5e-4 by step 3000) and a tenth of it.
@@ -47,27 +48,45 @@ def run_study(
     steps: int = 3000,
     uptrain_steps: int = 150,
     report_only: bool = False,
+    command: str | None = None,
 ) -> dict[str, Any]:
     """Trains (or reuses) the model, converts it to every target; returns the summary.
 
     With `report_only`, rebuilds the report from the runs' records and runs nothing
-    (a missing record raises `MissingRun`).
+    (a missing record raises `MissingRun`). `command` is the report's command line
+    (default: this process's arguments, `study_command(..., None)`).
     """
-    from headsize_tf.core.conversion import ConversionTarget
-    from headsize_tf.experiments.translation_pruning_study import train_translation_model
-    from headsize_tf.reparam.convert_dir import convert_model_dir
-
     out, work = pathlib.Path(output), pathlib.Path(work)
     model_dir = str(work / f"nmt_steps{steps}")
     study = Steps(out, report_only=report_only)
-    trained = (pathlib.Path(model_dir) / "checkpoint").exists()
-    if not trained and not report_only:
-        (out / "runs" / "train.json").unlink(missing_ok=True)
+
+    def train() -> dict[str, Any]:
+        from headsize_tf.experiments.translation_pruning_study import train_translation_model
+
+        return train_translation_model(model_dir, steps, data_dir)
+
+    def convert(kind: str, size: int, method: str, name: str, rate: float | None):
+        from headsize_tf.core.conversion import ConversionTarget
+        from headsize_tf.reparam.convert_dir import convert_model_dir
+
+        return convert_model_dir(
+            model_dir,
+            ConversionTarget(kind, size, method),
+            work / name,
+            uptrain_steps=uptrain_steps,
+            uptrain_learning_rate=rate,
+            overwrite=True,
+            progress=False,
+        )
+
+    # A record without its checkpoint retrains it; what was made from an earlier model goes.
     base = study.run(
         "train",
         f"training the translation model, {steps} steps",
-        lambda: train_translation_model(model_dir, steps, data_dir),
+        train,
         {"steps": steps},
+        outputs=[pathlib.Path(model_dir) / "checkpoint"],
+        derived=["runs/*.json"],
     )
     rows = []
     for (slug, label, kind, size, method), rate in itertools.product(TARGETS, UPTRAIN_RATES):
@@ -76,30 +95,29 @@ def run_study(
         report = study.run(
             name,
             f"{label}: convert and uptrain {uptrain_steps} steps at {at}",
-            lambda kind=kind, size=size, method=method, name=name, rate=rate: convert_model_dir(
-                model_dir,
-                ConversionTarget(kind, size, method),
-                work / name,
-                uptrain_steps=uptrain_steps,
-                uptrain_learning_rate=rate,
-                overwrite=True,
-                progress=False,
-            ),
+            lambda args=(kind, size, method, name, rate): convert(*args),
             {"steps": steps, "uptrain_steps": uptrain_steps}
             | ({} if rate is None else {"uptrain_learning_rate": rate}),
         )
         rows.append({"slug": name, "label": label, "uptrain_learning_rate": rate, "report": report})
-    summary = {"base": base, "rows": rows, "steps": steps, "uptrain_steps": uptrain_steps}
+    summary = {
+        "command": command or study_command(MODULE, None),
+        "base": base,
+        "rows": rows,
+        "steps": steps,
+        "uptrain_steps": uptrain_steps,
+    }
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_atomic(out / "README.md", markdown(summary))
     return summary
 
 
 def markdown(summary: dict[str, Any]) -> str:
+    """README.md: the summary's command (this process's where it has none) and the table."""
     lines = [
         "# KV sharing on an English-German translation model (decoder caches at 1/4)",
         "",
-        f"Command: `{study_command('headsize_tf.experiments.kv_translation_study', None)}`",
+        f"Command: `{summary.get('command') or study_command(MODULE, None)}`",
         "",
         f"Model: results/translation_pruning's (gettext_de, 3 + 3 layers, width 128, 8 heads of "
         f"16), trained {summary['steps']} steps (dev perplexity "
@@ -143,16 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="uptraining steps after each conversion (0: training-free only)",
     )
     args = parser.parse_args(argv)
-    check_output_path(args.output, "directory")
     work = pathlib.Path(args.work_dir)
+    command = study_command(MODULE, argv)
     if args.report_only:
-        try:
-            summary = run_study(
-                args.output, work, "", args.steps, args.uptrain_steps, report_only=True
-            )
-        except MissingRun as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        summary = run_study(args.output, work, "", args.steps, args.uptrain_steps, True, command)
         print(markdown(summary))
         return 0
     from headsize_tf.data import corpora
@@ -162,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = str(corpora.prepare("gettext_de", args.data_dir).parent)
     work.mkdir(parents=True, exist_ok=True)
     with native_logs_to(work / "native.log"):
-        summary = run_study(args.output, work, data_dir, args.steps, args.uptrain_steps)
+        summary = run_study(
+            args.output, work, data_dir, args.steps, args.uptrain_steps, command=command
+        )
     print(markdown(summary))
     return 0
 

@@ -35,7 +35,6 @@ import numpy as np
 
 from headsize_tf.core.arguments import positive_int
 from headsize_tf.core.io import (
-    check_output_path,
     native_logs_to,
     save_figure,
     write_atomic,
@@ -327,7 +326,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
-    check_output_path(out, "directory")
     check_study_settings(out, {"steps": args.steps, "windows": args.windows}, args.report_only)
     check_trained_steps(out, args.steps)
     if not args.report_only:
@@ -361,7 +359,8 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
         return {"steps": args.steps, "validation_perplexity": result.metrics["perplexity"]}
 
     study = Steps(out)
-    study.run("train", f"training the LM, {args.steps} steps", train_lm)
+    # What was made from an earlier model goes when it is trained again.
+    study.run("train", f"training the LM, {args.steps} steps", train_lm, derived=["runs/*.json"])
     pruned_dir = work / f"pruned_steps{args.steps}"
     prune = study.run(
         "importance_pruning",

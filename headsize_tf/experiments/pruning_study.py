@@ -21,13 +21,12 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 from collections.abc import Sequence
 
 import numpy as np
 
 from headsize_tf.core.arguments import non_negative_int, open_fraction, positive_float
-from headsize_tf.core.io import check_output_path, write_atomic, write_json
+from headsize_tf.core.io import write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
 from headsize_tf.experiments._steps import (
     MissingRun,
@@ -35,12 +34,12 @@ from headsize_tf.experiments._steps import (
     check_study_settings,
     study_command,
 )
-from headsize_tf.training import finetune as ft
 
 
 def _finetuned(args, splits):
     from headsize_tf.pretrained import load_sentence_encoder, registry
     from headsize_tf.pruning import prune
+    from headsize_tf.training import finetune as ft
 
     cache = (
         registry.default_cache_dir().parent
@@ -116,9 +115,6 @@ def markdown(summary: dict, command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from headsize_tf.pruning import prune
-    from headsize_tf.pruning.report import plot_curves, plot_importance
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
@@ -131,11 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
     if args.step > args.target_fraction:
-        parser.error(
-            f"argument --step: {args.step:g} is above --target-fraction {args.target_fraction:g}"
+        raise ValueError(
+            f"--step {args.step:g}: expected at most --target-fraction {args.target_fraction:g}"
         )
     out = pathlib.Path(args.output)
-    check_output_path(out, "directory")
     check_study_settings(
         out,
         {
@@ -162,18 +157,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise MissingRun(path)
         if "model" not in loaded:
             loaded["model"] = model = _finetuned(args, splits())
+            from headsize_tf.pruning import prune
+
             loaded["data"] = prune.task_data(model.sentence_encoder, splits())
         return loaded["model"], loaded["data"]
 
     importance_path = runs / "importance_scores.json"
-    try:
-        if not importance_path.exists():
-            model, data = model_and_data(importance_path)
-            write_json(importance_path, prune.classifier_importance(model, data).tolist())
-        summary = _curves_and_removal(args, runs, importance_path, splits, model_and_data)
-    except MissingRun as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if not importance_path.exists():
+        model, data = model_and_data(importance_path)
+        from headsize_tf.pruning import prune
+
+        write_json(importance_path, prune.classifier_importance(model, data).tolist())
+    summary = _curves_and_removal(args, runs, importance_path, splits, model_and_data)
+    from headsize_tf.pruning.report import plot_curves, plot_importance
+
     shown = summary.pop("shown")
     command = study_command("headsize_tf.experiments.pruning_study", argv)
     summary["command"] = command
@@ -190,6 +187,7 @@ def _curves_and_removal(args, runs, importance_path, splits, model_and_data) -> 
     from headsize_tf.modeling.bert_encoder import plain_config
     from headsize_tf.pruning import prune, remove_heads
     from headsize_tf.pruning.report import max_fraction_within
+    from headsize_tf.training import finetune as ft
 
     importance = np.asarray(json.loads(importance_path.read_text()))
     plan = {

@@ -206,7 +206,7 @@ def selected(args) -> dict[str, list[LMRun]]:
     known = {r.key for runs in plan().values() for r in runs}
     unknown = sorted(set(args.keys or ()) - known)
     if unknown or not experiments:
-        raise SystemExit(
+        raise ValueError(
             f"--keys {unknown or args.keys} select no planned run; known: {sorted(known)}"
         )
     return experiments

@@ -33,7 +33,6 @@ import numpy as np
 
 from headsize_tf.core.arguments import non_negative_int, positive_int
 from headsize_tf.core.io import (
-    check_output_path,
     native_logs_to,
     save_figure,
     write_atomic,
@@ -253,7 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     out = pathlib.Path(args.output)
-    check_output_path(out, "directory")
     # The importance seeds only choose which records exist; the summary uses every one.
     check_study_settings(out, {"steps": args.steps}, args.report_only)
     check_trained_steps(out, args.steps)
@@ -305,7 +303,13 @@ def _run(args, out: pathlib.Path, work: pathlib.Path, model_dir: str, data_dir: 
         return train_translation_model(model_dir, args.steps, data_dir)
 
     study = Steps(out)
-    study.run("train", f"training the translation model, {args.steps} steps", train_model)
+    # What was made from an earlier model goes when it is trained again.
+    study.run(
+        "train",
+        f"training the translation model, {args.steps} steps",
+        train_model,
+        derived=["runs/*.json"],
+    )
     for seed in args.importance_seeds:
         for kind in KINDS:
             study.run(

@@ -10,6 +10,7 @@ import pytest
 import tf_keras
 
 from headsize_tf.experiments import attention_rank as ar
+from headsize_tf.experiments._entry import run_main
 from headsize_tf.experiments.reproduction.__main__ import main
 from headsize_tf.experiments.reproduction.plan import run_name
 from headsize_tf.experiments.reproduction.presets import PRESETS
@@ -161,11 +162,12 @@ def test_the_command_measures_each_finished_run_once(austen_data_dir, tmp_path, 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--windows", "0"], "--windows must be >= 1; got 0"),
-        (["--runs", "/nonexistent"], "is not a reproduction output"),
+        (["--windows", "0"], "attention_rank: error: --windows 0: expected a number >= 1."),
+        (["--runs", "/nonexistent"], "attention_rank: error: --runs /nonexistent is not a "),
     ],
 )
 def test_bad_arguments_name_the_value(argv, message, tmp_path, capsys):
-    assert ar.main([*argv, "--output", str(tmp_path / "out")]) == 2
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: ar.main([*argv, "--output", str(tmp_path / "out")]), "attention_rank")
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert exited.value.code == 2 and err.startswith(message) and err.count("\n") == 1

@@ -232,3 +232,15 @@ def test_sweep_only_settings_run_their_first_seed_last():
     per_model = len(preset.learning_rates) + len(preset.seeds) - 1
     assert len(first) == len(plan.models(preset, preset.settings[0])) * per_model
     assert [t[2] is None for t in first] == sorted(t[2] is None for t in first)
+
+
+def test_an_unknown_only_is_one_line_naming_the_program(tmp_path, capsys):
+    from headsize_tf.experiments._entry import run_main
+
+    argv = ["--output", str(tmp_path / "out"), "--preset", "smoke", "--only", "nope"]
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: main(argv), "bottleneck")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("bottleneck: error: --only nope: expected one of ")
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,8 @@
 settings are refused before any work; the summary holds only the command's runs."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -54,3 +56,20 @@ def test_other_settings_are_refused_and_the_summary_holds_the_commands_dims(tmp_
         study.main([*argv, "--dims", "64", "--model", "other"])
     with pytest.raises(Reached):  # The same settings, another dim: resumed.
         study.main([*argv, "--dims", "64", "32"])
+
+
+def test_help_imports_no_tensorflow():
+    # A fresh process: this one has TensorFlow loaded by other tests.
+    code = (
+        "import sys\n"
+        "from headsize_tf.experiments import compression_study, pruning_study\n"
+        "for study in (compression_study, pruning_study):\n"
+        "    try:\n"
+        "        study.main(['--help'])\n"
+        "    except SystemExit as exit_:\n"
+        "        assert exit_.code == 0, exit_.code\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("usage: ") == 2

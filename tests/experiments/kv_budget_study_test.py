@@ -64,3 +64,48 @@ def test_the_study_runs_resumes_and_reports(tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["rows"] == summary["rows"]
     readme = (out / "README.md").read_text()
     assert readme.count("| 1/") == 8 and "## Verdict" in readme
+
+
+def test_a_retrained_base_redoes_its_calibration_and_conversions(tmp_path, monkeypatch, capsys):
+    from headsize_tf.experiments import kv_sharing_study as sharing
+    from headsize_tf.experiments import lm_keras3
+
+    calls = []
+
+    def train_run(*args, model_path, **kwargs):
+        calls.append("train base")
+        model_path.parent.mkdir(parents=True, exist_ok=True)
+        model_path.write_text("base")
+        return {"device": "CPU"}
+
+    def statistics(out, base, train, settings):  # Kept in models/ as the study's are.
+        path = out / "models" / f"calibration_{settings.calibration_windows}.npz"
+        if not path.exists():
+            calls.append("calibrate")
+            path.write_text("statistics")
+
+    def convert(base, method, fraction, stats):
+        calls.append(f"convert {study._slug(method, fraction)}")
+        return None, {"latent_per_layer": [1]}
+
+    measured = {"validation_perplexity": 10.0, "cache_bytes_per_token": 64, "params": 1}
+    monkeypatch.setattr(sharing, "_arrays", lambda settings, corpus: {"train": None, "valid": None})
+    monkeypatch.setattr(lm_keras3, "train_run", train_run)
+    monkeypatch.setattr(sharing, "_load", lambda path: path)
+    monkeypatch.setattr(sharing, "_measure", lambda lm, settings, valid: dict(measured))
+    monkeypatch.setattr(study, "_statistics", statistics)
+    monkeypatch.setattr(study, "convert", convert)
+    monkeypatch.setattr(study, "plot", lambda summary, path: None)
+    out = tmp_path / "out"
+    study.run_study(out, tmp_path, study.quick(), command="python -m study --output o")
+    everything = list(calls)
+    assert everything[:2] == ["train base", "calibrate"] and len(everything) == 2 + 8
+    assert "Command: `python -m study --output o`\n" in (out / "README.md").read_text()
+    calls.clear()
+    study.run_study(out, tmp_path, study.quick())
+    assert calls == []
+    (out / "models" / "base.keras").unlink()
+    capsys.readouterr()
+    study.run_study(out, tmp_path, study.quick())
+    assert calls == everything
+    assert "removing 9 file(s) made from its previous run" in capsys.readouterr().out

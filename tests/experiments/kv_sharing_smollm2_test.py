@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from headsize_tf.experiments import kv_sharing_smollm2 as study
+from headsize_tf.experiments._entry import run_main
 
 
 def test_the_plan_covers_the_grid_once():
@@ -93,10 +94,15 @@ def test_the_report_tables_plots_and_sums_the_finished_runs(tmp_path):
 
 @pytest.mark.parametrize("entry", ["model.keras", "name=", "name=/no/such/model.keras"])
 def test_a_bad_model_file_is_one_line_and_exit_2(entry, tmp_path, capsys):
-    assert study.main(["--output", str(tmp_path), "--model-file", entry]) == 2
-    err = capsys.readouterr().err.strip()
+    with pytest.raises(SystemExit) as exited:
+        run_main(
+            lambda: study.main(["--output", str(tmp_path), "--model-file", entry]),
+            "kv_sharing_smollm2",
+        )
+    assert exited.value.code == 2
     missing = "/no/such/model.keras is not a file; " if entry.startswith("name=/") else ""
-    assert err == (
-        f"error: --model-file {entry}: {missing}expected NAME=PATH of a saved .keras model"
+    assert capsys.readouterr().err == (
+        f"kv_sharing_smollm2: error: --model-file {entry}: {missing}expected NAME=PATH of a "
+        "saved .keras model\n"
     )
     assert not (tmp_path / "runs").exists()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from headsize_tf.experiments import kv_sharing_study as study
+from tests.experiments.unreached import Reached
 
 
 def test_variants_have_the_cache_fractions_they_claim():
@@ -81,3 +82,112 @@ def test_eval_windows_cut_the_held_out_splits_and_only_then_enter_the_settings(t
     assert [len(arrays[s]) for s in ("train", "valid", "test")] == [64, 3, 3]
     np.testing.assert_array_equal(arrays["valid"], np.load(tmp_path / "lm_valid.npy")[:3])
     assert study._preset(cut).eval_windows == 3
+
+
+class _Converted:
+    """A converted model as the stubbed conversion returns it: `save` writes a file."""
+
+    def save(self, path):
+        path.write_text("converted")
+
+
+def _stub_work(monkeypatch, calls):
+    """Replaces the study's training, conversion and measurement by stubs that log to `calls`."""
+    from headsize_tf.experiments import lm_keras3
+
+    def train_run(*args, model_path, **kwargs):
+        calls.append("train base")
+        model_path.parent.mkdir(parents=True, exist_ok=True)
+        model_path.write_text("base")
+        return {"test_perplexity": 12.0, "device": "CPU"}
+
+    def convert_variant(base, variant, settings, train):
+        calls.append(f"convert {variant['method']}_{variant['size']}")
+        return _Converted()
+
+    def uptrain(model_path, settings, arrays, seed, rate):
+        calls.append(f"uptrain {model_path.stem} {rate:g} s{seed}")
+        return {"validation_perplexity": 10 + rate, "test_perplexity": 11.0, "seed": seed}
+
+    measured = {"validation_perplexity": 10.0, "cache_bytes_per_token": 64, "params": 1}
+    monkeypatch.setattr(study, "_arrays", lambda settings, corpus: {"train": None, "valid": None})
+    monkeypatch.setattr(lm_keras3, "train_run", train_run)
+    monkeypatch.setattr(study, "_load", lambda path: path)
+    monkeypatch.setattr(study, "_measure", lambda lm, settings, valid: dict(measured))
+    monkeypatch.setattr(study, "convert_variant", convert_variant)
+    monkeypatch.setattr(study, "uptrain", uptrain)
+    monkeypatch.setattr(study, "plot", lambda summary, path: None)
+
+
+SMALL = study.Settings(
+    layers=1,
+    width=16,
+    heads=4,
+    fractions=(2,),
+    methods=("grouped_svd", "latent"),
+    seeds=(0, 1),
+    uptrain_learning_rates=(1e-3, 3e-3),
+)
+
+
+def test_a_retrained_base_redoes_every_record_made_from_the_previous_one(
+    tmp_path, monkeypatch, capsys
+):
+    calls = []
+    _stub_work(monkeypatch, calls)
+    out = tmp_path / "out"
+    study.run_study(out, tmp_path, SMALL)
+    everything = list(calls)
+    # The base, its control's sweep (2 rates) and second seed, and the same per conversion.
+    assert len(everything) == 1 + 3 + 2 * (1 + 3) and everything[0] == "train base"
+    calls.clear()
+    study.run_study(out, tmp_path, SMALL)
+    assert calls == []  # Every step reused.
+    capsys.readouterr()
+    (out / "models" / "base.keras").unlink()  # The base is trained again ...
+    study.run_study(out, tmp_path, SMALL)
+    assert calls == everything  # ... and nothing made from the previous one is reused.
+    printed = capsys.readouterr().out.splitlines()
+    removed = [line for line in printed if "made from its previous run" in line]
+    # The 11 other records and both converted models.
+    assert removed == [
+        "[base] train the multi-head LM: removing 13 file(s) made from its previous run "
+        f"(runs/*.json, models/*.keras in {out})"
+    ]
+    calls.clear()
+    (out / "models" / "latent_16.keras").unlink()  # One conversion is redone, with its runs.
+    study.run_study(out, tmp_path, SMALL)
+    assert calls == [
+        "convert latent_16",
+        "uptrain latent_16 0.001 s0",
+        "uptrain latent_16 0.003 s0",
+        "uptrain latent_16 0.001 s1",
+    ]
+
+
+def test_the_report_shows_the_command_it_is_given(tmp_path, monkeypatch):
+    _stub_work(monkeypatch, [])
+    out = tmp_path / "out"
+    command = "python -m headsize_tf.experiments.kv_sharing_study --output elsewhere"
+    study.run_study(out, tmp_path, SMALL, command=command)
+    assert f"Command: `{command}`\n" in (out / "README.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["command"] == command
+
+
+def test_main_reports_the_arguments_it_parsed(tmp_path, monkeypatch):
+    got = {}
+
+    def run(output, corpus_dir, settings, report_only, command):
+        got.update(output=output, report_only=report_only, command=command)
+        raise Reached
+
+    monkeypatch.setattr(study, "run_study", run)
+    out = str(tmp_path / "out")
+    with pytest.raises(Reached):
+        study.main(["--output", out, "--quick", "--report-only", "--data-dir", str(tmp_path)])
+    assert got == {
+        "output": out,
+        "report_only": True,
+        "command": "python -m headsize_tf.experiments.kv_sharing_study --output "
+        f"{out} --quick --data-dir {tmp_path}",
+    }

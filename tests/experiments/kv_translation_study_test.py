@@ -79,3 +79,50 @@ def test_an_output_that_is_a_file_is_refused(tmp_path):
     with mock.patch("headsize_tf.data.corpora.prepare", prepare), pytest.raises(OSError):
         study.main(["--output", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w")])
     assert not prepare.called
+
+
+def _stubs():
+    convert = mock.Mock(
+        side_effect=lambda source, target, out, **kw: _report(target, kw["uptrain_learning_rate"])
+    )
+    train = mock.Mock(return_value={"steps": 40, "dev_perplexity": 26.0, "train_pairs": 9})
+    patches = (
+        mock.patch("headsize_tf.reparam.convert_dir.convert_model_dir", convert),
+        mock.patch(
+            "headsize_tf.experiments.translation_pruning_study.train_translation_model", train
+        ),
+    )
+    return train, convert, patches
+
+
+def test_a_retrained_model_redoes_every_conversion_made_from_the_previous_one(tmp_path, capsys):
+    train, convert, (patch_convert, patch_train) = _stubs()
+    checkpoint = tmp_path / "work" / "nmt_steps40" / "checkpoint"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_text("")
+    with patch_convert, patch_train:
+        study.run_study(tmp_path / "out", tmp_path / "work", "data", steps=40)
+        checkpoint.unlink()  # The model is gone: trained again ...
+        capsys.readouterr()
+        study.run_study(tmp_path / "out", tmp_path / "work", "data", steps=40)
+    # ... and no conversion of the previous model is reused.
+    assert train.call_count == 2 and convert.call_count == 2 * 2 * len(study.TARGETS)
+    assert f"removing {2 * len(study.TARGETS)} file(s) made from its previous run" in (
+        capsys.readouterr().out
+    )
+
+
+def test_main_reports_the_arguments_it_parsed_not_the_process_s(tmp_path, monkeypatch):
+    train, convert, (patch_convert, patch_train) = _stubs()
+    out, work = tmp_path / "out", tmp_path / "work"
+    with patch_convert, patch_train:
+        study.run_study(out, work, "data", steps=40)
+    monkeypatch.setattr("sys.argv", ["kv_translation_study", "--output", "another"])
+    argv = ["--output", str(out), "--work-dir", str(work), "--steps", "40", "--report-only"]
+    assert study.main(argv) == 0
+    command = (
+        f"python -m headsize_tf.experiments.kv_translation_study --output {out} "
+        f"--work-dir {work} --steps 40"
+    )
+    assert f"Command: `{command}`\n" in (out / "README.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["command"] == command

@@ -14,6 +14,7 @@ import pytest
 
 from headsize_tf.core.io import write_json
 from headsize_tf.experiments import lm_keras3
+from headsize_tf.experiments._entry import run_main
 from headsize_tf.experiments.reproduction.__main__ import main
 from headsize_tf.experiments.reproduction.plan import plan, run_name
 from headsize_tf.experiments.reproduction.presets import PRESETS
@@ -208,12 +209,13 @@ def test_an_output_of_the_other_framework_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     write_json(out / "runs" / "std_w16_h4_p4_lr0.001_seed0.json", {"key": "std_w16_h4_p4"})
     argv = ["--preset", "test", "--output", str(out), "--framework", "keras3"]
-    assert main(argv) == 2
-    error = capsys.readouterr().err.strip()
-    assert error == (
-        f"error: --output {out} holds tf_keras runs (std_w16_h4_p4_lr0.001_seed0."
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: main(argv), "reproduction")
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"reproduction: error: --output {out} holds tf_keras runs (std_w16_h4_p4_lr0.001_seed0."
         f"json); use another --output for --framework keras3 (e.g. "
-        f"{out}_keras3)."
+        f"{out}_keras3).\n"
     )
 
 

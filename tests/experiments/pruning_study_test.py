@@ -6,6 +6,7 @@ import json
 import pytest
 
 from headsize_tf.experiments import pruning_study as study
+from headsize_tf.experiments._entry import run_main
 from tests.experiments.unreached import Reached, fail
 
 
@@ -23,7 +24,6 @@ def no_work(monkeypatch):
         (["--target-fraction", "1"], "--target-fraction"),
         (["--random-seeds", "-1"], "--random-seeds"),
         (["--epochs", "0"], "--epochs"),
-        (["--step", "0.5", "--target-fraction", "0.3"], "--step"),
     ],
 )
 def test_bad_numbers_are_refused_after_parsing(flags, named, tmp_path, no_work, capsys):
@@ -31,6 +31,17 @@ def test_bad_numbers_are_refused_after_parsing(flags, named, tmp_path, no_work, 
         study.main(["--output", str(tmp_path / "out"), *flags])
     assert exit_.value.code == 2
     assert named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_step_above_the_target_is_one_line_naming_both(tmp_path, no_work, capsys):
+    argv = ["--output", str(tmp_path / "out"), "--step", "0.5", "--target-fraction", "0.3"]
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: study.main(argv), "pruning_study")
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "pruning_study: error: --step 0.5: expected at most --target-fraction 0.3\n"
+    )
     assert not (tmp_path / "out").exists()
 
 

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from headsize_tf.experiments import reproduce
+from headsize_tf.experiments._entry import run_main
 
 
 def write_runs(out, perplexity, seeds=(0, 1, 2)):
@@ -124,9 +125,14 @@ class ReproduceTest(tf.test.TestCase):
         self.assertEqual(reproduce.compare(a, {"mean": 11.5, "std": 1.0}), "tie")
         self.assertEqual(reproduce.compare(a, {"mean": 7.5, "std": 0.4}), "higher")
 
-    def test_unknown_keys(self):
-        with self.assertRaisesRegex(SystemExit, r"--keys \['nope'\] select no planned run"):
-            reproduce.main(["--output", str(self.tmp), "--summarize-only", "--keys", "nope"])
+    def test_unknown_keys_are_one_line_naming_the_program_and_exit_2(self):
+        argv = ["--output", str(self.tmp), "--summarize-only", "--keys", "nope"]
+        with self.assertRaises(SystemExit) as exited:
+            run_main(lambda: reproduce.main(argv), "reproduce")
+        self.assertEqual(exited.exception.code, 2)
+        err = self.capsys.readouterr().err
+        self.assertStartsWith(err, "reproduce: error: --keys ['nope'] select no planned run; ")
+        self.assertEqual(err.count("\n"), 1)
         self.assertFalse(np.any([p.exists() for p in self.tmp.glob("*.json")]))
 
 

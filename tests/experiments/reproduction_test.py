@@ -1,5 +1,6 @@
 """The R1/R2 reproduction runner: plan, per-model learning rate, curves, resume, verdicts."""
 
+import argparse
 import dataclasses
 import json
 import os
@@ -380,3 +381,48 @@ class ClaimTest(tf.test.TestCase):
         again = claim(claims, "run_a")  # Released by close.
         self.assertIsNotNone(again)
         again.close()
+
+
+def test_each_run_line_counts_the_pending_runs_with_it(tmp_path, monkeypatch, capsys):
+    from headsize_tf.experiments.reproduction import scheduler
+
+    out = tmp_path / "out"
+    pending_then = []
+
+    def train_one(model, preset, lr, seed, data_dir, work_dir, framework):
+        pending_then.append(len(pending(preset, plan(preset), load_runs(out, preset, framework))))
+        return {
+            "key": model.key,
+            "learning_rate": lr,
+            "seed": seed,
+            "preset": dataclasses.asdict(preset),
+            "framework": framework,
+            "curve": [{"perplexity": 100.0 * lr}],
+            "test_perplexity": 5.0,
+            "train_seconds": 0.0,
+        }
+
+    monkeypatch.setattr(scheduler, "train_one", train_one)
+    args = argparse.Namespace(
+        work_dir=str(tmp_path / "work"), max_runs=2, keys=None, framework="keras3"
+    )
+    scheduler.run_pending(args, TEST, plan(TEST), out, tmp_path)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[run")]
+    first, second = pending_then  # Each run is still pending while it trains.
+    assert second == first - 1
+    assert [line.split("]")[0] + "]" for line in lines] == [
+        f"[run 1; {first} pending, this one included]",
+        f"[run 2; {second} pending, this one included]",
+    ]
+
+
+def test_unknown_keys_are_one_line_naming_the_program(tmp_path, capsys):
+    from headsize_tf.experiments._entry import run_main
+
+    argv = ["--preset", "test", "--output", str(tmp_path / "out"), "--keys", "nope"]
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: main(argv), "reproduction")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("reproduction: error: --keys nope: not a model of preset 'test'")
+    assert not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from headsize_tf.experiments._entry import run_main
 from headsize_tf.experiments._steps import MissingRun, Steps, add_study_options, study_command
 
 
@@ -68,8 +69,68 @@ def test_report_only_reuses_records_and_refuses_missing_ones(tmp_path, capsys):
     assert capsys.readouterr().out == ""  # Reporting prints no progress lines.
 
 
+def test_a_step_missing_an_output_is_redone_and_a_redone_step_removes_its_derived_files(
+    tmp_path, capsys
+):
+    model = tmp_path / "models" / "base.keras"
+
+    def train():
+        model.parent.mkdir(exist_ok=True)
+        model.write_text("weights")
+        return {"x": 1}
+
+    def base(steps, work=train):
+        return steps.run("base", "base", work, {"lr": 1}, [model], ["runs/*.json", "models/*"])
+
+    steps = Steps(tmp_path)
+    base(steps)
+    steps.run("derived", "derived", lambda: {"y": 1}, {"lr": 1})
+    (tmp_path / "models" / "derived.bin").write_text("made from the base")
+    capsys.readouterr()
+    again = Steps(tmp_path)
+    base(again)
+    assert again.redone == [] and (tmp_path / "runs" / "derived.json").exists()
+    model.unlink()
+    capsys.readouterr()
+    assert base(Steps(tmp_path, report_only=True))["x"] == 1  # A report needs records only.
+    redo = Steps(tmp_path)
+    base(redo)
+    assert redo.redone == ["base"] and model.exists()
+    assert sorted(p.name for p in tmp_path.glob("*/*")) == ["base.json", "base.keras"]
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        f"[base] base: {model} is missing, redoing the step",
+        "[base] base: removing 2 file(s) made from its previous run "
+        f"(runs/*.json, models/* in {tmp_path})",
+    ]
+    # A record of other settings is refused as before, and nothing is removed.
+    (tmp_path / "runs" / "derived.json").write_text("{}")
+    model.unlink()
+    with pytest.raises(ValueError, match="was made with lr 1, not 2"):
+        redo.run("base", "base", train, {"lr": 2}, [model], ["runs/*.json"])
+    assert (tmp_path / "runs" / "derived.json").exists()
+
+
+def test_study_directories_that_are_links_or_files_are_refused_as_parsed(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_study_options(parser, work_dir="study")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "file").write_text("")
+    for flag in ("--output", "--work-dir"):
+        other = ["--work-dir", "w"] if flag == "--output" else ["--output", "o"]
+        with pytest.raises(OSError, match=f"^{flag}: Output link is a symbolic link; expected"):
+            parser.parse_args([flag, "link", *other])
+        with pytest.raises(OSError, match=f"^{flag}: Output file is a file; expected"):
+            parser.parse_args([flag, "file", *other])
+        assert getattr(parser.parse_args([flag, "real", *other]), flag[2:].replace("-", "_"))
+    assert list((tmp_path / "real").iterdir()) == []
+
+
 def test_study_options_and_command(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     parser = argparse.ArgumentParser()
     add_study_options(parser, work_dir="lm_pruning")
     args = parser.parse_args(["--output", "o", "--summarize-only"])
@@ -86,21 +147,46 @@ STUDIES = [
     ("compression_study", []),
     ("pruning_study", []),
     ("kv_sharing_study", ["--quick"]),
+    ("kv_budget_study", ["--quick"]),
     ("kv_translation_study", []),
     ("lm_pruning_study", []),
     ("translation_pruning_study", []),
 ]
+WORK_DIRS = ("kv_translation_study", "lm_pruning_study", "translation_pruning_study")
+
+
+def _exit(module: str, argv: list[str], capsys) -> tuple[int, str]:
+    """The exit status and the error output of `python -m headsize_tf.experiments.MODULE`."""
+    main = importlib.import_module(f"headsize_tf.experiments.{module}").main
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: main(argv), module)
+    return exited.value.code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("module,extra", STUDIES, ids=[s[0] for s in STUDIES])
 def test_report_only_without_records_is_a_one_line_error(module, extra, tmp_path, capsys):
-    main = importlib.import_module(f"headsize_tf.experiments.{module}").main
     out = tmp_path / "study"
-    argv = ["--output", str(out), "--report-only", "--work-dir", str(tmp_path / "w"), *extra]
-    if module in ("compression_study", "pruning_study", "kv_sharing_study"):
-        argv.remove("--work-dir")
-        argv.remove(str(tmp_path / "w"))
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "\n" not in err and str(out) in err
+    argv = ["--output", str(out), "--report-only", *extra]
+    if module in WORK_DIRS:
+        argv += ["--work-dir", str(tmp_path / "w")]
+    code, err = _exit(module, argv, capsys)
+    assert code == 2
+    assert err.startswith(f"{module}: error: ") and err.count("\n") == 1 and str(out) in err
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("module,extra", STUDIES, ids=[s[0] for s in STUDIES])
+def test_an_output_or_work_dir_that_is_a_link_is_a_one_line_error(module, extra, tmp_path, capsys):
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    flags = ["--output"] + (["--work-dir"] if module in WORK_DIRS else [])
+    for flag in flags:
+        other = ["--output", str(tmp_path / "out")] if flag == "--work-dir" else []
+        code, err = _exit(module, [flag, str(link), *other, *extra], capsys)
+        assert code == 2
+        assert err == (
+            f"{module}: error: {flag}: Output {link} is a symbolic link; expected a directory "
+            "or a new path.\n"
+        )
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "out").exists()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import sys
 from collections.abc import Sequence
 
 from headsize_tf.experiments._steps import add_study_options
@@ -41,8 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [setting.name for setting in preset.all_settings]
     for name in args.only or []:
         if name not in names:
-            print(f"--only {name}: expected one of {', '.join(names)}", file=sys.stderr)
-            return 2
+            raise ValueError(f"--only {name}: expected one of {', '.join(names)}")
     if args.only:
         preset = preset.only(args.only)
     if args.report_only:

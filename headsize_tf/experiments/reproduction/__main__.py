@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = unique_models(plan(PRESETS[args.preset]))
         unknown = sorted(set(args.keys) - set(known))
         if unknown:
-            parser.error(
+            raise ValueError(
                 f"--keys {' '.join(unknown)}: not a model of preset {args.preset!r}; expected "
                 f"some of {' '.join(sorted(known))}"
             )
@@ -95,11 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     preset = PRESETS[args.preset]
     experiments = plan(preset)
     out = pathlib.Path(args.output)
-    try:
-        check_output(out, args.framework)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    check_output(out, args.framework)
     options = corpora.PrepareOptions(seq_length=preset.sequence_length)
     data_dir = corpora.data_dir_for(options, args.data_dir)
     if not args.report_only:

@@ -146,7 +146,8 @@ def run_pending(
                 )
             return False  # Finished by another worker since `todo` was read.
         print(
-            f"[run {done + 1}, {left} to go] {name} ({model.params(preset):,} params)",
+            f"[run {done + 1}; {left} pending, this one included] {name} "
+            f"({model.params(preset):,} params)",
             flush=True,
         )
         record = train_one(
