@@ -42,6 +42,7 @@ from headsize_tf.cli import (
     tune,
 )
 from headsize_tf.cli._args import read_lines
+from headsize_tf.core.arguments import OneLineParser
 from headsize_tf.core.errors import is_interrupt, is_user_error
 from headsize_tf.core.extras import as_missing_extra
 from headsize_tf.core.io import without_native_logs
@@ -67,19 +68,8 @@ COMMANDS = (
 _PYTHON_LOGGERS = ("tensorflow", "absl")
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (`--help` shows the usage)."""
-
-    def error(self, message: str):
-        # A required option with hidden old spellings is a one-of group (`_args.add_option`).
-        one = re.fullmatch(r"one of the arguments (\S+) is required", message)
-        if one:
-            message = f"the following arguments are required: {one.group(1)}"
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="headsize-tf",
         description=(
             "Head size and head sharing as tunable capacity knobs for TensorFlow / Keras "

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from headsize_tf.core.arguments import OneLineParser
 from headsize_tf.core.errors import is_interrupt, is_user_error
 from headsize_tf.core.extras import as_missing_extra
+
+
+def study_parser(name: str, description: str, **kwargs: Any) -> OneLineParser:
+    """The argument parser of the experiment `python -m headsize_tf.experiments.NAME`.
+
+    Its errors are one line, `NAME: error: MESSAGE (see python -m ... --help)`, with
+    exit status 2, as `run_main` prints the errors found after parsing.
+    """
+    return OneLineParser(
+        prog=name,
+        description=description,
+        help_command=f"python -m headsize_tf.experiments.{name} --help",
+        **kwargs,
+    )
 
 
 def run_main(main: Callable[[], int | None], prog: str) -> NoReturn:

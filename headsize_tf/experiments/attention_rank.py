@@ -27,7 +27,6 @@ It writes `runs/<run>.json` per checkpoint (a rerun skips finished ones),
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import add_study_options, study_command
 
 ENERGY = (0.9, 0.99)
@@ -369,7 +369,7 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_parser("attention_rank", __doc__.split("\n")[0])
     parser.add_argument(
         "--runs",
         default="results/reproduction_v2",

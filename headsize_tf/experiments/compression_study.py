@@ -15,7 +15,6 @@ plot) is rebuilt from the run files of the command's --dims and --seeds.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -27,6 +26,7 @@ import numpy as np
 from headsize_tf.core.arguments import non_negative_int, positive_float, positive_int
 from headsize_tf.core.io import save_figure, write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import (
     MissingRun,
     add_study_options,
@@ -186,7 +186,7 @@ def plot(summary: dict, path: pathlib.Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_parser("compression_study", __doc__.split("\n")[0])
     add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--dims", type=positive_int, nargs="+", default=list(DIMS))

@@ -33,7 +33,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.rope import ROTATED, ROTATED_HIGH
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import add_study_options
 
 MODEL = "smollm2-135m-instruct-q4"
@@ -773,7 +773,7 @@ def report(output: pathlib.Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = study_parser("kv_sharing_smollm2", __doc__.splitlines()[0])
     add_study_options(parser)
     parser.add_argument("--runs", default="", help="comma-separated run names (default: all)")
     parser.add_argument("--eval-windows", type=int, default=32)

@@ -29,7 +29,6 @@ finished steps; the table, plot and verdict are rebuilt from the files
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import write_atomic
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import Steps, add_study_options, study_command
 from headsize_tf.experiments.kv_sharing_report import LABELS, METHODS, markdown, plot, summarize
 
@@ -402,7 +402,7 @@ def austen_study_main(
     corpus); runs `run(output, corpus_dir, settings, report_only, command)` and prints
     `report(summary, settings)`. `command` is `python -m MODULE` with the arguments parsed
     (`argv`, or the process's when None). A report with a missing run raises `MissingRun`."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = study_parser(module.rsplit(".", 1)[-1], description)
     add_study_options(parser)
     parser.add_argument("--data-dir", default=None, help="DATA_DIR (default: the cache's)")
     parser.add_argument(

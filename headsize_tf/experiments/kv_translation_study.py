@@ -17,7 +17,6 @@ own record under `runs/`; a rerun skips finished ones.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import pathlib
@@ -26,6 +25,7 @@ from typing import Any
 
 from headsize_tf.core.arguments import non_negative_int, positive_int
 from headsize_tf.core.io import native_logs_to, write_atomic
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import Steps, add_study_options, study_command
 
 MODULE = "headsize_tf.experiments.kv_translation_study"
@@ -150,7 +150,7 @@ def _rate(rate: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = study_parser("kv_translation_study", __doc__.splitlines()[0])
     add_study_options(parser, work_dir="kv_translation")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=positive_int, default=3000)

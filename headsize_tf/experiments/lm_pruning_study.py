@@ -24,7 +24,6 @@ the summary is rebuilt from the files. `settings.json` records --steps and
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import pathlib
@@ -40,6 +39,7 @@ from headsize_tf.core.io import (
     write_atomic,
     write_json,
 )
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import (
     Steps,
     add_study_options,
@@ -314,7 +314,7 @@ def _plot(fractions, prune, random_ppl, path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_parser("lm_pruning_study", __doc__.split("\n")[0])
     add_study_options(parser, work_dir="lm_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=positive_int, default=2000)

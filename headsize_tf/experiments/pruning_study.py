@@ -17,7 +17,6 @@ records the settings the runs were made with, and a rerun with other ones is ref
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -28,6 +27,7 @@ import numpy as np
 from headsize_tf.core.arguments import non_negative_int, open_fraction, positive_float
 from headsize_tf.core.io import write_atomic, write_json
 from headsize_tf.data.text_tasks import rotten_tomatoes_splits
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import (
     MissingRun,
     add_study_options,
@@ -115,7 +115,7 @@ def markdown(summary: dict, command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_parser("pruning_study", __doc__.split("\n")[0])
     add_study_options(parser)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--epochs", type=positive_float, default=2.0)

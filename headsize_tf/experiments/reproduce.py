@@ -18,7 +18,6 @@ so the set resumes across sessions; the summary is rebuilt from the run files.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from headsize_tf.core.io import write_atomic, write_json
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import add_study_options, study_command
 
 # The verdict rules and the plot are shared with `reproduction` (its `report`); `compare`,
@@ -280,7 +280,7 @@ def markdown(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_parser("reproduce", __doc__.split("\n")[0])
     add_study_options(parser, work_dir="reproduce")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -22,7 +22,6 @@ when some are. `settings.json` records --steps; a rerun with another is refused.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import pathlib
@@ -38,6 +37,7 @@ from headsize_tf.core.io import (
     write_atomic,
     write_json,
 )
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import (
     Steps,
     add_study_options,
@@ -239,7 +239,7 @@ def summarize(out: pathlib.Path, command: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_parser("translation_pruning_study", __doc__.split("\n")[0])
     add_study_options(parser, work_dir="translation_pruning")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--steps", type=positive_int, default=3000)

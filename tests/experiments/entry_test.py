@@ -63,3 +63,27 @@ def test_a_bug_keeps_its_traceback():
     assert not is_user_error(KeyError("a bug"))
     with pytest.raises(KeyError):
         run_main(main, "study")
+
+
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("kv_sharing_study", ["--output", "o", "--bogus"], "unrecognized arguments: --bogus"),
+        ("compression_study", ["--output", "o", "--dims", "0"], "argument --dims: expected a"),
+        ("reproduction", ["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
+        ("bottleneck", [], "the following arguments are required: --output"),
+    ],
+)
+def test_an_argument_error_is_one_line_naming_the_study(module, argv, message, capsys):
+    import importlib
+
+    name = f"headsize_tf.experiments.{module}"
+    study = importlib.import_module(name)
+    if not hasattr(study, "main"):  # A package: its command is its __main__.
+        study = importlib.import_module(f"{name}.__main__")
+    with pytest.raises(SystemExit) as exited:
+        run_main(lambda: study.main(argv), module)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith(f"{module}: error: ") and message in err
+    assert err.endswith(f"(see python -m {name} --help)\n") and err.count("\n") == 1

@@ -1,6 +1,7 @@
 """The pruning study's arguments: bad numbers and a rerun with other settings are refused
 before any work, and a rerun with the same settings resumes."""
 
+import argparse
 import json
 
 import pytest
@@ -77,6 +78,6 @@ def test_curves_of_different_schedules_are_refused(tmp_path):
     def unreachable(path):
         raise AssertionError(path)
 
-    args = study.argparse.Namespace(random_seeds=[0, 1], report_only=True)
+    args = argparse.Namespace(random_seeds=[0, 1], report_only=True)
     with pytest.raises(ValueError, match="different schedules"):
         study._curves_and_removal(args, runs, runs / "importance_scores.json", None, unreachable)

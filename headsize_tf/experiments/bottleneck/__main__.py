@@ -8,11 +8,11 @@ then rebuilds `bottleneck.json`, README.md and `bottleneck.png` from the run fil
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 from collections.abc import Sequence
 
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import add_study_options
 from headsize_tf.experiments.bottleneck import runners
 from headsize_tf.experiments.bottleneck.plan import load_runs
@@ -21,9 +21,7 @@ from headsize_tf.experiments.bottleneck.report import verdict_lines, write_repor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m headsize_tf.experiments.bottleneck", description=__doc__.splitlines()[0]
-    )
+    parser = study_parser("bottleneck", __doc__.splitlines()[0])
     add_study_options(parser)
     parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     parser.add_argument(

@@ -8,7 +8,6 @@ The command: trains the pending runs (unless `--report-only`), then rebuilds
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Sequence
 
 from headsize_tf.core.arguments import positive_int
 from headsize_tf.core.io import native_logs_to, write_atomic, write_json
+from headsize_tf.experiments._entry import study_parser
 from headsize_tf.experiments._steps import add_study_options
 from headsize_tf.experiments.reproduction.plan import plan, unique_models
 from headsize_tf.experiments.reproduction.presets import PRESETS
@@ -38,9 +38,7 @@ from headsize_tf.experiments.reproduction.sweep import load_runs, pending
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m headsize_tf.experiments.reproduction", description=__doc__.split("\n")[0]
-    )
+    parser = study_parser("reproduction", __doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     add_study_options(parser, work_dir="reproduction")
     parser.add_argument("--data-dir", default=None)
