@@ -10,7 +10,9 @@
 
 Every curve writes its own run file, so a rerun skips finished work; `settings.json`
 records the settings the runs were made with, and a rerun with other ones is refused
-(another --output keeps them apart).
+(another --output keeps them apart). `runs/finetuned.json` names the fine-tuned model
+(cached outside --output) the records were made from: a missing record is not made from
+another one (the cache gone, or made again), which would mix two models' records.
 
     python -m headsize_tf.experiments.pruning_study --output results/pruning
 """
@@ -18,6 +20,7 @@ records the settings the runs were made with, and a rerun with other ones is ref
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 from collections.abc import Sequence
@@ -35,17 +38,58 @@ from headsize_tf.experiments._steps import (
     study_command,
 )
 
+# In `runs/`: which fine-tuned model the records were made from (its cache and digest).
+MADE_FROM = "finetuned.json"
+
+
+def _finetuned_cache(args) -> pathlib.Path:
+    """Where the fine-tuned classifier of these settings is cached (outside `--output`)."""
+    from headsize_tf.pretrained import registry
+
+    name = f"{args.model}-rotten_tomatoes-e{args.epochs:g}-seed{args.seed}"
+    return registry.default_cache_dir().parent / "finetuned" / name
+
+
+def _digest(directory: pathlib.Path) -> str:
+    """SHA-256 of a directory's files (names and bytes), in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _check_made_from(runs: pathlib.Path, cache: pathlib.Path, cached: bool) -> None:
+    """Refuses to add records to `runs` made from another fine-tuned model than theirs.
+
+    The records there were made from the model cached at `cache`; if it is gone
+    (`cached` False), fine-tuning again would mix records of two models.
+    """
+    made = [p for p in sorted(runs.glob("*.json")) if p.name != MADE_FROM]
+    if made and not cached:
+        raise FileNotFoundError(
+            f"{runs} holds records made from the fine-tuned model cached at {cache}, which is "
+            f"gone; use another --output, or remove {runs} to redo them all"
+        )
+
+
+def _record_made_from(runs: pathlib.Path, cache: pathlib.Path) -> None:
+    """Records the cached model's digest in `runs`, or refuses one other than recorded."""
+    path, digest = runs / MADE_FROM, _digest(cache)
+    if path.exists() and json.loads(path.read_text())["digest"] != digest:
+        raise ValueError(
+            f"{runs} holds records made from another fine-tuned model than the one cached at "
+            f"{cache} (made again since); use another --output, or remove {runs} to redo them"
+        )
+    write_json(path, {"cache": str(cache), "digest": digest})
+
 
 def _finetuned(args, splits):
-    from headsize_tf.pretrained import load_sentence_encoder, registry
+    from headsize_tf.pretrained import load_sentence_encoder
     from headsize_tf.pruning import prune
     from headsize_tf.training import finetune as ft
 
-    cache = (
-        registry.default_cache_dir().parent
-        / "finetuned"
-        / (f"{args.model}-rotten_tomatoes-e{args.epochs:g}-seed{args.seed}")
-    )
+    cache = _finetuned_cache(args)
     model = prune.load_classifier(cache)
     if model is not None:
         print(f"[skip] fine-tuned model cached at {cache}")
@@ -156,9 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_only:
             raise MissingRun(path)
         if "model" not in loaded:
-            loaded["model"] = model = _finetuned(args, splits())
             from headsize_tf.pruning import prune
 
+            cache = _finetuned_cache(args)
+            _check_made_from(runs, cache, (cache / prune.HEAD_FILE).exists())
+            loaded["model"] = model = _finetuned(args, splits())
+            _record_made_from(runs, cache)
             loaded["data"] = prune.task_data(model.sentence_encoder, splits())
         return loaded["model"], loaded["data"]
 

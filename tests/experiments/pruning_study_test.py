@@ -81,3 +81,30 @@ def test_curves_of_different_schedules_are_refused(tmp_path):
     args = argparse.Namespace(random_seeds=[0, 1], report_only=True)
     with pytest.raises(ValueError, match="different schedules"):
         study._curves_and_removal(args, runs, runs / "importance_scores.json", None, unreachable)
+
+
+def test_records_of_a_fine_tuned_model_that_is_gone_are_not_mixed_with_new_ones(
+    tmp_path, no_work, monkeypatch
+):
+    cache = tmp_path / "cache" / "finetuned"
+    monkeypatch.setattr(study, "_finetuned_cache", lambda args: cache)
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "importance.json").write_text("[]")  # A curve of the model once cached.
+    with pytest.raises(FileNotFoundError, match=r"finetuned, which is gone; use another"):
+        study.main(["--output", str(out)])
+    assert (out / "runs" / "importance.json").exists()
+
+
+def test_the_records_name_the_fine_tuned_model_they_were_made_from(tmp_path):
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    cache.mkdir()
+    (cache / "weights.bin").write_bytes(b"model one")
+    study._check_made_from(runs, cache, cached=False)  # No records yet: anything goes.
+    study._record_made_from(runs, cache)
+    study._record_made_from(runs, cache)  # The same model again.
+    (runs / "importance.json").write_text("[]")
+    study._check_made_from(runs, cache, cached=True)
+    (cache / "weights.bin").write_bytes(b"model two")  # Fine-tuned again since.
+    with pytest.raises(ValueError, match=r"another fine-tuned model than the one cached at"):
+        study._record_made_from(runs, cache)
