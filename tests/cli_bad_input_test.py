@@ -50,6 +50,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     not_a_model = root / "not_a_model_dir"
     not_a_model.mkdir()
     out["not_a_model"] = str(not_a_model)
+    (root / "link_to_dir").symlink_to(not_a_model)
     lm_dir = root / "lm_model_dir"  # As `train` marks a causal LM's model_dir.
     lm_dir.mkdir()
     (lm_dir / "headsize_experiment.json").write_text(
@@ -779,6 +780,16 @@ CASES = [
         "--max-sequence-length is for --decoder exports",
     ),
     ("demo_bad_steps", ["demo", "--steps", "0", "--output", "{out}"], "got '0'"),
+    (
+        "demo_output_a_link",
+        ["demo", "--quick", "--output", "{root}/link_to_dir"],
+        "link_to_dir is a symbolic link; expected a directory or a new path",
+    ),
+    (
+        "demo_output_a_file",
+        ["demo", "--quick", "--output", "{sentences}"],
+        "is a file; expected a directory or a new path",
+    ),
     ("demo_negative_seed", ["demo", "--seed", "-1", "--output", "{out}"], "got '-1'"),
     (
         "demo_quick_with_both_step_counts",

@@ -50,8 +50,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    from headsize_tf.core.io import check_output_path
     from headsize_tf.experiments import demo
 
+    # A rerun resumes in its --output: a directory or a new path, never a link written through.
+    check_output_path(args.output, "directory")
     if args.quick and args.steps is not None and args.finetune_steps is not None:
         raise ValueError(
             "--quick sets --steps and --finetune-steps, and both are given: drop --quick."
