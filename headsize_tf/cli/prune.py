@@ -106,7 +106,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default="head",
         help="a --decoder: prune single heads (Michel et al.; a grouped layer loses a group "
         "only when all its heads go) or whole key/value groups by their heads' summed "
-        "importance, --target-fraction then being the fraction of the KV cache removed",
+        "importance, --target-fraction then being the fraction of the groups removed (of "
+        "grouped and multi-head layers, the fraction of the KV cache; of a latent with "
+        "several rotary keys, its rotary keys')",
     )
     p.add_argument(
         "--attention-kinds",

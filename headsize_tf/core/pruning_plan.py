@@ -223,6 +223,15 @@ HEAD_AXES["grouped"] = {
 }
 # Group (key/value head) axis of a grouped layer's key/value tensors `[e, G, .]`, `[G, p]`.
 GROUP_AXES: dict[str, int] = {"key_kernel": 1, "value_kernel": 1, "key_bias": 0}
+# Group axis of a latent layer's tensors of its R rotary keys (`[e, R, 2k]`, `[R, 2k]`) and of
+# their groups' query/key norm scales (`[R, p]`): with R > 1, each rotary key serves a
+# contiguous group of h / R query heads, and removal keeps whole groups as a grouped layer does.
+ROTARY_GROUP_AXES: dict[str, int] = {
+    "rope_key_kernel": 1,
+    "rope_key_bias": 0,
+    "query_norm": 0,
+    "key_norm": 0,
+}
 
 
 def whole_groups(keep: Sequence[int], num_heads: int, num_kv_heads: int) -> list[int]:
@@ -256,7 +265,8 @@ def slice_heads(
       keep: Head positions to keep, in order. Empty keeps head 0's shapes (a
         layer with one, masked, head: a layer cannot have zero heads). A
         grouped layer keeps whole groups (`whole_groups`), their key/value
-        heads with them.
+        heads with them; so does a latent layer with several rotary keys,
+        their rotary keys and norm scales with them (`ROTARY_GROUP_AXES`).
 
     Returns:
       Role -> sliced array (shared tensors unchanged).
@@ -268,34 +278,30 @@ def slice_heads(
     if unknown:
         raise ValueError(f"Unknown weight roles {unknown} for {kind!r}; expected {list(axes)}.")
     index = list(keep) or [0]
-    groups: list[int] = []
+    group_axes: dict[str, int] = {}
+    heads = np.shape(weights["query_kernel"])[1] if "query_kernel" in weights else 0
     rotary_keys = weights.get("rope_key_kernel")
-    if kind == "latent" and rotary_keys is not None and np.shape(rotary_keys)[1] > 1:
-        heads = np.shape(weights["query_kernel"])[1]
-        if index != list(range(heads)):
-            raise ValueError(
-                f"Head positions {index}: a latent layer with {np.shape(rotary_keys)[1]} rotary "
-                f"keys serves each from a contiguous group of its {heads} query heads, which "
-                "removing heads would regroup; prune it only whole (mask without removal) or "
-                "before its conversion."
-            )
     if kind == "grouped":
-        heads = np.shape(weights["query_kernel"])[1]
-        kv_heads = np.shape(weights["key_kernel"])[1]
+        group_axes, count = GROUP_AXES, np.shape(weights["key_kernel"])[1]
+        what = f"a grouped layer ({count} key/value heads)"
+    elif kind == "latent" and rotary_keys is not None and np.shape(rotary_keys)[1] > 1:
+        group_axes, count = ROTARY_GROUP_AXES, np.shape(rotary_keys)[1]
+        what = f"a latent layer with {count} rotary keys (each serves its group)"
+    groups: list[int] = []
+    if group_axes:
         if not keep:
-            index = list(range(heads // kv_heads))  # Group 0 (one masked group).
-        if sorted(index) != whole_groups(index, heads, kv_heads):
+            index = list(range(heads // count))  # Group 0 (one masked group).
+        if sorted(index) != whole_groups(index, heads, count):
             raise ValueError(
-                f"Head positions {index} split a group of {heads // kv_heads} query heads; a "
-                f"grouped layer ({kv_heads} key/value heads) keeps whole groups."
+                f"Head positions {index} split a group of {heads // count} query heads; "
+                f"{what} keeps whole groups."
             )
-        size = heads // kv_heads
-        groups = list(dict.fromkeys(h // size for h in index))
+        groups = list(dict.fromkeys(h // (heads // count) for h in index))
     out: dict[str, np.ndarray | None] = {}
     for role, value in weights.items():
         axis = axes[role]
-        if kind == "grouped" and role in GROUP_AXES and value is not None:
-            out[role] = np.take(np.asarray(value), groups, axis=GROUP_AXES[role])
+        if role in group_axes and value is not None:
+            out[role] = np.take(np.asarray(value), groups, axis=group_axes[role])
             continue
         if value is None or axis is None:
             out[role] = value

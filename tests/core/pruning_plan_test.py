@@ -87,3 +87,32 @@ def test_an_error_mid_schedule_ends_the_progress_line(capsys):
     err = capsys.readouterr().err
     # The bar's last state ends its line: an error printed next starts a line of its own.
     assert "pruning" in err and err.endswith("\n")
+
+
+def test_a_latent_with_several_rotary_keys_keeps_whole_groups_and_their_keys():
+    rng = np.random.default_rng(0)
+    heads, keys, e, p, r = 6, 3, 5, 4, 7
+    weights = {
+        "query_kernel": rng.normal(size=(e, heads, p)),
+        "query_bias": None,
+        "latent_kernel": rng.normal(size=(e, r)),
+        "key_up_kernel": rng.normal(size=(r, heads, 2)),
+        "value_up_kernel": rng.normal(size=(r, heads, p)),
+        "value_bias": None,
+        "output_kernel": rng.normal(size=(heads, p, e)),
+        "output_bias": None,
+        "rope_key_kernel": rng.normal(size=(e, keys, 2)),
+        "rope_key_bias": rng.normal(size=(keys, 2)),
+        "query_norm": rng.normal(size=(keys, p)),
+        "key_norm": rng.normal(size=(keys, p)),
+    }
+    out = slice_heads("latent", weights, [0, 1, 4, 5])  # Groups 0 and 2.
+    np.testing.assert_array_equal(out["query_kernel"], weights["query_kernel"][:, [0, 1, 4, 5]])
+    np.testing.assert_array_equal(out["rope_key_kernel"], weights["rope_key_kernel"][:, [0, 2]])
+    for role in ("rope_key_bias", "query_norm", "key_norm"):
+        np.testing.assert_array_equal(out[role], weights[role][[0, 2]])
+    np.testing.assert_array_equal(out["latent_kernel"], weights["latent_kernel"])
+    # No head kept: group 0, masked.
+    assert slice_heads("latent", weights, [])["rope_key_kernel"].shape == (e, 1, 2)
+    with pytest.raises(ValueError, match=r"split a group of 2 query heads; a latent layer with 3"):
+        slice_heads("latent", weights, [0, 2, 3])

@@ -84,17 +84,21 @@ class LMAdapter:
 
     def kv_groups(self) -> list[list[int]]:
         """Per layer, the key/value group of each mask slot (-1: no head); a multi-head
-        layer's heads are a group each (`PruneSchedule(unit="kv_group")`)."""
+        layer's heads are a group each, a latent layer's groups are those of its rotary
+        keys when it has several (`PruneSchedule(unit="kv_group")`)."""
         width = self.head_mask().shape[1]
         rows = []
         for i, layer in enumerate(self.lm.attention_layers):
-            if kind_of(layer) not in ("standard", "fixed_head", "grouped"):
+            kind = kind_of(layer)
+            rotary_keys = layer.num_rope_heads if kind == "latent" else None
+            if kind not in ("standard", "fixed_head", "grouped") and not (rotary_keys or 0) > 1:
                 raise ValueError(
-                    f"Layer {i} has {kind_of(layer)} attention; whole key/value groups are "
-                    "pruned in grouped or multi-head layers."
+                    f"Layer {i} has {kind} attention"
+                    f"{' with one rotary key' if kind == 'latent' else ''}; whole key/value "
+                    "groups are pruned in grouped, multi-head or multi-rotary-key latent layers."
                 )
             heads = layer.num_heads
-            size = heads // getattr(layer, "num_kv_heads", heads)
+            size = heads // (rotary_keys or getattr(layer, "num_kv_heads", heads))
             rows.append([slot // size if slot < heads else -1 for slot in range(width)])
         return rows
 

@@ -4,8 +4,8 @@ Masking a head (gate 0) keeps its cost; removing it slices the per-head
 weights with the core's plan (`headsize_tf.core.pruning_plan.slice_heads`:
 rows of Q/K/V and of the output kernel; for collaborative heads, rows of the
 mixing matrix and columns of the content bias; for latent heads, rows of the
-up-projections; a grouped layer loses whole groups, see
-`core.pruning_plan.whole_groups`). The result is an ordinary
+up-projections; a grouped layer loses whole groups, and so does a latent layer
+with several rotary keys, see `core.pruning_plan.whole_groups`). The result is an ordinary
 backbone whose spec has per-layer head counts, so it saves, loads and
 exports as any other (the same for a `CausalLM`). The gate value of every kept head is folded into its
 rows of the output kernel, so the pruned backbone needs no gates (Keras 3
@@ -49,20 +49,31 @@ def set_head_mask(backbone: AttentionModel, mask: np.ndarray | Sequence) -> None
         layer.set_head_mask(mask[i, : layer.num_heads])
 
 
+def _groups_of(layer) -> int | None:
+    """The head groups removal keeps whole: a grouped layer's key/value heads, a latent
+    layer's rotary keys when it has several; None for a layer whose heads go one by one."""
+    kind = kind_of(layer)
+    if kind == "grouped":
+        return layer.num_kv_heads
+    if kind == "latent" and layer.uses_rope and layer.num_rope_heads > 1:
+        return layer.num_rope_heads
+    return None
+
+
 def _kept_weights(layer, row: np.ndarray) -> tuple[dict, int, int | None]:
-    """(sliced weights, heads kept, groups kept: grouped layers only)."""
+    """(sliced weights, heads kept, groups kept: layers with head groups only)."""
     row = row[: layer.num_heads]
     keep = [int(h) for h in np.flatnonzero(row != 0)]
     weights = numpy_weights(layer)
     gates = weights.pop("head_gates")
     kind = kind_of(layer)
-    groups = None
-    if kind == "grouped":
+    groups = _groups_of(layer)
+    if groups is not None:
         # Whole groups go; a kept group's pruned heads stay with gate 0 (no head left:
         # group 0 stays, all gates 0).
-        keep = whole_groups(keep or [0], layer.num_heads, layer.num_kv_heads)
+        keep = whole_groups(keep or [0], layer.num_heads, groups)
         gates = np.where(row != 0, gates, 0.0)
-        folded, groups = np.take(gates, keep), len(keep) // (layer.num_heads // layer.num_kv_heads)
+        folded, groups = np.take(gates, keep), len(keep) // (layer.num_heads // groups)
     else:
         folded = np.take(gates, keep) if keep else np.zeros([1], np.float32)
     sliced = slice_heads(kind, weights, keep)
@@ -107,6 +118,11 @@ def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> At
     }
     if spec.kind == "grouped":
         changes["num_kv_heads"] = tuple(g for _, _, g in kept)
+    if spec.kind == "latent" and any(g is not None for _, _, g in kept):
+        changes["num_rope_heads"] = tuple(
+            layer.num_rope_heads if g is None else g
+            for layer, (_, _, g) in zip(layers, kept, strict=True)
+        )
     new_spec = dataclasses.replace(spec, **changes)
     if spec.kind == "standard":
         # Fewer heads of the same size: the head size no longer is width // heads. Rotary
@@ -125,18 +141,23 @@ def remove_heads(backbone: AttentionModel, mask: np.ndarray | None = None) -> At
             head_size=tuple(head_sizes),
             rope_frequencies=rope_sets,
         )
-    elif spec.kind == "grouped" and spec.rope_frequencies is not None:
-        # Rotary sets per key/value head follow the kept groups.
+    elif "num_kv_heads" in changes or "num_rope_heads" in changes:
+        # Rotary sets per key/value head (per rotary key) follow the kept groups.
         rope_sets = []
         for layer, row in zip(layers, mask, strict=True):
+            groups = _groups_of(layer)
+            if groups is None or not layer.uses_rope:
+                rope_sets.append(layer.rope_sets)
+                continue
             keep = whole_groups(
                 [int(h) for h in np.flatnonzero(row[: layer.num_heads] != 0)] or [0],
                 layer.num_heads,
-                layer.num_kv_heads,
+                groups,
             )
-            size = layer.num_heads // layer.num_kv_heads
+            size = layer.num_heads // groups
             rope_sets.append([layer.rope_sets[g] for g in sorted({h // size for h in keep})])
-        new_spec = dataclasses.replace(new_spec, rope_frequencies=rope_sets)
+        if spec.rope_frequencies is not None or "num_rope_heads" in changes:
+            new_spec = dataclasses.replace(new_spec, rope_frequencies=rope_sets)
     new = with_attention(backbone, new_spec)
     for target, (weights, _, _) in zip(new.attention_layers, kept, strict=True):
         assign_weights(target, weights)

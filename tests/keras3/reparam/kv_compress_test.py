@@ -321,8 +321,9 @@ def test_a_normed_partial_rope_source_converts_exactly_through_its_latent_part()
     """Qwen3-style norms on a source that already rotates only some pairs, a different set per
     key/value head: at full rank the latent part (key up-projection, permuted norm scales,
     each head's inverse key RMS) is exact. A key bias on the dimensions that join the latent
-    is refused (under the norm it no longer cancels); a latent with several rotary keys is
-    pruned by masking only (removing heads would regroup them)."""
+    is refused (under the norm it no longer cancels). A latent with several rotary keys
+    loses whole groups of heads, each group's rotary key and norm scales with it: the cache
+    shrinks, the logits stay the masked model's."""
     from headsize_tf.keras3.pruning import remove_heads, set_head_mask
 
     sets = [[0, 2], [1, 3], [2, 3]]
@@ -342,9 +343,25 @@ def test_a_normed_partial_rope_source_converts_exactly_through_its_latent_part()
     latent, _ = convert_model(lm, ConversionTarget("latent", 24, rope_frequencies=sets))
     assert latent.attention_layers[0].nope_dim == 4
     np.testing.assert_allclose(util.np_(latent(IDS)), util.np_(lm(IDS)), atol=1e-4)
-    set_head_mask(latent, np.array([[1, 1, 0, 0, 1, 1], [1] * 6], "float32"))
-    with pytest.raises(ValueError, match="would regroup"):
-        remove_heads(latent, np.array([[1, 1, 0, 0, 1, 1], [1] * 6], "float32"))
+    # Layer 0 loses its second rotary group; layer 1 keeps every group, one head masked.
+    mask = np.array([[1, 1, 0, 0, 1, 1], [1, 0, 1, 1, 1, 1]], "float32")
+    set_head_mask(latent, mask)
+    masked = util.np_(latent(IDS))
+    removed = remove_heads(latent, mask)
+    first, second = removed.attention_layers
+    assert (first.num_heads, first.num_rope_heads, second.num_rope_heads) == (4, 2, 3)
+    assert first.rope_sets == tuple(tuple(s) for s in (sets[0], sets[2]))
+    full, smaller = (
+        m.attention_layers[0].cache_shapes(1, 4)["latent"][-1] for m in (latent, removed)
+    )
+    assert full - smaller == 4 + 2  # One rotary key (2 pairs) and two heads' inverse RMS.
+    np.testing.assert_allclose(util.np_(removed(IDS)), masked, atol=1e-4)
+    prompt, _ = removed.prefill(IDS[:, :5], 12)
+    np.testing.assert_allclose(util.np_(prompt), masked[:, :5], atol=1e-4)
+    # Key/value-group pruning (`--unit kv_group`) prunes these groups.
+    from headsize_tf.keras3.pruning.lm_adapter import LMAdapter
+
+    assert LMAdapter(latent, IDS, IDS).kv_groups() == [[0, 0, 1, 1, 2, 2]] * 2
 
 
 def test_a_model_with_its_own_query_scale_keeps_it_in_grouped_and_latent_conversions():
