@@ -452,8 +452,11 @@ class HeadAttentionBase(DecodingCacheMixin, keras.layers.MultiHeadAttention):
         (overridden) lists it, so stateless (JAX) training and prediction
         pass its current value.
         """
+        # An initializer, not a value: Keras defers it when the layer is built inside a
+        # stateless scope (a functional model's shape inference of a layer holding this one).
         gates = keras.Variable(
-            np.ones([self._num_heads], np.float32),
+            keras.initializers.Ones(),
+            shape=(self._num_heads,),
             dtype="float32",
             trainable=False,
             autocast=False,

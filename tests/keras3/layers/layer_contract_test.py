@@ -57,3 +57,29 @@ def test_dtype_policies(name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_fit_lowers_the_loss(name):
     layer_check.check_fit(CASES[name])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_layer_inside_a_users_layer_builds_in_functional_and_sequential_models(name):
+    """As stock MultiHeadAttention: Keras builds the inner layer while inferring shapes, in a
+    stateless scope, where the head gates are created (from an initializer, deferred)."""
+    import keras
+    import numpy as np
+
+    class Block(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.attention = CASES[name].make()
+
+        def call(self, x):
+            return x + self.attention(x, x)
+
+    x, _ = util.data(layer_check.T, layer_check.T)
+    inputs = keras.Input(tuple(x.shape[1:]))
+    block = Block()
+    functional = keras.Model(inputs, block(inputs))
+    sequential = keras.Sequential([keras.Input(tuple(x.shape[1:])), Block()])
+    expected = util.np_(x) + util.np_(block.attention(x, x))
+    np.testing.assert_allclose(util.np_(functional(x)), expected, atol=1e-6)
+    np.testing.assert_array_equal(util.np_(block.attention.head_gates), np.ones(4))
+    assert util.np_(sequential(x)).shape == tuple(x.shape)
