@@ -328,11 +328,16 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         fixed-length cache, for static shapes on TPU) and attends over the
         cache. The cache holds the layer's own projections, so it has the right
         size for any head size (Model Garden's cache assumes width / heads).
+        The new positions start at `decode_loop_step`, else at the cache's
+        length (0 without a cache), and each attends to the cache's positions
+        up to its own: a prompt prefilled in one call is causal, and a
+        fixed-length cache's unwritten positions are never read.
 
         Args:
           query: New positions [B, T_new, width] (self-attention input).
           cache: Dict from `init_cache` or a previous call; None starts one.
-          attention_mask: [B, T_new, S] mask over the (updated) cache.
+          attention_mask: [B, T_new, S] mask over the (updated) cache (padding),
+            combined with the causal one.
           decode_loop_step: Index to write a single new position at, or None.
           training: Dropout mode.
 
@@ -342,6 +347,10 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
         if not self._built_from_signature:
             self._build_from_signature(query=query, value=query)
         new = self._project_key_value(query, query)
+        if decode_loop_step is not None:
+            start = decode_loop_step
+        else:
+            start = 0 if cache is None else tf.shape(next(iter(cache.values())))[1]
         if cache is None:
             cache = new
         elif decode_loop_step is None:
@@ -354,9 +363,19 @@ class HeadAttentionBase(tf_keras.layers.MultiHeadAttention):
                 where = tf.reshape(where, [1, -1] + [1] * (tensor.shape.rank - 2))
                 updated[name] = tensor * (1 - where) + new[name] * where
             cache = updated
+        entry = next(iter(cache.values()))  # Every cache entry has time on axis 1.
         if attention_mask is not None:
-            # Every cache entry has the cached length on axis 1.
-            self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
+            self._check_attention_mask(query, entry, attention_mask)
+        # A single new position at the end of a growing cache sees it all: no mask to add.
+        if decode_loop_step is not None or query.shape[1] != 1:
+            rows = tf.range(tf.shape(query)[1]) + tf.cast(start, tf.int32)
+            causal = tf.range(tf.shape(entry)[1])[None, :] <= rows[:, None]
+            causal = causal[None]  # [1, T_new, S]
+            attention_mask = (
+                causal
+                if attention_mask is None
+                else tf.logical_and(tf.cast(attention_mask, tf.bool), causal)
+            )
         context, _ = self._attend_cached(query, cache, attention_mask, training)
         return self._project_output(context), cache
 

@@ -132,6 +132,22 @@ class CachedDecodingTest(tf.test.TestCase, parameterized.TestCase):
             out, cache = step(x[:, t : t + 1], cache, mask, tf.constant(t))
             self.assertAllClose(out.numpy()[:, 0], full[:, t], atol=1e-5)
 
+    @parameterized.parameters(*KIND_PARAMS)
+    def test_cached_calls_are_causal_without_a_mask(self, kind):
+        """A prompt prefilled in one call, and a fixed-length cache without a mask: each
+        position sees the cache up to itself (its unwritten positions never)."""
+        layer = KINDS[kind]()
+        x, _ = _inputs(t=5)
+        full = layer(x, x, use_causal_mask=True).numpy()
+        prefill, cache = layer.call_cached(x[:, :3])
+        self.assertAllClose(prefill.numpy(), full[:, :3], atol=1e-5)
+        rest, _ = layer.call_cached(x[:, 3:], cache)
+        self.assertAllClose(rest.numpy(), full[:, 3:], atol=1e-5)
+        fixed = layer.init_cache(batch_size=2, length=5)
+        for t in range(5):
+            out, fixed = layer.call_cached(x[:, t : t + 1], fixed, decode_loop_step=t)
+            self.assertAllClose(out.numpy()[:, 0], full[:, t], atol=1e-5)
+
     def test_fixed_head_cache_has_head_size_not_width_over_heads(self):
         layer = FixedHeadAttention(num_heads=8, head_size=32)  # width 16: 16 / 8 = 2
         x, _ = _inputs(t=3)

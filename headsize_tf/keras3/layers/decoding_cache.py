@@ -21,7 +21,7 @@ provides:
 * `_attend_projected(query, projected, attention_mask, training)`: the
   context `[B, T, N, H]` of the query over such a dict;
 * `_check_attention_mask(query, key, attention_mask)`: validation of the mask;
-* `_use_gate` and `_gate_dense` (Keras MHA's output gate);
+* `_use_gate` and `_gate_dense` (Keras MHA's output gate), `_sliding_window`;
 * `_project_output(context)`: the output projection (head gates folded in).
 
 Backend-agnostic: `keras.ops` only.
@@ -71,14 +71,18 @@ class DecodingCacheMixin:
         to `cache` (or, with `decode_loop_step`, writes them at that index of a
         fixed-length cache, for static shapes under `jit`) and attends over the
         cache. The cache holds the layer's own projections, so it has the right
-        size for any head size. Rotary layers rotate the new queries and keys
-        at their positions: from `decode_loop_step`, else from the cache's
-        length (0 without a cache).
+        size for any head size. The new positions start at `decode_loop_step`,
+        else at the cache's length (0 without a cache): rotary layers rotate
+        their queries and keys there, and each new position attends to the
+        cache's positions up to its own (and within the layer's
+        `sliding_window`), so a prompt prefilled in one call is causal and a
+        fixed-length cache's unwritten positions are never read.
 
         Args:
           query: New positions [B, T_new, width] (self-attention input).
           cache: Dict from `init_cache` or a previous call; None starts one.
-          attention_mask: [B, T_new, S] mask over the (updated) cache.
+          attention_mask: [B, T_new, S] mask over the (updated) cache (padding),
+            combined with the causal one.
           decode_loop_step: Index to write a single new position at, or None.
           training: Dropout mode.
 
@@ -94,8 +98,11 @@ class DecodingCacheMixin:
         # The new positions' first index: rotary layers rotate their queries and keys there.
         if decode_loop_step is not None:
             start = decode_loop_step
-        else:
-            start = 0 if cache is None else next(iter(cache.values())).shape[1]
+        elif cache is None:
+            start = 0
+        else:  # The cache's length: static where known, else read at run time (a traced cache).
+            entry = next(iter(cache.values()))
+            start = entry.shape[1] if entry.shape[1] is not None else ops.shape(entry)[1]
         with self._positions_from(start):
             new = self._project_key_value(query, query)
             if cache is None:
@@ -111,14 +118,34 @@ class DecodingCacheMixin:
                     )
                     for name, tensor in cache.items()
                 }
+            entry = next(iter(cache.values()))  # Every cache entry has time on axis 1.
             if attention_mask is not None:
-                # Every cache entry has time on axis 1.
-                self._check_attention_mask(query, next(iter(cache.values())), attention_mask)
+                self._check_attention_mask(query, entry, attention_mask)
                 attention_mask = ops.convert_to_tensor(attention_mask)
+            # A single new position at the end of a growing cache sees it all: no mask to add.
+            if decode_loop_step is not None or query.shape[1] != 1 or self._sliding_window:
+                causal = self._causal_cache_mask(start, query, entry)
+                attention_mask = (
+                    causal
+                    if attention_mask is None
+                    else ops.logical_and(ops.cast(attention_mask, "bool"), causal)
+                )
             context = self._attend_cached(query, cache, attention_mask, training)
         if self._use_gate:
             context = ops.multiply(context, self._gate_dense(query))
         return self._project_output(context), cache
+
+    def _causal_cache_mask(self, start: Any, query: Any, entry: Any) -> Any:
+        """`[1, T_new, S]` bool: new position `start + i` sees the cache's positions up to its
+        own, and with a `sliding_window` w only the last w of them (as `call` with
+        `use_causal_mask=True`)."""
+        rows = ops.add(ops.arange(ops.shape(query)[1], dtype="int32"), ops.cast(start, "int32"))
+        rows = ops.expand_dims(rows, 1)
+        columns = ops.expand_dims(ops.arange(ops.shape(entry)[1], dtype="int32"), 0)
+        mask = ops.less_equal(columns, rows)
+        if self._sliding_window:
+            mask = ops.logical_and(mask, ops.greater(columns, rows - self._sliding_window))
+        return ops.expand_dims(mask, 0)
 
     def _attend_cached(
         self, query: Any, cache: dict[str, Any], attention_mask: Any, training: Any

@@ -149,6 +149,49 @@ def test_cached_decoding_equals_the_causal_call(make, fixed_length):
     assert all(v.shape[1] == 6 for v in cache.values())
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: StandardAttention(num_heads=2, **kw),
+        lambda **kw: GroupedAttention(num_heads=4, num_kv_heads=2, **kw),
+        lambda **kw: LatentAttention(num_heads=4, kv_latent_dim=6, **kw),
+    ],
+    ids=["standard", "grouped", "latent"],
+)
+@pytest.mark.parametrize("window", [None, 2])
+def test_cached_calls_are_causal_without_a_mask_and_keep_the_window(make, window):
+    """A prompt prefilled in one call, steps of a growing cache and of a fixed-length one,
+    no mask given: each equals the causal call, the layer's `sliding_window` included."""
+    x, _ = util.data(t=6, s=6, seed=2)
+    layer = _built(make(sliding_window=window), x, x)
+    layer_check.randomize(layer, 6)
+    full = util.np_(layer(x, x, use_causal_mask=True))
+    prefill, cache = layer.call_cached(x[:, :4])
+    np.testing.assert_allclose(util.np_(prefill), full[:, :4], rtol=1e-4, atol=1e-5)
+    rest, _ = layer.call_cached(x[:, 4:], cache)
+    np.testing.assert_allclose(util.np_(rest), full[:, 4:], rtol=1e-4, atol=1e-5)
+    grown, fixed = None, layer.init_cache(2, 6)
+    for t in range(6):
+        out, grown = layer.call_cached(x[:, t : t + 1], grown)
+        np.testing.assert_allclose(util.np_(out)[:, 0], full[:, t], rtol=1e-4, atol=1e-5)
+        out, fixed = layer.call_cached(x[:, t : t + 1], fixed, decode_loop_step=t)
+        np.testing.assert_allclose(util.np_(out)[:, 0], full[:, t], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a tf.function trace")
+def test_a_rotary_step_traced_with_a_cache_of_unknown_length_starts_at_its_length():
+    import tensorflow as tf
+
+    x, _ = util.data(t=4, s=4, seed=3)
+    layer = StandardAttention(num_heads=2, rope_max_wavelength=10000.0)
+    full = util.np_(layer(x, x, use_causal_mask=True))
+    spec = {name: tf.TensorSpec([2, None, 2, 8]) for name in ("key", "value")}
+    step = tf.function(layer.call_cached, input_signature=[tf.TensorSpec([2, 1, 16]), spec])
+    _, cache = layer.call_cached(x[:, :2])
+    out, _ = step(tf.constant(x[:, 2:3]), cache)
+    np.testing.assert_allclose(util.np_(out)[:, 0], full[:, 2], rtol=1e-4, atol=1e-5)
+
+
 def test_absorbed_and_up_projected_decoding_agree_on_one_latent():
     x, _ = util.data(t=6, s=6, seed=5)
     absorbed = _built(LatentAttention(num_heads=4, kv_latent_dim=6), x, x)
