@@ -103,6 +103,8 @@ def check_head_size(value: Any, name: str = "head_size") -> int | str:
 
 
 def _per_layer(name: str, value: Any, check) -> Any:
+    if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
+        value = value.tolist()  # A 1-D array (NumPy's), as a list: one entry per layer.
     if isinstance(value, Sequence) and not isinstance(value, str):
         if not value:
             raise SpecError(f"`{name}` per-layer list is empty; give one entry per layer.")

@@ -109,3 +109,10 @@ def test_one_positive_integer_test_for_specs_configs_and_search_spaces():
         assert is_positive_int(value), value
     for value in (0, -2, True, False, 1.0, np.float32(2), "3", None, np.int64(0)):
         assert not is_positive_int(value), value
+
+
+def test_a_numpy_array_is_a_per_layer_list():
+    spec = AttentionSpec("fixed_head", num_heads=np.array([4, 2]), head_size=np.array([8, 16]))
+    assert spec == AttentionSpec("fixed_head", num_heads=(4, 2), head_size=(8, 16))
+    with pytest.raises(SpecError, match=r"`num_heads\[1\]` must be a positive integer; got 0"):
+        AttentionSpec("standard", num_heads=np.array([4, 0]))
