@@ -214,6 +214,11 @@ class AttentionSpec:
     num_rope_heads: int | tuple[int, ...] | None = None
     rope_grid_size: int | None = None
 
+    def __hash__(self) -> int:
+        # `rope_scaling` is a dict (Hugging Face's form): hashed by its items, so a spec is a
+        # dict key or set member whatever its fields.
+        return hash(tuple(_hashable(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         if self.kind not in KINDS:
@@ -548,6 +553,15 @@ class AttentionSpec:
         if hasattr(value, "as_dict"):  # A Model Garden `hyperparams.Config`.
             return cls.from_dict(value.as_dict())
         raise SpecError(f"Expected an AttentionSpec or a dict of its fields; got {value!r}.")
+
+
+def _hashable(value: Any) -> Any:
+    """`value` with its dicts as sorted item tuples and its lists as tuples."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, tuple | list):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 def _plain(value: Any) -> Any:

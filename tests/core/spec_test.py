@@ -116,3 +116,11 @@ def test_a_numpy_array_is_a_per_layer_list():
     assert spec == AttentionSpec("fixed_head", num_heads=(4, 2), head_size=(8, 16))
     with pytest.raises(SpecError, match=r"`num_heads\[1\]` must be a positive integer; got 0"):
         AttentionSpec("standard", num_heads=np.array([4, 0]))
+
+
+def test_a_spec_with_rope_scaling_hashes_as_it_compares():
+    scaling = {"rope_type": "linear", "factor": 2.0}
+    one = AttentionSpec("standard", num_heads=4, rope_max_wavelength=1e4, rope_scaling=scaling)
+    two = AttentionSpec("standard", num_heads=4, rope_max_wavelength=1e4, rope_scaling=scaling)
+    other = AttentionSpec("standard", num_heads=4, rope_max_wavelength=1e4)
+    assert one == two and hash(one) == hash(two) and len({one, two, other}) == 2
