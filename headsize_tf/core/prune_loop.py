@@ -97,6 +97,7 @@ def masked_schedule(
     min_heads_per_layer: int = 1,
     initial_mask: np.ndarray | None = None,
     progress: bool = True,
+    heads: np.ndarray | None = None,
 ) -> list[PruningStep]:
     """`core.pruning_plan.iterative_pruning` on a model whose gates `set_mask` sets.
 
@@ -111,6 +112,7 @@ def masked_schedule(
       target_fraction, step, recompute, min_heads_per_layer: The schedule.
       initial_mask: The schedule's starting mask (default: `original`).
       progress: A progress bar over the steps.
+      heads: The slots of `original` that hold a head (default: all).
     """
 
     def importance_fn(mask):
@@ -133,6 +135,7 @@ def masked_schedule(
             min_heads_per_layer=min_heads_per_layer,
             initial_mask=start,
             progress=progress,
+            heads=heads,
         )
     finally:
         set_mask(original)
@@ -195,6 +198,9 @@ def prune_curve(
         curve.evaluations.append(values)
         return values[adapter.metric_name]
 
+    # Slots without a head (a layer narrower than the widest, -1) are not heads of the fractions;
+    # an encoder's removed heads keep their original numbers and count as pruned.
+    exists = np.asarray(adapter.original_heads())[rows] >= 0
     groups = _GroupMasks.of(adapter, rows, start) if schedule.unit == "kv_group" else None
     if groups is None:
         restore, first = original[rows], start
@@ -212,6 +218,7 @@ def prune_curve(
         def measure():
             return groups.scores(scores())
 
+        exists = groups.exists
     steps = masked_schedule(
         restore,
         apply,
@@ -223,6 +230,7 @@ def prune_curve(
         min_heads_per_layer=schedule.min_heads_per_layer,
         initial_mask=first,
         progress=schedule.progress,
+        heads=exists,
     )
     if groups is not None:
         adapter.set_head_mask(original)  # Gates masked within kept groups, as they were.
@@ -236,11 +244,12 @@ class _GroupMasks:
     """Group-level masks of the pruned rows and their head-level forms.
 
     `of_slot[r, s]`: the key/value group of row r's slot s (-1: no head);
-    `start`: 1 for each group with a live head.
+    `start`: 1 for each group with a live head; `exists`: each group the row has.
     """
 
     of_slot: np.ndarray
     start: np.ndarray
+    exists: np.ndarray
 
     @classmethod
     def of(cls, adapter: ModelAdapter, rows: list[int], start: np.ndarray) -> _GroupMasks:
@@ -253,9 +262,12 @@ class _GroupMasks:
         of_slot = np.asarray(kv_groups(), np.int64)[rows]
         width = int(of_slot.max()) + 1
         alive = np.zeros([len(rows), width], np.float32)
-        for r, s in zip(*np.nonzero((of_slot >= 0) & (start != 0)), strict=True):
-            alive[r, of_slot[r, s]] = 1.0
-        return cls(of_slot, alive)
+        exists = np.zeros([len(rows), width], bool)
+        for r, s in zip(*np.nonzero(of_slot >= 0), strict=True):
+            exists[r, of_slot[r, s]] = True
+            if start[r, s] != 0:
+                alive[r, of_slot[r, s]] = 1.0
+        return cls(of_slot, alive, exists)
 
     def heads(self, groups: Any) -> np.ndarray:
         """The head mask of a group mask: each slot takes its group's entry."""

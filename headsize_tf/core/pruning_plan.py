@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -76,6 +75,7 @@ def iterative_pruning(
     min_heads_per_layer: int = 0,
     initial_mask: np.ndarray | None = None,
     progress: bool = True,
+    heads: np.ndarray | None = None,
 ) -> list[PruningStep]:
     """Prunes `step` of all heads at a time down to `target_fraction`.
 
@@ -90,21 +90,34 @@ def iterative_pruning(
         the unpruned model are used throughout).
       min_heads_per_layer: Never prune a layer below this many heads.
       initial_mask: Starting mask (default all ones).
+      heads: `[layers, heads]` bool, the slots that hold a head (default: all).
+        A layer with fewer heads than the widest has slots without one: they
+        are neither counted (the fractions are of the heads) nor pruned.
 
     Returns:
-      One `PruningStep` per point, starting with the unpruned model.
+      One `PruningStep` per point, starting with the unpruned model
+      (`heads_pruned`: the heads whose mask entry is 0).
     """
     target_fraction = check_fraction("target_fraction", target_fraction)
     step = check_fraction("step", step, allow_zero=False)
-    layers, heads = num_heads
-    total = layers * heads
-    if min_heads_per_layer * layers > total * (1 - target_fraction) + 1e-9:
+    layers, width = num_heads
+    exists = np.ones([layers, width], bool) if heads is None else np.asarray(heads, bool)
+    total = int(exists.sum())
+    # The last step prunes round(target_fraction x heads), as every step rounds its goal.
+    if min_heads_per_layer * layers > total - int(round(target_fraction * total)):
         raise ValueError(
-            f"target_fraction {target_fraction} prunes {math.floor(target_fraction * total)} of "
+            f"target_fraction {target_fraction} prunes {int(round(target_fraction * total))} of "
             f"{total} heads, but min_heads_per_layer={min_heads_per_layer} keeps "
             f"{min_heads_per_layer * layers}."
         )
-    mask = np.ones([layers, heads], np.float32) if initial_mask is None else initial_mask.copy()
+    if initial_mask is None:
+        mask = exists.astype(np.float32)
+    else:
+        mask = np.where(exists, initial_mask, 0.0).astype(np.float32)
+
+    def pruned() -> int:
+        return int(np.count_nonzero((mask == 0) & exists))
+
     from tqdm.auto import tqdm
 
     fractions = [0.0]
@@ -119,7 +132,7 @@ def iterative_pruning(
         for fraction in bar:
             start = time.perf_counter()
             goal = int(round(fraction * total))
-            have = int((mask == 0).sum())
+            have = pruned()
             if goal > have:
                 if importance is None or (recompute and not np.array_equal(scored_mask, mask)):
                     importance, scored_mask = importance_fn(mask), mask.copy()
@@ -129,9 +142,7 @@ def iterative_pruning(
                     mask[layer, head] = 0.0
             metric = float(metric_fn(mask))
             elapsed = time.perf_counter() - start
-            steps.append(
-                PruningStep(fraction, int((mask == 0).sum()), metric, mask.tolist(), elapsed)
-            )
+            steps.append(PruningStep(fraction, pruned(), metric, mask.tolist(), elapsed))
     return steps
 
 

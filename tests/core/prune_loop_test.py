@@ -232,3 +232,26 @@ def test_kv_group_unit_keeps_masked_heads_of_kept_groups_and_needs_groups():
         prune_loop(FakeAdapter(WORTH), schedule)
     with pytest.raises(ValueError, match="unit='layer'"):
         PruneSchedule(unit="layer")
+
+
+def test_fractions_are_of_the_heads_a_model_has_not_of_its_widest_layers_slots():
+    """Layers of 1 and 4 heads (a pruned, reloaded model): 60% of its 5 heads is 3."""
+    worth = np.array([[4.0, np.nan, np.nan, np.nan], [8.0, 7.0, 5.0, 6.0]])
+    adapter = FakeAdapter(worth, numbering=[[0, -1, -1, -1], [0, 1, 2, 3]])
+    report = prune_loop(adapter, PruneSchedule(target_fraction=0.6, step=0.6, progress=False))
+    assert [p["heads_pruned"] for p in report["curve"]] == [0, 3]
+    assert report["curve"][-1]["heads_per_layer"] == [1, 1]
+    assert report["kept_heads"]["pruned"] == [[0], [0]]
+
+
+def test_group_fractions_are_of_the_groups_a_model_has():
+    class Narrow(FakeAdapter):  # Layer 0: one group of 2 heads; layer 1: two groups.
+        def kv_groups(self):
+            return [[0, 0, -1, -1], [0, 0, 1, 1]]
+
+    worth = np.array([[4.0, 1.0, np.nan, np.nan], [8.0, 7.0, 5.0, 6.0]])
+    adapter = Narrow(worth, numbering=[[0, 1, -1, -1], [0, 1, 2, 3]])
+    schedule = PruneSchedule(target_fraction=0.34, step=0.34, progress=False, unit="kv_group")
+    report = prune_loop(adapter, schedule)  # 34% of 3 groups: one goes (layer 1's second).
+    assert report["curve"][-1]["mask"] == [[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+    assert [p["heads_pruned"] for p in report["curve"]] == [0, 2]

@@ -173,7 +173,11 @@ def test_removed_heads_equal_masked_heads_and_save(kind, tmp_path):
     masked = _sequence(backbone, inputs)
     pruned = remove_heads(backbone)
     assert pruned.attention_spec.num_heads == (2, 1)
-    np.testing.assert_allclose(head_mask(pruned), np.ones([2, 2]) * [[1, 1], [1, np.nan]])
+    # Gates all one; the empty layer's head (output rows zero) shows as pruned.
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(pruned.attention_layers[1].head_gates), [1]
+    )
+    np.testing.assert_allclose(head_mask(pruned), [[1, 1], [0, np.nan]])
     np.testing.assert_allclose(_sequence(pruned, inputs), masked, atol=1e-5)
     assert pruned.count_params() < backbone.count_params()
     np.testing.assert_array_equal(head_mask(backbone), mask)  # The source is unchanged.

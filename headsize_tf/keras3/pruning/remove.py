@@ -27,12 +27,21 @@ from headsize_tf.keras3.modeling.surgery import AttentionModel, with_attention
 
 
 def head_mask(backbone: AttentionModel) -> np.ndarray:
-    """`[layers, max heads]` current gates (NaN beyond a layer's head count)."""
+    """`[layers, max heads]` current gates (NaN beyond a layer's head count).
+
+    A head whose output rows are all zero adds nothing whatever its gate: it is 0
+    here, as pruned. Removal leaves such heads (the masked heads of a kept key/value
+    group, the one head of a layer left without any; their gates folded into the
+    output rows), and a model saved and loaded again has its gates back at one.
+    """
     layers = backbone.attention_layers
     width = max(layer.num_heads for layer in layers)
     mask = np.full([len(layers), width], np.nan, np.float32)
     for i, layer in enumerate(layers):
-        mask[i, : layer.num_heads] = keras.ops.convert_to_numpy(layer.head_gates)
+        gates = keras.ops.convert_to_numpy(layer.head_gates)
+        output = np.asarray(keras.ops.convert_to_numpy(layer._output_dense.kernel))
+        live = np.any(output.reshape(layer.num_heads, -1) != 0, axis=1)
+        mask[i, : layer.num_heads] = np.where(live, gates, 0.0)
     return mask
 
 

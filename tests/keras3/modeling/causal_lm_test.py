@@ -175,6 +175,10 @@ def test_removed_heads_compute_what_the_gates_masked(kind):
     assert [layer.num_heads for layer in pruned.attention_layers] == [heads[0] - 1, 1]
     np.testing.assert_allclose(numpy(pruned(tokens)), masked, atol=1e-5)
     assert pruned.count_params() == formula_params(pruned) < lm.count_params()
+    # The pruned layer's one head adds nothing (its output rows are zero): pruned, not live,
+    # for a second pruning, though its gate is back at one.
+    again = head_mask(pruned)
+    assert again[1, 0] == 0.0 and np.all(again[0, : heads[0] - 1] != 0)
 
 
 @pytest.mark.parametrize("kind", ["standard", "fixed_head"])

@@ -324,7 +324,7 @@ def test_a_normed_partial_rope_source_converts_exactly_through_its_latent_part()
     is refused (under the norm it no longer cancels). A latent with several rotary keys
     loses whole groups of heads, each group's rotary key and norm scales with it: the cache
     shrinks, the logits stay the masked model's."""
-    from headsize_tf.keras3.pruning import remove_heads, set_head_mask
+    from headsize_tf.keras3.pruning import head_mask, remove_heads, set_head_mask
 
     sets = [[0, 2], [1, 3], [2, 3]]
     args = dict(vocabulary_size=40, num_layers=2, hidden_dim=24, intermediate_dim=32)
@@ -356,6 +356,8 @@ def test_a_normed_partial_rope_source_converts_exactly_through_its_latent_part()
     )
     assert full - smaller == 4 + 2  # One rotary key (2 pairs) and two heads' inverse RMS.
     np.testing.assert_allclose(util.np_(removed(IDS)), masked, atol=1e-4)
+    # Layer 1's masked head stays (its group does), its output rows zero: pruned, not live.
+    assert np.nan_to_num(head_mask(removed)).tolist() == [[1] * 4 + [0] * 2, mask[1].tolist()]
     prompt, _ = removed.prefill(IDS[:, :5], 12)
     np.testing.assert_allclose(util.np_(prompt), masked[:, :5], atol=1e-4)
     # Key/value-group pruning (`--unit kv_group`) prunes these groups.
