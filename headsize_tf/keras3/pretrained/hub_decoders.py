@@ -412,14 +412,21 @@ def hub_backbone_from_checkpoint(checkpoint: LlamaCheckpoint, backbone_class: st
         "layer_norm_epsilon": config.rms_norm_epsilon,
     }
     scaling = config.rope_scaling
+    # These backbones have no head_dim argument: theirs is width / heads.
+    if backbone_class in ("LlamaBackbone", "Llama3Backbone", "QwenBackbone") and (
+        config.head_dim * h != d
+    ):
+        raise CheckpointError(
+            f"keras-hub's {backbone_class} needs head_dim = width / heads ({d} / {h}); this "
+            f"model's heads are of {config.head_dim} (MistralBackbone and Qwen3Backbone take "
+            "their own)."
+        )
     if backbone_class in ("LlamaBackbone", "Llama3Backbone"):
         if config.sliding_window is not None:
             raise CheckpointError(
                 f"keras-hub's {backbone_class} has no sliding window; the model attends within "
                 f"{config.sliding_window} positions (MistralBackbone or QwenBackbone have one)."
             )
-        if config.head_dim * h != d:
-            raise CheckpointError(f"keras-hub's {backbone_class} needs head_dim = width / heads.")
         # Untied, always: keras-hub's Llama configs do not record tying, so a tied preset
         # reloads untied and fails; an output matrix equal to the embedding is the same model.
         kwargs["tie_word_embeddings"] = False
@@ -661,7 +668,11 @@ def save_hub_decoder(
 
     Only models a Llama-family checkpoint can hold are written (see
     `checkpoint_from_decoder`): grouped or multi-head attention with full
-    RoPE, the same heads in every layer.
+    RoPE, the same heads in every layer. A model that carries keras-hub's
+    tokenizer of the family (a task preset's, as `load_hub_decoder` attaches
+    it) is written as that causal LM task, tokenizer and preprocessor
+    included, so the preset loads as the task again (`CausalLM.from_preset`,
+    `load_hub_decoder` with its tokenizer); otherwise as a bare backbone.
     """
     family = family_of_class(backbone_class)
     model_type = family.model_type
@@ -669,5 +680,11 @@ def save_hub_decoder(
         model_type = "gemma2"  # One keras-hub backbone holds both.
     checkpoint = checkpoint_from_decoder(lm, model_type)
     backbone = hub_backbone_from_checkpoint(checkpoint, backbone_class)
-    backbone.save_to_preset(str(directory))
+    task_class = getattr(require_keras_hub().models, family.causal_lm_class)
+    preprocessor_class = task_class.preprocessor_cls
+    if isinstance(getattr(lm, "tokenizer", None), preprocessor_class.tokenizer_cls):
+        preprocessor = preprocessor_class(tokenizer=lm.tokenizer)
+        task_class(backbone=backbone, preprocessor=preprocessor).save_to_preset(str(directory))
+    else:
+        backbone.save_to_preset(str(directory))
     return backbone

@@ -361,6 +361,19 @@ def test_a_model_pruned_layer_by_layer_is_a_checkpoint_keras_hub_cannot_hold(tmp
     assert not (tmp_path / "preset").exists()
 
 
+@pytest.mark.parametrize("backbone_class", ["Llama3Backbone", "QwenBackbone"])
+def test_heads_other_than_width_over_heads_are_refused_where_a_backbone_has_no_head_dim(
+    backbone_class, tmp_path
+):
+    # 4 heads of 8 in a width of 48 (a model that lost a key/value group of its 6 heads).
+    bias = backbone_class == "QwenBackbone"  # Qwen2's attention has biases.
+    attention = {"kind": "grouped", "num_heads": 4, "num_kv_heads": 2, "head_size": 8}
+    lm = _decoder(attention, attention_bias=bias)
+    with pytest.raises(CheckpointError, match=rf"{backbone_class} needs head_dim = width / heads"):
+        save_hub_decoder(lm, tmp_path / "preset", backbone_class)
+    assert not (tmp_path / "preset").exists()
+
+
 @pytest.mark.parametrize("backbone_class", ["Llama3Backbone", "Qwen3Backbone"])
 def test_a_sliding_window_is_written_or_refused(backbone_class, tmp_path):
     qwen3 = backbone_class == "Qwen3Backbone"
@@ -454,3 +467,39 @@ def test_a_query_key_normed_model_pools_its_key_value_heads_and_saves_back(case,
     assert back.num_key_value_heads == 1
     bound = QWEN3_TOLERANCE if backbone_class == "Qwen3Backbone" else TOLERANCE
     assert np.abs(hub_logits(back, ids) - ours).max() <= bound * max(1.0, np.abs(ours).max())
+
+
+def test_a_task_preset_saves_back_as_the_task_with_its_tokenizer(tmp_path):
+    """load -> pool the key/value heads -> save: keras-hub loads the written preset as its
+    causal LM, tokenizer and preprocessor included, generating what the library's model does."""
+    from headsize_tf.core.conversion import ConversionTarget
+    from headsize_tf.keras3.reparam import convert_model
+
+    vocabulary = {"a": 0, "b": 1, "Ġ": 2, "Ġa": 3, "Ġb": 4, "ab": 5}
+    vocabulary.update({f"x{i}": i for i in range(6, 30)})
+    vocabulary.update({"<|begin_of_text|>": 30, "<|end_of_text|>": 31})
+    vocabulary.update({"<|start_header_id|>": 32, "<|end_header_id|>": 33, "<|eot_id|>": 34})
+    tokenizer = keras_hub.models.Llama3Tokenizer(
+        vocabulary=vocabulary, merges=["Ġ a", "a b", "Ġ b"]
+    )
+    backbone = keras_hub.models.Llama3Backbone(
+        vocabulary_size=35,
+        num_layers=2,
+        num_query_heads=4,
+        num_key_value_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+    )
+    rng = np.random.default_rng(0)
+    backbone.set_weights([rng.normal(0, 0.3, w.shape) for w in backbone.get_weights()])
+    preprocessor = keras_hub.models.Llama3CausalLMPreprocessor(tokenizer=tokenizer)
+    task = keras_hub.models.Llama3CausalLM(backbone=backbone, preprocessor=preprocessor)
+    task.save_to_preset(str(tmp_path / "task"))
+    lm = load_hub_decoder(tmp_path / "task")
+    pruned, _ = convert_model(lm, ConversionTarget("grouped", 1, "mean"))  # Multi-query.
+    save_hub_decoder(pruned, tmp_path / "back", "Llama3Backbone")
+    again = keras_hub.models.Llama3CausalLM.from_preset(str(tmp_path / "back"))
+    assert again.backbone.num_key_value_heads == 1
+    reloaded = load_hub_decoder(tmp_path / "back")
+    assert isinstance(reloaded.tokenizer, keras_hub.models.Llama3Tokenizer)
+    assert reloaded.generate("a b", max_new_tokens=4) == pruned.generate("a b", max_new_tokens=4)
