@@ -125,6 +125,14 @@ def remove_heads(
       The pruned encoder (`pruned_heads` in its config); the source is left
       unchanged.
     """
+    kind = encoder.attention_spec.kind
+    if kind in ("grouped", "latent"):  # Their heads share keys and values: not one by one.
+        raise ValueError(
+            f"remove_heads removes an encoder's heads one by one: standard, fixed_head or "
+            f"collaborative heads, not {kind} ones (shared keys and values); prune those by "
+            "masking (set_head_mask), or on the Keras 3 front, whose BertBackbone loses whole "
+            "key/value groups."
+        )
     current = head_mask(encoder)
     mask = current if mask is None else np.asarray(mask, np.float32)
     if mask.shape != current.shape:

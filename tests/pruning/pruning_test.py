@@ -165,6 +165,14 @@ class RemovalTest(tf.test.TestCase, parameterized.TestCase):
                 attention=dict(num_heads=2),
                 pruned_heads=[[0], [1]],
             )
+        grouped = HeadsizeBertEncoder(
+            vocab_size=5,
+            hidden_size=8,
+            num_layers=1,
+            attention=dict(kind="grouped", num_heads=4, num_kv_heads=2),
+        )
+        with self.assertRaisesRegex(ValueError, r"not grouped ones .*whole key/value groups"):
+            remove_heads(grouped, np.array([[1, 1, 0, 0]], np.float32))
 
 
 class _GatedStack(tf_keras.Model):
