@@ -92,9 +92,10 @@ class LMAdapter:
             kind = kind_of(layer)
             rotary_keys = layer.num_rope_heads if kind == "latent" else None
             if kind not in ("standard", "fixed_head", "grouped") and not (rotary_keys or 0) > 1:
+                latent = {1: " with one rotary key", None: " without rotary keys"}
                 raise ValueError(
                     f"Layer {i} has {kind} attention"
-                    f"{' with one rotary key' if kind == 'latent' else ''}; whole key/value "
+                    f"{latent[rotary_keys] if kind == 'latent' else ''}; whole key/value "
                     "groups are pruned in grouped, multi-head or multi-rotary-key latent layers."
                 )
             heads = layer.num_heads

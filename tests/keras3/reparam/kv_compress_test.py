@@ -364,6 +364,17 @@ def test_a_normed_partial_rope_source_converts_exactly_through_its_latent_part()
     from headsize_tf.keras3.pruning.lm_adapter import LMAdapter
 
     assert LMAdapter(latent, IDS, IDS).kv_groups() == [[0, 0, 1, 1, 2, 2]] * 2
+    one_key = DecoderLM(
+        **args,
+        attention={
+            "kind": "latent",
+            "num_heads": 6,
+            "kv_latent_dim": 16,
+            "rope_max_wavelength": BASE,
+        },
+    )
+    with pytest.raises(ValueError, match="Layer 0 has latent attention with one rotary key; whole"):
+        LMAdapter(one_key, IDS, IDS).kv_groups()
 
 
 def test_a_model_with_its_own_query_scale_keeps_it_in_grouped_and_latent_conversions():
