@@ -6,9 +6,14 @@ is TensorFlow ops (tensorflow-text's regex split and a lookup table), so the
 exported graph tokenizes and detokenizes by itself. A pre-tokenizer that
 splits digits one by one (SmolLM2's) is applied first, in-graph. keras-hub's
 split regex emulates GPT-2's `\\s+(?!\\S)` rule without a lookahead: ids
-equal the model's own tokenizer's on ordinary text, digits, Unicode and runs
-of spaces and newlines; a tab or carriage return before a newline can split
-differently (tested). Needs the `hub` extra (keras-hub) and tensorflow-text.
+equal the model's own tokenizer's on ordinary text, digits, Unicode, control
+characters and runs of spaces and newlines; a tab or carriage return before a
+newline can split differently (tested); a text with a NUL character is refused
+(the regex split would end it there). Only that
+pre-tokenization is built in-graph: GPT-2's byte-level regex, optionally after
+single digits, with no normalizer; a tokenizer that splits by its own regex
+(Llama 3's, Qwen2's, with Qwen's NFC normalizer) is refused rather than
+tokenized differently. Needs the `hub` extra (keras-hub) and tensorflow-text.
 """
 
 from __future__ import annotations
@@ -21,11 +26,31 @@ import tensorflow as tf
 from headsize_tf.keras3.modeling.lm_generation import leading_token_id
 
 
+def _pre_tokenizers(data: dict[str, Any]) -> list[dict[str, Any]]:
+    pre = data.get("pre_tokenizer") or {}
+    return list(pre.get("pretokenizers", [])) if pre.get("type") == "Sequence" else [pre]
+
+
 def _digits_split(tokenizer_json: str) -> bool:
     """Whether the pre-tokenizer splits digits individually (SmolLM2's, StarCoder's)."""
-    pre = json.loads(tokenizer_json).get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    parts = _pre_tokenizers(json.loads(tokenizer_json))
     return any(p.get("type") == "Digits" and p.get("individual_digits") for p in parts)
+
+
+def _graph_pre_tokenization(data: dict[str, Any]) -> str | None:
+    """None when the graph splits text as the tokenizer does (GPT-2's byte-level regex,
+    optionally after single digits, no normalizer); else what it does instead."""
+    if data.get("normalizer"):
+        return f"a {data['normalizer'].get('type')} normalizer"
+    parts = _pre_tokenizers(data)
+    if parts and parts[0].get("type") == "Digits" and parts[0].get("individual_digits"):
+        parts = parts[1:]
+    if len(parts) != 1 or parts[0].get("type") != "ByteLevel":
+        kinds = [p.get("type") for p in _pre_tokenizers(data)]
+        return f"the pre-tokenizers {kinds} (a regex of its own)"
+    if not parts[0].get("use_regex", True) or parts[0].get("add_prefix_space"):
+        return "a byte-level pre-tokenizer without GPT-2's regex, or adding a prefix space"
+    return None
 
 
 def _byte_level(data: dict[str, Any]) -> bool:
@@ -66,9 +91,17 @@ class GraphBytePairTokenizer(tf.Module):
         if not _byte_level(data):
             raise ValueError(
                 "A SavedModel that takes raw text tokenizes byte-level BPE in-graph (SmolLM, "
-                "Llama 3, Qwen); this decoder's tokenizer is "
+                "GPT-2); this decoder's tokenizer is "
                 f"{'SentencePiece BPE (Llama 2, Mistral, Gemma)' if model.get('byte_fallback') else 'not byte-level BPE'}"
                 ": save it as a .keras file or a Hugging Face directory instead."
+            )
+        unlike = _graph_pre_tokenization(data)
+        if unlike is not None:
+            raise ValueError(
+                "A SavedModel that takes raw text splits it in-graph as GPT-2's byte-level BPE "
+                f"does (SmolLM, GPT-2); this decoder's tokenizer has {unlike}, which the graph "
+                "would not follow: save it as a .keras file, a GGUF file or a Hugging Face "
+                "directory instead."
             )
         merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
         self.bpe = keras_hub.tokenizers.BytePairTokenizer(
@@ -80,6 +113,17 @@ class GraphBytePairTokenizer(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def _ids(self, text: tf.Tensor) -> tf.RaggedTensor:
         """Ragged `[batch, ids]` of a `[batch]` string tensor (keras-hub's graph path, always)."""
+        # tensorflow-text's regex split (keras-hub's too) ends a string at a NUL byte: such a
+        # text is refused, not scored or continued from its first part.
+        nul = tf.reduce_any(tf.strings.regex_full_match(text, "(?s).*\\x00.*"))
+        checked = tf.debugging.assert_equal(
+            nul,
+            False,
+            message="A text holds a NUL character (\\x00), which the in-graph tokenizer cannot "
+            "split; remove it before serving.",
+        )
+        with tf.control_dependencies([checked]):
+            text = tf.identity(text)
         if not self._digits:
             return self.bpe(text)
         import tensorflow_text as tf_text

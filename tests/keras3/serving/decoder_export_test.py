@@ -106,3 +106,36 @@ def test_more_positions_than_the_model_has_are_refused(decoder, tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"is beyond the {lm.max_sequence_length} positions" in err[0]
     assert not (tmp_path / "export").exists() and not (tmp_path / "lm.gguf").exists()
+
+
+def test_a_text_with_a_nul_character_is_refused_not_cut(decoder):
+    _, lm = decoder
+    graph = GraphBytePairTokenizer(lm.tokenizer)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NUL character"):
+        graph.tokenize(tf.constant(["fine", "cut\x00here"]), 16)
+    assert graph.tokenize(tf.constant(["a\x07b"]), 8)["input_mask"].numpy().sum() > 0
+
+
+def test_a_pre_tokenizer_of_its_own_regex_is_refused_not_mistokenized(tokenizer_json):
+    """Llama 3's and Qwen2's split by their own regex (Qwen2 after NFC): refused in one line."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
+
+    from headsize_tf.data.gguf_llama import LLAMA3_REGEX
+    from headsize_tf.keras3.pretrained.bpe_tokenizer import BytePairTokenizer
+
+    llama3 = Tokenizer.from_str(tokenizer_json)
+    llama3.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    with pytest.raises(ValueError, match=r"pre-tokenizers \['Split', 'ByteLevel'\]"):
+        GraphBytePairTokenizer(BytePairTokenizer(llama3.to_str(), 0))
+    qwen = Tokenizer.from_str(tokenizer_json)
+    qwen.normalizer = normalizers.NFC()
+    with pytest.raises(ValueError, match="has a NFC normalizer"):
+        GraphBytePairTokenizer(BytePairTokenizer(qwen.to_str(), 0))
+    assert json.loads(tokenizer_json)["pre_tokenizer"]["type"] == "Sequence"  # SmolLM2's: kept.
