@@ -70,8 +70,11 @@ class LMDataConfig(cfg.DataConfig):
 class LanguageModelingConfig(cfg.TaskConfig):
     model: CausalLMConfig = dataclasses.field(default_factory=CausalLMConfig)
     train_data: LMDataConfig = dataclasses.field(default_factory=LMDataConfig)
+    # Every validation window counts: a last partial batch too (a set smaller than one
+    # batch would otherwise give no tokens and a perplexity of 1), as the BERT and
+    # translation experiments here validate.
     validation_data: LMDataConfig = dataclasses.field(
-        default_factory=lambda: LMDataConfig(is_training=False)
+        default_factory=lambda: LMDataConfig(is_training=False, drop_remainder=False)
     )
 
 

@@ -45,3 +45,22 @@ def test_the_default_buffer_shuffles_across_the_file_the_grid_keeps_100(tmp_path
     assert grid == 100
     local = first_batch_windows(language_modeling.LMDataConfig(**fields, shuffle_buffer_size=grid))
     assert local.max() < grid + 32  # Model Garden's default: the first ~130 windows only.
+
+
+def test_validation_reads_every_window_a_last_partial_batch_too(tmp_path):
+    """3 windows, batches of 2: two batches (2 + 1), as the experiment's default validation data
+    reads them (a set smaller than one batch gave no tokens, a perplexity of 1)."""
+    path = tmp_path / "valid.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(3):
+            ids = [i] * (LENGTH + 1)
+            feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids))}
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+    default = language_modeling.LanguageModelingConfig().validation_data
+    assert not default.is_training and not default.drop_remainder
+    config = default.replace(input_path=str(path), seq_length=LENGTH, global_batch_size=2)
+    task = lm_task.LanguageModelingTask(language_modeling.LanguageModelingConfig())
+    sizes = [int(inputs.shape[0]) for inputs, _ in task.build_inputs(config)]
+    assert sizes == [2, 1]
