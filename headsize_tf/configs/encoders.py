@@ -63,6 +63,12 @@ class HeadsizeEncoderConfig(hyperparams.Config):
         value_dim, shared_key_dim, mixing_initializer; per-layer lists of
         num_heads / head_size allowed). "sequence_length" head sizes resolve
         to `max_position_embeddings`.
+      hidden_activation: A tf_keras activation name: "gelu" is the exact (erf)
+        GELU, as Hugging Face BERT and MiniLM checkpoints use it. Model
+        Garden's `BertEncoderConfig` maps "gelu" to its tanh approximation
+        (`tf_utils.get_activation`): a stock `bert_v2` config and this one
+        with the same weights differ by that approximation (about 1e-3 in
+        the outputs).
       Other fields: as Model Garden's `BertEncoderConfig`.
     """
 
