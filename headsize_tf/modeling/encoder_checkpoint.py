@@ -74,6 +74,10 @@ class AttentionMismatch:
         return lines
 
 
+# The SavedModel object graph's lists of a layer's weights by position.
+_LISTS = frozenset({"variables", "trainable_variables", "non_trainable_variables", "keras_api"})
+
+
 class _CheckpointGraph:
     """A checkpoint's object graph and variable shapes."""
 
@@ -118,7 +122,13 @@ class _CheckpointGraph:
         return found
 
     def variables(self, node: int | None) -> dict[str, Shape]:
-        """Variables below `node` (first path of each, breadth first) -> shapes."""
+        """Variables below `node` (first path of each, breadth first) -> shapes.
+
+        A SavedModel's graph also lists each layer's weights by position
+        (`variables/0`, `trainable_variables/1`, ...): those lists are walked
+        last, so a weight is named by its attribute path (`_query_dense/kernel`),
+        as in a checkpoint written by `tf.train.Checkpoint`.
+        """
         if node is None:
             return {}
         out: dict[str, Shape] = {}
@@ -129,7 +139,10 @@ class _CheckpointGraph:
             for attribute in self.graph.nodes[current].attributes:
                 if attribute.name == "VARIABLE_VALUE" and prefix:
                     out[prefix] = self.shapes.get(attribute.checkpoint_key, [])
-            for ref in self.graph.nodes[current].children:
+            children = sorted(
+                self.graph.nodes[current].children, key=lambda ref: ref.local_name in _LISTS
+            )
+            for ref in children:
                 if ref.node_id not in seen:
                     seen.add(ref.node_id)
                     queue.append((ref.node_id, f"{prefix}/{ref.local_name}".lstrip("/")))
@@ -145,7 +158,8 @@ def _layer_variables(layer: Any) -> dict[str, Shape]:
     while queue:
         current, prefix = queue.popleft()
         view = tf.train.TrackableView(current)
-        for name, child in view.children(current).items():
+        children = sorted(view.children(current).items(), key=lambda item: item[0] in _LISTS)
+        for name, child in children:  # Attribute paths before positional lists, as below.
             if id(child) in seen:
                 continue
             seen.add(id(child))
