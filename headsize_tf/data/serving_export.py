@@ -35,7 +35,9 @@ def language_model_outputs(lm, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Ten
     Returns:
       `log_likelihood` [batch] (the sum over tokens 2..n of log p(token |
       prefix)), `num_tokens` [batch] and `next_token_probabilities` [batch,
-      vocab] after the last token, all float32.
+      vocab] after the last token, all float32. A text without tokens (an
+      empty one, in any batch, all of it such texts too) has 0, 0 and
+      probabilities of 0: no prefix to continue.
 
     Example:
 
@@ -45,15 +47,21 @@ def language_model_outputs(lm, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Ten
     """
     ids = inputs["input_word_ids"]
     mask = tf.cast(inputs["input_mask"], tf.float32)
+    # A batch of empty texts has no position at all: one of padding keeps the shapes.
+    short = tf.maximum(1 - tf.shape(ids)[1], 0)
+    ids = tf.pad(ids, [[0, 0], [0, short]])
+    mask = tf.pad(mask, [[0, 0], [0, short]])
     logits = tf.cast(lm(ids, training=False), tf.float32)  # [B, T, V]
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     targets = tf.gather(log_probs[:, :-1], ids[:, 1:], batch_dims=2)  # [B, T - 1]
     num_tokens = tf.reduce_sum(mask, axis=1)
     last = tf.maximum(tf.cast(num_tokens, tf.int32) - 1, 0)
+    has_tokens = tf.cast(num_tokens > 0, tf.float32)[:, None]
     return {
         "log_likelihood": tf.reduce_sum(targets * mask[:, 1:], axis=1),
         "num_tokens": num_tokens,
-        "next_token_probabilities": tf.nn.softmax(tf.gather(logits, last, batch_dims=1)),
+        "next_token_probabilities": tf.nn.softmax(tf.gather(logits, last, batch_dims=1))
+        * has_tokens,
     }
 
 
