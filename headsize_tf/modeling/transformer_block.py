@@ -132,6 +132,13 @@ class HeadsizeTransformerBlock(nlp_layers.TransformerEncoderBlock):
             raise ValueError(
                 f"pruned_heads {list(pruned_heads)} must be indices in [0, {self._num_heads})."
             )
+        if pruned and spec.kind in ("grouped", "latent"):
+            # Their heads share keys and values: a pruned block would regroup them.
+            raise ValueError(
+                f"pruned_heads {pruned}: heads are removed one by one from standard, "
+                f"fixed_head or collaborative attention, not {spec.kind} (shared keys and "
+                "values); mask those heads instead (set_head_mask)."
+            )
         self._pruned_heads = pruned
         self._spec = spec
 

@@ -286,3 +286,23 @@ class ScheduleTest(tf.test.TestCase):
             iterative_pruning((2, 2), None, None, step=0)
         with self.assertRaisesRegex(ValueError, "min_heads_per_layer=1 keeps 4"):
             iterative_pruning((4, 2), None, None, target_fraction=0.75, min_heads_per_layer=1)
+
+
+@pytest.mark.parametrize(
+    "attention",
+    [
+        dict(kind="grouped", num_heads=4, num_kv_heads=2),
+        dict(kind="latent", num_heads=4, kv_latent_dim=8),
+    ],
+)
+def test_an_encoder_with_pruned_heads_of_shared_keys_and_values_is_refused(attention):
+    """Kept heads of these kinds would change size or regroup (the pruned_heads rebuild keeps
+    standard, fixed and collaborative heads' sizes only)."""
+    with pytest.raises(ValueError, match=rf"not {attention['kind']} \(shared keys and values\)"):
+        HeadsizeBertEncoder(
+            vocab_size=5,
+            hidden_size=32,
+            num_layers=1,
+            attention=attention,
+            pruned_heads=[[1, 3]],
+        )
