@@ -190,6 +190,8 @@ def predict_logits(
 ) -> np.ndarray:
     """Logits for pre-tokenised examples, in input order (the model's forward pass is
     traced on the first call and reused)."""
+    if len(token_ids) == 0:
+        return np.zeros([0, int(model.head.units)], np.float32)
     forward = _forward(model)
     out = None
     for index in length_batches(token_ids, batch_size):
@@ -215,16 +217,23 @@ def finetune(
 
     Args:
       sentence_encoder: The encoder (fine-tuned in place).
-      train: (texts or (text, text) pairs, int labels in [0, num_classes)).
+      train: (texts or (text, text) pairs, int labels in [0, num_classes): an
+        array or a list, one per text).
       config: The recipe.
       num_classes: Labels of the linear head.
       verbose: Progress bar (1) or none (0).
     """
     tf_keras.utils.set_random_seed(config.seed)
     texts, labels = train
+    labels = np.asarray(labels)
+    if len(texts) == 0 or len(labels) != len(texts):
+        raise ValueError(
+            f"finetune needs one label per text and at least one text; got {len(texts)} "
+            f"texts and {len(labels)} labels."
+        )
     token_ids = tokenize_all(sentence_encoder, texts, config.max_seq_length)
     model = SentenceClassifier(sentence_encoder, num_classes, config.dropout)
-    model(pad_batch(token_ids, np.arange(2)))
+    model(pad_batch(token_ids, np.arange(min(2, len(token_ids)))))  # Builds the model.
     rng = np.random.default_rng(config.seed)
     steps_per_epoch = math.ceil(len(token_ids) / config.batch_size)
     total = max(1, int(round(config.epochs * steps_per_epoch)))
