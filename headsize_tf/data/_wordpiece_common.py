@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 from headsize_tf.core.errors import CheckpointError
 
@@ -67,6 +69,17 @@ class WordPieceVocab:
         ids = {token: index for index, token in enumerate(self.vocab)}
         self.cls_id, self.sep_id, self.pad_id = (ids.get(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
         self.unk_id = ids["[UNK]"]
+
+    def _length(self, max_seq_length: Any) -> Any:
+        """A call's `max_seq_length` (the tokenizer's when None), checked where it is an int:
+        at least 2, room for [CLS] and [SEP] (a traced tensor is the caller's to keep so)."""
+        if max_seq_length is None:
+            return self.max_seq_length
+        if isinstance(max_seq_length, bool) or (
+            isinstance(max_seq_length, numbers.Integral) and max_seq_length < 2
+        ):
+            raise ValueError(f"max_seq_length must be an int >= 2; got {max_seq_length!r}.")
+        return max_seq_length
 
     @property
     def vocab_size(self) -> int:

@@ -151,7 +151,7 @@ class HFWordPieceTokenizer(WordPieceVocab):
           each `[batch, length]` with `length <= max_seq_length`; texts too
           long are truncated, keeping the final [SEP].
         """
-        max_seq_length = self.max_seq_length if max_seq_length is None else int(max_seq_length)
+        max_seq_length = int(self._length(max_seq_length))
         rows = []
         for pieces in self._encode(_strings(texts)):
             if add_special_tokens:

@@ -112,7 +112,7 @@ class TFWordPieceTokenizer(tf.Module, WordPieceVocab):
           each `[batch, length]` with `length <= max_seq_length`; texts too
           long are truncated, keeping the final [SEP].
         """
-        max_seq_length = self.max_seq_length if max_seq_length is None else max_seq_length
+        max_seq_length = self._length(max_seq_length)
         texts = self.normalize(tf.convert_to_tensor(texts, tf.string))
         pieces = self.tokenizer.tokenize(texts).merge_dims(-2, -1)
         if add_special_tokens:

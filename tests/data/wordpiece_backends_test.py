@@ -147,6 +147,12 @@ def test_bad_input(tokenizer_class, vocab_file, tmp_path):
     for bad in (1, True, "8", 2.0):
         with pytest.raises(ValueError, match="max_seq_length must be an int >= 2"):
             tokenizer_class(vocab_file, max_seq_length=bad)
+    tokenizer = tokenizer_class(vocab_file, max_seq_length=8)
+    for bad in (1, 0, np.int64(1), True):  # A call's own length: room for [CLS] and [SEP].
+        with pytest.raises(ValueError, match="max_seq_length must be an int >= 2"):
+            tokenizer.tokenize(["the cat sat"], bad)
+    ids = tokenizer.tokenize(["the cat sat"], 2)["input_word_ids"]
+    assert np.asarray(ids).shape == (1, 2)
 
 
 # ------------------------------------------------------- the TF-free tokenizer
