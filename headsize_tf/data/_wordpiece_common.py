@@ -29,6 +29,9 @@ def read_vocab(vocab_file: str | os.PathLike) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+FOLD = "fold"  # `lower_case` of tensorflow-text's own lower-casing (NFKC case folding).
+
+
 class WordPieceVocab:
     """The vocabulary and settings of a WordPiece tokenizer, checked.
 
@@ -64,7 +67,16 @@ class WordPieceVocab:
             seen: set[str] = set()
             twice = next(t for t in self.vocab if t in seen or seen.add(t))
             raise CheckpointError(f"Vocabulary {vocab_file} holds the token {twice!r} twice.")
+        if lower_case not in (True, False, FOLD):
+            raise ValueError(
+                f"lower_case must be True, False or {FOLD!r} (tensorflow-text's own case "
+                f"folding); got {lower_case!r}."
+            )
         self.lower_case = bool(lower_case)
+        # tensorflow-text's `BertTokenizer(lower_case=True)`: NFKC case folding, control
+        # characters as spaces; the prepared corpora (`data.vocab.tokenize_lines`) are
+        # tokenized so, and the language models trained on them read text so.
+        self.case_folding = lower_case == FOLD
         self.max_seq_length = max_seq_length
         ids = {token: index for index, token in enumerate(self.vocab)}
         self.cls_id, self.sep_id, self.pad_id = (ids.get(t) for t in ("[CLS]", "[SEP]", "[PAD]"))

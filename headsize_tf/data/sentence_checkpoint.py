@@ -43,7 +43,7 @@ Encoder = TypeVar("Encoder")
 class TextSettings(TypedDict, total=False):
     """Keyword arguments of a `SentenceEncoder` besides its model and vocabulary."""
 
-    lower_case: bool
+    lower_case: bool | str
     max_seq_length: int
     pooling: str
     normalize: bool
@@ -74,7 +74,7 @@ class SentenceEncoderSettings:
         self,
         vocab_file: str | os.PathLike,
         *,
-        lower_case: bool = True,
+        lower_case: bool | str = True,
         max_seq_length: int = 256,
         pooling: str = "mean",
         normalize: bool = True,

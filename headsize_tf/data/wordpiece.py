@@ -23,7 +23,12 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from headsize_tf.core.extras import available
-from headsize_tf.data._wordpiece_common import MAX_BYTES_PER_WORD, SPECIAL_TOKENS, WordPieceVocab
+from headsize_tf.data._wordpiece_common import (
+    FOLD,
+    MAX_BYTES_PER_WORD,
+    SPECIAL_TOKENS,
+    WordPieceVocab,
+)
 
 if TYPE_CHECKING:
     from headsize_tf.data.wordpiece_hf import HFWordPieceTokenizer
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
     WordPieceTokenizer = TFWordPieceTokenizer | HFWordPieceTokenizer
 
 __all__ = [
+    "FOLD",
     "MAX_BYTES_PER_WORD",
     "SPECIAL_TOKENS",
     "WordPieceTokenizer",

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from headsize_tf.data._wordpiece_common import (
+    FOLD,
     MAX_BYTES_PER_WORD,
     SPECIAL_TOKENS,
     SUFFIX_INDICATOR,
@@ -61,7 +62,8 @@ class HFWordPieceTokenizer(WordPieceVocab):
     Args:
       vocab_file: WordPiece vocabulary, one token per line; must hold
         [CLS], [SEP], [PAD] and [UNK].
-      lower_case: Lower-case and strip accents (uncased models).
+      lower_case: Lower-case and strip accents (uncased models), as Hugging
+        Face does; "fold": tensorflow-text's own lower-casing (`normalize`).
       max_seq_length: Tokens per text including [CLS] and [SEP] (an int >= 2).
 
     Example:
@@ -74,7 +76,7 @@ class HFWordPieceTokenizer(WordPieceVocab):
     def __init__(
         self,
         vocab_file: str | os.PathLike,
-        lower_case: bool = True,
+        lower_case: bool | str = True,
         max_seq_length: int = 512,
         *,
         required: Sequence[str] = SPECIAL_TOKENS,
@@ -99,8 +101,18 @@ class HFWordPieceTokenizer(WordPieceVocab):
     def normalize(self, text: str) -> str:
         """Hugging Face's BERT text normalisation of a text, as `TFWordPieceTokenizer` does it:
         control and format characters dropped, whitespace unified, and for uncased
-        vocabularies lower-cased (a capital sigma always to "σ") and accents stripped."""
+        vocabularies lower-cased (a capital sigma always to "σ") and accents stripped; with
+        `lower_case="fold"`, tensorflow-text's own lower-casing: ICU's NFKC case folding
+        (full-width letters, ligatures, "ß" -> "ss"), NFD, marks dropped, control and format
+        characters as spaces."""
         patterns = self._patterns
+        if self.case_folding:
+            if text.isascii():
+                return patterns.control_and_format.sub(" ", text.lower())
+            text = patterns.default_ignorable.sub("", text)
+            text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKD", text).casefold())
+            text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text.casefold()))
+            return patterns.control_and_format.sub(" ", patterns.marks.sub("", text))
         text = patterns.whitespace.sub(" ", patterns.control.sub("", text))
         if self.lower_case:
             text = text.replace("Σ", "σ").lower()
@@ -300,24 +312,9 @@ def _patterns() -> _Patterns:
     )
 
 
-class _CaseFoldingTokenizer(HFWordPieceTokenizer):
-    """tensorflow-text's own `BertTokenizer(vocab, lower_case=True)`, which the prepared
-    corpora and `data.vocab.tokenize_lines` use: ICU's NFKC case folding (full-width
-    letters, ligatures, "ß" -> "ss"), NFD, marks dropped, control and format characters as
-    spaces. A vocabulary needs [UNK] only."""
-
-    def normalize(self, text: str) -> str:
-        if text.isascii():
-            return self._patterns.control_and_format.sub(" ", text.lower())
-        text = self._patterns.default_ignorable.sub("", text)
-        text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKD", text).casefold())
-        text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text.casefold()))
-        return self._patterns.control_and_format.sub(" ", self._patterns.marks.sub("", text))
-
-
 def tokenize_lines(lines: Sequence[str], vocab_path: str | os.PathLike) -> list[np.ndarray]:
     """Token ids of each line, as `tensorflow_text.BertTokenizer(vocab_path, lower_case=True)`
     gives them (`headsize_tf.data.vocab.tokenize_lines`), without TensorFlow: int32 arrays,
     no special tokens."""
-    tokenizer = _CaseFoldingTokenizer(vocab_path, required=("[UNK]",))
+    tokenizer = HFWordPieceTokenizer(vocab_path, lower_case=FOLD, required=("[UNK]",))
     return [np.asarray(ids, np.int32) for ids in tokenizer._encode(_strings(lines))]

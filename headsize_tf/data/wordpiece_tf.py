@@ -41,7 +41,10 @@ class TFWordPieceTokenizer(tf.Module, WordPieceVocab):
     Args:
       vocab_file: WordPiece vocabulary, one token per line; must hold
         [CLS], [SEP], [PAD] and [UNK].
-      lower_case: Lower-case and strip accents (uncased models).
+      lower_case: Lower-case and strip accents (uncased models), as Hugging
+        Face does; "fold": tensorflow-text's own lower-casing (NFKC case
+        folding, control characters as spaces), as the prepared corpora and
+        the language models trained on them read text.
       max_seq_length: Tokens per text including [CLS] and [SEP] (an int >= 2).
 
     Example:
@@ -59,7 +62,7 @@ class TFWordPieceTokenizer(tf.Module, WordPieceVocab):
     def __init__(
         self,
         vocab_file: str | os.PathLike,
-        lower_case: bool = True,
+        lower_case: bool | str = True,
         max_seq_length: int = 512,
     ):
         super().__init__(name="wordpiece_tokenizer")
@@ -68,17 +71,21 @@ class TFWordPieceTokenizer(tf.Module, WordPieceVocab):
         self._set_vocab(vocab_file, lower_case, max_seq_length)
         # Lower-casing is done in `tokenize` as Hugging Face does it (str.lower,
         # NFD, drop marks); tensorflow-text's lower_case=True would NFKC-fold
-        # too (full-width letters, ligatures, "ß" -> "ss") and change ids.
+        # too (full-width letters, ligatures, "ß" -> "ss") and change ids, unless
+        # that is what is asked for (`lower_case="fold"`).
         self.tokenizer = tf_text.BertTokenizer(
             self.vocab_file,
-            lower_case=False,
+            lower_case=self.case_folding,
             token_out_type=tf.int32,
             suffix_indicator=SUFFIX_INDICATOR,
             max_bytes_per_word=MAX_BYTES_PER_WORD,
         )
 
     def normalize(self, texts: tf.Tensor) -> tf.Tensor:
-        """Hugging Face's BERT text normalisation of a string tensor."""
+        """Hugging Face's BERT text normalisation of a string tensor (with
+        `lower_case="fold"`, none: tensorflow-text's tokenizer folds the case itself)."""
+        if self.case_folding:
+            return texts
         texts = tf.strings.regex_replace(texts, _CONTROL, "")
         texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
         if self.lower_case:

@@ -24,12 +24,14 @@ import os
 
 import tensorflow as tf
 
-# `export` and `language_model_outputs` are shared with the Keras 3 front; imported
-# from here before they moved.
 from headsize_tf.data.serving_export import IDS_SPEC as _IDS
 from headsize_tf.data.serving_export import MASK_SPEC as _MASK
 from headsize_tf.data.serving_export import TEXT_SPEC as _TEXT
 from headsize_tf.data.serving_export import export, language_model_outputs  # noqa: F401
+
+# `export` and `language_model_outputs` are shared with the Keras 3 front; imported
+# from here before they moved.
+from headsize_tf.data.wordpiece import FOLD
 from headsize_tf.pretrained import SentenceEncoder
 
 TASKS = ("embedding", "sentence_prediction", "lm")
@@ -214,9 +216,12 @@ def experiment_language_model(model_dir: str, vocab_file: str | None = None):
     params, model = train.load_trained_model(model_dir)
     if not isinstance(params.task.model, language_modeling.CausalLMConfig):
         raise ValueError(f"{model_dir} is not a language_modeling model_dir.")
+    # As training read text (prepared corpora, or tensorflow-text from TFDS): case folding.
+    lower_case = params.task.train_data.lower_case
     tokenizer = SentenceEncoder(
         model,
         _vocab_of(params, vocab_file),
+        lower_case=FOLD if lower_case else False,
         max_seq_length=params.task.model.max_sequence_length,
         pooling="mean",
         normalize=False,

@@ -311,3 +311,26 @@ def test_same_ids_on_generated_text(minilm_dir):
         assert folded == [row.tolist() for row in tokenize_lines(texts, str(vocab))], texts
 
     check()
+
+
+FOLDING_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "strasse", "find", "the", "a", "b"]
+FOLDING_TEXTS = ["Straße", "ﬁnd", "Ｔｈｅ", "a\x07b", "a\u00adb", "The", ""]
+
+
+@pytest.mark.parametrize("tokenizer_class", backends())
+def test_case_folding_reads_text_as_the_prepared_corpora_are_tokenized(tokenizer_class, tmp_path):
+    """`lower_case="fold"` (what the language models' exports read text with) gives
+    `data.vocab.tokenize_lines`'s ids, where Hugging Face's BERT lower-casing differs."""
+    from headsize_tf.data import vocab
+    from headsize_tf.data.wordpiece import FOLD
+
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(FOLDING_VOCAB) + "\n")
+    folding = tokenizer_class(path, lower_case=FOLD, max_seq_length=16)
+    out = folding.tokenize(FOLDING_TEXTS, add_special_tokens=False)
+    ids, mask = np.asarray(out["input_word_ids"]), np.asarray(out["input_mask"])
+    served = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)]
+    assert served == [row.tolist() for row in vocab.tokenize_lines(FOLDING_TEXTS, str(path))]
+    assert served[:4] == [[5], [6], [7], [8, 9]]  # Hugging Face's: [UNK], [UNK], [UNK], [UNK].
+    with pytest.raises(ValueError, match="lower_case must be True, False or 'fold'"):
+        tokenizer_class(path, lower_case="yes")

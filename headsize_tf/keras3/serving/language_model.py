@@ -12,7 +12,7 @@ from headsize_tf.data.serving_export import (
     TEXT_SPEC,
     language_model_outputs,
 )
-from headsize_tf.data.wordpiece import WordPieceTokenizer
+from headsize_tf.data.wordpiece import FOLD, WordPieceTokenizer
 from headsize_tf.keras3.modeling import CausalLM, DecoderLM
 from headsize_tf.keras3.serving.encoder_module import require_tensorflow_backend
 from headsize_tf.keras3.serving.graph_tokenizer import GraphBytePairTokenizer
@@ -32,8 +32,12 @@ def lm_tokenizer(
     """
     if not isinstance(lm, CausalLM):
         raise ValueError(f"lm must be a Keras 3 CausalLM; got {type(lm).__name__}.")
+    # As the LMs here are trained (`data.vocab.tokenize_lines`): tensorflow-text's own
+    # lower-casing, which folds case (NFKC) where Hugging Face's BERT lower-cases.
     tokenizer = WordPieceTokenizer(
-        vocab_file, lower_case=lower_case, max_seq_length=max(2, lm.max_sequence_length)
+        vocab_file,
+        lower_case=FOLD if lower_case else False,
+        max_seq_length=max(2, lm.max_sequence_length),
     )
     if tokenizer.vocab_size > lm.vocabulary_size:
         raise ValueError(
