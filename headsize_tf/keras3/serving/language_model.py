@@ -167,19 +167,24 @@ class LanguageModelServingModule(tf.Module):
         """
         size = self._length
         lengths = tf.cast(lengths, tf.int32)
-        total = tf.reduce_max(lengths) + max_new_tokens
         checks = [
             tf.debugging.assert_positive(max_new_tokens, message="max_new_tokens must be >= 1"),
             tf.debugging.assert_positive(
                 lengths, message="every prompt needs at least one token (an empty text has none)"
             ),
-            tf.debugging.assert_less_equal(
-                total,
-                size,
-                message=f"prompt tokens + max_new_tokens must be <= max_sequence_length ({size})",
-            ),
         ]
+        # Every later use reads the checked values: a bad one fails with its message, not
+        # in an op that would run first (tf.range of a negative count).
         with tf.control_dependencies(checks):
+            max_new_tokens, lengths = tf.identity(max_new_tokens), tf.identity(lengths)
+        total = tf.reduce_max(lengths) + max_new_tokens
+        fits = tf.debugging.assert_less_equal(
+            total,
+            size,
+            message=f"prompt tokens + max_new_tokens must be <= max_sequence_length ({size})",
+        )
+        with tf.control_dependencies([fits]):
+            total = tf.identity(total)
             tokens = tf.pad(token_ids, [[0, 0], [0, size - tf.shape(token_ids)[1]]])
         tokens = tf.ensure_shape(tokens, [None, size])  # Static: the caches' length.
         logits, caches = self.lm.prefill(tokens[:, :1], size)

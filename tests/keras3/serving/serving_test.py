@@ -194,6 +194,7 @@ def _jobs(export: pathlib.Path, reference: dict[str, np.ndarray], tasks) -> dict
         "generate": (lm, "generate", {**text(PROMPTS), "max_new_tokens": (NEW_TOKENS, "int32")}),
         "too_long": (lm, "generate", {**text(PROMPTS), "max_new_tokens": (LENGTH, "int32")}),
         "empty_prompt": (lm, "generate", {**text(["", "dogs"]), "max_new_tokens": (2, "int32")}),
+        "negative": (lm, "generate", {**text(PROMPTS), "max_new_tokens": (-1, "int32")}),
     }
     task_of = {"embedding": "embedding", "classifier": "sentence_prediction"}
     return {
@@ -291,6 +292,7 @@ def _check_language_model(served, backend: str) -> None:
         in (errors[f"{backend}/too_long"])
     )
     assert "every prompt needs at least one token" in errors[f"{backend}/empty_prompt"]
+    assert "max_new_tokens must be >= 1" in errors[f"{backend}/negative"]
 
 
 def _detokenize(pieces: list[str]) -> list[str]:
