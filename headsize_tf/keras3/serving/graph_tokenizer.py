@@ -109,6 +109,12 @@ class GraphBytePairTokenizer(tf.Module):
         )
         self._digits = _digits_split(tokenizer.tokenizer_json)
         self._start = leading_token_id(tokenizer)
+        # Special tokens (start, end, chat markers) are no text: detokenize drops them, as
+        # the model's own tokenizer does.
+        self._special = sorted(
+            int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special")
+        )
+        self.end_token_id = getattr(tokenizer, "end_token_id", None)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def _ids(self, text: tf.Tensor) -> tf.RaggedTensor:
@@ -151,6 +157,14 @@ class GraphBytePairTokenizer(tf.Module):
             "input_mask": mask.to_tensor(shape=[None, length]),
         }
 
-    def detokenize(self, ids: tf.Tensor) -> tf.Tensor:
-        """`[batch]` strings of `[batch, n]` ids."""
-        return self.bpe.detokenize(ids)
+    def detokenize(self, ids: tf.Tensor, until_end: bool = False) -> tf.Tensor:
+        """`[batch]` strings of `[batch, n]` ids, special tokens dropped; with `until_end`,
+        each row's text stops before its first end token (as generation stops there)."""
+        ids = tf.convert_to_tensor(ids, tf.int32)
+        keep = tf.ones_like(ids, tf.bool)
+        if self._special:
+            special = tf.constant(self._special, tf.int32)
+            keep &= ~tf.reduce_any(ids[..., None] == special, axis=-1)
+        if until_end and self.end_token_id is not None:
+            keep &= tf.cumsum(tf.cast(ids == self.end_token_id, tf.int32), axis=1) == 0
+        return self.bpe.detokenize(tf.ragged.boolean_mask(ids, keep))

@@ -150,7 +150,11 @@ class LanguageModelServingModule(tf.Module):
         inputs = self._tokenize(text)
         lengths = tf.reduce_sum(inputs["input_mask"], axis=1)
         output_ids = self.greedy_ids(inputs["input_word_ids"], lengths, max_new_tokens)
-        return {"output_ids": output_ids, "continuation": self.wordpiece.detokenize(output_ids)}
+        if isinstance(self.wordpiece, GraphBytePairTokenizer):  # A decoder stops at its end.
+            continuation = self.wordpiece.detokenize(output_ids, until_end=True)
+        else:
+            continuation = self.wordpiece.detokenize(output_ids)
+        return {"output_ids": output_ids, "continuation": continuation}
 
     def greedy_ids(
         self, token_ids: tf.Tensor, lengths: tf.Tensor, max_new_tokens: tf.Tensor

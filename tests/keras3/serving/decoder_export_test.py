@@ -139,3 +139,18 @@ def test_a_pre_tokenizer_of_its_own_regex_is_refused_not_mistokenized(tokenizer_
     with pytest.raises(ValueError, match="has a NFC normalizer"):
         GraphBytePairTokenizer(BytePairTokenizer(qwen.to_str(), 0))
     assert json.loads(tokenizer_json)["pre_tokenizer"]["type"] == "Sequence"  # SmolLM2's: kept.
+
+
+def test_detokenize_drops_special_tokens_and_a_continuation_stops_at_the_end(decoder):
+    _, lm = decoder
+    tokenizer = lm.tokenizer
+    graph = GraphBytePairTokenizer(tokenizer)
+    end = tokenizer.end_token_id
+    special = [i for i in graph._special if i != end][0]
+    head, tail = tokenizer.tokenize("the quick").tolist(), tokenizer.tokenize(" fox").tolist()
+    row = [*head, special, *tail, end, *tail]
+    ids = tf.constant([row])
+    whole = tf.function(graph.detokenize)(ids)[0].numpy().decode()  # As in the SavedModel.
+    assert whole == tokenizer.detokenize(row) == "the quick fox fox"
+    cut = tf.function(lambda x: graph.detokenize(x, until_end=True))(ids)[0].numpy().decode()
+    assert cut == tokenizer.detokenize(row[: row.index(end)]) == "the quick fox"
