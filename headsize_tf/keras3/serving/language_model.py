@@ -141,6 +141,13 @@ class LanguageModelServingModule(tf.Module):
 
     @tf.function(input_signature=[IDS_SPEC, MASK_SPEC], autograph=False)
     def serve_ids(self, input_word_ids, input_mask):
+        fits = tf.debugging.assert_less_equal(
+            tf.shape(input_word_ids)[1],
+            self._length,
+            message=f"serve_ids takes at most {self._length} positions (the export's)",
+        )
+        with tf.control_dependencies([fits]):
+            input_word_ids = tf.identity(input_word_ids)
         return language_model_outputs(
             self.lm, {"input_word_ids": input_word_ids, "input_mask": input_mask}
         )

@@ -195,6 +195,14 @@ def _jobs(export: pathlib.Path, reference: dict[str, np.ndarray], tasks) -> dict
         "too_long": (lm, "generate", {**text(PROMPTS), "max_new_tokens": (LENGTH, "int32")}),
         "empty_prompt": (lm, "generate", {**text(["", "dogs"]), "max_new_tokens": (2, "int32")}),
         "negative": (lm, "generate", {**text(PROMPTS), "max_new_tokens": (-1, "int32")}),
+        "ids_too_long": (
+            lm,
+            "serve_ids",
+            {
+                "input_word_ids": (np.ones([1, LENGTH + 1], int).tolist(), "int32"),
+                "input_mask": (np.ones([1, LENGTH + 1], int).tolist(), "int32"),
+            },
+        ),
     }
     task_of = {"embedding": "embedding", "classifier": "sentence_prediction"}
     return {
@@ -293,6 +301,7 @@ def _check_language_model(served, backend: str) -> None:
     )
     assert "every prompt needs at least one token" in errors[f"{backend}/empty_prompt"]
     assert "max_new_tokens must be >= 1" in errors[f"{backend}/negative"]
+    assert f"serve_ids takes at most {LENGTH} positions" in errors[f"{backend}/ids_too_long"]
 
 
 def _detokenize(pieces: list[str]) -> list[str]:
