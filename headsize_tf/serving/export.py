@@ -102,7 +102,15 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[_TEXT], autograph=False)
     def serve_text(self, text):
         inputs = self.sentence_encoder.tokenize(text, add_special_tokens=self.task != "lm")
-        return self._outputs(inputs)
+        if self.task == "lm":  # `language_model_outputs` takes a batch of no position.
+            return self._outputs(inputs)
+        # No text at all tokenizes to no position: the outputs of one are cut to 0 rows.
+        one = {name: tf.zeros([1, 2], value.dtype) for name, value in inputs.items()}
+        return tf.cond(
+            tf.size(text) > 0,
+            lambda: self._outputs(inputs),
+            lambda: {k: v[:0] for k, v in self._outputs(one).items()},
+        )
 
     @tf.function(input_signature=[_IDS, _MASK], autograph=False)
     def serve_ids(self, input_word_ids, input_mask):

@@ -167,6 +167,8 @@ class ExportTest(tf.test.TestCase):
         )
         got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))["logits"]
         self.assertAllClose(got, masked, atol=1e-5)
+        nothing = loaded.signatures["serving_default"](text=tf.constant([], tf.string))
+        self.assertEqual(nothing["logits"].shape, (0, got.shape[1]))  # No text: no rows.
         # The mask is what was served: it moves the logits by more than 10x the tolerance.
         self.assertGreater(np.abs(masked - full).max(), 1e-4)
 
