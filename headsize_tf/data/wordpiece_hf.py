@@ -274,8 +274,8 @@ _DEFAULT_IGNORABLE = (
 
 
 class _Patterns(NamedTuple):
-    control: re.Pattern  # Cc, Cf, Co, Cs but tab, newline, CR (RE2's \p{C}: no Cn)
-    whitespace: re.Pattern  # tab, newline, CR and Zs
+    control: re.Pattern  # Cc, Cf, Co, Cs but tab, newline, CR (RE2's \p{C}: no Cn); U+FFFD
+    whitespace: re.Pattern  # tab, newline, CR, Zs, U+2028 and U+2029
     marks: re.Pattern  # Mn
     words: re.Pattern  # one punctuation mark or CJK character, or a run of other non-\s
     control_and_format: re.Pattern  # Cc and Cf (tensorflow-text's BasicTokenizer: to " ")
@@ -293,7 +293,7 @@ def _patterns() -> _Patterns:
             control.append(code)
         if category in ("Cc", "Cf"):
             control_and_format.append(code)
-        elif category == "Zs":
+        elif category in ("Zs", "Zl", "Zp"):  # Zl, Zp: U+2028, U+2029.
             spaces.append(code)
         elif category == "Mn":
             marks.append(code)
@@ -302,6 +302,7 @@ def _patterns() -> _Patterns:
     delimiters = _ASCII_PUNCTUATION + _char_class(punctuation)
     delimiters += "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK)
     ignorable = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
+    control.append(0xFFFD)  # Hugging Face's clean_text drops the replacement character.
     return _Patterns(
         control=re.compile(f"[{_char_class(control)}]"),
         whitespace=re.compile(f"[\\t\\n\\r{_char_class(spaces)}]"),

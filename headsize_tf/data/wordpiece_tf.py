@@ -24,9 +24,10 @@ from headsize_tf.data._wordpiece_common import (
 __all__ = ["SPECIAL_TOKENS", "TFWordPieceTokenizer"]
 
 # Hugging Face's BertNormalizer(clean_text=True): control and format characters
-# (Unicode category C*, but not tab/newline/CR) are dropped; whitespace -> " ".
-_CONTROL = r"[^\P{C}\t\n\r]"
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
+# (Unicode category C*, but not tab/newline/CR) and U+FFFD are dropped; whitespace (Zs,
+# and the line and paragraph separators, which Rust's `char::is_whitespace` holds) -> " ".
+_CONTROL = r"[^\P{C}\t\n\r]|\x{FFFD}"
+_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
 
 
 class TFWordPieceTokenizer(tf.Module, WordPieceVocab):

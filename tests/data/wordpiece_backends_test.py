@@ -102,6 +102,14 @@ def test_ids_equal_hugging_face_tokenizers(tokenizer_class, vocab_file):
         tokenizer = tokenizer_class(vocab_file, lower_case=lower_case, max_seq_length=64)
         for text, ids in zip(TEXTS, tokenizer.token_ids(TEXTS), strict=True):
             assert ids == reference.encode(text).ids, (lower_case, text)
+    # Separators of lines and paragraphs are whitespace there, the replacement character
+    # is dropped.
+    separated = ["the\u2028cat", "the\u2029cat sat", "the\ufffdcat", "\ufffd"]
+    for lower_case in (True, False):
+        reference = BertWordPieceTokenizer(str(vocab_file), lowercase=lower_case)
+        tokenizer = tokenizer_class(vocab_file, lower_case=lower_case, max_seq_length=64)
+        got = tokenizer.token_ids(separated)
+        assert got == [reference.encode(text).ids for text in separated], lower_case
     tokenizer = tokenizer_class(vocab_file)
     assert tokenizer.token_ids(["The cat sat on a mat.", ""]) == [
         [2, 5, 6, 7, 8, 9, 10, 11, 3],
