@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 
@@ -21,52 +22,33 @@ def _number(text: str, kind: type) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def positive_int(text: str) -> int:
-    """An integer > 0."""
-    value = _number(text, int)
-    if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _number_type(
+    kind: type, accepts: Callable[[Any], bool], expected: str, doc: str
+) -> Callable[[str], Any]:
+    """An argparse `type=`: `text` as `kind`, refused unless `accepts` it."""
+
+    def parse(text: str) -> Any:
+        value = _number(text, kind)
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    parse.__doc__ = doc
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0."""
-    value = _number(text, int)
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0."""
-    value = _number(text, float)
-    if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0."""
-    value = _number(text, float)
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """A number in [0, 1)."""
-    value = _number(text, float)
-    if value is None or not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
-    return value
-
-
-def open_fraction(text: str) -> float:
-    """A number in (0, 1)."""
-    value = _number(text, float)
-    if value is None or not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}")
-    return value
+positive_int = _number_type(int, lambda v: v > 0, "a positive integer", "An integer > 0.")
+non_negative_int = _number_type(int, lambda v: v >= 0, "an integer >= 0", "An integer >= 0.")
+positive_float = _number_type(float, lambda v: v > 0, "a finite number > 0", "A finite number > 0.")
+non_negative_float = _number_type(
+    float, lambda v: v >= 0, "a finite number >= 0", "A finite number >= 0."
+)
+fraction = _number_type(
+    float, lambda v: 0.0 <= v < 1.0, "a fraction in [0, 1)", "A number in [0, 1)."
+)
+open_fraction = _number_type(
+    float, lambda v: 0.0 < v < 1.0, "a fraction in (0, 1)", "A number in (0, 1)."
+)
 
 
 class OneLineParser(argparse.ArgumentParser):
